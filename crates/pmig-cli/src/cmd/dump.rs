@@ -1,0 +1,51 @@
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Process to capture.
+    #[arg(long)]
+    pid: i32,
+    /// Image directory (created if missing).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Let the process go on running after the dump (default: kill it once
+    /// the image is complete and verified).
+    #[arg(long)]
+    leave_running: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let r = pmig_engine::dump(
+        a.pid,
+        &a.dir,
+        &pmig_engine::DumpOptions {
+            leave_running: a.leave_running,
+        },
+    )?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "pid": r.pid, "threads": r.threads, "vmas": r.vmas, "page_bytes": r.page_bytes,
+                "frozen_ms": r.frozen_for.as_secs_f64() * 1e3, "capture_ms": r.capture.as_secs_f64() * 1e3,
+                "verify_ms": r.verify.as_secs_f64() * 1e3, "left_running": a.leave_running,
+            })
+        );
+    } else {
+        eprintln!(
+            "pmig: dumped process {} ({} threads, {} mappings, {:.1} MiB of pages) into {}; stopped for {:.1} ms; process {}",
+            r.pid,
+            r.threads,
+            r.vmas,
+            r.page_bytes as f64 / (1 << 20) as f64,
+            a.dir.display(),
+            r.frozen_for.as_secs_f64() * 1e3,
+            if a.leave_running { "left running" } else { "killed" }
+        );
+    }
+    Ok(0)
+}

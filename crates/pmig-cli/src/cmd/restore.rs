@@ -1,0 +1,68 @@
+use anyhow::{Context, Result};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Image directory written by `pmig dump`.
+    #[arg(long)]
+    dir: PathBuf,
+    /// Return once the process runs instead of waiting for it to exit.
+    #[arg(long)]
+    detach: bool,
+    /// Write the restored process's pid to this file.
+    #[arg(long)]
+    pidfile: Option<PathBuf>,
+    /// Connect the process's stdin (if it was a terminal or pipe) to this file
+    /// instead of ours.
+    #[arg(long)]
+    stdin: Option<PathBuf>,
+    /// Same for stdout.
+    #[arg(long)]
+    stdout: Option<PathBuf>,
+    /// Same for stderr.
+    #[arg(long)]
+    stderr: Option<PathBuf>,
+    /// Say what was restored on stderr.
+    #[arg(long)]
+    report: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let opts = pmig_engine::RestoreOptions {
+        stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
+    };
+    let r = pmig_engine::restore(&a.dir, &opts)?;
+    if let Some(p) = &a.pidfile {
+        std::fs::write(p, format!("{}\n", r.pid))
+            .with_context(|| format!("write pid file {}", p.display()))?;
+    }
+    if r.pid != r.original_pid {
+        eprintln!(
+            "pmig: pid {} was taken; process restored as pid {}",
+            r.original_pid, r.pid
+        );
+    }
+    if a.report {
+        eprintln!(
+            "pmig: restored pid {} ({} threads) in {:.1} ms (verify {:.1} ms)",
+            r.pid,
+            r.threads,
+            r.total.as_secs_f64() * 1e3,
+            r.verify.as_secs_f64() * 1e3
+        );
+    }
+    if a.detach {
+        return Ok(0);
+    }
+    loop {
+        match waitpid(Pid::from_raw(r.pid), None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(code),
+            Ok(WaitStatus::Signaled(_, sig, _)) => return Ok(128 + sig as i32),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).context("wait for the restored process"),
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! `pmig`: one binary, many subcommands. Each subcommand lives in `cmd/`.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "pmig",
+    version,
+    about = "Live process migration for Linux clusters"
+)]
+struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Capture a running process into an image directory.
+    Dump(cmd::dump::Args),
+    /// Recreate a process from an image directory and resume it.
+    Restore(cmd::restore::Args),
+    /// Check that this kernel offers everything pmig needs.
+    Check(cmd::check::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("PMIG_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let result = match cli.command {
+        Command::Dump(a) => cmd::dump::run(a),
+        Command::Restore(a) => cmd::restore::run(a),
+        Command::Check(a) => cmd::check::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            // One line naming the cause chain.
+            let mut msg = format!("pmig: {e}");
+            let mut src = e.source();
+            while let Some(s) = src {
+                let t = s.to_string();
+                if !msg.contains(&t) {
+                    msg.push_str(": ");
+                    msg.push_str(&t);
+                }
+                src = s.source();
+            }
+            eprintln!("{msg}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,297 @@
+//! `pmig check`: does this kernel offer what the engine needs?
+//! Every check tries the facility for real, in a throw-away child.
+
+use crate::sys;
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+
+#[derive(Debug, Clone)]
+pub struct CheckResult {
+    pub name: &'static str,
+    pub ok: bool,
+    /// Needed by the engine (a failure makes `pmig check` fail), or only by
+    /// some features.
+    pub required: bool,
+    pub detail: String,
+}
+
+/// A child that just waits to be killed.
+struct Sleeper(libc::pid_t);
+
+impl Sleeper {
+    fn new() -> Option<Sleeper> {
+        // SAFETY: the child only calls pause() and _exit(): async-signal-safe.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                loop {
+                    libc::pause();
+                }
+            },
+            p if p > 0 => Some(Sleeper(p)),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        // SAFETY: killing and reaping our own child.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+        let _ = waitpid(Pid::from_raw(self.0), None);
+    }
+}
+
+fn errno() -> String {
+    std::io::Error::last_os_error().to_string()
+}
+
+fn check_ptrace() -> Result<String, String> {
+    let s = Sleeper::new().ok_or("fork failed")?;
+    let f = crate::ptrace::Frozen::freeze(s.0).map_err(|e| e.to_string())?;
+    let regs = sys::get_regs(s.0).map_err(|e| e.to_string())?;
+    let x = sys::get_xstate(s.0).map_err(|e| e.to_string())?;
+    let mut b = [0u8; 8];
+    sys::process_vm_read(s.0, regs.rsp, &mut b).map_err(|e| e.to_string())?;
+    let _ = sys::rseq_config(s.0).map_err(|e| e.to_string())?;
+    f.detach().map_err(|e| e.to_string())?;
+    Ok(format!(
+        "seize/interrupt, registers, {}-byte xsave area, process_vm_readv, rseq configuration",
+        x.len()
+    ))
+}
+
+fn check_inject() -> Result<String, String> {
+    let s = Sleeper::new().ok_or("fork failed")?;
+    let mut f = crate::ptrace::Frozen::freeze(s.0).map_err(|e| e.to_string())?;
+    let r = f
+        .inject(0, libc::SYS_getpid, &[])
+        .map_err(|e| e.to_string())?;
+    f.detach().map_err(|e| e.to_string())?;
+    if r as i32 == s.0 {
+        Ok("a system call runs inside a stopped process".into())
+    } else {
+        Err(format!("injected getpid returned {r}"))
+    }
+}
+
+fn check_pagemap() -> Result<String, String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open("/proc/self/pagemap").map_err(|e| e.to_string())?;
+    let v = [1u8; 1];
+    let mut e = [0u8; 8];
+    f.read_exact_at(&mut e, (v.as_ptr() as u64 / 4096) * 8)
+        .map_err(|e| e.to_string())?;
+    let e = u64::from_le_bytes(e);
+    if e >> 63 == 0 {
+        return Err("pagemap does not report present pages".into());
+    }
+    Ok("present/swap/file bits readable".into())
+}
+
+const PAGEMAP_SCAN: u64 = 0xc060_6610;
+
+fn check_pagemap_scan() -> Result<String, String> {
+    let f = std::fs::File::open("/proc/self/pagemap").map_err(|e| e.to_string())?;
+    let buf = vec![0u8; 1 << 16];
+    let mut regions = [0u64; 3 * 8];
+    let start = buf.as_ptr() as u64 & !4095;
+    let arg: [u64; 12] = [
+        96,
+        0,
+        start,
+        start + 4096,
+        0,
+        regions.as_mut_ptr() as u64,
+        8,
+        0,
+        0,
+        1 << 3,
+        0,
+        1 << 3,
+    ];
+    // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most 8 regions into `regions`.
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            PAGEMAP_SCAN as _,
+            arg.as_ptr(),
+        )
+    };
+    if r < 0 {
+        return Err(format!("PAGEMAP_SCAN: {}", errno()));
+    }
+    Ok("PAGEMAP_SCAN ioctl available".into())
+}
+
+fn check_uffd() -> Result<String, String> {
+    // SAFETY: creating a userfaultfd and closing it.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return Err(format!("userfaultfd: {}", errno()));
+    }
+    #[repr(C)]
+    struct Api {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+    let mut a = Api {
+        api: 0xaa,
+        features: 0,
+        ioctls: 0,
+    };
+    // SAFETY: UFFDIO_API reads and writes `a`.
+    let r = unsafe { libc::ioctl(fd as i32, 0xc018_aa3f_u64 as _, &mut a) };
+    // SAFETY: closing the fd we created.
+    unsafe { libc::close(fd as i32) };
+    if r < 0 {
+        return Err(format!("UFFDIO_API: {}", errno()));
+    }
+    let wp_async = a.features & (1 << 15) != 0;
+    let wp = a.features & (1 << 0) != 0;
+    if !wp_async || !wp {
+        return Err(format!(
+            "features {:#x} lack write-protect (async)",
+            a.features
+        ));
+    }
+    Ok(format!(
+        "features {:#x} (missing-page faults, write-protect, WP_ASYNC)",
+        a.features
+    ))
+}
+
+fn check_pidfd() -> Result<String, String> {
+    let s = Sleeper::new().ok_or("fork failed")?;
+    // SAFETY: pidfd_open/pidfd_getfd on our own child; fds closed below.
+    unsafe {
+        let pfd = libc::syscall(libc::SYS_pidfd_open, s.0, 0);
+        if pfd < 0 {
+            return Err(format!("pidfd_open: {}", errno()));
+        }
+        let fd = libc::syscall(libc::SYS_pidfd_getfd, pfd, 1, 0);
+        let e = errno();
+        libc::close(pfd as i32);
+        if fd < 0 {
+            return Err(format!("pidfd_getfd: {e}"));
+        }
+        libc::close(fd as i32);
+    }
+    Ok("pidfd_open and pidfd_getfd".into())
+}
+
+fn check_set_tid() -> Result<String, String> {
+    // Find a pid that just became free, then ask for it.
+    let pid = match sys::fork_with_pid(None).map_err(|e| e.to_string())? {
+        // SAFETY: the child exits at once.
+        0 => unsafe { libc::_exit(0) },
+        p => p,
+    };
+    let _ = waitpid(Pid::from_raw(pid), None);
+    match sys::fork_with_pid(Some(pid)) {
+        // SAFETY: the child exits at once.
+        Ok(0) => unsafe { libc::_exit(0) },
+        Ok(p) => {
+            let _ = waitpid(Pid::from_raw(p), None);
+            if p == pid {
+                Ok("a process can be created with a chosen pid".into())
+            } else {
+                Err(format!("asked for pid {pid}, got {p}"))
+            }
+        }
+        Err(e) => Err(format!("clone3 with set_tid: {e}")),
+    }
+}
+
+/// Run `f` in a forked child and report its exit code as the result.
+fn in_child(f: fn() -> i32) -> i32 {
+    // SAFETY: the child runs only raw system calls and _exit.
+    match unsafe { libc::fork() } {
+        0 => unsafe { libc::_exit(f()) },
+        p if p > 0 => match waitpid(Pid::from_raw(p), None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, c)) => c,
+            _ => 255,
+        },
+        _ => 255,
+    }
+}
+
+fn check_mm_map() -> Result<String, String> {
+    let code = in_child(|| {
+        let mut size: u32 = 0;
+        // SAFETY: PR_SET_MM_MAP_SIZE writes the struct size into `size`.
+        let r = unsafe { libc::prctl(libc::PR_SET_MM, 15, &mut size as *mut u32, 0, 0) };
+        if r < 0 || size == 0 {
+            1
+        } else {
+            0
+        }
+    });
+    if code == 0 {
+        Ok("PR_SET_MM_MAP available".into())
+    } else {
+        Err("prctl(PR_SET_MM, PR_SET_MM_MAP) unavailable (kernel without CONFIG_CHECKPOINT_RESTORE?)".into())
+    }
+}
+
+fn check_vdso() -> Result<String, String> {
+    let code = in_child(|| {
+        // With a vDSO mapped already, a kernel that supports the call says EEXIST.
+        // SAFETY: arch_prctl with an integer argument.
+        let r = unsafe { libc::syscall(libc::SYS_arch_prctl, 0x2003, 0x1000_0000u64) };
+        // SAFETY: reading errno.
+        let e = unsafe { *libc::__errno_location() };
+        if r < 0 && e == libc::EEXIST {
+            0
+        } else {
+            1
+        }
+    });
+    if code == 0 {
+        Ok("ARCH_MAP_VDSO_64 available".into())
+    } else {
+        Err("arch_prctl(ARCH_MAP_VDSO_64) unavailable".into())
+    }
+}
+
+fn check_kcmp() -> Result<String, String> {
+    match sys::same_file(std::process::id() as i32, 0, 0) {
+        Some(true) => Ok("kcmp(KCMP_FILE) available".into()),
+        _ => Err(format!("kcmp: {}", errno())),
+    }
+}
+
+fn check_tool(tool: &'static str) -> Result<String, String> {
+    match std::process::Command::new(tool).arg("-V").output() {
+        Ok(_) => Ok(format!("{tool} found")),
+        Err(e) => Err(format!("{tool}: {e}")),
+    }
+}
+
+pub fn run_checks() -> Vec<CheckResult> {
+    let list: Vec<(&'static str, bool, Box<dyn Fn() -> Result<String, String>>)> = vec![
+        ("ptrace", true, Box::new(check_ptrace)),
+        ("syscall injection", true, Box::new(check_inject)),
+        ("pagemap", true, Box::new(check_pagemap)),
+        ("clone3 set_tid", true, Box::new(check_set_tid)),
+        ("PR_SET_MM_MAP", true, Box::new(check_mm_map)),
+        ("vDSO remap", true, Box::new(check_vdso)),
+        ("kcmp", true, Box::new(check_kcmp)),
+        ("PAGEMAP_SCAN", false, Box::new(check_pagemap_scan)),
+        ("userfaultfd", false, Box::new(check_uffd)),
+        ("pidfd", false, Box::new(check_pidfd)),
+        ("ip (cluster)", false, Box::new(|| check_tool("ip"))),
+        ("tc (cluster)", false, Box::new(|| check_tool("tc"))),
+    ];
+    list.into_iter()
+        .map(|(name, required, f)| {
+            let r = f();
+            CheckResult {
+                name,
+                ok: r.is_ok(),
+                required,
+                detail: r.unwrap_or_else(|e| e),
+            }
+        })
+        .collect()
+}

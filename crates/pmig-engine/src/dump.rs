@@ -1,0 +1,108 @@
+//! `pmig dump`: freeze, capture, write, verify, then kill or resume.
+
+use crate::error::{EngineError, Result};
+use crate::image::{precheck_all, ProcessImage};
+use crate::ptrace::Frozen;
+use crate::resources::{
+    files::Files, identity::Identity, memory::Memory, process::Process, signals::Signals,
+    threads::Threads, timers::Timers, Capture, Resource,
+};
+use libc::pid_t;
+use pmig_image::{Image, ImageWriter, Manifest};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Default)]
+pub struct DumpOptions {
+    pub leave_running: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct DumpReport {
+    pub pid: pid_t,
+    pub threads: usize,
+    pub vmas: usize,
+    pub page_bytes: u64,
+    /// From the freeze to the end of writing the image.
+    pub frozen_for: Duration,
+    pub capture: Duration,
+    pub verify: Duration,
+}
+
+/// Capture every resource of a frozen process, in dependency order: the
+/// parts that run code inside the process first, memory last (after the
+/// scratch page is gone).
+pub fn capture(frozen: &mut Frozen, w: &mut ImageWriter) -> Result<ProcessImage> {
+    let mut cx = Capture::new(frozen, w.pages());
+    let process = Process::capture(&mut cx)?;
+    let identity = Identity::capture(&mut cx)?;
+    let files = Files::capture(&mut cx)?;
+    let signals = Signals::capture(&mut cx)?;
+    let timers = Timers::capture(&mut cx)?;
+    let threads = Threads::capture(&mut cx)?;
+    let memory = Memory::capture(&mut cx)?;
+    Ok(ProcessImage {
+        process,
+        identity,
+        files,
+        signals,
+        timers,
+        threads,
+        memory,
+    })
+}
+
+pub fn manifest_for(pid: pid_t) -> Manifest {
+    Manifest {
+        pmig_version: env!("CARGO_PKG_VERSION").to_string(),
+        kernel_release: crate::sys::kernel_release(),
+        hostname: crate::sys::hostname(),
+        pid,
+        created_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        parts: vec![],
+    }
+}
+
+pub fn dump(pid: pid_t, dir: &Path, opts: &DumpOptions) -> Result<DumpReport> {
+    if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(EngineError::NoProcess(pid));
+    }
+    if pid == std::process::id() as pid_t {
+        return Err(EngineError::Other("pmig cannot dump itself".into()));
+    }
+    // Refuse unsupported state before touching the process.
+    precheck_all(pid)?;
+    let t0 = Instant::now();
+    let mut frozen = Frozen::freeze(pid)?;
+    // Anything that can fail from here on leaves the process as it was:
+    // `frozen` detaches on drop.
+    precheck_all(pid)?;
+    let mut w = ImageWriter::create(dir)?;
+    let img = capture(&mut frozen, &mut w)?;
+    let capture_t = t0.elapsed();
+    img.write_parts(&mut w)?;
+    w.finish(manifest_for(pid))?;
+    let frozen_for = t0.elapsed();
+    // Verify the image we wrote before the process is killed.
+    let tv = Instant::now();
+    Image::open_verified(dir)?;
+    let verify = tv.elapsed();
+    let report = DumpReport {
+        pid,
+        threads: img.threads.threads.len(),
+        vmas: img.memory.vmas.len(),
+        page_bytes: img.memory.image_bytes(),
+        frozen_for,
+        capture: capture_t,
+        verify,
+    };
+    if opts.leave_running {
+        frozen.detach()?;
+    } else {
+        frozen.kill()?;
+    }
+    Ok(report)
+}

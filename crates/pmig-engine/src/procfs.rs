@@ -1,0 +1,153 @@
+//! Parsing of the /proc files the engine reads.
+
+use crate::error::{Ctx, EngineError, Result};
+use libc::pid_t;
+use std::collections::HashMap;
+
+pub fn read(pid: pid_t, file: &str) -> Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}")).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            EngineError::NoProcess(pid)
+        } else {
+            EngineError::Sys {
+                what: format!("read /proc/{pid}/{file}"),
+                source: e,
+            }
+        }
+    })
+}
+
+/// One line of /proc/PID/maps (plus VmFlags from smaps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapLine {
+    pub start: u64,
+    pub end: u64,
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub shared: bool,
+    pub offset: u64,
+    pub dev: String,
+    pub inode: u64,
+    pub path: String,
+    pub flags: Vec<String>,
+}
+
+fn parse_map_line(l: &str) -> Option<MapLine> {
+    let mut it = l.splitn(6, ' ');
+    let range = it.next()?;
+    let perms = it.next()?.as_bytes();
+    let offset = u64::from_str_radix(it.next()?, 16).ok()?;
+    let dev = it.next()?.to_string();
+    let inode = it.next()?.parse().ok()?;
+    let path = it.next().unwrap_or("").trim_start().to_string();
+    let (a, b) = range.split_once('-')?;
+    Some(MapLine {
+        start: u64::from_str_radix(a, 16).ok()?,
+        end: u64::from_str_radix(b, 16).ok()?,
+        read: perms.first() == Some(&b'r'),
+        write: perms.get(1) == Some(&b'w'),
+        exec: perms.get(2) == Some(&b'x'),
+        shared: perms.get(3) == Some(&b's'),
+        offset,
+        dev,
+        inode,
+        path,
+        flags: Vec::new(),
+    })
+}
+
+pub fn parse_maps(text: &str) -> Vec<MapLine> {
+    text.lines().filter_map(parse_map_line).collect()
+}
+
+/// /proc/PID/smaps: maps lines with their VmFlags.
+pub fn smaps(pid: pid_t) -> Result<Vec<MapLine>> {
+    let text = read(pid, "smaps")?;
+    let mut out: Vec<MapLine> = Vec::new();
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("VmFlags:") {
+            if let Some(m) = out.last_mut() {
+                m.flags = rest.split_whitespace().map(str::to_string).collect();
+            }
+        } else if l.as_bytes().first().is_some_and(|c| c.is_ascii_hexdigit()) && l.contains('-') {
+            if let Some(m) = parse_map_line(l) {
+                // smaps field lines ("Size: ...") never parse as map lines.
+                out.push(m);
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn maps(pid: pid_t) -> Result<Vec<MapLine>> {
+    Ok(parse_maps(&read(pid, "maps")?))
+}
+
+/// /proc/PID/status as key → value.
+pub fn status(pid: pid_t) -> Result<HashMap<String, String>> {
+    Ok(read(pid, "status")?
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect())
+}
+
+/// Fields of /proc/PID/stat after the command name; index 0 is field 3 (state).
+pub fn stat_fields(pid: pid_t) -> Result<Vec<String>> {
+    let s = read(pid, "stat")?;
+    let close = s
+        .rfind(')')
+        .ok_or_else(|| EngineError::Other(format!("bad /proc/{pid}/stat")))?;
+    Ok(s[close + 1..]
+        .split_whitespace()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Field number `n` (1-based, as in proc(5)) of /proc/PID/stat.
+pub fn stat_field(fields: &[String], n: usize) -> u64 {
+    fields
+        .get(n - 3)
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(0) as u64
+}
+
+pub fn readlink(pid: pid_t, what: &str) -> Result<String> {
+    std::fs::read_link(format!("/proc/{pid}/{what}"))
+        .ctx(|| format!("readlink /proc/{pid}/{what}"))
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+pub fn hex_u64(s: &str) -> u64 {
+    u64::from_str_radix(s.trim(), 16).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_map_lines() {
+        let m = parse_maps(
+            "7f12a2f0e000-7f12a2f10000 r-xp 00000000 00:00 0                          [vdso]\n\
+             55d0c0a00000-55d0c0a21000 rw-p 00001000 fe:00 325835 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\n\
+             7f0000000000-7f0000001000 ---s 00000000 00:01 12 /path with spaces (deleted)\n",
+        );
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[0].path, "[vdso]");
+        assert!(m[0].exec && !m[0].write && !m[0].shared);
+        assert_eq!(m[1].offset, 0x1000);
+        assert_eq!(m[1].inode, 325835);
+        assert_eq!(m[2].path, "/path with spaces (deleted)");
+        assert!(m[2].shared && !m[2].read);
+    }
+
+    #[test]
+    fn smaps_of_self_has_flags() {
+        let s = smaps(std::process::id() as i32).unwrap();
+        assert!(s
+            .iter()
+            .any(|m| m.path == "[stack]" && m.flags.iter().any(|f| f == "gd")));
+    }
+}

@@ -1,0 +1,316 @@
+//! Open files, the working directory and the umask.
+//!
+//! * Regular files and directories are reopened by path with their flags and
+//!   offset; descriptors that shared one open file keep sharing it.
+//! * /dev/null, /dev/zero, /dev/full, /dev/random and /dev/urandom are
+//!   reopened by path.
+//! * fds 0, 1 and 2 that were a terminal or a pipe are connected to the
+//!   restoring command's own fds 0, 1 and 2, or to files named by the user.
+//! * Anything else (sockets, other pipes, eventfd, epoll, io_uring, ...) is
+//!   refused at dump time.
+
+use super::{Capture, Preflight, Resource};
+use crate::error::{unsupported, Ctx, EngineError, Result};
+use crate::procfs;
+use libc::pid_t;
+use serde::{Deserialize, Serialize};
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+pub struct Files;
+
+const REOPENABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+];
+/// Open flags that survive a reopen.
+const KEEP_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DSYNC
+    | libc::O_SYNC
+    | libc::O_DIRECT
+    | libc::O_NOATIME
+    | libc::O_DIRECTORY
+    | libc::O_LARGEFILE
+    | libc::O_PATH;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StdioKind {
+    Terminal,
+    Pipe,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FdKind {
+    /// A regular file or directory, reopened by path.
+    File { path: String, pos: u64, size: u64 },
+    /// A harmless character device, reopened by path.
+    Device { path: String },
+    /// fd 0/1/2 on a terminal or pipe: reconnected on restore.
+    Stdio(StdioKind),
+    /// Shares the open file description of an earlier fd.
+    SameAs(i32),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Fd {
+    pub fd: i32,
+    pub flags: i32,
+    pub cloexec: bool,
+    pub kind: FdKind,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FilesState {
+    pub cwd: String,
+    pub umask: u32,
+    pub fds: Vec<Fd>,
+}
+
+impl FilesState {
+    pub fn max_fd(&self) -> i32 {
+        self.fds.iter().map(|f| f.fd).max().unwrap_or(2)
+    }
+}
+
+fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32)> {
+    let t = procfs::read(pid, &format!("fdinfo/{fd}"))?;
+    let mut pos = 0;
+    let mut flags = 0;
+    for l in t.lines() {
+        if let Some(v) = l.strip_prefix("pos:") {
+            pos = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = l.strip_prefix("flags:") {
+            flags = i32::from_str_radix(v.trim(), 8).unwrap_or(0);
+        }
+    }
+    Ok((pos, flags))
+}
+
+fn list_fds(pid: pid_t) -> Result<Vec<i32>> {
+    let rd =
+        std::fs::read_dir(format!("/proc/{pid}/fd")).map_err(|_| EngineError::NoProcess(pid))?;
+    let mut v: Vec<i32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// Classify one fd, refusing what cannot be restored.
+fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
+    let link = match procfs::readlink(pid, &format!("fd/{fd}")) {
+        Ok(l) => l,
+        Err(_) => return Ok(None), // closed meanwhile
+    };
+    let what = |w: &str| unsupported(pid, format!("{w} (fd {fd}: {link})"));
+    if link.starts_with("socket:") {
+        return Err(what("a socket"));
+    }
+    if link.contains("io_uring") {
+        return Err(what("io_uring"));
+    }
+    if link.starts_with("pipe:") {
+        return if fd <= 2 {
+            Ok(Some(FdKind::Stdio(StdioKind::Pipe)))
+        } else {
+            Err(what("a pipe other than stdio"))
+        };
+    }
+    if link.starts_with("anon_inode:") {
+        return Err(what(
+            link.trim_start_matches("anon_inode:")
+                .trim_matches(|c| c == '[' || c == ']'),
+        ));
+    }
+    if link.starts_with("/memfd:") {
+        return Err(what("a memfd"));
+    }
+    if link.ends_with(" (deleted)") {
+        return Err(what("a deleted file"));
+    }
+    if !link.starts_with('/') {
+        return Err(what("this kind of file"));
+    }
+    let md = std::fs::metadata(format!("/proc/{pid}/fd/{fd}"))
+        .ctx(|| format!("stat fd {fd} of process {pid}"))?;
+    let ft = md.file_type();
+    if ft.is_file() || ft.is_dir() {
+        return Ok(Some(FdKind::File {
+            path: link,
+            pos: 0,
+            size: md.size(),
+        }));
+    }
+    if ft.is_char_device() {
+        if REOPENABLE_DEVICES.contains(&link.as_str()) {
+            return Ok(Some(FdKind::Device { path: link }));
+        }
+        let major = libc::major(md.rdev());
+        let is_tty = major == 136
+            || major == 4
+            || major == 5
+            || link.starts_with("/dev/pts/")
+            || link.starts_with("/dev/tty");
+        if is_tty && fd <= 2 {
+            return Ok(Some(FdKind::Stdio(StdioKind::Terminal)));
+        }
+        return Err(what(if is_tty {
+            "a terminal other than stdio"
+        } else {
+            "a character device"
+        }));
+    }
+    if ft.is_fifo() {
+        return if fd <= 2 {
+            Ok(Some(FdKind::Stdio(StdioKind::Pipe)))
+        } else {
+            Err(what("a named pipe"))
+        };
+    }
+    Err(what("this kind of file"))
+}
+
+impl Resource for Files {
+    const PART: &'static str = "files";
+    type State = FilesState;
+
+    fn precheck(pid: pid_t) -> Result<()> {
+        for fd in list_fds(pid)? {
+            classify(pid, fd)?;
+        }
+        let root = procfs::readlink(pid, "root")?;
+        if root != "/" {
+            return Err(unsupported(pid, format!("a chroot ({root})")));
+        }
+        let cwd = procfs::readlink(pid, "cwd")?;
+        if cwd.ends_with(" (deleted)") {
+            return Err(unsupported(
+                pid,
+                format!("a deleted working directory ({cwd})"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn capture(cx: &mut Capture) -> Result<FilesState> {
+        let pid = cx.pid;
+        let mut fds: Vec<Fd> = Vec::new();
+        for fd in list_fds(pid)? {
+            let Some(mut kind) = classify(pid, fd)? else {
+                continue;
+            };
+            let (pos, flags) = fdinfo(pid, fd)?;
+            if let FdKind::File { pos: p, .. } = &mut kind {
+                *p = pos;
+            }
+            // Shared open file description with an earlier fd?
+            if !matches!(kind, FdKind::Stdio(_)) {
+                if let Some(prev) = fds.iter().find(|p| {
+                    !matches!(p.kind, FdKind::SameAs(_) | FdKind::Stdio(_))
+                        && crate::sys::same_file(pid, p.fd, fd) == Some(true)
+                }) {
+                    kind = FdKind::SameAs(prev.fd);
+                }
+            }
+            fds.push(Fd {
+                fd,
+                flags: flags & !libc::O_CLOEXEC,
+                cloexec: flags & libc::O_CLOEXEC != 0,
+                kind,
+            });
+        }
+        let st = procfs::status(pid)?;
+        let umask = st
+            .get("Umask")
+            .and_then(|u| u32::from_str_radix(u, 8).ok())
+            .unwrap_or(0o022);
+        Ok(FilesState {
+            cwd: procfs::readlink(pid, "cwd")?,
+            umask,
+            fds,
+        })
+    }
+
+    fn preflight(s: &FilesState, pf: &mut Preflight) -> Result<()> {
+        let mut src_of: std::collections::HashMap<i32, i32> = Default::default();
+        for f in &s.fds {
+            let src = match &f.kind {
+                FdKind::File { path, pos, .. } => {
+                    let fd = pf.open_keep(path, f.flags & KEEP_FLAGS).map_err(|e| {
+                        EngineError::Incompatible(format!("fd {}: cannot reopen {path}: {e}", f.fd))
+                    })?;
+                    // The offset lives in the open file description, which the
+                    // new process shares with us.
+                    // SAFETY: lseek on an fd we own.
+                    if f.flags & libc::O_PATH == 0
+                        && unsafe { libc::lseek(fd, *pos as i64, libc::SEEK_SET) } < 0
+                    {
+                        return Err(crate::error::errno_err(format!(
+                            "fd {}: seek {path} to {pos}",
+                            f.fd
+                        )));
+                    }
+                    fd
+                }
+                FdKind::Device { path } => pf.open_keep(path, f.flags & KEEP_FLAGS)?,
+                FdKind::Stdio(_) => match &pf.opts.stdio[f.fd as usize] {
+                    Some(path) => {
+                        let flags = if f.fd == 0 {
+                            libc::O_RDONLY
+                        } else {
+                            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND
+                        };
+                        let file = std::fs::OpenOptions::new()
+                            .read(f.fd == 0)
+                            .append(f.fd != 0)
+                            .create(f.fd != 0)
+                            .open(path)
+                            .ctx(|| {
+                                format!(
+                                    "open {} for fd {} (flags {flags:#o})",
+                                    path.display(),
+                                    f.fd
+                                )
+                            })?;
+                        pf.keep(file.into())?
+                    }
+                    None => {
+                        // SAFETY: fds 0-2 of this process stay open while we borrow them.
+                        let ours = unsafe { BorrowedFd::borrow_raw(f.fd) };
+                        let dup: OwnedFd = ours.try_clone_to_owned().ctx(|| {
+                            format!("duplicate our fd {} for the restored process", f.fd)
+                        })?;
+                        pf.keep(dup)?
+                    }
+                },
+                FdKind::SameAs(other) => *src_of.get(other).ok_or_else(|| {
+                    EngineError::Image(pmig_image::ImageError::MissingPart(format!(
+                        "files: fd {other}"
+                    )))
+                })?,
+            };
+            src_of.insert(f.fd, src);
+            pf.child.installs.push((src, f.fd, f.cloexec));
+        }
+        pf.child.cwd = Some(
+            std::ffi::CString::new(s.cwd.clone())
+                .map_err(|_| EngineError::Other("bad cwd".into()))?,
+        );
+        if std::fs::metadata(&s.cwd)
+            .map(|m| !m.is_dir())
+            .unwrap_or(true)
+        {
+            return Err(EngineError::Incompatible(format!(
+                "working directory {} does not exist",
+                s.cwd
+            )));
+        }
+        pf.child.umask = Some(s.umask);
+        Ok(())
+    }
+}

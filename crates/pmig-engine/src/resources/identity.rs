@@ -1,0 +1,328 @@
+//! Identity and limits: uids, gids, supplementary groups, capabilities,
+//! securebits, no_new_privs, dumpable, resource limits and personality.
+
+use super::{Capture, Finish, PlanCx, Preflight, Resource};
+use crate::error::{errno_err, EngineError, Result};
+use crate::procfs;
+use libc::pid_t;
+use pmig_restorer::Check;
+use serde::{Deserialize, Serialize};
+
+pub struct Identity;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creds {
+    /// real, effective, saved, filesystem
+    pub uid: [u32; 4],
+    pub gid: [u32; 4],
+    pub groups: Vec<u32>,
+    /// inheritable, permitted, effective, bounding, ambient
+    pub caps: [u64; 5],
+    pub securebits: u64,
+    pub no_new_privs: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IdentityState {
+    pub creds: Creds,
+    pub dumpable: u64,
+    pub personality: u64,
+    /// (soft, hard) for RLIMIT_* 0..16.
+    pub rlimits: Vec<(u64, u64)>,
+}
+
+const PR_GET_SECUREBITS: u64 = 27;
+const PR_SET_SECUREBITS: i32 = 28;
+const PR_GET_DUMPABLE: u64 = 3;
+const SECBIT_KEEP_CAPS: u64 = 1 << 4;
+const NLIMITS: u32 = 16;
+
+fn ids(v: Option<&String>) -> [u32; 4] {
+    let mut out = [0; 4];
+    for (i, x) in v
+        .map(String::as_str)
+        .unwrap_or("")
+        .split_whitespace()
+        .take(4)
+        .enumerate()
+    {
+        out[i] = x.parse().unwrap_or(0);
+    }
+    out
+}
+
+fn creds_of(pid: pid_t) -> Result<Creds> {
+    let st = procfs::status(pid)?;
+    let cap = |k: &str| procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
+    Ok(Creds {
+        uid: ids(st.get("Uid")),
+        gid: ids(st.get("Gid")),
+        groups: st
+            .get("Groups")
+            .map(String::as_str)
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|g| g.parse().ok())
+            .collect(),
+        caps: [
+            cap("CapInh"),
+            cap("CapPrm"),
+            cap("CapEff"),
+            cap("CapBnd"),
+            cap("CapAmb"),
+        ],
+        securebits: 0,
+        no_new_privs: st.get("NoNewPrivs").map(String::as_str) == Some("1"),
+    })
+}
+
+fn last_cap() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+pub fn rlimits(pid: pid_t) -> Result<Vec<(u64, u64)>> {
+    (0..NLIMITS)
+        .map(|r| {
+            let mut old = libc::rlimit64 {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: prlimit64 with a null new limit only writes `old`.
+            if unsafe { libc::prlimit64(pid, r as _, std::ptr::null(), &mut old) } < 0 {
+                return Err(errno_err(format!(
+                    "read resource limit {r} of process {pid}"
+                )));
+            }
+            Ok((old.rlim_cur, old.rlim_max))
+        })
+        .collect()
+}
+
+impl Resource for Identity {
+    const PART: &'static str = "identity";
+    type State = IdentityState;
+
+    fn capture(cx: &mut Capture) -> Result<IdentityState> {
+        let mut creds = creds_of(cx.frozen.threads[0].tid)?;
+        // Threads with different credentials are rare; refuse them rather
+        // than restore them wrong.
+        for t in &cx.frozen.threads[1..] {
+            let c = creds_of(t.tid)?;
+            if c.uid != creds.uid || c.gid != creds.gid || c.caps != creds.caps {
+                return Err(crate::error::unsupported(
+                    cx.pid,
+                    format!("threads with different credentials (thread {})", t.tid),
+                ));
+            }
+        }
+        let r = cx.frozen.inject_many(
+            0,
+            &[
+                (libc::SYS_prctl, &[PR_GET_SECUREBITS]),
+                (libc::SYS_prctl, &[PR_GET_DUMPABLE]),
+            ],
+        )?;
+        creds.securebits = r[0].max(0) as u64;
+        let personality = procfs::hex_u64(&procfs::read(cx.pid, "personality")?);
+        Ok(IdentityState {
+            creds,
+            dumpable: r[1].max(0) as u64,
+            personality,
+            rlimits: rlimits(cx.pid)?,
+        })
+    }
+
+    fn preflight(s: &IdentityState, pf: &mut Preflight) -> Result<()> {
+        let ours = rlimits(std::process::id() as pid_t)?;
+        let me = creds_of(std::process::id() as pid_t)?;
+        let can_raise = me.caps[2] & (1u64 << 24/* CAP_SYS_RESOURCE */) != 0;
+        for (r, ((_, want), (_, have))) in s.rlimits.iter().zip(&ours).enumerate() {
+            if want > have && !can_raise {
+                return Err(EngineError::Incompatible(format!("resource limit {r} needs hard limit {want}, above this restorer's {have} (needs CAP_SYS_RESOURCE)")));
+            }
+        }
+        if s.personality != 0 {
+            pf.child.personality = Some(s.personality);
+        }
+        Ok(())
+    }
+
+    fn plan(s: &IdentityState, cx: &mut PlanCx) -> Result<()> {
+        let me = creds_of(std::process::id() as pid_t)?;
+        let c = &s.creds;
+        let b = &mut *cx.b;
+        for t in 0..b.n_threads() {
+            if c.caps[3] != me.caps[3] {
+                for cap in 0..=last_cap() {
+                    if c.caps[3] & (1 << cap) == 0 && me.caps[3] & (1 << cap) != 0 {
+                        b.syscall(
+                            t,
+                            libc::SYS_prctl,
+                            &[libc::PR_CAPBSET_DROP.into(), cap.into()],
+                            Check::NonNeg,
+                            format!("drop capability {cap} from the bounding set"),
+                        );
+                    }
+                }
+            }
+            let changes_ids = c.uid != me.uid || c.gid != me.gid || c.groups != me.groups;
+            if changes_ids || c.securebits != me.securebits {
+                b.syscall(
+                    t,
+                    libc::SYS_prctl,
+                    &[
+                        PR_SET_SECUREBITS.into(),
+                        (c.securebits | SECBIT_KEEP_CAPS).into(),
+                    ],
+                    Check::NonNeg,
+                    "set securebits",
+                );
+            }
+            if c.groups != me.groups {
+                let d = b.data(
+                    &c.groups
+                        .iter()
+                        .flat_map(|g| g.to_le_bytes())
+                        .collect::<Vec<u8>>(),
+                );
+                b.syscall(
+                    t,
+                    libc::SYS_setgroups,
+                    &[(c.groups.len() as u64).into(), d.into()],
+                    Check::NonNeg,
+                    "set supplementary groups",
+                );
+            }
+            if c.gid != me.gid {
+                b.syscall(
+                    t,
+                    libc::SYS_setresgid,
+                    &[
+                        (c.gid[0] as u64).into(),
+                        (c.gid[1] as u64).into(),
+                        (c.gid[2] as u64).into(),
+                    ],
+                    Check::NonNeg,
+                    "set group ids",
+                );
+                b.syscall(
+                    t,
+                    libc::SYS_setfsgid,
+                    &[(c.gid[3] as u64).into()],
+                    Check::None,
+                    "set filesystem group id",
+                );
+            }
+            if c.uid != me.uid {
+                b.syscall(
+                    t,
+                    libc::SYS_setresuid,
+                    &[
+                        (c.uid[0] as u64).into(),
+                        (c.uid[1] as u64).into(),
+                        (c.uid[2] as u64).into(),
+                    ],
+                    Check::NonNeg,
+                    "set user ids",
+                );
+                b.syscall(
+                    t,
+                    libc::SYS_setfsuid,
+                    &[(c.uid[3] as u64).into()],
+                    Check::None,
+                    "set filesystem user id",
+                );
+            }
+            if c.caps[..3] != me.caps[..3] || changes_ids {
+                // struct __user_cap_header_struct (v3) + two data words.
+                let hdr = b.data_of(&[0x2008_0522u32, 0u32]);
+                let lo = |v: u64| v as u32;
+                let hi = |v: u64| (v >> 32) as u32;
+                let data = b.data_of(&[
+                    lo(c.caps[2]),
+                    lo(c.caps[1]),
+                    lo(c.caps[0]),
+                    hi(c.caps[2]),
+                    hi(c.caps[1]),
+                    hi(c.caps[0]),
+                ]);
+                b.syscall(
+                    t,
+                    libc::SYS_capset,
+                    &[hdr.into(), data.into()],
+                    Check::NonNeg,
+                    "set capabilities",
+                );
+            }
+            for cap in 0..=last_cap() {
+                if c.caps[4] & (1 << cap) != 0 {
+                    b.syscall(
+                        t,
+                        libc::SYS_prctl,
+                        &[
+                            libc::PR_CAP_AMBIENT.into(),
+                            libc::PR_CAP_AMBIENT_RAISE.into(),
+                            cap.into(),
+                            0u64.into(),
+                            0u64.into(),
+                        ],
+                        Check::NonNeg,
+                        format!("raise ambient capability {cap}"),
+                    );
+                }
+            }
+            if changes_ids || c.securebits != me.securebits {
+                b.syscall(
+                    t,
+                    libc::SYS_prctl,
+                    &[
+                        libc::PR_SET_KEEPCAPS.into(),
+                        ((c.securebits & SECBIT_KEEP_CAPS != 0) as u64).into(),
+                    ],
+                    Check::None,
+                    "set keep-caps",
+                );
+            }
+            if c.no_new_privs {
+                b.syscall(
+                    t,
+                    libc::SYS_prctl,
+                    &[
+                        libc::PR_SET_NO_NEW_PRIVS.into(),
+                        1u64.into(),
+                        0u64.into(),
+                        0u64.into(),
+                        0u64.into(),
+                    ],
+                    Check::NonNeg,
+                    "set no_new_privs",
+                );
+            }
+        }
+        b.syscall(
+            0,
+            libc::SYS_prctl,
+            &[libc::PR_SET_DUMPABLE.into(), s.dumpable.into()],
+            Check::None,
+            "set dumpable",
+        );
+        Ok(())
+    }
+
+    fn finish(s: &IdentityState, cx: &mut Finish) -> Result<()> {
+        for (r, &(cur, max)) in s.rlimits.iter().enumerate() {
+            let new = libc::rlimit64 {
+                rlim_cur: cur,
+                rlim_max: max,
+            };
+            // SAFETY: prlimit64 reads `new`; no old value is requested.
+            if unsafe { libc::prlimit64(cx.pid, r as _, &new, std::ptr::null_mut()) } < 0 {
+                return Err(errno_err(format!("set resource limit {r}")));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,658 @@
+//! Memory: every mapping of the address space, the populated pages of the
+//! private ones, the mm fields (brk, arg/env, auxv, exe) and the vDSO.
+
+use super::{Capture, Finish, PlanCx, Preflight, Resource};
+use crate::error::{unsupported, Ctx, EngineError, Result};
+use crate::procfs::{self, MapLine};
+use crate::sys;
+use libc::pid_t;
+use pmig_restorer::{Arg, Check};
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::{FileExt, MetadataExt};
+
+pub struct Memory;
+
+pub const PAGE: u64 = 4096;
+/// Highest user address on x86_64 with 4-level paging.
+pub const TASK_END: u64 = 0x7fff_ffff_f000;
+
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SWAP: u64 = 1 << 62;
+const PM_FILE: u64 = 1 << 61;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backing {
+    /// Private anonymous memory (heap, stacks, anonymous mmap).
+    Anon,
+    /// Shared anonymous memory used by this process only.
+    SharedAnon,
+    /// A file mapped privately; changed pages are in the image.
+    PrivateFile,
+    /// A file mapped shared; its contents stay in the file.
+    SharedFile,
+}
+
+/// A run of consecutive pages stored in the image's page data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    pub addr: u64,
+    pub len: u64,
+    /// Offset in pages.pmig.
+    pub offset: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FileId {
+    pub path: String,
+    pub size: u64,
+    pub mtime_ns: i128,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    pub prot: i32,
+    pub backing: Backing,
+    pub growsdown: bool,
+    pub file: Option<FileId>,
+    pub offset: u64,
+    /// madvise() advice to re-apply (MADV_* values).
+    pub advice: Vec<i32>,
+    pub locked: bool,
+    /// For reports: the path or [heap]/[stack]/[anon:name].
+    pub name: String,
+    pub runs: Vec<Run>,
+}
+
+impl Vma {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+    pub fn is_empty(&self) -> bool {
+        self.end == self.start
+    }
+    pub fn bytes_in_image(&self) -> u64 {
+        self.runs.iter().map(|r| r.len).sum()
+    }
+}
+
+/// The mm fields set back with PR_SET_MM_MAP.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MmFields {
+    pub start_code: u64,
+    pub end_code: u64,
+    pub start_data: u64,
+    pub end_data: u64,
+    pub start_brk: u64,
+    pub brk: u64,
+    pub start_stack: u64,
+    pub arg_start: u64,
+    pub arg_end: u64,
+    pub env_start: u64,
+    pub env_end: u64,
+    pub auxv: Vec<u64>,
+    pub exe: FileId,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemoryState {
+    pub vmas: Vec<Vma>,
+    pub mm: MmFields,
+    /// Start of the vvar pages and total length of vvar + vDSO.
+    pub vdso: Option<(u64, u64)>,
+    pub vdso_text: Option<u64>,
+}
+
+impl MemoryState {
+    pub fn image_bytes(&self) -> u64 {
+        self.vmas.iter().map(Vma::bytes_in_image).sum()
+    }
+}
+
+fn file_id(path: &str, via: &str) -> Result<FileId> {
+    let md = std::fs::metadata(via).ctx(|| format!("stat {path}"))?;
+    Ok(FileId {
+        path: path.to_string(),
+        size: md.size(),
+        mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
+    })
+}
+
+fn is_special(path: &str) -> bool {
+    matches!(path, "[vdso]" | "[vvar]" | "[vvar_vclock]" | "[vsyscall]")
+}
+
+fn advice_of(flags: &[String]) -> (Vec<i32>, bool) {
+    let mut adv = Vec::new();
+    let mut locked = false;
+    for f in flags {
+        match f.as_str() {
+            "hg" => adv.push(libc::MADV_HUGEPAGE),
+            "nh" => adv.push(libc::MADV_NOHUGEPAGE),
+            "dd" => adv.push(libc::MADV_DONTDUMP),
+            "dc" => adv.push(libc::MADV_DONTFORK),
+            "wf" => adv.push(libc::MADV_WIPEONFORK),
+            "mg" => adv.push(libc::MADV_MERGEABLE),
+            "lo" => locked = true,
+            _ => {}
+        }
+    }
+    (adv, locked)
+}
+
+/// Who else maps the shared object (dev, inode)? Returns another pid.
+fn other_mapper(pid: pid_t, dev: &str, inode: u64) -> Option<pid_t> {
+    let rd = std::fs::read_dir("/proc").ok()?;
+    for e in rd.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<pid_t>().ok()) else {
+            continue;
+        };
+        if p == pid {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{p}/maps")) {
+            if procfs::parse_maps(&text)
+                .iter()
+                .any(|m| m.shared && m.inode == inode && m.dev == dev)
+            {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
+    let p = m.path.as_str();
+    if is_special(p) {
+        return Ok(None);
+    }
+    if p.starts_with("/SYSV") {
+        return Err(unsupported(
+            pid,
+            format!("System V shared memory at {:#x}", m.start),
+        ));
+    }
+    if p.starts_with("/memfd:") {
+        return Err(unsupported(pid, format!("a memfd mapping ({p})")));
+    }
+    if p.starts_with("anon_inode:") {
+        return Err(unsupported(pid, format!("a mapping of {p}")));
+    }
+    let anon = p.is_empty()
+        || p == "[heap]"
+        || p == "[stack]"
+        || p.starts_with("[anon:")
+        || p.starts_with("[stack:");
+    let shared_anon = m.shared
+        && (p == "/dev/zero (deleted)"
+            || p.starts_with("[anon_shmem:")
+            || (m.inode != 0 && p.is_empty()));
+    if shared_anon {
+        if let Some(other) = other_mapper(pid, &m.dev, m.inode) {
+            return Err(unsupported(
+                pid,
+                format!(
+                    "memory shared with another live process (pid {other}) at {:#x}",
+                    m.start
+                ),
+            ));
+        }
+        return Ok(Some(Backing::SharedAnon));
+    }
+    if anon {
+        return Ok(Some(if m.shared {
+            Backing::SharedAnon
+        } else {
+            Backing::Anon
+        }));
+    }
+    if p.ends_with(" (deleted)") {
+        return Err(unsupported(
+            pid,
+            format!("a mapping of a deleted file ({p})"),
+        ));
+    }
+    if !p.starts_with('/') {
+        return Err(unsupported(pid, format!("a mapping of {p}")));
+    }
+    Ok(Some(if m.shared {
+        Backing::SharedFile
+    } else {
+        Backing::PrivateFile
+    }))
+}
+
+/// Read the pagemap of [start, end) and return the runs of pages to save.
+fn page_runs(
+    pagemap: &std::fs::File,
+    start: u64,
+    end: u64,
+    backing: Backing,
+) -> Result<Vec<(u64, u64)>> {
+    let n = ((end - start) / PAGE) as usize;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let batch = 1 << 16;
+    let mut buf = vec![0u8; batch * 8];
+    let mut i = 0;
+    while i < n {
+        let cnt = batch.min(n - i);
+        let bytes = &mut buf[..cnt * 8];
+        pagemap
+            .read_exact_at(bytes, (start / PAGE + i as u64) * 8)
+            .ctx(|| format!("read pagemap at {start:#x}"))?;
+        for k in 0..cnt {
+            let e = u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap());
+            let keep = match backing {
+                Backing::Anon | Backing::SharedAnon => e & (PM_PRESENT | PM_SWAP) != 0,
+                // Present and not the file's own page (so a private copy), or swapped.
+                Backing::PrivateFile => {
+                    (e & PM_PRESENT != 0 && e & PM_FILE == 0) || e & PM_SWAP != 0
+                }
+                Backing::SharedFile => false,
+            };
+            if keep {
+                let addr = start + (i + k) as u64 * PAGE;
+                match runs.last_mut() {
+                    Some((a, l)) if *a + *l == addr => *l += PAGE,
+                    _ => runs.push((addr, PAGE)),
+                }
+            }
+        }
+        i += cnt;
+    }
+    Ok(runs)
+}
+
+/// Copy page runs out of the process into the image's page data.
+fn save_pages(
+    cx: &mut Capture,
+    vma: &mut Vma,
+    runs: &[(u64, u64)],
+    mem: &std::fs::File,
+    buf: &mut [u8],
+) -> Result<()> {
+    let readable = vma.prot & libc::PROT_READ != 0;
+    for &(addr, len) in runs {
+        vma.runs.push(Run {
+            addr,
+            len,
+            offset: cx.pages.offset(),
+        });
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(buf.len() as u64) as usize;
+            let chunk = &mut buf[..n];
+            let got = if readable {
+                sys::process_vm_read(cx.pid, addr + done, chunk)?
+            } else {
+                // process_vm_readv honours protections; /proc/PID/mem does not.
+                mem.read_at(chunk, addr + done)
+                    .ctx(|| format!("read memory at {:#x}", addr + done))?
+            };
+            if got != n {
+                return Err(EngineError::Other(format!(
+                    "short read of process memory at {:#x}",
+                    addr + done
+                )));
+            }
+            cx.pages
+                .write_all(chunk)
+                .ctx(|| "write page data".to_string())?;
+            done += n as u64;
+        }
+    }
+    Ok(())
+}
+
+impl Resource for Memory {
+    const PART: &'static str = "memory";
+    type State = MemoryState;
+
+    fn precheck(pid: pid_t) -> Result<()> {
+        for m in procfs::maps(pid)? {
+            classify(pid, &m)?;
+        }
+        Ok(())
+    }
+
+    fn capture(cx: &mut Capture) -> Result<MemoryState> {
+        let pid = cx.pid;
+        let brk = cx.call(0, libc::SYS_brk, &[0], "brk(0)")?;
+        cx.release_scratch()?;
+        let maps = procfs::smaps(pid)?;
+        let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
+            .ctx(|| format!("open /proc/{pid}/pagemap"))?;
+        let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
+            .ctx(|| format!("open /proc/{pid}/mem"))?;
+        let mut buf = vec![0u8; 8 << 20];
+        let mut vmas = Vec::new();
+        let mut vdso_lo = None;
+        let mut vdso_hi = 0;
+        let mut vdso_text = None;
+        for m in &maps {
+            if m.path.starts_with("[vvar") || m.path == "[vdso]" {
+                vdso_lo.get_or_insert(m.start);
+                vdso_hi = m.end;
+                if m.path == "[vdso]" {
+                    vdso_text = Some(m.start);
+                }
+                continue;
+            }
+            let Some(backing) = classify(pid, m)? else {
+                continue;
+            };
+            let prot = (if m.read { libc::PROT_READ } else { 0 })
+                | (if m.write { libc::PROT_WRITE } else { 0 })
+                | (if m.exec { libc::PROT_EXEC } else { 0 });
+            let file = match backing {
+                Backing::PrivateFile | Backing::SharedFile => Some(file_id(
+                    &m.path,
+                    &format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
+                )?),
+                _ => None,
+            };
+            let (advice, locked) = advice_of(&m.flags);
+            let mut vma = Vma {
+                start: m.start,
+                end: m.end,
+                prot,
+                backing,
+                growsdown: m.flags.iter().any(|f| f == "gd"),
+                file,
+                offset: m.offset,
+                advice,
+                locked,
+                name: m.path.clone(),
+                runs: Vec::new(),
+            };
+            let runs = page_runs(&pagemap, m.start, m.end, backing)?;
+            save_pages(cx, &mut vma, &runs, &mem, &mut buf)?;
+            vmas.push(vma);
+        }
+        let st = procfs::stat_fields(pid)?;
+        let f = |n| procfs::stat_field(&st, n);
+        let auxv_raw =
+            std::fs::read(format!("/proc/{pid}/auxv")).ctx(|| format!("read /proc/{pid}/auxv"))?;
+        let auxv = auxv_raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let exe_path = procfs::readlink(pid, "exe")?;
+        if exe_path.ends_with(" (deleted)") {
+            return Err(unsupported(
+                pid,
+                format!("a deleted executable ({exe_path})"),
+            ));
+        }
+        let mm = MmFields {
+            start_code: f(26),
+            end_code: f(27),
+            start_stack: f(28),
+            start_data: f(45),
+            end_data: f(46),
+            start_brk: f(47),
+            brk,
+            arg_start: f(48),
+            arg_end: f(49),
+            env_start: f(50),
+            env_end: f(51),
+            auxv,
+            exe: file_id(&exe_path, &format!("/proc/{pid}/exe"))?,
+        };
+        Ok(MemoryState {
+            vmas,
+            mm,
+            vdso: vdso_lo.map(|lo| (lo, vdso_hi - lo)),
+            vdso_text,
+        })
+    }
+
+    fn preflight(s: &MemoryState, pf: &mut Preflight) -> Result<()> {
+        // The vDSO must have the same layout here (same kernel build).
+        if let Some((_, len)) = s.vdso {
+            let ours = procfs::maps(std::process::id() as pid_t)?;
+            let lo = ours
+                .iter()
+                .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
+                .map(|m| m.start)
+                .min();
+            let hi = ours
+                .iter()
+                .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
+                .map(|m| m.end)
+                .max();
+            match (lo, hi) {
+                (Some(lo), Some(hi)) if hi - lo == len => {}
+                _ => {
+                    return Err(EngineError::Incompatible(
+                        "the vDSO layout of this kernel differs from the image's".into(),
+                    ))
+                }
+            }
+        }
+        let check_file = |id: &FileId| -> Result<()> {
+            let now = file_id(&id.path, &id.path).map_err(|_| {
+                EngineError::Incompatible(format!("file {} no longer exists", id.path))
+            })?;
+            if now.size != id.size || now.mtime_ns != id.mtime_ns {
+                return Err(EngineError::Incompatible(format!(
+                    "file {} changed since the dump",
+                    id.path
+                )));
+            }
+            Ok(())
+        };
+        check_file(&s.mm.exe)?;
+        for v in &s.vmas {
+            if let Some(id) = &v.file {
+                check_file(id)?;
+                let key = format!(
+                    "{}\0{}",
+                    id.path,
+                    v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0
+                );
+                if !pf.mapped_files.contains_key(&key) {
+                    let flags = if key.ends_with("true") {
+                        libc::O_RDWR
+                    } else {
+                        libc::O_RDONLY
+                    };
+                    let fd = pf.open_keep(&id.path, flags)?;
+                    pf.mapped_files.insert(key, fd);
+                }
+            }
+        }
+        let exe = pf.open_keep(&s.mm.exe.path, libc::O_RDONLY)?;
+        pf.mapped_files.insert("\0exe".into(), exe);
+        Ok(())
+    }
+
+    fn plan(s: &MemoryState, cx: &mut PlanCx) -> Result<()> {
+        let b = &mut *cx.b;
+        // Everything but the restorer area goes.
+        b.syscall(
+            0,
+            libc::SYS_munmap,
+            &[0u64.into(), Arg::AreaStart],
+            Check::NonNeg,
+            "unmap the old address space below the restorer",
+        );
+        b.syscall(
+            0,
+            libc::SYS_munmap,
+            &[Arg::AreaEnd, Arg::AreaEndTo(TASK_END)],
+            Check::NonNeg,
+            "unmap the old address space above the restorer",
+        );
+        for v in &s.vmas {
+            let has_pages = !v.runs.is_empty();
+            let map_prot = if has_pages {
+                v.prot | libc::PROT_READ | libc::PROT_WRITE
+            } else {
+                v.prot
+            };
+            let mut flags = libc::MAP_FIXED;
+            let mut fd: i64 = -1;
+            match v.backing {
+                Backing::Anon => flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                Backing::SharedAnon => flags |= libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                Backing::PrivateFile | Backing::SharedFile => {
+                    let id = v.file.as_ref().expect("file-backed vma has a file");
+                    let key = format!(
+                        "{}\0{}",
+                        id.path,
+                        v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0
+                    );
+                    fd = cx.pf.mapped_files[&key] as i64;
+                    flags |= if v.backing == Backing::SharedFile {
+                        libc::MAP_SHARED
+                    } else {
+                        libc::MAP_PRIVATE
+                    };
+                }
+            }
+            if v.growsdown {
+                flags |= libc::MAP_GROWSDOWN;
+            }
+            let what = format!(
+                "map {:#x}-{:#x} {}",
+                v.start,
+                v.end,
+                if v.name.is_empty() { "[anon]" } else { &v.name }
+            );
+            let off = if fd >= 0 { v.offset } else { 0 };
+            b.syscall(
+                0,
+                libc::SYS_mmap,
+                &[
+                    v.start.into(),
+                    v.len().into(),
+                    map_prot.into(),
+                    flags.into(),
+                    fd.into(),
+                    off.into(),
+                ],
+                Check::Eq(v.start),
+                what.clone(),
+            );
+            for r in &v.runs {
+                b.pread_full(
+                    0,
+                    cx.pages_fd,
+                    r.addr,
+                    r.len,
+                    r.offset,
+                    format!("fill {:#x}-{:#x} from the image", r.addr, r.addr + r.len),
+                );
+            }
+            if map_prot != v.prot {
+                b.syscall(
+                    0,
+                    libc::SYS_mprotect,
+                    &[v.start.into(), v.len().into(), v.prot.into()],
+                    Check::NonNeg,
+                    format!("protect {:#x}-{:#x}", v.start, v.end),
+                );
+            }
+            for a in &v.advice {
+                b.syscall(
+                    0,
+                    libc::SYS_madvise,
+                    &[v.start.into(), v.len().into(), (*a).into()],
+                    Check::None,
+                    format!("madvise({a}) {:#x}", v.start),
+                );
+            }
+            if v.locked {
+                b.syscall(
+                    0,
+                    libc::SYS_mlock,
+                    &[v.start.into(), v.len().into()],
+                    Check::None,
+                    format!("mlock {:#x}", v.start),
+                );
+            }
+        }
+        if let Some((vvar, _)) = s.vdso {
+            b.syscall(
+                0,
+                libc::SYS_arch_prctl,
+                &[0x2003u64.into(), vvar.into()],
+                Check::NonNeg,
+                format!("map the vDSO at {vvar:#x}"),
+            );
+        }
+        let m = &s.mm;
+        let mut auxv_bytes = Vec::new();
+        for v in &m.auxv {
+            auxv_bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        let auxv = b.data(&auxv_bytes);
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct PrctlMmMap {
+            f: [u64; 11],
+            auxv: u64,
+            auxv_size: u32,
+            exe_fd: u32,
+        }
+        // The auxv pointer is resolved after layout: keep it in a separate
+        // data blob and patch via a second data ref is not possible, so the
+        // auxv address is computed from the DataRef by the builder below.
+        let map = PrctlMmMap {
+            f: [
+                m.start_code,
+                m.end_code,
+                m.start_data,
+                m.end_data,
+                m.start_brk,
+                m.brk,
+                m.start_stack,
+                m.arg_start,
+                m.arg_end,
+                m.env_start,
+                m.env_end,
+            ],
+            auxv: 0,
+            auxv_size: auxv_bytes.len() as u32,
+            exe_fd: cx.pf.mapped_files["\0exe"] as u32,
+        };
+        let mapref = b.data_with_ptr(&map, 11 * 8, auxv);
+        b.syscall(
+            0,
+            libc::SYS_prctl,
+            &[
+                libc::PR_SET_MM.into(),
+                14i32.into(),
+                mapref.into(),
+                (std::mem::size_of::<PrctlMmMap>() as u64).into(),
+                0u64.into(),
+            ],
+            Check::NonNeg,
+            "set brk, arg/env, auxv and exe link (PR_SET_MM_MAP)",
+        );
+        Ok(())
+    }
+
+    fn finish(s: &MemoryState, cx: &mut Finish) -> Result<()> {
+        if let Some(text) = s.vdso_text {
+            let maps = procfs::maps(cx.pid)?;
+            if !maps.iter().any(|m| m.path == "[vdso]" && m.start == text) {
+                return Err(EngineError::Restore(format!(
+                    "the vDSO did not land at {text:#x}"
+                )));
+            }
+        }
+        let (a, l) = cx.area;
+        let r = cx.frozen.inject(0, libc::SYS_munmap, &[a, l])?;
+        if r < 0 {
+            return Err(EngineError::Restore(format!(
+                "remove the restorer area: errno {}",
+                -r
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,230 @@
+//! One module per kind of process state. Each module has its capture and its
+//! restore side by side, behind the [`Resource`] trait:
+//!
+//! | phase       | where it runs                         | what it does                        |
+//! |-------------|---------------------------------------|-------------------------------------|
+//! | `precheck`  | source, process still running         | refuse unsupported state, read-only |
+//! | `capture`   | source, every thread frozen           | read the state into a serializable value |
+//! | `preflight` | destination, before any process exists| open files, check compatibility     |
+//! | `plan`      | destination                           | append ops for the restorer         |
+//! | `finish`    | destination, threads stopped at the end of the plan | ptrace-side fixes (registers, limits) |
+//!
+//! Adding a kind of resource means adding one module here and one line in
+//! [`crate::image::ProcessImage`].
+
+pub mod files;
+pub mod identity;
+pub mod memory;
+pub mod process;
+pub mod signals;
+pub mod threads;
+pub mod timers;
+
+use crate::error::{Ctx, EngineError, Result};
+use crate::ptrace::Frozen;
+use libc::pid_t;
+use pmig_image::PagesWriter;
+use pmig_restorer::PlanBuilder;
+use serde::{de::DeserializeOwned, Serialize};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+
+pub trait Resource {
+    /// Name of this resource's part in the image.
+    const PART: &'static str;
+    type State: Serialize + DeserializeOwned + std::fmt::Debug;
+
+    /// Refuse unsupported state. Runs before and again after the freeze.
+    fn precheck(_pid: pid_t) -> Result<()> {
+        Ok(())
+    }
+    fn capture(cx: &mut Capture) -> Result<Self::State>;
+    fn preflight(_s: &Self::State, _pf: &mut Preflight) -> Result<()> {
+        Ok(())
+    }
+    fn plan(_s: &Self::State, _cx: &mut PlanCx) -> Result<()> {
+        Ok(())
+    }
+    fn finish(_s: &Self::State, _cx: &mut Finish) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Capture context: the frozen process and a scratch page inside it.
+pub struct Capture<'a> {
+    pub pid: pid_t,
+    pub frozen: &'a mut Frozen,
+    pub pages: &'a mut PagesWriter,
+    scratch: Option<u64>,
+}
+
+pub const SCRATCH_LEN: u64 = 4096;
+
+impl<'a> Capture<'a> {
+    pub fn new(frozen: &'a mut Frozen, pages: &'a mut PagesWriter) -> Capture<'a> {
+        Capture {
+            pid: frozen.pid,
+            frozen,
+            pages,
+            scratch: None,
+        }
+    }
+
+    /// A page of memory inside the target for injected calls to write into.
+    pub fn scratch(&mut self) -> Result<u64> {
+        if let Some(s) = self.scratch {
+            return Ok(s);
+        }
+        let r = self.frozen.inject(
+            0,
+            libc::SYS_mmap,
+            &[
+                0,
+                SCRATCH_LEN,
+                (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
+                u64::MAX,
+                0,
+            ],
+        )?;
+        if r < 0 {
+            return Err(EngineError::Other(format!(
+                "map a scratch page in process {}: errno {}",
+                self.pid, -r
+            )));
+        }
+        self.scratch = Some(r as u64);
+        Ok(r as u64)
+    }
+
+    /// Remove the scratch page (before memory is captured).
+    pub fn release_scratch(&mut self) -> Result<()> {
+        if let Some(s) = self.scratch.take() {
+            self.frozen.inject(0, libc::SYS_munmap, &[s, SCRATCH_LEN])?;
+        }
+        Ok(())
+    }
+
+    /// Run a call in thread `idx`; a negative result becomes an error.
+    pub fn call(&mut self, idx: usize, nr: i64, args: &[u64], what: &str) -> Result<u64> {
+        let r = self.frozen.inject(idx, nr, args)?;
+        if r < 0 {
+            return Err(EngineError::Sys {
+                what: format!("{what} (inside process {})", self.pid),
+                source: std::io::Error::from_raw_os_error(-r as i32),
+            });
+        }
+        Ok(r as u64)
+    }
+
+    pub fn read_mem(&self, addr: u64, len: usize) -> Result<Vec<u8>> {
+        let mut b = vec![0u8; len];
+        let n = crate::sys::process_vm_read(self.pid, addr, &mut b)?;
+        b.truncate(n);
+        Ok(b)
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.frozen.threads.len()
+    }
+}
+
+/// Options for restoring.
+#[derive(Debug, Clone, Default)]
+pub struct RestoreOptions {
+    /// Replacement for stdio that was a terminal or pipe: None means the
+    /// restoring process's own fd 0/1/2.
+    pub stdio: [Option<std::path::PathBuf>; 3],
+}
+
+/// What the new process does, with raw system calls only, between fork and
+/// the jump to the restorer. Filled by the resources' preflight.
+#[derive(Debug, Default)]
+pub struct ChildSetup {
+    /// (source fd, target fd, close-on-exec)
+    pub installs: Vec<(i32, i32, bool)>,
+    pub cwd: Option<std::ffi::CString>,
+    pub umask: Option<u32>,
+    pub personality: Option<u64>,
+}
+
+/// Destination-side preparation before any process exists.
+pub struct Preflight {
+    pub opts: RestoreOptions,
+    /// Helper fds are numbered from here up, above every target fd.
+    pub fd_base: i32,
+    /// fds the child keeps (helpers, used by the restorer, closed at its end).
+    pub helpers: Vec<i32>,
+    owned: Vec<OwnedFd>,
+    pub child: ChildSetup,
+    /// Path → helper fd for mapped files, so each file is opened once.
+    pub mapped_files: std::collections::HashMap<String, i32>,
+}
+
+impl Preflight {
+    pub fn new(opts: RestoreOptions, max_target_fd: i32) -> Preflight {
+        Preflight {
+            opts,
+            fd_base: (max_target_fd + 1).max(64),
+            helpers: Vec::new(),
+            owned: Vec::new(),
+            child: ChildSetup::default(),
+            mapped_files: Default::default(),
+        }
+    }
+
+    /// Keep `fd` for the new process, renumbered at or above `fd_base`.
+    pub fn keep(&mut self, fd: OwnedFd) -> Result<i32> {
+        // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own.
+        let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, self.fd_base) };
+        if n < 0 {
+            return Err(crate::error::errno_err(
+                "duplicate a file descriptor for the new process",
+            ));
+        }
+        // SAFETY: n is a fresh fd returned by fcntl and owned by nobody else.
+        let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) };
+        self.owned.push(owned);
+        self.helpers.push(n);
+        Ok(n)
+    }
+
+    pub fn open_keep(&mut self, path: &str, flags: i32) -> Result<i32> {
+        let f = std::fs::OpenOptions::new()
+            .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+            .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
+            .custom_flags(flags & !libc::O_ACCMODE)
+            .open(path)
+            .ctx(|| format!("open {path}"))?;
+        self.keep(f.into())
+    }
+
+    /// Release our copies of the kept fds (the child has its own).
+    pub fn close_all(&mut self) {
+        self.owned.clear();
+    }
+
+    /// Hand out the kept fds without closing them (for debugging).
+    pub fn leak(&mut self) {
+        for f in self.owned.drain(..) {
+            let _ = f.into_raw_fd();
+        }
+    }
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+/// Restorer plan construction.
+pub struct PlanCx<'a> {
+    pub b: &'a mut PlanBuilder,
+    pub pf: &'a Preflight,
+    /// Fd of the image's page data in the new process.
+    pub pages_fd: i32,
+}
+
+/// The restored process stopped at the end of the plan.
+pub struct Finish<'a> {
+    pub pid: pid_t,
+    pub frozen: &'a mut Frozen,
+    /// Start and length of the restorer area, to be removed.
+    pub area: (u64, u64),
+}

@@ -1,0 +1,103 @@
+//! Process-level facts and refusals: tracer, children, seccomp, namespaces.
+//! Its state is what identifies the process in reports.
+
+use super::{Capture, Resource};
+use crate::error::{unsupported, Result};
+use crate::procfs;
+use libc::pid_t;
+use serde::{Deserialize, Serialize};
+
+pub struct Process;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ProcessState {
+    pub pid: pid_t,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+}
+
+/// Pids of the live children of `pid` (this kernel has no
+/// /proc/PID/task/TID/children, so scan /proc).
+pub fn children(pid: pid_t) -> Vec<pid_t> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<pid_t>().ok()) else {
+            continue;
+        };
+        if let Ok(f) = procfs::stat_fields(p) {
+            if procfs::stat_field(&f, 4) as pid_t == pid
+                && f.first().map(String::as_str) != Some("Z")
+            {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+impl Resource for Process {
+    const PART: &'static str = "process";
+    type State = ProcessState;
+
+    fn precheck(pid: pid_t) -> Result<()> {
+        let st = procfs::status(pid)?;
+        let get = |k: &str| st.get(k).map(String::as_str).unwrap_or("");
+        if get("State").starts_with('Z') || get("State").starts_with('X') {
+            return Err(unsupported(
+                pid,
+                "a process that has already exited (zombie)",
+            ));
+        }
+        let tracer = get("TracerPid");
+        if tracer != "0" && tracer.parse::<pid_t>().ok() != Some(std::process::id() as pid_t) {
+            return Err(unsupported(
+                pid,
+                format!("a process already being traced (by pid {tracer})"),
+            ));
+        }
+        if get("Seccomp") == "2" {
+            return Err(unsupported(pid, "a seccomp filter"));
+        }
+        let kids = children(pid);
+        if !kids.is_empty() {
+            return Err(unsupported(
+                pid,
+                format!(
+                    "a process with child processes ({} children, e.g. pid {})",
+                    kids.len(),
+                    kids[0]
+                ),
+            ));
+        }
+        for ns in ["pid", "mnt", "user"] {
+            let theirs = procfs::readlink(pid, &format!("ns/{ns}"))?;
+            let ours = std::fs::read_link(format!("/proc/self/ns/{ns}"))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if theirs != ours {
+                return Err(unsupported(
+                    pid,
+                    format!("a process in another {ns} namespace"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn capture(cx: &mut Capture) -> Result<ProcessState> {
+        let comm = procfs::read(cx.pid, "comm")?.trim_end().to_string();
+        let cmdline = procfs::read(cx.pid, "cmdline")?
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        Ok(ProcessState {
+            pid: cx.pid,
+            comm,
+            cmdline,
+        })
+    }
+}

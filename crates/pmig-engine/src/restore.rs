@@ -1,0 +1,559 @@
+//! `pmig restore`: verify the image, prepare everything that can fail, then
+//! create the process, let the restorer rebuild it, and finish it through
+//! ptrace.
+//!
+//! Sequence (see docs/image-format.md, "Restore"):
+//! 1. verify every checksum and decode every part (nothing exists yet);
+//! 2. preflight: open files, check compatibility;
+//! 3. build the restorer plan and lay out the restorer area;
+//! 4. fork (clone3, with the original pid if free); the child waits until we
+//!    have seized it, installs its fds, cwd and umask, and jumps into the
+//!    restorer, which rebuilds memory, signals, timers and threads;
+//! 5. each thread stops on an int3; we load the final registers, FPU state
+//!    and signal masks, remove the restorer area, set limits, and detach.
+//!
+//! Any failure kills the half-built process (PTRACE_O_EXITKILL covers our own
+//! death too), so no half-restored process is ever left behind.
+
+use crate::error::{errno_err, Ctx, EngineError, Result};
+use crate::image::ProcessImage;
+use crate::ptrace::Frozen;
+use crate::resources::{
+    files::Files, identity::Identity, memory::Memory, memory::TASK_END, process::Process,
+    signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup,
+    Finish, PlanCx, Preflight, Resource, RestoreOptions,
+};
+use crate::{procfs, sys};
+use libc::pid_t;
+use nix::sys::ptrace;
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use pmig_image::Image;
+use pmig_restorer::{Area, Check, OpFailure, PlanBuilder, FAILURE_MAGIC};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const PTRACE_EVENT_STOP: i32 = 128;
+/// Child-side failures before the restorer runs are reported with op
+/// indices from here.
+const CHILD_STEP: u64 = 0xffff_0000;
+
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub pid: pid_t,
+    pub original_pid: pid_t,
+    pub threads: usize,
+    pub verify: Duration,
+    pub total: Duration,
+}
+
+pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
+    let t0 = Instant::now();
+    let img = Image::open_verified(dir)?;
+    let verify = t0.elapsed();
+    let pi = ProcessImage::read(&img)?;
+    let mut r = restore_image(&pi, &img.pages_path(), opts)?;
+    r.verify = verify;
+    r.total = t0.elapsed();
+    Ok(r)
+}
+
+fn raise_nofile() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(errno_err("create a pipe"));
+    }
+    // SAFETY: both fds are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A free range of `len` bytes in both the image's layout and ours.
+fn choose_base(pi: &ProcessImage, len: u64) -> Result<u64> {
+    let mut used: Vec<(u64, u64)> = pi.memory.vmas.iter().map(|v| (v.start, v.end)).collect();
+    if let Some((a, l)) = pi.memory.vdso {
+        used.push((a, a + l));
+    }
+    for m in procfs::maps(std::process::id() as pid_t)? {
+        used.push((m.start, m.end));
+    }
+    // Keep clear of the target's stack growth area.
+    for v in &pi.memory.vmas {
+        if v.growsdown {
+            used.push((v.start.saturating_sub(64 << 20), v.start));
+        }
+    }
+    used.retain(|&(a, _)| a < TASK_END);
+    used.sort();
+    let margin = 16u64 << 20;
+    let mut gaps = Vec::new();
+    let mut prev = 1u64 << 32;
+    for (a, b) in used
+        .iter()
+        .copied()
+        .chain(std::iter::once((TASK_END, TASK_END)))
+    {
+        if a > prev && a - prev >= len + 2 * margin {
+            gaps.push((prev, a));
+        }
+        prev = prev.max(b);
+    }
+    let (a, b) = gaps.last().copied().ok_or_else(|| {
+        EngineError::Restore("no room in the address space for the restorer".into())
+    })?;
+    Ok(((a + (b - a - len) / 2) & !0xfffff).max(a + margin))
+}
+
+/// Map and fill the restorer area in our own address space; the child
+/// inherits it through fork.
+fn map_area(area: &Area) -> Result<()> {
+    // SAFETY: mapping fresh anonymous memory at an address chosen to be free
+    // (MAP_FIXED_NOREPLACE refuses to clobber anything).
+    let p = unsafe {
+        libc::mmap(
+            area.base as *mut _,
+            area.len as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED || p as u64 != area.base {
+        return Err(errno_err(format!(
+            "map the restorer area at {:#x}",
+            area.base
+        )));
+    }
+    // SAFETY: the area is ours, `len` bytes long, and bytes.len() <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(area.bytes.as_ptr(), p as *mut u8, area.bytes.len());
+        if libc::mprotect(p, area.code_len as usize, libc::PROT_READ | libc::PROT_EXEC) < 0 {
+            return Err(errno_err("protect the restorer code"));
+        }
+    }
+    Ok(())
+}
+
+fn unmap_area(area: &Area) {
+    // SAFETY: unmapping the area we mapped in map_area; nothing refers to it.
+    unsafe { libc::munmap(area.base as *mut _, area.len as usize) };
+}
+
+fn child_fail(status_fd: i32, step: u64) -> ! {
+    // SAFETY: only async-signal-safe calls; the record is on our stack.
+    unsafe {
+        let err = *libc::__errno_location();
+        let f = [FAILURE_MAGIC, CHILD_STEP + step, (-(err as i64)) as u64, 0];
+        libc::write(status_fd, f.as_ptr() as *const _, 32);
+        libc::_exit(121);
+    }
+}
+
+/// The new process between fork and the restorer. Only raw system calls:
+/// the parent may be multi-threaded, so nothing here may allocate or lock.
+fn child_main(
+    setup: &ChildSetup,
+    go_fd: i32,
+    status_fd: i32,
+    keep: &[i32],
+    fd_base: i32,
+    area: &Area,
+) -> ! {
+    // SAFETY: plain system calls on integers and on memory prepared before
+    // fork; the final asm jumps into the restorer area mapped in map_area,
+    // with a stack inside that area, and never returns.
+    unsafe {
+        let mut b = 0u8;
+        if libc::read(go_fd, &mut b as *mut u8 as *mut _, 1) != 1 {
+            child_fail(status_fd, 0);
+        }
+        for &(src, dst, cloexec) in &setup.installs {
+            if libc::dup3(src, dst, if cloexec { libc::O_CLOEXEC } else { 0 }) < 0 {
+                child_fail(status_fd, 1);
+            }
+        }
+        // Close every fd that is neither a target fd nor a helper.
+        for fd in 0..fd_base {
+            if !setup.installs.iter().any(|i| i.1 == fd) {
+                libc::close(fd);
+            }
+        }
+        let mut next = fd_base as u32;
+        for &k in keep {
+            if k as u32 > next {
+                libc::syscall(libc::SYS_close_range, next, k as u32 - 1, 0);
+            }
+            next = next.max(k as u32 + 1);
+        }
+        libc::syscall(libc::SYS_close_range, next, u32::MAX, 0);
+        if let Some(m) = setup.umask {
+            libc::umask(m);
+        }
+        if let Some(c) = &setup.cwd {
+            if libc::chdir(c.as_ptr()) < 0 {
+                child_fail(status_fd, 2);
+            }
+        }
+        if let Some(p) = setup.personality {
+            if libc::personality(p as libc::c_ulong) < 0 {
+                child_fail(status_fd, 3);
+            }
+        }
+        std::arch::asm!(
+            "mov rsp, {sp}",
+            "xor ebp, ebp",
+            "jmp {entry}",
+            sp = in(reg) area.main_stack_top,
+            entry = in(reg) area.entry,
+            in("rdi") area.plan,
+            options(noreturn)
+        );
+    }
+}
+
+fn describe_failure(f: &OpFailure, area: &Area) -> EngineError {
+    let err = std::io::Error::from_raw_os_error((-f.result).clamp(0, 4095) as i32);
+    if f.op_index >= CHILD_STEP {
+        let what = match f.op_index - CHILD_STEP {
+            0 => "wait for the tracer",
+            1 => "install file descriptors",
+            2 => "change to the working directory",
+            _ => "set the personality",
+        };
+        return EngineError::RestoreStep {
+            step: 0,
+            what: what.into(),
+            err,
+        };
+    }
+    let what = area
+        .descriptions
+        .get(f.op_index as usize)
+        .cloned()
+        .unwrap_or_else(|| "restorer entry".into());
+    EngineError::RestoreStep {
+        step: f.op_index + 1,
+        what,
+        err,
+    }
+}
+
+fn read_failure(status: &OwnedFd) -> Option<OpFailure> {
+    let mut buf = [0u8; OpFailure::SIZE];
+    // SAFETY: non-blocking read into our buffer.
+    unsafe {
+        let fl = libc::fcntl(status.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(status.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+        let n = libc::read(status.as_raw_fd(), buf.as_mut_ptr() as *mut _, buf.len());
+        if n != buf.len() as isize {
+            return None;
+        }
+    }
+    OpFailure::parse(&buf)
+}
+
+/// Build everything that can be built without a process.
+struct Prepared {
+    pf: Preflight,
+    area: Area,
+    status_r: OwnedFd,
+    status_w: i32,
+    go_r: i32,
+    go_w: OwnedFd,
+}
+
+fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Prepared> {
+    raise_nofile();
+    let mut pf = Preflight::new(opts.clone(), pi.files.max_fd());
+    Process::preflight(&pi.process, &mut pf)?;
+    Identity::preflight(&pi.identity, &mut pf)?;
+    Files::preflight(&pi.files, &mut pf)?;
+    Signals::preflight(&pi.signals, &mut pf)?;
+    Timers::preflight(&pi.timers, &mut pf)?;
+    Threads::preflight(&pi.threads, &mut pf)?;
+    Memory::preflight(&pi.memory, &mut pf)?;
+    let pages_fd = pf.open_keep(&pages.to_string_lossy(), libc::O_RDONLY)?;
+    let (status_r, status_w) = pipe()?;
+    let status_w = pf.keep(status_w)?;
+    let (go_r, go_w) = pipe()?;
+    let go_r = pf.keep(go_r)?;
+
+    let tids: Vec<u64> = pi
+        .threads
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(i, t)| if i == 0 { 0 } else { t.tid as u64 })
+        .collect();
+    let mut b = PlanBuilder::new(tids, THREAD_CLONE_FLAGS);
+    // Block every signal while the restorer runs (threads inherit it).
+    let all = b.data_of(&u64::MAX);
+    b.syscall(
+        0,
+        libc::SYS_rt_sigprocmask,
+        &[
+            libc::SIG_SETMASK.into(),
+            all.into(),
+            0u64.into(),
+            8u64.into(),
+        ],
+        Check::NonNeg,
+        "block signals",
+    );
+    {
+        let mut cx = PlanCx {
+            b: &mut b,
+            pf: &pf,
+            pages_fd,
+        };
+        Memory::plan(&pi.memory, &mut cx)?;
+        Signals::plan(&pi.signals, &mut cx)?;
+        Timers::plan(&pi.timers, &mut cx)?;
+        Threads::plan(&pi.threads, &mut cx)?;
+        Files::plan(&pi.files, &mut cx)?;
+        Identity::plan(&pi.identity, &mut cx)?;
+        Process::plan(&pi.process, &mut cx)?;
+    }
+    // Last: drop every helper fd (image, mapped files, pipes).
+    b.syscall(
+        0,
+        libc::SYS_close_range,
+        &[
+            (pf.fd_base as u64).into(),
+            (u32::MAX as u64).into(),
+            0u64.into(),
+        ],
+        Check::None,
+        "close the restorer's files",
+    );
+    let base = choose_base(pi, b.area_len())?;
+    let area = b.finish(base, status_w);
+    pf.helpers.sort();
+    Ok(Prepared {
+        pf,
+        area,
+        status_r,
+        status_w,
+        go_r,
+        go_w,
+    })
+}
+
+fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
+    let mut p = prepare(pi, pages, opts)?;
+    let original_pid = pi.process.pid;
+    map_area(&p.area)?;
+    let free = !Path::new(&format!("/proc/{original_pid}")).exists();
+    let mut forked = if free {
+        sys::fork_with_pid(Some(original_pid))
+    } else {
+        Err(std::io::Error::from_raw_os_error(libc::EEXIST))
+    };
+    if forked.is_err() {
+        forked = sys::fork_with_pid(None);
+    }
+    let pid = match forked {
+        Ok(0) => child_main(
+            &p.pf.child,
+            p.go_r,
+            p.status_w,
+            &p.pf.helpers,
+            p.pf.fd_base,
+            &p.area,
+        ),
+        Ok(pid) => pid,
+        Err(e) => {
+            unmap_area(&p.area);
+            return Err(EngineError::Sys {
+                what: "create the process".into(),
+                source: e,
+            });
+        }
+    };
+    unmap_area(&p.area);
+    // Our copies of the child's files are no longer needed.
+    p.pf.close_all();
+    let result = (|| -> Result<Restored> {
+        ptrace::seize(
+            Pid::from_raw(pid),
+            ptrace::Options::PTRACE_O_EXITKILL
+                | ptrace::Options::PTRACE_O_TRACECLONE
+                | ptrace::Options::PTRACE_O_TRACESYSGOOD,
+        )
+        .ctx(|| format!("trace the new process {pid}"))?;
+        unregister_inherited_rseq(pid)?;
+        // SAFETY: writing one byte from a local to our pipe.
+        if unsafe { libc::write(p.go_w.as_raw_fd(), b"g".as_ptr() as *const _, 1) } != 1 {
+            return Err(errno_err("start the new process"));
+        }
+        let tids = wait_for_traps(pid, pi.threads.threads.len(), &p)?;
+        let mut frozen = Frozen::adopt(pid, &tids);
+        {
+            let mut fin = Finish {
+                pid,
+                frozen: &mut frozen,
+                area: (p.area.base, p.area.len),
+            };
+            Memory::finish(&pi.memory, &mut fin)?;
+            Threads::finish(&pi.threads, &mut fin)?;
+            Identity::finish(&pi.identity, &mut fin)?;
+            Files::finish(&pi.files, &mut fin)?;
+            Signals::finish(&pi.signals, &mut fin)?;
+            Timers::finish(&pi.timers, &mut fin)?;
+            Process::finish(&pi.process, &mut fin)?;
+        }
+        frozen.detach()?;
+        Ok(Restored {
+            pid,
+            original_pid,
+            threads: tids.len(),
+            verify: Duration::ZERO,
+            total: Duration::ZERO,
+        })
+    })();
+    if result.is_err() {
+        // SAFETY: killing the half-built process we created.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = waitpid(Pid::from_raw(pid), None);
+    }
+    result
+}
+
+/// The new process inherited our rseq registration, whose area the restorer
+/// is about to unmap: the kernel would then kill it with SIGSEGV on its next
+/// return to user space. Unregister it from inside the (still waiting) child.
+fn unregister_inherited_rseq(pid: pid_t) -> Result<()> {
+    ptrace::interrupt(Pid::from_raw(pid)).ctx(|| format!("interrupt the new process {pid}"))?;
+    loop {
+        match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL))
+            .ctx(|| format!("wait for the new process {pid}"))?
+        {
+            WaitStatus::PtraceEvent(_, _, ev) if ev == PTRACE_EVENT_STOP => break,
+            WaitStatus::Exited(..) | WaitStatus::Signaled(..) => {
+                return Err(EngineError::Restore(
+                    "the new process died before it was started".into(),
+                ))
+            }
+            WaitStatus::Stopped(t, sig) => {
+                ptrace::cont(t, Some(sig)).ctx(|| format!("resume {pid}"))?
+            }
+            _ => {}
+        }
+    }
+    let cfg = sys::rseq_config(pid)?;
+    if cfg.ptr != 0 {
+        let mut f = Frozen::adopt(pid, &[pid]);
+        let r = f.inject(
+            0,
+            libc::SYS_rseq,
+            &[
+                cfg.ptr,
+                cfg.size as u64,
+                1, /* RSEQ_FLAG_UNREGISTER */
+                cfg.signature as u64,
+            ],
+        );
+        f.forget();
+        let r = r?;
+        if r < 0 {
+            return Err(EngineError::Restore(format!(
+                "unregister the inherited rseq area: errno {}",
+                -r
+            )));
+        }
+        tracing::debug!(
+            "unregistered inherited rseq {cfg:?}: {r}; now {:?}",
+            sys::rseq_config(pid)
+        );
+    }
+    ptrace::cont(Pid::from_raw(pid), None).ctx(|| format!("resume the new process {pid}"))?;
+    Ok(())
+}
+
+/// Run the new process until every thread sits on its final int3; returns
+/// the tids by thread index.
+fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
+    let mut by_idx: Vec<Option<pid_t>> = vec![None; n];
+    let mut done = 0;
+    while done < n {
+        let st = match waitpid(None, Some(WaitPidFlag::__WALL)) {
+            Ok(s) => s,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).ctx(|| "wait for the new process".into()),
+        };
+        match st {
+            WaitStatus::Stopped(tid, nix::sys::signal::Signal::SIGTRAP) => {
+                let r = sys::get_regs(tid.as_raw())?;
+                let idx = r.r15 as usize;
+                if idx >= n || by_idx[idx].is_some() {
+                    return Err(EngineError::Restore(format!(
+                        "unexpected trap in thread {tid}"
+                    )));
+                }
+                by_idx[idx] = Some(tid.as_raw());
+                done += 1;
+            }
+            WaitStatus::Stopped(tid, sig) => {
+                use nix::sys::signal::Signal::*;
+                if matches!(sig, SIGSEGV | SIGBUS | SIGILL | SIGFPE) {
+                    // The restorer crashed: say where.
+                    let r = sys::get_regs(tid.as_raw())?;
+                    let si = ptrace::getsiginfo(tid).ok();
+                    // SAFETY: si_addr is valid for these fault signals.
+                    let addr = si.map(|s| unsafe { s.si_addr() } as u64).unwrap_or(0);
+                    let a = &p.area;
+                    let where_ = if r.rip >= a.base && r.rip < a.base + a.code_len {
+                        format!("restorer+{:#x}", r.rip - a.base)
+                    } else {
+                        format!("{:#x}", r.rip)
+                    };
+                    return Err(EngineError::Restore(format!("the restorer crashed with {sig} at {where_}, fault address {addr:#x}, rdi {:#x} (area {:#x}+{:#x})", r.rdi, a.base, a.len)));
+                }
+                ptrace::cont(tid, Some(sig)).ctx(|| format!("resume thread {tid}"))?;
+            }
+            WaitStatus::PtraceEvent(tid, _, _ev) => {
+                // Clone events of the main thread and the first stop of new threads.
+                ptrace::cont(tid, None).ctx(|| format!("resume thread {tid}"))?;
+            }
+            WaitStatus::Exited(t, code) if t.as_raw() == pid => {
+                return Err(match read_failure(&p.status_r) {
+                    Some(f) => describe_failure(&f, &p.area),
+                    None => EngineError::Restore(format!(
+                        "the new process exited with status {code} before it was restored"
+                    )),
+                });
+            }
+            WaitStatus::Signaled(t, sig, _) if t.as_raw() == pid => {
+                return Err(match read_failure(&p.status_r) {
+                    Some(f) => describe_failure(&f, &p.area),
+                    None => EngineError::Restore(format!(
+                        "the new process was killed by {sig} while being restored"
+                    )),
+                });
+            }
+            _ => {}
+        }
+    }
+    let _ = PTRACE_EVENT_STOP;
+    let _ = p.status_w;
+    Ok(by_idx
+        .into_iter()
+        .map(|t| t.expect("all threads trapped"))
+        .collect())
+}

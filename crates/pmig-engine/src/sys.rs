@@ -1,0 +1,281 @@
+//! Thin wrappers around system calls and ptrace requests that neither libc
+//! nor nix wrap. Every `unsafe` block here is a single system call.
+
+use crate::error::{errno_err, Result};
+use libc::{c_long, c_void, pid_t};
+
+pub const PTRACE_GETSIGMASK: u32 = 0x420a;
+pub const PTRACE_SETSIGMASK: u32 = 0x420b;
+pub const PTRACE_PEEKSIGINFO: u32 = 0x4209;
+pub const PTRACE_GET_RSEQ_CONFIGURATION: u32 = 0x420f;
+pub const PTRACE_PEEKSIGINFO_SHARED: u32 = 1;
+pub const NT_X86_XSTATE: usize = 0x202;
+pub const SIGINFO_SIZE: usize = 128;
+/// Largest xsave area we accept (AMX makes it about 11 KiB).
+pub const XSTATE_MAX: usize = 16384;
+
+pub type UserRegs = libc::user_regs_struct;
+
+fn check(r: c_long, what: impl FnOnce() -> String) -> Result<c_long> {
+    if r < 0 {
+        Err(errno_err(what()))
+    } else {
+        Ok(r)
+    }
+}
+
+fn ptrace(req: u32, tid: pid_t, addr: usize, data: usize) -> c_long {
+    // SAFETY: a raw ptrace request; callers pass addr/data that point to
+    // buffers valid for the request (or plain integers).
+    unsafe { libc::ptrace(req as _, tid, addr as *mut c_void, data as *mut c_void) }
+}
+
+pub fn get_regs(tid: pid_t) -> Result<UserRegs> {
+    // SAFETY: user_regs_struct is plain data; all-zero is a valid value.
+    let mut r: UserRegs = unsafe { std::mem::zeroed() };
+    check(
+        ptrace(
+            libc::PTRACE_GETREGS as u32,
+            tid,
+            0,
+            &mut r as *mut _ as usize,
+        ),
+        || format!("read registers of thread {tid}"),
+    )?;
+    Ok(r)
+}
+
+pub fn set_regs(tid: pid_t, r: &UserRegs) -> Result<()> {
+    check(
+        ptrace(libc::PTRACE_SETREGS as u32, tid, 0, r as *const _ as usize),
+        || format!("set registers of thread {tid}"),
+    )?;
+    Ok(())
+}
+
+pub fn get_xstate(tid: pid_t) -> Result<Vec<u8>> {
+    let mut buf = vec![0u8; XSTATE_MAX];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    check(
+        ptrace(
+            libc::PTRACE_GETREGSET as u32,
+            tid,
+            NT_X86_XSTATE,
+            &mut iov as *mut _ as usize,
+        ),
+        || format!("read FPU/xsave state of thread {tid}"),
+    )?;
+    buf.truncate(iov.iov_len);
+    Ok(buf)
+}
+
+pub fn set_xstate(tid: pid_t, x: &[u8]) -> Result<()> {
+    let mut buf = x.to_vec();
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    check(
+        ptrace(
+            libc::PTRACE_SETREGSET as u32,
+            tid,
+            NT_X86_XSTATE,
+            &mut iov as *mut _ as usize,
+        ),
+        || format!("set FPU/xsave state of thread {tid}"),
+    )?;
+    Ok(())
+}
+
+pub fn get_sigmask(tid: pid_t) -> Result<u64> {
+    let mut m = 0u64;
+    check(
+        ptrace(PTRACE_GETSIGMASK, tid, 8, &mut m as *mut u64 as usize),
+        || format!("read signal mask of thread {tid}"),
+    )?;
+    Ok(m)
+}
+
+pub fn set_sigmask(tid: pid_t, m: u64) -> Result<()> {
+    check(
+        ptrace(PTRACE_SETSIGMASK, tid, 8, &m as *const u64 as usize),
+        || format!("set signal mask of thread {tid}"),
+    )?;
+    Ok(())
+}
+
+/// Pending signals of a thread (`shared` = the process-wide queue), raw siginfo.
+pub fn peek_siginfo(tid: pid_t, shared: bool) -> Result<Vec<Vec<u8>>> {
+    #[repr(C)]
+    struct Args {
+        off: u64,
+        flags: u32,
+        nr: i32,
+    }
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; SIGINFO_SIZE * 32];
+    loop {
+        let a = Args {
+            off: out.len() as u64,
+            flags: if shared { PTRACE_PEEKSIGINFO_SHARED } else { 0 },
+            nr: 32,
+        };
+        let n = check(
+            ptrace(
+                PTRACE_PEEKSIGINFO,
+                tid,
+                &a as *const _ as usize,
+                buf.as_mut_ptr() as usize,
+            ),
+            || format!("read pending signals of thread {tid}"),
+        )? as usize;
+        for i in 0..n {
+            out.push(buf[i * SIGINFO_SIZE..(i + 1) * SIGINFO_SIZE].to_vec());
+        }
+        if n < 32 {
+            return Ok(out);
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Default, Debug, Clone, Copy)]
+pub struct RseqConfig {
+    pub ptr: u64,
+    pub size: u32,
+    pub signature: u32,
+    pub flags: u32,
+    pub pad: u32,
+}
+
+pub fn rseq_config(tid: pid_t) -> Result<RseqConfig> {
+    let mut c = RseqConfig::default();
+    check(
+        ptrace(
+            PTRACE_GET_RSEQ_CONFIGURATION,
+            tid,
+            std::mem::size_of::<RseqConfig>(),
+            &mut c as *mut _ as usize,
+        ),
+        || format!("read rseq registration of thread {tid}"),
+    )?;
+    Ok(c)
+}
+
+pub fn robust_list(tid: pid_t) -> Result<(u64, u64)> {
+    let mut head = 0u64;
+    let mut len = 0usize;
+    // SAFETY: get_robust_list writes one pointer and one size_t into our locals.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_robust_list,
+            tid,
+            &mut head as *mut u64,
+            &mut len as *mut usize,
+        )
+    };
+    check(r, || format!("read robust futex list of thread {tid}"))?;
+    Ok((head, len as u64))
+}
+
+pub fn process_vm_read(pid: pid_t, addr: u64, buf: &mut [u8]) -> Result<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: local iovec covers our own buffer; the remote one is only read by the kernel.
+    let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    check(r as c_long, || {
+        format!("read memory of process {pid} at {addr:#x}")
+    })?;
+    Ok(r as usize)
+}
+
+pub fn process_vm_write(pid: pid_t, addr: u64, buf: &[u8]) -> Result<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: the kernel only reads our buffer and writes the remote process.
+    let r = unsafe { libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) };
+    check(r as c_long, || {
+        format!("write memory of process {pid} at {addr:#x}")
+    })?;
+    Ok(r as usize)
+}
+
+/// kcmp(KCMP_FILE): do two fds of a process share one open file description?
+pub fn same_file(pid: pid_t, fd1: i32, fd2: i32) -> Option<bool> {
+    // SAFETY: kcmp only compares kernel objects; no memory is passed.
+    let r = unsafe {
+        libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, fd1, fd2)
+    };
+    (r >= 0).then_some(r == 0)
+}
+
+#[repr(C)]
+#[derive(Default)]
+pub struct CloneArgs {
+    pub flags: u64,
+    pub pidfd: u64,
+    pub child_tid: u64,
+    pub parent_tid: u64,
+    pub exit_signal: u64,
+    pub stack: u64,
+    pub stack_size: u64,
+    pub tls: u64,
+    pub set_tid: u64,
+    pub set_tid_size: u64,
+    pub cgroup: u64,
+}
+
+/// fork() through clone3, optionally asking for a specific pid.
+/// Returns 0 in the child.
+pub fn fork_with_pid(pid: Option<pid_t>) -> std::io::Result<pid_t> {
+    let tid = [pid.unwrap_or(0)];
+    let mut a = CloneArgs {
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    if pid.is_some() {
+        a.set_tid = tid.as_ptr() as u64;
+        a.set_tid_size = 1;
+    }
+    // SAFETY: clone3 without CLONE_VM behaves like fork(); `a` and `tid`
+    // outlive the call. The caller handles the child side.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &a as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as pid_t)
+    }
+}
+
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}

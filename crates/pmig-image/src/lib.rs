@@ -1,0 +1,553 @@
+//! The pmig image format (see `docs/image-format.md`).
+//!
+//! An image is a directory holding three files:
+//!
+//! * `manifest.pmig` — fixed header (magic, format version, architecture) and a
+//!   postcard-encoded [`Manifest`] that lists every part with its checksums;
+//! * `parts.pmig` — the small, serialized parts (one per resource kind);
+//! * `pages.pmig` — raw page contents, page aligned, read directly by the
+//!   restorer.
+//!
+//! Every part carries one xxh3-64 checksum per chunk, so a corrupt or truncated
+//! image is refused before anything is created from it.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use xxhash_rust::xxh3::xxh3_64;
+
+/// Magic bytes at the start of `manifest.pmig`.
+pub const MAGIC: &[u8; 8] = b"PMIGIMG\0";
+/// Major format version: readers refuse any other major version.
+pub const FORMAT_MAJOR: u16 = 1;
+/// Minor format version: additions that older readers of the same major can ignore.
+pub const FORMAT_MINOR: u16 = 0;
+/// Architecture tag for x86_64.
+pub const ARCH_X86_64: u32 = 0x3e; // ELF e_machine EM_X86_64
+/// Page size the image's page data is laid out in.
+pub const PAGE_SIZE: u64 = 4096;
+/// Chunk size for checksums of large parts.
+pub const CHUNK: u64 = 16 << 20;
+
+pub const MANIFEST_FILE: &str = "manifest.pmig";
+pub const PARTS_FILE: &str = "parts.pmig";
+pub const PAGES_FILE: &str = "pages.pmig";
+/// Name of the page-data part.
+pub const PAGES_PART: &str = "pages";
+
+const HEADER_LEN: usize = 8 + 2 + 2 + 4 + 8 + 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("image directory {0}: {1}")]
+    Io(PathBuf, #[source] io::Error),
+    #[error("{0}: not a pmig image (bad magic)")]
+    BadMagic(PathBuf),
+    #[error("{path}: image format version {major}.{minor} is not supported (this pmig reads {FORMAT_MAJOR}.x)")]
+    Version {
+        path: PathBuf,
+        major: u16,
+        minor: u16,
+    },
+    #[error("{path}: image is for architecture {arch:#x}, this machine is x86_64")]
+    Arch { path: PathBuf, arch: u32 },
+    #[error("{0}: manifest is truncated")]
+    Truncated(PathBuf),
+    #[error("{0}: manifest checksum mismatch (image is corrupt)")]
+    ManifestChecksum(PathBuf),
+    #[error("image part '{part}' is truncated: {file} has {have} bytes, needs {need}")]
+    PartTruncated {
+        part: String,
+        file: String,
+        have: u64,
+        need: u64,
+    },
+    #[error("image part '{part}' is corrupt: checksum mismatch in chunk {chunk} (bytes {start}..{end} of {file})")]
+    PartChecksum {
+        part: String,
+        file: String,
+        chunk: usize,
+        start: u64,
+        end: u64,
+    },
+    #[error("image has no part '{0}'")]
+    MissingPart(String),
+    #[error("image part '{0}' cannot be decoded: {1}")]
+    Decode(String, postcard::Error),
+    #[error("cannot encode image part '{0}': {1}")]
+    Encode(String, postcard::Error),
+    #[error("image part '{0}' appears twice")]
+    DuplicatePart(String),
+}
+
+pub type Result<T> = std::result::Result<T, ImageError>;
+
+/// Where one part lives and how to check it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PartEntry {
+    pub name: String,
+    pub file: String,
+    pub offset: u64,
+    pub len: u64,
+    pub chunk: u64,
+    /// xxh3-64 of each `chunk`-sized piece (the last one may be shorter).
+    pub sums: Vec<u64>,
+}
+
+/// The manifest: what produced the image and where its parts are.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub pmig_version: String,
+    pub kernel_release: String,
+    pub hostname: String,
+    pub pid: i32,
+    pub created_unix_ms: u64,
+    pub parts: Vec<PartEntry>,
+}
+
+impl Manifest {
+    pub fn part(&self, name: &str) -> Option<&PartEntry> {
+        self.parts.iter().find(|p| p.name == name)
+    }
+}
+
+fn chunk_sums(data: &[u8], chunk: u64) -> Vec<u64> {
+    if data.is_empty() {
+        return vec![xxh3_64(&[])];
+    }
+    data.chunks(chunk as usize).map(xxh3_64).collect()
+}
+
+fn io_err(dir: &Path) -> impl Fn(io::Error) -> ImageError + '_ {
+    move |e| ImageError::Io(dir.to_path_buf(), e)
+}
+
+/// Streams page data into `pages.pmig`, checksumming as it goes.
+pub struct PagesWriter {
+    file: File,
+    len: u64,
+    sums: Vec<u64>,
+    hasher: xxhash_rust::xxh3::Xxh3,
+    in_chunk: u64,
+}
+
+impl PagesWriter {
+    /// Current offset (where the next bytes will land).
+    pub fn offset(&self) -> u64 {
+        self.len
+    }
+
+    /// Append bytes, hashing them into the running chunk sums.
+    pub fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+        self.file.write_all(data)?;
+        self.len += data.len() as u64;
+        while !data.is_empty() {
+            let take = ((CHUNK - self.in_chunk) as usize).min(data.len());
+            self.hasher.update(&data[..take]);
+            self.in_chunk += take as u64;
+            data = &data[take..];
+            if self.in_chunk == CHUNK {
+                self.sums.push(self.hasher.digest());
+                self.hasher.reset();
+                self.in_chunk = 0;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<(u64, Vec<u64>)> {
+        if self.in_chunk > 0 || self.sums.is_empty() {
+            self.sums.push(self.hasher.digest());
+        }
+        self.file.flush()?;
+        Ok((self.len, self.sums))
+    }
+}
+
+/// Builds an image directory. The manifest is written last, atomically, so a
+/// directory without a manifest is never mistaken for a complete image.
+pub struct ImageWriter {
+    dir: PathBuf,
+    parts_file: File,
+    parts_len: u64,
+    entries: Vec<PartEntry>,
+    pages: Option<PagesWriter>,
+}
+
+impl ImageWriter {
+    pub fn create(dir: &Path) -> Result<Self> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        // A stale manifest must not survive next to new parts.
+        match fs::remove_file(dir.join(MANIFEST_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ImageError::Io(dir.to_path_buf(), e)),
+        }
+        let parts_file = File::create(dir.join(PARTS_FILE)).map_err(io_err(dir))?;
+        let pages = File::create(dir.join(PAGES_FILE)).map_err(io_err(dir))?;
+        Ok(ImageWriter {
+            dir: dir.to_path_buf(),
+            parts_file,
+            parts_len: 0,
+            entries: Vec::new(),
+            pages: Some(PagesWriter {
+                file: pages,
+                len: 0,
+                sums: Vec::new(),
+                hasher: xxhash_rust::xxh3::Xxh3::new(),
+                in_chunk: 0,
+            }),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Serialize `value` as part `name`.
+    pub fn put<T: Serialize>(&mut self, name: &str, value: &T) -> Result<()> {
+        let bytes =
+            postcard::to_allocvec(value).map_err(|e| ImageError::Encode(name.to_string(), e))?;
+        self.put_raw(name, &bytes)
+    }
+
+    pub fn put_raw(&mut self, name: &str, bytes: &[u8]) -> Result<()> {
+        if name == PAGES_PART || self.entries.iter().any(|e| e.name == name) {
+            return Err(ImageError::DuplicatePart(name.to_string()));
+        }
+        self.parts_file
+            .write_all(bytes)
+            .map_err(io_err(&self.dir))?;
+        self.entries.push(PartEntry {
+            name: name.to_string(),
+            file: PARTS_FILE.to_string(),
+            offset: self.parts_len,
+            len: bytes.len() as u64,
+            chunk: CHUNK,
+            sums: chunk_sums(bytes, CHUNK),
+        });
+        self.parts_len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// The page-data stream.
+    pub fn pages(&mut self) -> &mut PagesWriter {
+        self.pages
+            .as_mut()
+            .expect("pages writer taken only by finish")
+    }
+
+    /// Write the manifest. After this returns the image is complete.
+    pub fn finish(mut self, mut manifest: Manifest) -> Result<Manifest> {
+        let dir = self.dir.clone();
+        let (len, sums) = self
+            .pages
+            .take()
+            .expect("finish called once")
+            .finish()
+            .map_err(io_err(&dir))?;
+        self.parts_file.flush().map_err(io_err(&dir))?;
+        self.entries.push(PartEntry {
+            name: PAGES_PART.to_string(),
+            file: PAGES_FILE.to_string(),
+            offset: 0,
+            len,
+            chunk: CHUNK,
+            sums,
+        });
+        manifest.parts = std::mem::take(&mut self.entries);
+        let body = postcard::to_allocvec(&manifest)
+            .map_err(|e| ImageError::Encode("manifest".into(), e))?;
+        let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&FORMAT_MAJOR.to_le_bytes());
+        out.extend_from_slice(&FORMAT_MINOR.to_le_bytes());
+        out.extend_from_slice(&ARCH_X86_64.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+        out.extend_from_slice(&xxh3_64(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+        let tmp = dir.join(".manifest.pmig.tmp");
+        fs::write(&tmp, &out).map_err(io_err(&dir))?;
+        fs::rename(&tmp, dir.join(MANIFEST_FILE)).map_err(io_err(&dir))?;
+        Ok(manifest)
+    }
+}
+
+/// An image opened for reading. `open` checks the manifest; `verify` checks
+/// every byte of every part.
+#[derive(Debug)]
+pub struct Image {
+    pub dir: PathBuf,
+    pub manifest: Manifest,
+}
+
+/// Parse and check the fixed header and manifest body.
+pub fn decode_manifest(path: &Path, raw: &[u8]) -> Result<Manifest> {
+    if raw.len() < 8 || &raw[..8] != MAGIC {
+        return Err(ImageError::BadMagic(path.to_path_buf()));
+    }
+    if raw.len() < HEADER_LEN {
+        return Err(ImageError::Truncated(path.to_path_buf()));
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([raw[o], raw[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(raw[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(raw[o..o + 8].try_into().unwrap());
+    let (major, minor) = (u16_at(8), u16_at(10));
+    if major != FORMAT_MAJOR {
+        return Err(ImageError::Version {
+            path: path.to_path_buf(),
+            major,
+            minor,
+        });
+    }
+    let arch = u32_at(12);
+    if arch != ARCH_X86_64 {
+        return Err(ImageError::Arch {
+            path: path.to_path_buf(),
+            arch,
+        });
+    }
+    let body_len = u64_at(16);
+    let sum = u64_at(24);
+    let body = &raw[HEADER_LEN..];
+    if (body.len() as u64) < body_len {
+        return Err(ImageError::Truncated(path.to_path_buf()));
+    }
+    let body = &body[..body_len as usize];
+    if xxh3_64(body) != sum {
+        return Err(ImageError::ManifestChecksum(path.to_path_buf()));
+    }
+    postcard::from_bytes(body).map_err(|e| ImageError::Decode("manifest".into(), e))
+}
+
+impl Image {
+    /// Open an image: checks magic, version, architecture and the manifest
+    /// checksum, and that every part's file is long enough.
+    pub fn open(dir: &Path) -> Result<Image> {
+        let mpath = dir.join(MANIFEST_FILE);
+        let raw = fs::read(&mpath).map_err(io_err(dir))?;
+        let manifest = decode_manifest(&mpath, &raw)?;
+        let img = Image {
+            dir: dir.to_path_buf(),
+            manifest,
+        };
+        for p in &img.manifest.parts {
+            let have = fs::metadata(dir.join(&p.file)).map_err(io_err(dir))?.len();
+            let need = p.offset + p.len;
+            if have < need {
+                return Err(ImageError::PartTruncated {
+                    part: p.name.clone(),
+                    file: p.file.clone(),
+                    have,
+                    need,
+                });
+            }
+            let chunks = if p.len == 0 {
+                1
+            } else {
+                p.len.div_ceil(p.chunk.max(1))
+            };
+            if p.chunk == 0 || p.sums.len() as u64 != chunks {
+                return Err(ImageError::ManifestChecksum(mpath));
+            }
+        }
+        Ok(img)
+    }
+
+    /// Open and verify every checksum of every part.
+    pub fn open_verified(dir: &Path) -> Result<Image> {
+        let img = Image::open(dir)?;
+        for p in &img.manifest.parts {
+            img.verify_part(p)?;
+        }
+        Ok(img)
+    }
+
+    fn verify_part(&self, p: &PartEntry) -> Result<()> {
+        let path = self.dir.join(&p.file);
+        let mut f = File::open(&path).map_err(io_err(&self.dir))?;
+        f.seek(SeekFrom::Start(p.offset))
+            .map_err(io_err(&self.dir))?;
+        let mut buf = vec![0u8; p.chunk.min(p.len.max(1)) as usize];
+        let mut done = 0u64;
+        for (i, want) in p.sums.iter().enumerate() {
+            let n = (p.len - done).min(p.chunk) as usize;
+            f.read_exact(&mut buf[..n])
+                .map_err(|_| ImageError::PartTruncated {
+                    part: p.name.clone(),
+                    file: p.file.clone(),
+                    have: done,
+                    need: p.len,
+                })?;
+            if xxh3_64(&buf[..n]) != *want {
+                return Err(ImageError::PartChecksum {
+                    part: p.name.clone(),
+                    file: p.file.clone(),
+                    chunk: i,
+                    start: p.offset + done,
+                    end: p.offset + done + n as u64,
+                });
+            }
+            done += n as u64;
+        }
+        Ok(())
+    }
+
+    pub fn raw_part(&self, name: &str) -> Result<Vec<u8>> {
+        let p = self
+            .manifest
+            .part(name)
+            .ok_or_else(|| ImageError::MissingPart(name.into()))?;
+        let mut f = File::open(self.dir.join(&p.file)).map_err(io_err(&self.dir))?;
+        f.seek(SeekFrom::Start(p.offset))
+            .map_err(io_err(&self.dir))?;
+        let mut v = vec![0u8; p.len as usize];
+        f.read_exact(&mut v).map_err(io_err(&self.dir))?;
+        Ok(v)
+    }
+
+    /// Decode part `name`.
+    pub fn get<T: DeserializeOwned>(&self, name: &str) -> Result<T> {
+        let raw = self.raw_part(name)?;
+        postcard::from_bytes(&raw).map_err(|e| ImageError::Decode(name.to_string(), e))
+    }
+
+    pub fn pages_path(&self) -> PathBuf {
+        self.dir.join(PAGES_FILE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(dir: &Path) -> Manifest {
+        let mut w = ImageWriter::create(dir).unwrap();
+        w.put("numbers", &vec![1u32, 2, 3]).unwrap();
+        w.put("name", &"hello".to_string()).unwrap();
+        w.pages()
+            .write_all(&vec![7u8; 3 * PAGE_SIZE as usize])
+            .unwrap();
+        w.finish(Manifest {
+            pmig_version: "t".into(),
+            kernel_release: "k".into(),
+            hostname: "h".into(),
+            pid: 1,
+            created_unix_ms: 0,
+            parts: vec![],
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn roundtrip() {
+        let d = tempfile::tempdir().unwrap();
+        sample(d.path());
+        let img = Image::open_verified(d.path()).unwrap();
+        assert_eq!(img.get::<Vec<u32>>("numbers").unwrap(), vec![1, 2, 3]);
+        assert_eq!(img.get::<String>("name").unwrap(), "hello");
+        assert_eq!(img.manifest.part(PAGES_PART).unwrap().len, 3 * PAGE_SIZE);
+        assert!(matches!(
+            img.get::<String>("nope"),
+            Err(ImageError::MissingPart(_))
+        ));
+    }
+
+    #[test]
+    fn corrupt_page_byte_is_found() {
+        let d = tempfile::tempdir().unwrap();
+        sample(d.path());
+        let p = d.path().join(PAGES_FILE);
+        let mut b = fs::read(&p).unwrap();
+        b[5000] ^= 1;
+        fs::write(&p, b).unwrap();
+        assert!(Image::open(d.path()).is_ok(), "open checks only sizes");
+        match Image::open_verified(d.path()) {
+            Err(ImageError::PartChecksum { part, .. }) => assert_eq!(part, PAGES_PART),
+            other => panic!("expected checksum error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn truncated_parts_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        sample(d.path());
+        let p = d.path().join(PARTS_FILE);
+        let b = fs::read(&p).unwrap();
+        fs::write(&p, &b[..b.len() - 1]).unwrap();
+        assert!(matches!(
+            Image::open(d.path()),
+            Err(ImageError::PartTruncated { .. })
+        ));
+    }
+
+    #[test]
+    fn manifest_damage_version_and_arch() {
+        let d = tempfile::tempdir().unwrap();
+        sample(d.path());
+        let mp = d.path().join(MANIFEST_FILE);
+        let good = fs::read(&mp).unwrap();
+
+        let mut b = good.clone();
+        *b.last_mut().unwrap() ^= 0x40;
+        fs::write(&mp, &b).unwrap();
+        assert!(matches!(
+            Image::open(d.path()),
+            Err(ImageError::ManifestChecksum(_))
+        ));
+
+        let mut b = good.clone();
+        b[8] = 9;
+        fs::write(&mp, &b).unwrap();
+        assert!(matches!(
+            Image::open(d.path()),
+            Err(ImageError::Version { major: 9, .. })
+        ));
+
+        let mut b = good.clone();
+        b[12] = 0xb7; // aarch64
+        fs::write(&mp, &b).unwrap();
+        assert!(matches!(
+            Image::open(d.path()),
+            Err(ImageError::Arch { .. })
+        ));
+
+        fs::write(&mp, &good[..20]).unwrap();
+        assert!(matches!(
+            Image::open(d.path()),
+            Err(ImageError::Truncated(_))
+        ));
+
+        fs::write(&mp, b"garbage!garbage!garbage!garbage!").unwrap();
+        assert!(matches!(
+            Image::open(d.path()),
+            Err(ImageError::BadMagic(_))
+        ));
+    }
+
+    #[test]
+    fn decoder_never_panics_on_random_bytes() {
+        // Cheap deterministic fuzz of the manifest decoder.
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        for len in 0..400usize {
+            let mut raw = Vec::with_capacity(len + HEADER_LEN);
+            raw.extend_from_slice(MAGIC);
+            raw.extend_from_slice(&FORMAT_MAJOR.to_le_bytes());
+            raw.extend_from_slice(&0u16.to_le_bytes());
+            raw.extend_from_slice(&ARCH_X86_64.to_le_bytes());
+            raw.extend_from_slice(&(len as u64).to_le_bytes());
+            let body: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            raw.extend_from_slice(&xxh3_64(&body).to_le_bytes());
+            raw.extend_from_slice(&body);
+            let _ = decode_manifest(Path::new("fuzz"), &raw);
+        }
+    }
+}
