@@ -26,6 +26,10 @@ enum Command {
     Restore(cmd::restore::Args),
     /// Check that this kernel offers everything pmig needs.
     Check(cmd::check::Args),
+    /// Local test cluster: `up`, `down`, `exec`, `status`.
+    Cluster(cmd::cluster::Args),
+    /// Benchmarks.
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
@@ -48,6 +52,8 @@ fn main() {
         Command::Dump(a) => cmd::dump::run(a),
         Command::Restore(a) => cmd::restore::run(a),
         Command::Check(a) => cmd::check::run(a),
+        Command::Cluster(a) => cmd::cluster::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

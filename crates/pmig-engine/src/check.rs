@@ -268,8 +268,10 @@ fn check_tool(tool: &'static str) -> Result<String, String> {
     }
 }
 
+type Check = (&'static str, bool, Box<dyn Fn() -> Result<String, String>>);
+
 pub fn run_checks() -> Vec<CheckResult> {
-    let list: Vec<(&'static str, bool, Box<dyn Fn() -> Result<String, String>>)> = vec![
+    let list: Vec<Check> = vec![
         ("ptrace", true, Box::new(check_ptrace)),
         ("syscall injection", true, Box::new(check_inject)),
         ("pagemap", true, Box::new(check_pagemap)),

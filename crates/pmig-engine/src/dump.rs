@@ -34,13 +34,23 @@ pub struct DumpReport {
 /// scratch page is gone).
 pub fn capture(frozen: &mut Frozen, w: &mut ImageWriter) -> Result<ProcessImage> {
     let mut cx = Capture::new(frozen, w.pages());
+    let t = Instant::now();
+    let lap =
+        |what: &str| tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
     let process = Process::capture(&mut cx)?;
+    lap("process");
     let identity = Identity::capture(&mut cx)?;
+    lap("identity");
     let files = Files::capture(&mut cx)?;
+    lap("files");
     let signals = Signals::capture(&mut cx)?;
+    lap("signals");
     let timers = Timers::capture(&mut cx)?;
+    lap("timers");
     let threads = Threads::capture(&mut cx)?;
+    lap("threads");
     let memory = Memory::capture(&mut cx)?;
+    lap("memory");
     Ok(ProcessImage {
         process,
         identity,
@@ -77,12 +87,31 @@ pub fn dump(pid: pid_t, dir: &Path, opts: &DumpOptions) -> Result<DumpReport> {
     precheck_all(pid)?;
     let t0 = Instant::now();
     let mut frozen = Frozen::freeze(pid)?;
+    tracing::debug!("freeze: {:.2} ms", t0.elapsed().as_secs_f64() * 1e3);
     // Anything that can fail from here on leaves the process as it was:
     // `frozen` detaches on drop.
     precheck_all(pid)?;
+    tracing::debug!(
+        "precheck after freeze: {:.2} ms",
+        t0.elapsed().as_secs_f64() * 1e3
+    );
     let mut w = ImageWriter::create(dir)?;
     let img = capture(&mut frozen, &mut w)?;
     let capture_t = t0.elapsed();
+    // Every run must lie inside the page data that was written.
+    let written = w.pages().offset();
+    if let Some(r) = img
+        .memory
+        .vmas
+        .iter()
+        .flat_map(|v| &v.runs)
+        .find(|r| r.offset + r.len > written)
+    {
+        return Err(EngineError::Other(format!(
+            "internal error: page run at {:#x} lies beyond the written page data",
+            r.addr
+        )));
+    }
     img.write_parts(&mut w)?;
     w.finish(manifest_for(pid))?;
     let frozen_for = t0.elapsed();

@@ -299,7 +299,14 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         .threads
         .iter()
         .enumerate()
-        .map(|(i, t)| if i == 0 { 0 } else { t.tid as u64 })
+        // Ask for the original thread ids only where no live task holds them.
+        .map(|(i, t)| {
+            if i == 0 || Path::new(&format!("/proc/{}", t.tid)).exists() {
+                0
+            } else {
+                t.tid as u64
+            }
+        })
         .collect();
     let mut b = PlanBuilder::new(tids, THREAD_CLONE_FLAGS);
     // Block every signal while the restorer runs (threads inherit it).
@@ -360,11 +367,19 @@ fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Resu
     let original_pid = pi.process.pid;
     map_area(&p.area)?;
     let free = !Path::new(&format!("/proc/{original_pid}")).exists();
-    let mut forked = if free {
-        sys::fork_with_pid(Some(original_pid))
-    } else {
-        Err(std::io::Error::from_raw_os_error(libc::EEXIST))
-    };
+    let mut forked = Err(std::io::Error::from_raw_os_error(libc::EEXIST));
+    if free {
+        // As for threads: a pid can stay allocated a moment after its task is gone.
+        for _ in 0..200 {
+            forked = sys::fork_with_pid(Some(original_pid));
+            match &forked {
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                _ => break,
+            }
+        }
+    }
     if forked.is_err() {
         forked = sys::fork_with_pid(None);
     }
@@ -417,6 +432,10 @@ fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Resu
             Signals::finish(&pi.signals, &mut fin)?;
             Timers::finish(&pi.timers, &mut fin)?;
             Process::finish(&pi.process, &mut fin)?;
+        }
+        if let Some(pf) = &opts.pidfile {
+            std::fs::write(pf, format!("{pid}\n"))
+                .ctx(|| format!("write pid file {}", pf.display()))?;
         }
         frozen.detach()?;
         Ok(Restored {

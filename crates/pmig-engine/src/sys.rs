@@ -34,12 +34,7 @@ pub fn get_regs(tid: pid_t) -> Result<UserRegs> {
     // SAFETY: user_regs_struct is plain data; all-zero is a valid value.
     let mut r: UserRegs = unsafe { std::mem::zeroed() };
     check(
-        ptrace(
-            libc::PTRACE_GETREGS as u32,
-            tid,
-            0,
-            &mut r as *mut _ as usize,
-        ),
+        ptrace(libc::PTRACE_GETREGS, tid, 0, &mut r as *mut _ as usize),
         || format!("read registers of thread {tid}"),
     )?;
     Ok(r)
@@ -47,7 +42,7 @@ pub fn get_regs(tid: pid_t) -> Result<UserRegs> {
 
 pub fn set_regs(tid: pid_t, r: &UserRegs) -> Result<()> {
     check(
-        ptrace(libc::PTRACE_SETREGS as u32, tid, 0, r as *const _ as usize),
+        ptrace(libc::PTRACE_SETREGS, tid, 0, r as *const _ as usize),
         || format!("set registers of thread {tid}"),
     )?;
     Ok(())
@@ -61,7 +56,7 @@ pub fn get_xstate(tid: pid_t) -> Result<Vec<u8>> {
     };
     check(
         ptrace(
-            libc::PTRACE_GETREGSET as u32,
+            libc::PTRACE_GETREGSET,
             tid,
             NT_X86_XSTATE,
             &mut iov as *mut _ as usize,
@@ -80,7 +75,7 @@ pub fn set_xstate(tid: pid_t, x: &[u8]) -> Result<()> {
     };
     check(
         ptrace(
-            libc::PTRACE_SETREGSET as u32,
+            libc::PTRACE_SETREGSET,
             tid,
             NT_X86_XSTATE,
             &mut iov as *mut _ as usize,

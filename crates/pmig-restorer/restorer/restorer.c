@@ -12,6 +12,7 @@
 
 #define __NR_write 1
 #define __NR_pread64 17
+#define __NR_nanosleep 35
 #define __NR_gettid 186
 #define __NR_getpid 39
 #define __NR_exit_group 231
@@ -154,6 +155,14 @@ static void run_ops(const struct plan *p, u64 first, u64 count)
 				ca.set_tid_size = 1;
 			}
 			ret = do_clone(p, &ca, a[4], a[5]);
+			/* pmig asks for a tid only when no live task has it, but the
+			 * kernel frees a dead thread's id a moment after its process
+			 * was reaped: retry for up to about 200 ms. */
+			for (int tries = 0; ret == -17 /* EEXIST */ && tid && tries < 200; tries++) {
+				struct { long sec, nsec; } ts = { 0, 1000000 };
+				sys6(__NR_nanosleep, (u64)&ts, 0, 0, 0, 0, 0);
+				ret = do_clone(p, &ca, a[4], a[5]);
+			}
 			if (ret == -17 /* EEXIST */ && tid) {
 				/* The thread id is taken: the thread gets a new one. */
 				ca.set_tid = 0;

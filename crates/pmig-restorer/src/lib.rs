@@ -193,7 +193,7 @@ impl PlanBuilder {
         if let Some(d) = self.dedup.get(bytes) {
             return *d;
         }
-        while self.data.len() % 16 != 0 {
+        while !self.data.len().is_multiple_of(16) {
             self.data.push(0);
         }
         let r = DataRef(self.data.len() as u64);
@@ -220,7 +220,7 @@ impl PlanBuilder {
             std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>())
         };
         assert!(at + 8 <= bytes.len());
-        while self.data.len() % 16 != 0 {
+        while !self.data.len().is_multiple_of(16) {
             self.data.push(0);
         }
         let r = DataRef(self.data.len() as u64);
@@ -415,7 +415,8 @@ impl PlanBuilder {
             len,
             entry: base,
             plan: plan_at,
-            main_stack_top: base + len - 64,
+            // Slot 0 of the stacks is the main thread's; clones use slots 1..n.
+            main_stack_top: stacks_at + THREAD_STACK - 64,
             descriptions,
         }
     }
@@ -470,6 +471,15 @@ mod tests {
         assert_eq!(a.descriptions.len(), 5);
         assert_eq!(a.descriptions[4], "thread 1: thread 1 ready");
         assert_eq!(a.main_stack_top % 16, 0);
+        // The main thread's stack must not be any clone's (slot t for thread t).
+        let plan_off = (a.plan - a.base) as usize;
+        let clone_op = plan_off + 56 + 80; // op 1 of the main thread
+        let stack_lo =
+            u64::from_le_bytes(a.bytes[clone_op + 40..clone_op + 48].try_into().unwrap());
+        assert!(
+            a.main_stack_top < stack_lo,
+            "main stack overlaps thread 1's stack"
+        );
         let plan_off = (a.plan - a.base) as usize;
         let magic = u64::from_le_bytes(a.bytes[plan_off..plan_off + 8].try_into().unwrap());
         assert_eq!(magic, PLAN_MAGIC);

@@ -27,17 +27,17 @@ pub struct Args {
     /// Say what was restored on stderr.
     #[arg(long)]
     report: bool,
+    /// Print what was restored as one JSON line on stdout (before waiting).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn run(a: Args) -> Result<i32> {
     let opts = pmig_engine::RestoreOptions {
         stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
+        pidfile: a.pidfile.clone(),
     };
     let r = pmig_engine::restore(&a.dir, &opts)?;
-    if let Some(p) = &a.pidfile {
-        std::fs::write(p, format!("{}\n", r.pid))
-            .with_context(|| format!("write pid file {}", p.display()))?;
-    }
     if r.pid != r.original_pid {
         eprintln!(
             "pmig: pid {} was taken; process restored as pid {}",
@@ -51,6 +51,15 @@ pub fn run(a: Args) -> Result<i32> {
             r.threads,
             r.total.as_secs_f64() * 1e3,
             r.verify.as_secs_f64() * 1e3
+        );
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "pid": r.pid, "original_pid": r.original_pid, "threads": r.threads,
+                "verify_ms": r.verify.as_secs_f64() * 1e3, "total_ms": r.total.as_secs_f64() * 1e3,
+            })
         );
     }
     if a.detach {

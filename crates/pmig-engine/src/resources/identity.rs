@@ -1,8 +1,8 @@
 //! Identity and limits: uids, gids, supplementary groups, capabilities,
 //! securebits, no_new_privs, dumpable, resource limits and personality.
 
-use super::{Capture, Finish, PlanCx, Preflight, Resource};
-use crate::error::{errno_err, EngineError, Result};
+use super::{Capture, PlanCx, Preflight, Resource};
+use crate::error::{EngineError, Result};
 use crate::procfs;
 use libc::pid_t;
 use pmig_restorer::Check;
@@ -83,22 +83,33 @@ fn last_cap() -> u64 {
         .unwrap_or(40)
 }
 
+/// Resource limits of `pid` from /proc/PID/limits (prlimit on another
+/// process needs matching ids or CAP_SYS_RESOURCE; reading the file does not).
+/// The file lists RLIMIT_* 0..15 in order.
 pub fn rlimits(pid: pid_t) -> Result<Vec<(u64, u64)>> {
-    (0..NLIMITS)
-        .map(|r| {
-            let mut old = libc::rlimit64 {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            // SAFETY: prlimit64 with a null new limit only writes `old`.
-            if unsafe { libc::prlimit64(pid, r as _, std::ptr::null(), &mut old) } < 0 {
-                return Err(errno_err(format!(
-                    "read resource limit {r} of process {pid}"
-                )));
-            }
-            Ok((old.rlim_cur, old.rlim_max))
+    let text = procfs::read(pid, "limits")?;
+    let parse = |v: &str| {
+        if v == "unlimited" {
+            u64::MAX
+        } else {
+            v.parse().unwrap_or(u64::MAX)
+        }
+    };
+    let out: Vec<(u64, u64)> = text
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            // "Max cpu time              unlimited            unlimited            seconds"
+            let cols: Vec<&str> = l.get(26..)?.split_whitespace().collect();
+            Some((parse(cols.first()?), parse(cols.get(1)?)))
         })
-        .collect()
+        .collect();
+    if out.len() != NLIMITS as usize {
+        return Err(EngineError::Other(format!(
+            "cannot parse /proc/{pid}/limits"
+        )));
+    }
+    Ok(out)
 }
 
 impl Resource for Identity {
@@ -154,6 +165,18 @@ impl Resource for Identity {
         let me = creds_of(std::process::id() as pid_t)?;
         let c = &s.creds;
         let b = &mut *cx.b;
+        // Limits are per process: set them from inside (setting another
+        // process's limits would need CAP_SYS_RESOURCE when ids differ).
+        for (r, &(cur, max)) in s.rlimits.iter().enumerate() {
+            let d = b.data_of(&[cur, max]);
+            b.syscall(
+                0,
+                libc::SYS_prlimit64,
+                &[0u64.into(), (r as u64).into(), d.into(), 0u64.into()],
+                Check::NonNeg,
+                format!("set resource limit {r}"),
+            );
+        }
         for t in 0..b.n_threads() {
             if c.caps[3] != me.caps[3] {
                 for cap in 0..=last_cap() {
@@ -309,20 +332,6 @@ impl Resource for Identity {
             Check::None,
             "set dumpable",
         );
-        Ok(())
-    }
-
-    fn finish(s: &IdentityState, cx: &mut Finish) -> Result<()> {
-        for (r, &(cur, max)) in s.rlimits.iter().enumerate() {
-            let new = libc::rlimit64 {
-                rlim_cur: cur,
-                rlim_max: max,
-            };
-            // SAFETY: prlimit64 reads `new`; no old value is requested.
-            if unsafe { libc::prlimit64(cx.pid, r as _, &new, std::ptr::null_mut()) } < 0 {
-                return Err(errno_err(format!("set resource limit {r}")));
-            }
-        }
         Ok(())
     }
 }

@@ -265,45 +265,59 @@ fn page_runs(
     Ok(runs)
 }
 
-/// Copy page runs out of the process into the image's page data.
-fn save_pages(
-    cx: &mut Capture,
-    vma: &mut Vma,
-    runs: &[(u64, u64)],
-    mem: &std::fs::File,
-    buf: &mut [u8],
-) -> Result<()> {
-    let readable = vma.prot & libc::PROT_READ != 0;
-    for &(addr, len) in runs {
-        vma.runs.push(Run {
-            addr,
-            len,
-            offset: cx.pages.offset(),
-        });
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(buf.len() as u64) as usize;
-            let chunk = &mut buf[..n];
-            let got = if readable {
-                sys::process_vm_read(cx.pid, addr + done, chunk)?
-            } else {
-                // process_vm_readv honours protections; /proc/PID/mem does not.
-                mem.read_at(chunk, addr + done)
-                    .ctx(|| format!("read memory at {:#x}", addr + done))?
-            };
-            if got != n {
-                return Err(EngineError::Other(format!(
-                    "short read of process memory at {:#x}",
-                    addr + done
-                )));
+/// Copy page runs out of the process into the image's page data. A second
+/// thread hashes and writes while this one reads the next buffer.
+struct PageCopier<'p> {
+    pid: pid_t,
+    mem: std::fs::File,
+    offset: u64,
+    full: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+    empty: std::sync::mpsc::Receiver<Vec<u8>>,
+    _p: std::marker::PhantomData<&'p ()>,
+}
+
+const COPY_BUF: usize = 4 << 20;
+
+impl PageCopier<'_> {
+    fn save(&mut self, vma: &mut Vma, runs: &[(u64, u64)]) -> Result<()> {
+        let readable = vma.prot & libc::PROT_READ != 0;
+        for &(addr, len) in runs {
+            vma.runs.push(Run {
+                addr,
+                len,
+                offset: self.offset,
+            });
+            let mut done = 0;
+            while done < len {
+                let mut buf = self
+                    .empty
+                    .recv()
+                    .map_err(|_| EngineError::Other("page writer stopped".into()))?;
+                let n = (len - done).min(buf.len() as u64) as usize;
+                let chunk = &mut buf[..n];
+                let got = if readable {
+                    sys::process_vm_read(self.pid, addr + done, chunk)?
+                } else {
+                    // process_vm_readv honours protections; /proc/PID/mem does not.
+                    self.mem
+                        .read_at(chunk, addr + done)
+                        .ctx(|| format!("read memory at {:#x}", addr + done))?
+                };
+                if got != n {
+                    return Err(EngineError::Other(format!(
+                        "short read of process memory at {:#x}",
+                        addr + done
+                    )));
+                }
+                self.full
+                    .send((buf, n))
+                    .map_err(|_| EngineError::Other("page writer stopped".into()))?;
+                done += n as u64;
+                self.offset += n as u64;
             }
-            cx.pages
-                .write_all(chunk)
-                .ctx(|| "write page data".to_string())?;
-            done += n as u64;
         }
+        Ok(())
     }
-    Ok(())
 }
 
 impl Resource for Memory {
@@ -326,51 +340,86 @@ impl Resource for Memory {
             .ctx(|| format!("open /proc/{pid}/pagemap"))?;
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
             .ctx(|| format!("open /proc/{pid}/mem"))?;
-        let mut buf = vec![0u8; 8 << 20];
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(3);
+        let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+        for _ in 0..4 {
+            empty_tx
+                .send(vec![0u8; COPY_BUF])
+                .expect("channel has room");
+        }
+        let mut copier = PageCopier {
+            pid,
+            mem,
+            offset: cx.pages.offset(),
+            full: full_tx,
+            empty: empty_rx,
+            _p: Default::default(),
+        };
+        let pages = &mut *cx.pages;
         let mut vmas = Vec::new();
         let mut vdso_lo = None;
         let mut vdso_hi = 0;
         let mut vdso_text = None;
-        for m in &maps {
-            if m.path.starts_with("[vvar") || m.path == "[vdso]" {
-                vdso_lo.get_or_insert(m.start);
-                vdso_hi = m.end;
-                if m.path == "[vdso]" {
-                    vdso_text = Some(m.start);
+        let scanned = std::thread::scope(|sc| -> Result<()> {
+            let writer = sc.spawn(move || -> std::io::Result<()> {
+                for (buf, n) in full_rx {
+                    pages.write_all(&buf[..n])?;
+                    // The reader may be gone already; keep draining.
+                    let _ = empty_tx.send(buf);
                 }
-                continue;
-            }
-            let Some(backing) = classify(pid, m)? else {
-                continue;
-            };
-            let prot = (if m.read { libc::PROT_READ } else { 0 })
-                | (if m.write { libc::PROT_WRITE } else { 0 })
-                | (if m.exec { libc::PROT_EXEC } else { 0 });
-            let file = match backing {
-                Backing::PrivateFile | Backing::SharedFile => Some(file_id(
-                    &m.path,
-                    &format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
-                )?),
-                _ => None,
-            };
-            let (advice, locked) = advice_of(&m.flags);
-            let mut vma = Vma {
-                start: m.start,
-                end: m.end,
-                prot,
-                backing,
-                growsdown: m.flags.iter().any(|f| f == "gd"),
-                file,
-                offset: m.offset,
-                advice,
-                locked,
-                name: m.path.clone(),
-                runs: Vec::new(),
-            };
-            let runs = page_runs(&pagemap, m.start, m.end, backing)?;
-            save_pages(cx, &mut vma, &runs, &mem, &mut buf)?;
-            vmas.push(vma);
-        }
+                Ok(())
+            });
+            let res = (|| -> Result<()> {
+                for m in &maps {
+                    if m.path.starts_with("[vvar") || m.path == "[vdso]" {
+                        vdso_lo.get_or_insert(m.start);
+                        vdso_hi = m.end;
+                        if m.path == "[vdso]" {
+                            vdso_text = Some(m.start);
+                        }
+                        continue;
+                    }
+                    let Some(backing) = classify(pid, m)? else {
+                        continue;
+                    };
+                    let prot = (if m.read { libc::PROT_READ } else { 0 })
+                        | (if m.write { libc::PROT_WRITE } else { 0 })
+                        | (if m.exec { libc::PROT_EXEC } else { 0 });
+                    let file = match backing {
+                        Backing::PrivateFile | Backing::SharedFile => Some(file_id(
+                            &m.path,
+                            &format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
+                        )?),
+                        _ => None,
+                    };
+                    let (advice, locked) = advice_of(&m.flags);
+                    let mut vma = Vma {
+                        start: m.start,
+                        end: m.end,
+                        prot,
+                        backing,
+                        growsdown: m.flags.iter().any(|f| f == "gd"),
+                        file,
+                        offset: m.offset,
+                        advice,
+                        locked,
+                        name: m.path.clone(),
+                        runs: Vec::new(),
+                    };
+                    let runs = page_runs(&pagemap, m.start, m.end, backing)?;
+                    copier.save(&mut vma, &runs)?;
+                    vmas.push(vma);
+                }
+                Ok(())
+            })();
+            drop(copier);
+            let w = writer
+                .join()
+                .map_err(|_| EngineError::Other("page writer panicked".into()))?;
+            res?;
+            w.ctx(|| "write page data".to_string())
+        });
+        scanned?;
         let st = procfs::stat_fields(pid)?;
         let f = |n| procfs::stat_field(&st, n);
         let auxv_raw =

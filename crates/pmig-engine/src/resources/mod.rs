@@ -134,6 +134,8 @@ pub struct RestoreOptions {
     /// Replacement for stdio that was a terminal or pipe: None means the
     /// restoring process's own fd 0/1/2.
     pub stdio: [Option<std::path::PathBuf>; 3],
+    /// Written with the new pid before the process resumes.
+    pub pidfile: Option<std::path::PathBuf>,
 }
 
 /// What the new process does, with raw system calls only, between fork and

@@ -1,0 +1,17 @@
+//! The message decoder must never panic, and whatever it accepts must re-encode to a
+//! message that decodes to the same value.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use pmig_proto::{decode, decode_with_attachment, encode};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(m) = decode(data) {
+        let again = encode(&m).expect("a decoded message must encode");
+        assert_eq!(decode(&again).expect("re-encoded message must decode"), m);
+    }
+    if let Ok((m, rest)) = decode_with_attachment(data) {
+        assert!(rest.len() < data.len());
+        let _ = m.kind();
+    }
+});

@@ -1,0 +1,535 @@
+//! Blocking API over `std` streams (TCP, or Unix sockets for tests and local use).
+//!
+//! ```no_run
+//! use pmig_proto::{blocking, load_key, Config, Msg};
+//! # fn main() -> Result<(), pmig_proto::ProtoError> {
+//! let key = load_key("/etc/pmig/cluster.key")?;
+//! let mut ch = blocking::connect("10.77.0.2:7070", &key, &Config::new("n1"))?;
+//! ch.send(&Msg::Ping { seq: 1 })?;
+//! assert_eq!(ch.recv()?, Msg::Pong { seq: 1 });
+//! # Ok(()) }
+//! ```
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::ProtoError;
+use crate::frame::{Opener, Sealer, RECORD_HEADER};
+use crate::key::ClusterKey;
+use crate::msg::{self, Msg};
+use crate::session::{self, Config, HelloOutcome, PeerInfo, MAX_HANDSHAKE_MSG};
+
+/// A byte stream the protocol can run over.
+pub trait Stream: Read + Write + Send + Sized + 'static {
+    /// Sets both read and write timeouts (`None`: block forever).
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()>;
+    /// A second handle on the same connection (for [`Channel::split`]).
+    fn try_clone_stream(&self) -> io::Result<Self>;
+    /// A label for the remote end, used in errors and logs.
+    fn peer_label(&self) -> String;
+    /// Shuts the connection down in both directions (errors ignored).
+    fn shutdown_both(&self);
+}
+
+impl Stream for TcpStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+    fn try_clone_stream(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn peer_label(&self) -> String {
+        self.peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "unknown peer".into())
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+impl Stream for UnixStream {
+    fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(t)?;
+        self.set_write_timeout(t)
+    }
+    fn try_clone_stream(&self) -> io::Result<Self> {
+        self.try_clone()
+    }
+    fn peer_label(&self) -> String {
+        match self
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(|p| p.to_owned()))
+        {
+            Some(p) => format!("unix:{}", p.display()),
+            None => "unix socket".into(),
+        }
+    }
+    fn shutdown_both(&self) {
+        let _ = self.shutdown(Shutdown::Both);
+    }
+}
+
+fn io_err(what: &str, peer: &str, e: io::Error) -> ProtoError {
+    let e = if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        io::Error::new(io::ErrorKind::TimedOut, "timed out")
+    } else {
+        e
+    };
+    ProtoError::io(format!("{what} {peer}"), e)
+}
+
+/// Connects over TCP (with `TCP_NODELAY`), authenticates and exchanges `Hello`.
+pub fn connect(
+    addr: impl ToSocketAddrs,
+    key: &ClusterKey,
+    cfg: &Config,
+) -> Result<Channel<TcpStream>, ProtoError> {
+    let addrs: Vec<_> = addr
+        .to_socket_addrs()
+        .map_err(|e| ProtoError::io("resolving peer address", e))?
+        .collect();
+    let mut last = None;
+    for a in &addrs {
+        let r = match cfg.handshake_timeout {
+            Some(t) => TcpStream::connect_timeout(a, t),
+            None => TcpStream::connect(a),
+        };
+        match r {
+            Ok(s) => {
+                s.set_nodelay(true)
+                    .map_err(|e| io_err("setting TCP_NODELAY for", &a.to_string(), e))?;
+                return Channel::client(s, key, cfg);
+            }
+            Err(e) => last = Some(io_err("connecting to", &a.to_string(), e)),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        ProtoError::io(
+            "resolving peer address",
+            io::Error::new(io::ErrorKind::NotFound, "no address"),
+        )
+    }))
+}
+
+/// Accepts one TCP connection and runs the server side of the handshake on it.
+///
+/// A refused peer is logged (one `warn` line) and returned as `Err`; the listener stays
+/// usable. A daemon serving many peers would rather accept in a loop and call
+/// [`Channel::server`] on a thread per connection.
+pub fn accept(
+    listener: &TcpListener,
+    key: &ClusterKey,
+    cfg: &Config,
+) -> Result<Channel<TcpStream>, ProtoError> {
+    let (s, a) = listener
+        .accept()
+        .map_err(|e| ProtoError::io("accepting a connection", e))?;
+    s.set_nodelay(true)
+        .map_err(|e| io_err("setting TCP_NODELAY for", &a.to_string(), e))?;
+    Channel::server(s, key, cfg)
+}
+
+/// An authenticated connection, usable from one thread; [`Channel::split`] gives two
+/// halves for full-duplex use from two threads.
+pub struct Channel<S: Stream> {
+    tx: Sender<S>,
+    rx: Receiver<S>,
+}
+
+/// The sending half of a connection.
+pub struct Sender<S: Stream> {
+    stream: S,
+    sealer: Sealer,
+    peer: Arc<PeerInfo>,
+}
+
+/// The receiving half of a connection.
+pub struct Receiver<S: Stream> {
+    stream: S,
+    opener: Opener,
+    peer: Arc<PeerInfo>,
+}
+
+/// A received message with its attachment (raw bytes after the encoded message).
+#[derive(Debug)]
+pub struct Incoming {
+    pub msg: Msg,
+    body: Vec<u8>,
+    att: usize,
+}
+
+impl Incoming {
+    pub(crate) fn parse(body: Vec<u8>) -> Result<Self, ProtoError> {
+        let (msg, rest) = msg::decode_with_attachment(&body)?;
+        let att = body.len() - rest.len();
+        Ok(Incoming { msg, body, att })
+    }
+
+    /// The attachment bytes (empty if none).
+    pub fn attachment(&self) -> &[u8] {
+        &self.body[self.att..]
+    }
+
+    /// The whole frame body and the offset where the attachment starts (no copy).
+    pub fn into_parts(self) -> (Msg, Vec<u8>, usize) {
+        (self.msg, self.body, self.att)
+    }
+}
+
+fn write_hs<S: Stream>(s: &mut S, msg: &[u8]) -> io::Result<()> {
+    let mut v = Vec::with_capacity(RECORD_HEADER + msg.len());
+    v.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+    v.extend_from_slice(msg);
+    s.write_all(&v)?;
+    s.flush()
+}
+
+/// Reads a length-prefixed handshake message; `Ok(None)` on EOF before the first byte.
+fn read_hs<S: Stream>(
+    s: &mut S,
+    peer: &str,
+    from_initiator: bool,
+) -> Result<Option<Vec<u8>>, ProtoError> {
+    let mut len = [0u8; RECORD_HEADER];
+    match s.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(io_err("handshake with", peer, e)),
+    }
+    let n = u16::from_be_bytes(len) as usize;
+    session::check_handshake_len(n, peer, from_initiator)?;
+    let mut m = vec![0u8; n];
+    s.read_exact(&mut m).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            ProtoError::Handshake {
+                peer: peer.to_string(),
+                reason: "connection closed in the middle of a handshake message".into(),
+            }
+        } else {
+            io_err("handshake with", peer, e)
+        }
+    })?;
+    Ok(Some(m))
+}
+
+impl<S: Stream> Channel<S> {
+    /// Runs the initiator side on an established stream.
+    pub fn client(mut stream: S, key: &ClusterKey, cfg: &Config) -> Result<Self, ProtoError> {
+        let addr = stream.peer_label();
+        stream
+            .set_timeouts(cfg.handshake_timeout)
+            .map_err(|e| io_err("configuring connection to", &addr, e))?;
+        let mut hs = session::handshake_state(key, true)?;
+        let mut buf = [0u8; MAX_HANDSHAKE_MSG];
+        let n = hs
+            .write_message(&[], &mut buf)
+            .map_err(|e| ProtoError::Noise(e.to_string()))?;
+        write_hs(&mut stream, &buf[..n]).map_err(|e| match e.kind() {
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                session::closed_during_handshake(&addr)
+            }
+            _ => io_err("handshake with", &addr, e),
+        })?;
+        let reply = match read_hs(&mut stream, &addr, false) {
+            Ok(Some(m)) => m,
+            Ok(None) => return Err(session::closed_during_handshake(&addr)),
+            Err(ProtoError::Io { source, .. })
+                if source.kind() == io::ErrorKind::ConnectionReset =>
+            {
+                return Err(session::closed_during_handshake(&addr))
+            }
+            Err(e) => return Err(e),
+        };
+        hs.read_message(&reply, &mut buf)
+            .map_err(|_| session::reply_auth_failed(&addr))?;
+        let ts = session::into_transport(hs)?;
+        Self::finish(stream, ts, cfg, addr)
+    }
+
+    /// Runs the responder side on an accepted stream. A refusal is logged as one
+    /// `warn` line and returned as `Err`.
+    pub fn server(stream: S, key: &ClusterKey, cfg: &Config) -> Result<Self, ProtoError> {
+        let addr = stream.peer_label();
+        let r = Self::server_inner(stream, key, cfg, &addr);
+        if let Err(e) = &r {
+            tracing::warn!("refused connection from {addr}: {e}");
+        }
+        r
+    }
+
+    fn server_inner(
+        mut stream: S,
+        key: &ClusterKey,
+        cfg: &Config,
+        addr: &str,
+    ) -> Result<Self, ProtoError> {
+        let addr = addr.to_string();
+        stream
+            .set_timeouts(cfg.handshake_timeout)
+            .map_err(|e| io_err("configuring connection from", &addr, e))?;
+        let mut hs = session::handshake_state(key, false)?;
+        let first = match read_hs(&mut stream, &addr, true) {
+            Ok(Some(m)) => m,
+            Ok(None) => {
+                return Err(ProtoError::Handshake {
+                    peer: addr,
+                    reason: "connection closed before the handshake".into(),
+                })
+            }
+            Err(e) => {
+                stream.shutdown_both();
+                return Err(e);
+            }
+        };
+        let mut buf = [0u8; MAX_HANDSHAKE_MSG];
+        if hs.read_message(&first, &mut buf).is_err() {
+            stream.shutdown_both();
+            return Err(ProtoError::AuthFailed { peer: addr });
+        }
+        let n = hs
+            .write_message(&[], &mut buf)
+            .map_err(|e| ProtoError::Noise(e.to_string()))?;
+        write_hs(&mut stream, &buf[..n]).map_err(|e| io_err("handshake with", &addr, e))?;
+        let ts = session::into_transport(hs)?;
+        Self::finish(stream, ts, cfg, addr)
+    }
+
+    /// Both sides: send our `Hello`, read and check the peer's.
+    fn finish(
+        stream: S,
+        ts: Arc<snow::StatelessTransportState>,
+        cfg: &Config,
+        addr: String,
+    ) -> Result<Self, ProtoError> {
+        let stream2 = stream
+            .try_clone_stream()
+            .map_err(|e| io_err("duplicating the connection to", &addr, e))?;
+        let provisional = Arc::new(PeerInfo {
+            node: addr.clone(),
+            addr: addr.clone(),
+            version: 0,
+            features: 0,
+            hello: cfg.hello(),
+        });
+        let mut tx = Sender {
+            stream,
+            sealer: Sealer::new(ts.clone(), cfg.max_message_size),
+            peer: provisional.clone(),
+        };
+        let mut rx = Receiver {
+            stream: stream2,
+            opener: Opener::new(ts, cfg.max_message_size, addr.clone()),
+            peer: provisional,
+        };
+        tx.send(&Msg::Hello(cfg.hello()))?;
+        let frame = rx.recv_frame()?;
+        match session::check_hello(cfg, &addr, &frame) {
+            HelloOutcome::Ok(info) => {
+                let info = Arc::new(info);
+                rx.opener.peer = info.node.clone();
+                tx.peer = info.clone();
+                rx.peer = info;
+                tx.stream
+                    .set_timeouts(None)
+                    .map_err(|e| io_err("configuring connection to", &addr, e))?;
+                Ok(Channel { tx, rx })
+            }
+            HelloOutcome::Refuse(msg, err) => {
+                let _ = tx.send(&msg);
+                tx.stream.shutdown_both();
+                Err(err)
+            }
+            HelloOutcome::Fail(err) => {
+                tx.stream.shutdown_both();
+                Err(err)
+            }
+        }
+    }
+
+    /// The peer, as established by the handshake and `Hello`.
+    pub fn peer(&self) -> &PeerInfo {
+        &self.tx.peer
+    }
+
+    /// The underlying stream (e.g. to set timeouts).
+    pub fn stream(&self) -> &S {
+        &self.tx.stream
+    }
+
+    /// Sends a message and flushes.
+    pub fn send(&mut self, msg: &Msg) -> Result<(), ProtoError> {
+        self.tx.send(msg)
+    }
+
+    /// Sends a message followed by raw attachment bytes, gathered from `attachment`
+    /// without an intermediate copy, and flushes.
+    pub fn send_with(&mut self, msg: &Msg, attachment: &[&[u8]]) -> Result<(), ProtoError> {
+        self.tx.send_with(msg, attachment)
+    }
+
+    /// Like [`Self::send_with`] but without flushing: small messages are batched until
+    /// [`Self::flush`] (or until about 1 MiB of records is ready).
+    pub fn queue(&mut self, msg: &Msg, attachment: &[&[u8]]) -> Result<(), ProtoError> {
+        self.tx.queue(msg, attachment)
+    }
+
+    pub fn flush(&mut self) -> Result<(), ProtoError> {
+        self.tx.flush()
+    }
+
+    /// Sends one raw frame whose body is the concatenation of `parts`, and flushes.
+    pub fn send_frame(&mut self, parts: &[&[u8]]) -> Result<(), ProtoError> {
+        self.tx.send_frame(parts)
+    }
+
+    /// Receives a message that has no attachment.
+    pub fn recv(&mut self) -> Result<Msg, ProtoError> {
+        self.rx.recv()
+    }
+
+    /// Receives a message and its attachment.
+    pub fn recv_with(&mut self) -> Result<Incoming, ProtoError> {
+        self.rx.recv_with()
+    }
+
+    /// Receives one raw frame body.
+    pub fn recv_frame(&mut self) -> Result<Vec<u8>, ProtoError> {
+        self.rx.recv_frame()
+    }
+
+    /// Splits into independently usable halves (e.g. one thread pushes pages while
+    /// another reads fault requests).
+    pub fn split(self) -> (Sender<S>, Receiver<S>) {
+        (self.tx, self.rx)
+    }
+
+    /// Reassembles halves split from the same channel.
+    pub fn unsplit(tx: Sender<S>, rx: Receiver<S>) -> Self {
+        Channel { tx, rx }
+    }
+
+    /// Flushes, then shuts the connection down.
+    pub fn close(mut self) -> Result<(), ProtoError> {
+        let r = self.tx.flush();
+        self.tx.stream.shutdown_both();
+        r
+    }
+}
+
+impl<S: Stream> Sender<S> {
+    pub fn peer(&self) -> &PeerInfo {
+        &self.peer
+    }
+
+    pub fn send(&mut self, msg: &Msg) -> Result<(), ProtoError> {
+        self.send_with(msg, &[])
+    }
+
+    pub fn send_with(&mut self, msg: &Msg, attachment: &[&[u8]]) -> Result<(), ProtoError> {
+        self.queue(msg, attachment)?;
+        self.flush()
+    }
+
+    pub fn queue(&mut self, msg: &Msg, attachment: &[&[u8]]) -> Result<(), ProtoError> {
+        let enc = msg::encode(msg)?;
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + attachment.len());
+        parts.push(&enc);
+        parts.extend_from_slice(attachment);
+        self.write_frame(&parts)
+    }
+
+    pub fn send_frame(&mut self, parts: &[&[u8]]) -> Result<(), ProtoError> {
+        self.write_frame(parts)?;
+        self.flush()
+    }
+
+    fn write_frame(&mut self, parts: &[&[u8]]) -> Result<(), ProtoError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let hdr = self.sealer.frame_header(total)?;
+        for part in std::iter::once(&hdr[..]).chain(parts.iter().copied()) {
+            let mut d = part;
+            loop {
+                if self.sealer.must_drain() {
+                    self.drain()?;
+                }
+                if d.is_empty() {
+                    break;
+                }
+                let n = self.sealer.push(d)?;
+                d = &d[n..];
+            }
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self) -> Result<(), ProtoError> {
+        let out = self.sealer.output();
+        if !out.is_empty() {
+            self.stream
+                .write_all(out)
+                .map_err(|e| io_err("sending to", &self.peer.node, e))?;
+            self.sealer.clear_output();
+        }
+        Ok(())
+    }
+
+    /// Seals the partial record and writes everything out.
+    pub fn flush(&mut self) -> Result<(), ProtoError> {
+        if self.sealer.must_drain() {
+            self.drain()?;
+        }
+        self.sealer.seal_pending()?;
+        self.drain()
+    }
+
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+}
+
+impl<S: Stream> Receiver<S> {
+    pub fn peer(&self) -> &PeerInfo {
+        &self.peer
+    }
+
+    pub fn recv(&mut self) -> Result<Msg, ProtoError> {
+        let f = self.recv_frame()?;
+        msg::decode(&f)
+    }
+
+    pub fn recv_with(&mut self) -> Result<Incoming, ProtoError> {
+        let f = self.recv_frame()?;
+        Incoming::parse(f)
+    }
+
+    pub fn recv_frame(&mut self) -> Result<Vec<u8>, ProtoError> {
+        loop {
+            if let Some(f) = self.opener.next_frame()? {
+                return Ok(f);
+            }
+            let space = self.opener.read_space();
+            match self.stream.read(space) {
+                Ok(0) => return Err(self.opener.eof_error()),
+                Ok(n) => self.opener.filled(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    return Err(self.opener.eof_error())
+                }
+                Err(e) => return Err(io_err("receiving from", &self.opener.peer, e)),
+            }
+        }
+    }
+
+    pub fn stream(&self) -> &S {
+        &self.stream
+    }
+}

@@ -1,0 +1,351 @@
+//! Connection-level tests over loopback TCP.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pmig_proto::blocking::{self, Channel};
+use pmig_proto::{ClusterKey, Config, Msg, ProtoError};
+
+type Res = Result<Channel<TcpStream>, ProtoError>;
+
+fn key(b: u8) -> ClusterKey {
+    ClusterKey::from_bytes([b; 32])
+}
+
+/// Runs a server on an ephemeral port and a client against it; returns both outcomes.
+fn pair(kc: ClusterKey, ks: ClusterKey, cc: Config, cs: Config) -> (Res, Res) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let srv = thread::spawn(move || blocking::accept(&l, &ks, &cs));
+    let cli = blocking::connect(addr, &kc, &cc);
+    (cli, srv.join().unwrap())
+}
+
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+#[test]
+fn good_key_connects() {
+    let (c, s) = pair(key(1), key(1), Config::new("n1"), Config::new("n2"));
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    assert_eq!(c.peer().node, "n2");
+    assert_eq!(s.peer().node, "n1");
+    assert_eq!(c.peer().version, pmig_proto::PROTO_VERSION);
+    for seq in 0..100 {
+        c.send(&Msg::Ping { seq }).unwrap();
+        match s.recv().unwrap() {
+            Msg::Ping { seq } => s.send(&Msg::Pong { seq }).unwrap(),
+            m => panic!("unexpected {m:?}"),
+        }
+        assert_eq!(c.recv().unwrap(), Msg::Pong { seq });
+    }
+    // Batched small messages share records.
+    for seq in 0..1000 {
+        c.queue(&Msg::Ping { seq }, &[]).unwrap();
+    }
+    c.flush().unwrap();
+    for seq in 0..1000 {
+        assert_eq!(s.recv().unwrap(), Msg::Ping { seq });
+    }
+    // Clean close is reported as Closed, not as an error in the middle of data.
+    c.close().unwrap();
+    let e = s.recv().unwrap_err();
+    assert!(matches!(e, ProtoError::Closed { .. }), "{e}");
+    assert!(e.is_disconnect());
+}
+
+#[test]
+fn wrong_key_fails_on_both_sides() {
+    let (c, s) = pair(key(1), key(2), Config::new("n1"), Config::new("n2"));
+    let ce = c.err().expect("client must fail");
+    let se = s.err().expect("server must fail");
+    println!("client: {ce}\nserver: {se}");
+    assert!(matches!(se, ProtoError::AuthFailed { .. }), "{se}");
+    assert!(
+        se.to_string().contains("does not use this cluster's key"),
+        "{se}"
+    );
+    assert!(matches!(ce, ProtoError::Handshake { .. }), "{ce}");
+    assert!(ce.to_string().contains("cluster's key"), "{ce}");
+}
+
+#[test]
+fn unauthenticated_garbage_is_refused() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let mut cfg = Config::new("srv");
+    cfg.handshake_timeout = Some(Duration::from_millis(500));
+    let srv = thread::spawn(move || {
+        let mut results = Vec::new();
+        for _ in 0..6 {
+            results.push(blocking::accept(&l, &key(9), &cfg).map(|_| ()));
+        }
+        results
+    });
+    let garbage: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(), // huge length prefix
+        {
+            // Plausible length, random content.
+            let mut v = vec![0, 48];
+            v.extend(data(48, 7));
+            v
+        },
+        vec![0, 0],     // zero length
+        vec![0],        // truncated prefix, then close
+        vec![0, 48, 1], // truncated message, then close
+    ];
+    for g in &garbage {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let _ = s.write_all(g);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        // The server closes without sending anything readable as a handshake reply.
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        assert!(buf.is_empty(), "server answered garbage with {buf:?}");
+    }
+    // A silent client is dropped after the handshake timeout.
+    let silent = TcpStream::connect(addr).unwrap();
+    let t0 = Instant::now();
+    let results = srv.join().unwrap();
+    drop(silent);
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    for r in &results {
+        let e = r.as_ref().map(|_| ()).expect_err("garbage must be refused");
+        println!("refused: {e}");
+    }
+    assert!(results[0]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("not a pmig client"));
+    assert!(matches!(results[1], Err(ProtoError::AuthFailed { .. })));
+    assert!(results[5]
+        .as_ref()
+        .unwrap_err()
+        .to_string()
+        .contains("timed out"));
+}
+
+#[test]
+fn garbage_after_handshake_is_an_error_not_a_panic() {
+    for (i, junk) in [
+        data(100_000, 3),
+        vec![0, 16],          // record too short to carry data
+        vec![0, 17, 1, 2, 3], // truncated record
+        vec![0xff],           // truncated record header
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (c, s) = pair(key(1), key(1), Config::new("a"), Config::new("b"));
+        let (c, mut s) = (c.unwrap(), s.unwrap());
+        let mut raw = c.stream().try_clone().unwrap();
+        raw.write_all(&junk).unwrap();
+        raw.shutdown(std::net::Shutdown::Write).unwrap();
+        let e = s.recv().unwrap_err();
+        println!("case {i}: {e}");
+        match i {
+            0 => assert!(matches!(e, ProtoError::Decrypt { .. }), "{e}"),
+            1 => assert!(matches!(e, ProtoError::BadFrame { .. }), "{e}"),
+            _ => assert!(matches!(e, ProtoError::Truncated { .. }), "{e}"),
+        }
+    }
+}
+
+#[test]
+fn version_mismatch_is_refused() {
+    let mut newer = Config::new("n2");
+    newer.proto_version = 3;
+    newer.min_version = 3;
+    let (c, s) = pair(key(1), key(1), Config::new("n1"), newer);
+    let ce = c.err().expect("client must refuse");
+    let se = s.err().expect("server must refuse");
+    println!("client: {ce}\nserver: {se}");
+    assert!(matches!(ce, ProtoError::VersionMismatch { .. }));
+    assert!(
+        ce.to_string()
+            .starts_with("peer n2 speaks protocol version 3, this node speaks 1"),
+        "{ce}"
+    );
+    assert!(se
+        .to_string()
+        .starts_with("peer n1 speaks protocol version 1, this node speaks 3"));
+
+    // Overlapping ranges negotiate the lower version.
+    let mut newer = Config::new("n2");
+    newer.proto_version = 3;
+    let (c, s) = pair(key(1), key(1), Config::new("n1"), newer);
+    assert_eq!(c.unwrap().peer().version, 1);
+    assert_eq!(s.unwrap().peer().version, 1);
+}
+
+#[test]
+fn large_payload_round_trips() {
+    let (c, s) = pair(key(5), key(5), Config::new("src"), Config::new("dst"));
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    let payload = data(64 << 20, 11);
+    let expect = payload.clone();
+    let t = thread::spawn(move || {
+        // Attachment split into odd-sized pieces, gathered without copying.
+        let (a, b) = payload.split_at(12345);
+        c.send_with(&Msg::Ping { seq: 42 }, &[a, b]).unwrap();
+        c.send_frame(&[&payload[..1_000_001]]).unwrap();
+        c.send(&Msg::Pong { seq: 1 }).unwrap();
+        c
+    });
+    let inc = s.recv_with().unwrap();
+    assert_eq!(inc.msg, Msg::Ping { seq: 42 });
+    assert!(inc.attachment() == &expect[..], "64 MiB attachment differs");
+    let f = s.recv_frame().unwrap();
+    assert!(f == expect[..1_000_001]);
+    assert_eq!(s.recv().unwrap(), Msg::Pong { seq: 1 });
+    t.join().unwrap();
+}
+
+#[test]
+fn oversized_frames_are_refused() {
+    let mut small = Config::new("dst");
+    small.max_message_size = 1000;
+    let (c, s) = pair(key(5), key(5), Config::new("src"), small);
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    c.send_frame(&[&[0u8; 2000]]).unwrap();
+    let e = s.recv_frame().unwrap_err();
+    assert!(e.to_string().contains("exceeds the limit of 1000"), "{e}");
+    // The sender checks its own limit too.
+    let mut small = Config::new("src");
+    small.max_message_size = 1000;
+    let (c, _s) = pair(key(5), key(5), small, Config::new("dst"));
+    let e = c.unwrap().send_frame(&[&[0u8; 2000]]).unwrap_err();
+    assert!(matches!(e, ProtoError::TooLarge { .. }), "{e}");
+}
+
+#[test]
+fn split_halves_work_full_duplex() {
+    let (c, s) = pair(key(3), key(3), Config::new("a"), Config::new("b"));
+    let (mut ctx, mut crx) = c.unwrap().split();
+    let (mut stx, mut srx) = s.unwrap().split();
+    let bulk = data(8 << 20, 5);
+    let b2 = bulk.clone();
+    // a pushes bulk data while b pings a, at the same time.
+    let pusher = thread::spawn(move || {
+        for _ in 0..4 {
+            ctx.send_with(&Msg::Pong { seq: 0 }, &[&b2]).unwrap();
+        }
+        ctx
+    });
+    let pinger = thread::spawn(move || {
+        for seq in 0..50 {
+            stx.send(&Msg::Ping { seq }).unwrap();
+        }
+        stx
+    });
+    for _ in 0..4 {
+        let inc = srx.recv_with().unwrap();
+        assert!(inc.attachment() == &bulk[..]);
+    }
+    for seq in 0..50 {
+        assert_eq!(crx.recv().unwrap(), Msg::Ping { seq });
+    }
+    pusher.join().unwrap();
+    pinger.join().unwrap();
+}
+
+#[test]
+fn unix_socket_pair() {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let srv = thread::spawn(move || Channel::server(b, &key(4), &Config::new("s")));
+    let mut c = Channel::client(a, &key(4), &Config::new("c")).unwrap();
+    let mut s = srv.join().unwrap().unwrap();
+    c.send(&Msg::Ping { seq: 9 }).unwrap();
+    assert_eq!(s.recv().unwrap(), Msg::Ping { seq: 9 });
+}
+
+/// CPU time (user + system) used by this process so far, in seconds.
+fn cpu_seconds() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a complete `rusage` into the valid pointer we pass.
+    let ru = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Not a timed assertion: measures and prints the throughput of the framed Noise channel
+/// over loopback next to raw TCP on the same machine, in the same run.
+#[test]
+fn loopback_throughput() {
+    // Debug builds run the cipher unoptimized: measure less there.
+    let total: usize = if cfg!(debug_assertions) {
+        64 << 20
+    } else {
+        1 << 30
+    };
+    let chunk = 4 << 20;
+    let buf = data(chunk, 1);
+
+    // Raw TCP.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let rd = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut b = vec![0u8; 1 << 20];
+        let mut n = 0usize;
+        loop {
+            match s.read(&mut b).unwrap() {
+                0 => break n,
+                k => n += k,
+            }
+        }
+    });
+    let mut s = TcpStream::connect(addr).unwrap();
+    let (t0, c0) = (Instant::now(), cpu_seconds());
+    let mut sent = 0;
+    while sent < total {
+        s.write_all(&buf).unwrap();
+        sent += chunk;
+    }
+    drop(s);
+    assert_eq!(rd.join().unwrap(), sent);
+    let raw = sent as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    let raw_cpu = (cpu_seconds() - c0) * 1e9 / sent as f64;
+
+    // Framed Noise channel, 4 MiB frames (as page batches would be).
+    let (c, s) = pair(key(1), key(1), Config::new("a"), Config::new("b"));
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    let frames = total / chunk;
+    let rd = thread::spawn(move || {
+        let mut n = 0;
+        for _ in 0..frames {
+            n += s.recv_with().unwrap().attachment().len();
+        }
+        n
+    });
+    let (t0, c0) = (Instant::now(), cpu_seconds());
+    for i in 0..frames {
+        c.send_with(&Msg::Ping { seq: i as u64 }, &[&buf]).unwrap();
+    }
+    assert_eq!(rd.join().unwrap(), total);
+    let noise = total as f64 / t0.elapsed().as_secs_f64() / 1e6;
+    let noise_cpu = (cpu_seconds() - c0) * 1e9 / total as f64;
+    println!(
+        "loopback throughput ({} MiB, {} build): raw TCP {raw:.0} MB/s ({raw_cpu:.2} CPU-ns/byte), \
+         framed Noise channel {noise:.0} MB/s ({noise_cpu:.2} CPU-ns/byte), {:.2} of raw",
+        total >> 20,
+        if cfg!(debug_assertions) { "debug" } else { "release" },
+        noise / raw
+    );
+}

@@ -1,0 +1,702 @@
+//! Harness for the scenario suite (`tests/scenarios.rs`).
+//!
+//! The scenario programs (`tests/scenarios/*.c` at the workspace root) are
+//! compiled by `build.rs`. Each one sets up some state, prints `READY`, then
+//! answers `check` with `PASS <name>` / `FAIL <name>: why` and exits on `quit`.
+//! The tests drive them, and `pmig dump` / `pmig restore`, through pipes.
+//!
+//! Rules kept here: every wait is bounded (the bounds only guard against
+//! hangs: synchronisation is the READY / check handshake, never a sleep), and
+//! every process a test starts is killed when the test ends, also on failure.
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Where `build.rs` put the compiled scenario programs.
+pub const SCENARIO_DIR: &str = env!("SCENARIO_DIR");
+
+/// Bound on waiting for `READY` from a freshly started scenario.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on one `pmig dump` / the first answer of a restored process.
+pub const PMIG_TIMEOUT: Duration = Duration::from_secs(300);
+/// Bound on one `check` answer of a running scenario.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on a process exiting after `quit` or a kill.
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of a compiled scenario program.
+pub fn scenario(name: &str) -> PathBuf {
+    let p = Path::new(SCENARIO_DIR).join(name);
+    assert!(p.exists(), "scenario program {} was not built", p.display());
+    p
+}
+
+/// The pmig binary: `$PMIG_BIN`, else `target/release/pmig`, else `target/debug/pmig`.
+/// Panics with a clear message when there is none (the tests never skip silently).
+pub fn pmig_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PMIG_BIN") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "PMIG_BIN={} does not exist", p.display());
+        return p;
+    }
+    let mut targets = Vec::new();
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        targets.push(PathBuf::from(t));
+    }
+    // This test binary lives in <target>/<profile>/deps/.
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(t) = exe.parent().and_then(Path::parent).and_then(Path::parent) {
+            targets.push(t.to_path_buf());
+        }
+    }
+    targets.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    for profile in ["release", "debug"] {
+        for t in &targets {
+            let p = t.join(profile).join("pmig");
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    panic!(
+        "no pmig binary found (looked for release/pmig and debug/pmig under {:?}); \
+         build it with `cargo build --release -p pmig-cli` or set PMIG_BIN",
+        targets
+    );
+}
+
+/// Serialises tests that need a lot of memory or that look at the whole
+/// process table. Poisoning (a failed test) does not matter here.
+pub fn serial(lock: &'static Mutex<()>) -> MutexGuard<'static, ()> {
+    lock.lock().unwrap_or_else(|e| e.into_inner())
+}
+pub static HEAVY: Mutex<()> = Mutex::new(());
+pub static PROCESS_TABLE: Mutex<()> = Mutex::new(());
+
+/// Make the child inherit only fds 0, 1 and 2: whatever else the test runner
+/// inherited (a CI's or a job server's pipes) would otherwise end up in the
+/// scenario and be taken for its own state.
+pub fn only_stdio(cmd: &mut Command) -> &mut Command {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range is async-signal-safe; marking fds close-on-exec (rather
+    // than closing them) keeps std's exec-error pipe working until the exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// waiting with bounds
+
+fn poll_fd(fd: i32, events: i16, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    loop {
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(r > 0);
+    }
+}
+
+/// Wait for a child to exit, at most `timeout`. `None` on timeout.
+pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    if let Ok(Some(st)) = child.try_wait() {
+        return Some(st);
+    }
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) } as i32;
+    if pidfd >= 0 {
+        let ready = poll_fd(pidfd, libc::POLLIN, timeout);
+        unsafe { libc::close(pidfd) };
+        if let Ok(true) = ready {
+            return child.wait().ok();
+        }
+        return child.try_wait().ok().flatten();
+    }
+    // No pidfd: poll try_wait, still bounded.
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// Reads lines from a pipe with a deadline.
+pub struct LineReader {
+    pipe: ChildStdout,
+    buf: Vec<u8>,
+    eof: bool,
+}
+
+impl LineReader {
+    pub fn new(pipe: ChildStdout) -> Self {
+        LineReader {
+            pipe,
+            buf: Vec::new(),
+            eof: false,
+        }
+    }
+
+    /// `Ok(Some(line))` without the newline, `Ok(None)` at EOF, `Err` on timeout.
+    pub fn read_line(&mut self, timeout: Duration) -> Result<Option<String>, String> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Ok(Some(String::from_utf8_lossy(&line[..pos]).into_owned()));
+            }
+            if self.eof {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                let line = std::mem::take(&mut self.buf);
+                return Ok(Some(String::from_utf8_lossy(&line).into_owned()));
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Err(format!(
+                    "no line within {timeout:?} (partial: {:?})",
+                    String::from_utf8_lossy(&self.buf)
+                ));
+            }
+            match poll_fd(self.pipe.as_raw_fd(), libc::POLLIN, end - now) {
+                Ok(false) => continue,
+                Ok(true) => {}
+                Err(e) => return Err(format!("poll: {e}")),
+            }
+            let mut tmp = [0u8; 4096];
+            match self.pipe.read(&mut tmp) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+    }
+
+    /// Everything until EOF (bounded).
+    pub fn read_to_end(&mut self, timeout: Duration) -> Result<String, String> {
+        let mut all = String::new();
+        let end = Instant::now() + timeout;
+        while let Some(l) = self.read_line(end.saturating_duration_since(Instant::now()))? {
+            all.push_str(&l);
+            all.push('\n');
+        }
+        Ok(all)
+    }
+}
+
+/// Bytes read from a pipe by a background thread, and whether it hit EOF.
+#[derive(Clone, Default)]
+pub struct Collected(Arc<(Mutex<Received>, Condvar)>);
+
+/// Bytes so far, and whether the pipe reached EOF.
+type Received = (Vec<u8>, bool);
+
+impl Collected {
+    /// What has arrived so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0 .0.lock().unwrap().0).into_owned()
+    }
+    /// Everything, once the pipe is closed (or what arrived within `timeout`).
+    pub fn text_at_eof(&self, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        let mut g = self.0 .0.lock().unwrap();
+        while !g.1 {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            g = self.0 .1.wait_timeout(g, end - now).unwrap().0;
+        }
+        String::from_utf8_lossy(&g.0).into_owned()
+    }
+}
+
+fn collect<R: Read + Send + 'static>(mut r: R) -> Collected {
+    let c = Collected::default();
+    let c2 = c.clone();
+    std::thread::spawn(move || {
+        let mut tmp = [0u8; 4096];
+        loop {
+            match r.read(&mut tmp) {
+                Ok(0) => break,
+                Ok(n) => c2.0 .0.lock().unwrap().0.extend_from_slice(&tmp[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        c2.0 .0.lock().unwrap().1 = true;
+        c2.0 .1.notify_all();
+    });
+    c
+}
+
+// ---------------------------------------------------------------------------
+// a process we talk to
+
+/// A child with piped stdin/stdout (the protocol) and stderr collected.
+/// Dropping it kills and reaps the child.
+pub struct Proc {
+    pub label: String,
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    out: LineReader,
+    err: Collected,
+    status: Option<ExitStatus>,
+    /// Kill its children too when dropped (pmig restore, tracers).
+    tree: bool,
+}
+
+impl Proc {
+    pub fn spawn(label: &str, mut cmd: Command) -> Proc {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        only_stdio(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("{label}: cannot start {cmd:?}: {e}"));
+        let stdin = child.stdin.take();
+        let out = LineReader::new(child.stdout.take().unwrap());
+        let err = collect(child.stderr.take().unwrap());
+        Proc {
+            label: label.to_string(),
+            child,
+            stdin,
+            out,
+            err,
+            status: None,
+            tree: false,
+        }
+    }
+
+    /// Like `spawn`, for a process whose children (a restored process, a
+    /// traced scenario) must be killed along with it when the test ends.
+    pub fn spawn_tree(label: &str, cmd: Command) -> Proc {
+        let mut p = Proc::spawn(label, cmd);
+        p.tree = true;
+        p
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Stderr so far.
+    pub fn stderr(&self) -> String {
+        self.err.text()
+    }
+
+    /// All of stderr, for use after the process exited (bounded wait for EOF).
+    pub fn stderr_final(&self) -> String {
+        self.err.text_at_eof(Duration::from_secs(10))
+    }
+
+    pub fn send(&mut self, line: &str) {
+        let label = &self.label;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .unwrap_or_else(|| panic!("{label}: stdin already closed"));
+        if let Err(e) = stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|_| stdin.flush())
+        {
+            panic!(
+                "{label}: cannot send {line:?}: {e}; stderr: {}",
+                self.stderr()
+            );
+        }
+    }
+
+    /// Send a line if the process still reads; a closed pipe is not an error.
+    pub fn try_send(&mut self, line: &str) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = stdin
+                .write_all(format!("{line}\n").as_bytes())
+                .and_then(|_| stdin.flush());
+        }
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Next stdout line; panics on EOF or timeout, with stderr in the message.
+    pub fn line(&mut self, timeout: Duration, what: &str) -> String {
+        match self.out.read_line(timeout) {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                let st = wait_timeout(&mut self.child, Duration::from_secs(5));
+                if st.is_some() {
+                    self.status = st;
+                }
+                panic!(
+                    "{}: stdout closed while waiting for {what}; exit: {st:?}; stderr:\n{}",
+                    self.label,
+                    self.stderr()
+                )
+            }
+            Err(e) => panic!(
+                "{}: waiting for {what}: {e}; stderr:\n{}",
+                self.label,
+                self.stderr()
+            ),
+        }
+    }
+
+    pub fn expect_ready(&mut self) {
+        let l = self.line(READY_TIMEOUT, "READY");
+        assert_eq!(
+            l,
+            "READY",
+            "{}: first line {l:?} is not READY; stderr:\n{}",
+            self.label,
+            self.stderr()
+        );
+    }
+
+    /// Send `check` and expect `PASS <name>`.
+    pub fn check(&mut self, name: &str, timeout: Duration) {
+        self.send("check");
+        let l = self.line(timeout, "the answer to check");
+        assert_eq!(
+            l,
+            format!("PASS {name}"),
+            "{}: check failed; stderr:\n{}",
+            self.label,
+            self.stderr()
+        );
+    }
+
+    /// Wait for exit (bounded); panics on timeout after killing it.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        if let Some(st) = self.status {
+            return st;
+        }
+        match wait_timeout(&mut self.child, timeout) {
+            Some(st) => {
+                self.status = Some(st);
+                st
+            }
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{}: did not exit within {timeout:?}; stderr:\n{}",
+                    self.label,
+                    self.stderr()
+                );
+            }
+        }
+    }
+
+    /// `quit`, then expect exit status 0.
+    pub fn quit_ok(&mut self) {
+        self.send("quit");
+        self.close_stdin();
+        let st = self.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st.code(),
+            Some(0),
+            "{}: exit after quit: {st:?}; stderr:\n{}",
+            self.label,
+            self.stderr()
+        );
+    }
+
+    pub fn rest_of_stdout(&mut self) -> String {
+        self.out.read_to_end(EXIT_TIMEOUT).unwrap_or_else(|e| e)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.status.is_none() && self.tree {
+            // Children of a live, unreaped parent: their PIDs cannot have been reused.
+            for kid in children_of(self.pid()) {
+                unsafe { libc::kill(kid, libc::SIGKILL) };
+            }
+        }
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = wait_timeout(&mut self.child, Duration::from_secs(10));
+        }
+    }
+}
+
+/// Spawn a scenario program with `cwd` as its working directory.
+pub fn spawn_scenario(name: &str, args: &[&str], cwd: &Path) -> Proc {
+    let mut cmd = Command::new(scenario(name));
+    cmd.args(args).current_dir(cwd);
+    Proc::spawn(name, cmd)
+}
+
+// ---------------------------------------------------------------------------
+// processes that are not our children (restored ones) and other leftovers
+
+fn starttime(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok() // field 22
+}
+
+/// State letter of /proc/PID/stat (R, S, D, T, t, Z, ...), None if gone.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 2..].chars().next()
+}
+
+pub fn proc_status_field(pid: i32, field: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| {
+        l.strip_prefix(field)
+            .and_then(|r| r.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    })
+}
+
+/// Kills, when dropped, the processes registered with it (checked by start
+/// time, so a reused PID is never hit) and removes SysV shm segments.
+#[derive(Default)]
+pub struct Guard {
+    pids: Vec<(i32, u64)>,
+    shm: Vec<i32>,
+}
+
+impl Guard {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn track_pid(&mut self, pid: i32) {
+        if let Some(st) = starttime(pid) {
+            self.pids.push((pid, st));
+        }
+    }
+    pub fn track_shm(&mut self, id: i32) {
+        self.shm.push(id);
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        for &(pid, st) in &self.pids {
+            if starttime(pid) == Some(st) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        for &id in &self.shm {
+            unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// running pmig
+
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `pmig ARGS` to completion (bounded), stdin from /dev/null.
+pub fn pmig(args: &[&str], timeout: Duration) -> Output {
+    let bin = pmig_bin();
+    let mut child = only_stdio(&mut Command::new(&bin))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    let out = collect(child.stdout.take().unwrap());
+    let err = collect(child.stderr.take().unwrap());
+    let status = match wait_timeout(&mut child, timeout) {
+        Some(st) => st,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "pmig {args:?} did not finish within {timeout:?}; stderr:\n{}",
+                err.text()
+            );
+        }
+    };
+    let stdout = out.text_at_eof(Duration::from_secs(10));
+    let stderr = err.text_at_eof(Duration::from_secs(10));
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// `pmig dump` that must succeed.
+pub fn dump_ok(pid: i32, dir: &Path, leave_running: bool) {
+    std::fs::create_dir_all(dir).unwrap();
+    let pid_s = pid.to_string();
+    let mut args = vec!["dump", "--pid", &pid_s, "--dir", dir.to_str().unwrap()];
+    if leave_running {
+        args.push("--leave-running");
+    }
+    let o = pmig(&args, PMIG_TIMEOUT);
+    assert!(
+        o.status.success(),
+        "pmig {args:?} failed ({:?}); stderr:\n{}",
+        o.status,
+        o.stderr
+    );
+    for f in ["manifest.pmig", "parts.pmig", "pages.pmig"] {
+        assert!(
+            dir.join(f).is_file(),
+            "pmig dump succeeded but {} has no {f}",
+            dir.display()
+        );
+    }
+}
+
+/// Start `pmig restore --dir DIR --pidfile PIDFILE` (not detached): its stdio
+/// becomes the restored process's stdio.
+pub fn spawn_restore(label: &str, dir: &Path, pidfile: &Path, cwd: &Path) -> Proc {
+    let mut cmd = Command::new(pmig_bin());
+    cmd.args(["restore", "--dir"])
+        .arg(dir)
+        .arg("--pidfile")
+        .arg(pidfile)
+        .current_dir(cwd);
+    Proc::spawn_tree(label, cmd)
+}
+
+/// PID of the process a running (not detached) `pmig restore` recreated: its
+/// one child. Race-free once the restored process has answered a `check`
+/// (the pidfile, by contrast, may be written just after the process resumes).
+pub fn restored_pid(restore: &Proc) -> i32 {
+    let kids = children_of(restore.pid());
+    assert_eq!(
+        kids.len(),
+        1,
+        "{}: pmig restore (pid {}) should have exactly one child, the restored process; has {kids:?}; stderr:\n{}",
+        restore.label,
+        restore.pid(),
+        restore.stderr()
+    );
+    kids[0]
+}
+
+/// Contents of a `--pidfile`; use once `pmig restore` has exited (or surely
+/// written it).
+pub fn read_pidfile(path: &Path, restore: &Proc) -> i32 {
+    let s = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{}: pidfile {} is not there: {e}; stderr:\n{}",
+            restore.label,
+            path.display(),
+            restore.stderr()
+        )
+    });
+    s.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{}: pidfile holds {s:?}", restore.label))
+}
+
+/// Assert that a failed pmig command printed exactly one line `pmig: ...` on
+/// stderr, mentioning one of `keywords` (case-insensitive).
+pub fn assert_one_line_error(what: &str, o: &Output, keywords: &[&str]) {
+    let lines: Vec<&str> = o.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{what}: stderr should be one line, got:\n{}",
+        o.stderr
+    );
+    assert!(
+        lines[0].starts_with("pmig: "),
+        "{what}: error line does not start with 'pmig: ': {:?}",
+        lines[0]
+    );
+    let low = lines[0].to_lowercase();
+    assert!(
+        keywords.iter().any(|k| low.contains(&k.to_lowercase())),
+        "{what}: error line {:?} mentions none of {keywords:?}",
+        lines[0]
+    );
+}
+
+/// PIDs of all processes whose comm is `comm`.
+pub fn pids_with_comm(comm: &str) -> Vec<i32> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            if let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() {
+                if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                    if c.trim_end() == comm {
+                        v.push(pid);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Children of `pid` (from /proc/PID/task/*/children).
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let mut v = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in rd.flatten() {
+            if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+                v.extend(s.split_whitespace().filter_map(|x| x.parse::<i32>().ok()));
+            }
+        }
+    }
+    v
+}
+
+/// A fresh temporary directory with `work/` (the scenario's cwd).
+pub struct Dirs {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Dirs {
+    pub fn new(name: &str) -> Dirs {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("pmig-scn-{name}-"))
+            .tempdir()
+            .unwrap();
+        std::fs::create_dir(tmp.path().join("work")).unwrap();
+        Dirs { tmp }
+    }
+    pub fn path(&self, sub: &str) -> PathBuf {
+        self.tmp.path().join(sub)
+    }
+    pub fn work(&self) -> PathBuf {
+        self.path("work")
+    }
+}

@@ -1,0 +1,516 @@
+//! Scenario suite for issue 2: each C program in tests/scenarios/ holds one
+//! kind of state and checks it itself; these tests dump and restore it.
+//!
+//! Needs the pmig binary: `$PMIG_BIN`, else target/release/pmig, else
+//! target/debug/pmig (build it first: `cargo build --release -p pmig-cli`).
+//! Needs root (ptrace, clone3 set_tid), like pmig itself.
+
+use pmig_tests::*;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::MutexGuard;
+
+fn heavy(yes: bool) -> Option<MutexGuard<'static, ()>> {
+    yes.then(|| serial(&HEAVY))
+}
+
+/// The process must be running normally: not stopped, not a zombie, not traced.
+fn assert_running_untraced(what: &str, pid: i32) {
+    let st = proc_state(pid);
+    assert!(
+        matches!(st, Some('R' | 'S' | 'D')),
+        "{what}: process {pid} is in state {st:?}, want running or sleeping"
+    );
+    let tracer = proc_status_field(pid, "TracerPid");
+    assert_eq!(
+        tracer.as_deref(),
+        Some("0"),
+        "{what}: process {pid} is still traced"
+    );
+}
+
+/// Dump (the process is killed), restore, check; dump the restored process,
+/// restore it again, check, quit: `pmig restore` must exit 0.
+fn migrate_twice(name: &str, args: &[&str]) {
+    let d = Dirs::new(name);
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario(name, args, &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+
+    dump_ok(pid, &d.path("img1"), false);
+    let st = orig.wait(EXIT_TIMEOUT);
+    assert_eq!(
+        st.signal(),
+        Some(libc::SIGKILL),
+        "{name}: after pmig dump the original should be SIGKILLed, got {st:?}"
+    );
+
+    let mut r1 = spawn_restore(
+        &format!("{name} (restore #1)"),
+        &d.path("img1"),
+        &d.path("pid1"),
+        d.tmp.path(),
+    );
+    r1.check(name, PMIG_TIMEOUT);
+    let pid1 = restored_pid(&r1);
+    guard.track_pid(pid1);
+
+    dump_ok(pid1, &d.path("img2"), false);
+    let st1 = r1.wait(EXIT_TIMEOUT);
+    let rest1 = r1.rest_of_stdout();
+    let pidfile1 = read_pidfile(&d.path("pid1"), &r1);
+
+    let mut r2 = spawn_restore(
+        &format!("{name} (restore #2)"),
+        &d.path("img2"),
+        &d.path("pid2"),
+        d.tmp.path(),
+    );
+    r2.check(name, PMIG_TIMEOUT);
+    let pid2 = restored_pid(&r2);
+    guard.track_pid(pid2);
+    r2.check(name, CHECK_TIMEOUT);
+    r2.quit_ok();
+    let rest2 = r2.rest_of_stdout();
+    let pidfile2 = read_pidfile(&d.path("pid2"), &r2);
+
+    // Contract details, checked last so a failure here does not hide the above.
+    assert_eq!(
+        st1.code(),
+        Some(128 + libc::SIGKILL),
+        "{name}: pmig restore #1 should exit 137 when its process is killed by pmig dump"
+    );
+    assert!(
+        rest1.is_empty(),
+        "{name}: unexpected output from restored process #1: {rest1:?}"
+    );
+    assert!(
+        rest2.is_empty(),
+        "{name}: unexpected output from restored process #2: {rest2:?}"
+    );
+    assert_eq!(
+        pidfile1, pid1,
+        "{name}: pidfile of restore #1 disagrees with the process table"
+    );
+    assert_eq!(
+        pidfile2, pid2,
+        "{name}: pidfile of restore #2 disagrees with the process table"
+    );
+    assert_eq!(
+        pid1, pid,
+        "{name}: restore #1 did not get the original PID {pid}, which was free"
+    );
+    assert_eq!(
+        pid2, pid,
+        "{name}: restore #2 did not get the original PID {pid}, which was free"
+    );
+}
+
+/// Dump with --leave-running: the original must go on unharmed; afterwards
+/// (the original gone) the image must restore and pass too.
+fn leave_running(name: &str, args: &[&str]) {
+    let d = Dirs::new(name);
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario(name, args, &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+
+    dump_ok(pid, &d.path("img"), true);
+    assert_running_untraced(&format!("{name} after dump --leave-running"), pid);
+    orig.check(name, CHECK_TIMEOUT);
+    orig.quit_ok();
+
+    let mut r = spawn_restore(
+        &format!("{name} (restore)"),
+        &d.path("img"),
+        &d.path("pid"),
+        d.tmp.path(),
+    );
+    r.check(name, PMIG_TIMEOUT);
+    let rpid = restored_pid(&r);
+    guard.track_pid(rpid);
+    r.quit_ok();
+    let from_file = read_pidfile(&d.path("pid"), &r);
+    assert_eq!(
+        from_file, rpid,
+        "{name}: pidfile disagrees with the process table"
+    );
+    assert_eq!(
+        rpid, pid,
+        "{name}: restore did not get the original PID {pid}, which was free"
+    );
+}
+
+macro_rules! scenario {
+    ($m:ident, $name:expr, $heavy:expr) => {
+        mod $m {
+            #[test]
+            fn migrate_twice() {
+                let _h = super::heavy($heavy);
+                super::migrate_twice($name, &[]);
+            }
+            #[test]
+            fn leave_running() {
+                let _h = super::heavy($heavy);
+                super::leave_running($name, &[]);
+            }
+        }
+    };
+}
+
+scenario!(basic, "basic", false);
+scenario!(mem, "mem", false);
+scenario!(bigheap, "bigheap", true);
+scenario!(threads, "threads", false);
+scenario!(robust, "robust", false);
+scenario!(signals, "signals", false);
+scenario!(fpu, "fpu", false);
+scenario!(files, "files", false);
+scenario!(rseq, "rseq", false);
+scenario!(timers, "timers", false);
+scenario!(alarm, "alarm", false);
+scenario!(identity, "identity", false);
+
+/// Every scenario passes its own checks (three times) without pmig.
+#[test]
+fn scenarios_pass_without_migration() {
+    let _h = serial(&HEAVY);
+    let list: &[(&str, &[&str])] = &[
+        ("basic", &[]),
+        ("basic", &["pmig-badimg"]),
+        ("mem", &[]),
+        ("bigheap", &[]),
+        ("threads", &[]),
+        ("robust", &[]),
+        ("signals", &[]),
+        ("fpu", &[]),
+        ("files", &[]),
+        ("rseq", &[]),
+        ("timers", &[]),
+        ("alarm", &[]),
+        ("identity", &[]),
+        ("refuse", &["plain"]),
+        ("refuse", &["socket"]),
+        ("refuse", &["child"]),
+        ("refuse", &["iouring"]),
+    ];
+    let mut failures = Vec::new();
+    for &(name, args) in list {
+        let r = std::panic::catch_unwind(|| {
+            let d = Dirs::new(name);
+            let mut p = spawn_scenario(name, args, &d.work());
+            let first = p.line(READY_TIMEOUT, "READY");
+            if first.starts_with("SKIP") {
+                eprintln!("{name} {args:?}: {first}");
+                return;
+            }
+            assert_eq!(
+                first,
+                "READY",
+                "{name}: first line; stderr:\n{}",
+                p.stderr()
+            );
+            for _ in 0..3 {
+                p.check(name, CHECK_TIMEOUT);
+            }
+            p.quit_ok();
+        });
+        if r.is_err() {
+            failures.push(format!("{name} {args:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "scenarios failing without migration: {failures:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// refusals: pmig dump exits 1 with one line naming the resource, and the
+// process goes on unharmed.
+
+fn dump_refused(what: &str, pid: i32, dir: &Path, keywords: &[&str]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let o = pmig(
+        &[
+            "dump",
+            "--pid",
+            &pid.to_string(),
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+        PMIG_TIMEOUT,
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{what}: pmig dump should refuse with exit status 1, got {:?}; stderr:\n{}",
+        o.status,
+        o.stderr
+    );
+    assert_one_line_error(what, &o, keywords);
+}
+
+fn refusal(mode: &str, keywords: &[&str]) {
+    let what = format!("refuse {mode}");
+    let d = Dirs::new(&format!("refuse-{mode}"));
+    let mut p = spawn_scenario("refuse", &[mode], &d.work());
+    let first = p.line(READY_TIMEOUT, "READY");
+    if first.starts_with("SKIP") {
+        eprintln!("{what}: skipped: {first}");
+        return;
+    }
+    assert_eq!(first, "READY", "{what}: stderr:\n{}", p.stderr());
+    p.check("refuse", CHECK_TIMEOUT);
+    dump_refused(&what, p.pid(), &d.path("img"), keywords);
+    assert_running_untraced(&what, p.pid());
+    p.check("refuse", CHECK_TIMEOUT);
+    p.quit_ok();
+}
+
+#[test]
+fn refuse_socket() {
+    refusal("socket", &["socket"]);
+}
+
+#[test]
+fn refuse_child_process() {
+    refusal("child", &["child"]);
+}
+
+#[test]
+fn refuse_io_uring() {
+    refusal("iouring", &["io_uring", "io-uring", "uring"]);
+}
+
+fn on_path(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+        .unwrap_or(false)
+}
+
+/// Already traced: under `strace -o /dev/null` when strace is installed (and
+/// PMIG_TEST_TRACER is not `ptracer`), else under our own ptracer helper.
+#[test]
+fn refuse_already_traced() {
+    let d = Dirs::new("refuse-traced");
+    let mut guard = Guard::new();
+    let use_strace =
+        on_path("strace") && std::env::var("PMIG_TEST_TRACER").as_deref() != Ok("ptracer");
+    let mut cmd = if use_strace {
+        let mut c = Command::new("strace");
+        c.args(["-o", "/dev/null"])
+            .arg(scenario("refuse"))
+            .arg("plain");
+        c
+    } else {
+        let mut c = Command::new(scenario("ptracer"));
+        c.arg(scenario("refuse")).arg("plain");
+        c
+    };
+    cmd.current_dir(d.work());
+    let what = if use_strace {
+        "refuse plain under strace"
+    } else {
+        "refuse plain under ptracer"
+    };
+    let mut p = Proc::spawn_tree(what, cmd);
+    p.expect_ready();
+    let kids = children_of(p.pid());
+    assert_eq!(
+        kids.len(),
+        1,
+        "{what}: tracer {} has children {kids:?}",
+        p.pid()
+    );
+    let pid = kids[0];
+    guard.track_pid(pid);
+    let tracer = p.pid().to_string();
+    assert_eq!(
+        proc_status_field(pid, "TracerPid").as_deref(),
+        Some(tracer.as_str()),
+        "{what}: not traced?"
+    );
+    p.check("refuse", CHECK_TIMEOUT);
+    dump_refused(what, pid, &d.path("img"), &["trace"]);
+    assert_eq!(
+        proc_status_field(pid, "TracerPid").as_deref(),
+        Some(tracer.as_str()),
+        "{what}: tracer changed"
+    );
+    p.check("refuse", CHECK_TIMEOUT);
+    p.quit_ok();
+}
+
+/// Memory shared with another live process (not a child): a SysV shm segment
+/// attached by two unrelated processes. (Shared *file* mappings, including
+/// /dev/shm files, are supported and covered by the mem scenario.)
+#[test]
+fn refuse_sysv_shm_shared_with_other_process() {
+    let d = Dirs::new("refuse-shm");
+    let mut guard = Guard::new();
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, 1 << 20, libc::IPC_CREAT | 0o600) };
+    assert!(id >= 0, "shmget: {}", std::io::Error::last_os_error());
+    guard.track_shm(id);
+    let ids = id.to_string();
+    let mut a = spawn_scenario("refuse", &["sysvshm", &ids, "0"], &d.work());
+    let mut b = spawn_scenario("refuse", &["sysvshm", &ids, "1"], &d.work());
+    a.expect_ready();
+    b.expect_ready();
+    a.check("refuse", CHECK_TIMEOUT);
+    b.check("refuse", CHECK_TIMEOUT);
+    let what = "refuse sysvshm";
+    dump_refused(
+        what,
+        a.pid(),
+        &d.path("img"),
+        &["shm", "shared", "sysv", "ipc"],
+    );
+    assert_running_untraced(what, a.pid());
+    a.check("refuse", CHECK_TIMEOUT);
+    b.check("refuse", CHECK_TIMEOUT);
+    a.quit_ok();
+    b.quit_ok();
+}
+
+// ---------------------------------------------------------------------------
+// bad images: pmig restore exits 1 with one line, and creates no process.
+
+const BADIMG_COMM: &str = "pmig-badimg";
+
+fn bad_image(what: &str, corrupt: impl FnOnce(&Path), keywords: &[&str]) {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("badimg");
+    let mut guard = Guard::new();
+    assert!(
+        pids_with_comm(BADIMG_COMM).is_empty(),
+        "{what}: a {BADIMG_COMM} process is already running"
+    );
+    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    let img = d.path("img");
+    dump_ok(pid, &img, false);
+    orig.wait(EXIT_TIMEOUT);
+    corrupt(&img);
+
+    let pidfile = d.path("pid");
+    let mut r = spawn_restore(what, &img, &pidfile, d.tmp.path());
+    // Were a process created after all, it would answer this and exit at EOF.
+    r.try_send("check");
+    r.close_stdin();
+    let st = r.wait(PMIG_TIMEOUT);
+    let stdout = r.rest_of_stdout();
+    let stderr = r.stderr_final();
+    let leftovers = pids_with_comm(BADIMG_COMM);
+    for &p in &leftovers {
+        guard.track_pid(p);
+    }
+    assert_eq!(
+        st.code(),
+        Some(1),
+        "{what}: pmig restore should fail with exit status 1, got {st:?}; stderr:\n{stderr}"
+    );
+    assert_one_line_error(
+        what,
+        &Output {
+            status: st,
+            stdout: stdout.clone(),
+            stderr,
+        },
+        keywords,
+    );
+    assert!(
+        stdout.is_empty(),
+        "{what}: a restored process answered: {stdout:?}"
+    );
+    assert!(
+        leftovers.is_empty(),
+        "{what}: processes named {BADIMG_COMM} exist after the failed restore: {leftovers:?}"
+    );
+    assert!(
+        !pidfile.exists(),
+        "{what}: pmig restore wrote a pidfile although it failed"
+    );
+}
+
+fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    f(&mut data);
+    std::fs::write(path, data).unwrap();
+}
+
+#[test]
+fn bad_image_truncated_pages() {
+    bad_image(
+        "truncated pages.pmig",
+        |img| {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(img.join("pages.pmig"))
+                .unwrap();
+            let len = f.metadata().unwrap().len();
+            assert!(len > 4096, "pages.pmig is only {len} bytes");
+            f.set_len(len / 2).unwrap();
+        },
+        &["truncat", "corrupt", "short"],
+    );
+}
+
+#[test]
+fn bad_image_flipped_byte_in_pages() {
+    bad_image(
+        "flipped byte in pages.pmig",
+        |img| {
+            edit(&img.join("pages.pmig"), |d| {
+                let i = d.len() / 2 + 123;
+                d[i] ^= 0xff;
+            })
+        },
+        &["corrupt", "checksum"],
+    );
+}
+
+#[test]
+fn bad_image_flipped_byte_in_manifest() {
+    bad_image(
+        "flipped byte in manifest.pmig",
+        |img| {
+            edit(&img.join("manifest.pmig"), |d| {
+                assert!(d.len() > 40, "manifest.pmig is only {} bytes", d.len());
+                let i = 32 + (d.len() - 32) / 2; // in the body, after the fixed header
+                d[i] ^= 0xff;
+            })
+        },
+        &["corrupt", "checksum"],
+    );
+}
+
+#[test]
+fn bad_image_other_version() {
+    bad_image(
+        "manifest.pmig from another major version",
+        |img| {
+            edit(&img.join("manifest.pmig"), |d| {
+                let v = u16::from_le_bytes([d[8], d[9]]).wrapping_add(1);
+                d[8..10].copy_from_slice(&v.to_le_bytes());
+            })
+        },
+        &["version"],
+    );
+}
+
+#[test]
+fn bad_image_other_arch() {
+    bad_image(
+        "manifest.pmig for another architecture",
+        |img| {
+            edit(&img.join("manifest.pmig"), |d| {
+                d[12..16].copy_from_slice(&183u32.to_le_bytes()); // EM_AARCH64
+            })
+        },
+        &["arch"],
+    );
+}

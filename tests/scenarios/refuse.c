@@ -1,0 +1,92 @@
+/* refuse MODE [ARG]: a process holding state that pmig dump must refuse.
+ *   socket          an AF_UNIX datagram socket and an AF_INET TCP socket
+ *   child           a child process (dies with us: PR_SET_PDEATHSIG)
+ *   iouring         an io_uring instance (rings mapped). If io_uring_setup gives
+ *                   ENOSYS, prints "SKIP io_uring: ..." instead of READY and exits 0.
+ *   sysvshm ID SLOT a System V shm segment (made by the harness) attached here
+ *                   and in another, unrelated process; SLOT picks our half.
+ *   plain           nothing special (the tracer test runs it under a tracer)
+ * check verifies the resource is still there and intact. */
+#include "common.h"
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/shm.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+
+static const char *mode;
+static int fd1 = -1, fd2 = -1;
+static pid_t child;
+static char *shm;
+static int slot;
+#define SHM_HALF (512 * 1024)
+
+static int is_sock(int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+static int check(void) {
+    if (!strcmp(mode, "socket")) {
+        CHECK(is_sock(fd1) && is_sock(fd2), "sockets gone");
+    } else if (!strcmp(mode, "child")) {
+        int st;
+        CHECK(waitpid(child, &st, WNOHANG) == 0, "child %d is no longer running", child);
+    } else if (!strcmp(mode, "iouring")) {
+        char link[64] = "";
+        char p[64];
+        snprintf(p, sizeof p, "/proc/self/fd/%d", fd1);
+        CHECK(readlink(p, link, sizeof link - 1) > 0 && strstr(link, "io_uring"), "io_uring fd is '%s'", link);
+    } else if (!strcmp(mode, "sysvshm")) {
+        long bad = scn_verify(shm + (size_t)slot * SHM_HALF, SHM_HALF, 50 + (uint64_t)slot);
+        CHECK(bad < 0, "shm slot %d word %ld", slot, bad);
+        struct shmid_ds ds;
+        CHECK(shmctl(fd1, IPC_STAT, &ds) == 0, "IPC_STAT");
+        CHECK(ds.shm_nattch >= 2, "shm segment has %lu attaches, want >= 2", (unsigned long)ds.shm_nattch);
+    }
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    scn_name = "refuse";
+    if (argc < 2) scn_die("usage: refuse MODE [ARGS]");
+    mode = argv[1];
+    if (!strcmp(mode, "socket")) {
+        fd1 = socket(AF_UNIX, SOCK_DGRAM, 0);
+        fd2 = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd1 < 0 || fd2 < 0) scn_die("socket");
+    } else if (!strcmp(mode, "child")) {
+        pid_t parent = getpid();
+        child = fork();
+        if (child < 0) scn_die("fork");
+        if (child == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent) _exit(0);
+            for (;;) pause();
+        }
+    } else if (!strcmp(mode, "iouring")) {
+        uint32_t params[30] = {0};   /* struct io_uring_params is 120 bytes */
+        fd1 = (int)syscall(425 /* io_uring_setup */, 4, params);
+        if (fd1 < 0 && errno == ENOSYS) {
+            scn_puts("SKIP io_uring: io_uring_setup returned ENOSYS (not in this kernel)\n");
+            return 0;
+        }
+        if (fd1 < 0) scn_die("io_uring_setup");
+        /* map the SQ ring: sq_off.array (params[10+6]) + entries * 4 */
+        size_t sq_len = params[16] + params[0] * 4;
+        if (mmap(NULL, sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd1, 0) == MAP_FAILED) scn_die("mmap sq ring");
+    } else if (!strcmp(mode, "sysvshm")) {
+        if (argc < 4) scn_die("usage: refuse sysvshm SHMID SLOT");
+        fd1 = atoi(argv[2]);
+        slot = atoi(argv[3]) & 1;
+        shm = shmat(fd1, NULL, 0);
+        if (shm == (void *)-1) scn_die("shmat %d", fd1);
+        scn_fill(shm + (size_t)slot * SHM_HALF, SHM_HALF, 50 + (uint64_t)slot);
+    } else if (strcmp(mode, "plain")) {
+        scn_die("unknown mode %s", mode);
+    }
+    scn_run(check, NULL);
+}
