@@ -1,11 +1,11 @@
 //! `pmig bench engine`: dump and restore throughput against their limits.
 //!
 //! For each size, each repetition measures, back to back:
-//! 1. raw write bandwidth of the image directory (8 MiB writes of random
-//!    data into a new file, no fsync — the same way the dump writes);
-//! 2. a dump of the `dirtier` workload holding that much touched memory
-//!    (the process is stopped from the freeze until the image is written and
-//!    verified);
+//! 1. with the `dirtier` workload holding that much touched memory, the raw
+//!    write bandwidth of the image directory (8 MiB writes of random data
+//!    into a new file, no fsync — the same way the dump writes);
+//! 2. right after, a dump of that workload (the process is stopped from the
+//!    freeze until the image is written and verified);
 //! 3. first-touch bandwidth of fresh anonymous memory (fill a new mapping);
 //! 4. a restore of that image (from the command's start to the process
 //!    running again, checksum verification included).
@@ -129,6 +129,7 @@ fn kill_and_wait(pid: i32) {
 }
 
 struct One {
+    disk_gbps: f64,
     page_bytes: f64,
     stopped_ms: f64,
     dump_ms: f64,
@@ -167,6 +168,9 @@ fn one(o: &Options, mib: u64) -> Result<One> {
         )));
     }
     drop(out);
+    // The disk's write bandwidth under the same conditions as the dump:
+    // the workload resident, right before it is dumped.
+    let disk_gbps = disk_write_gbps(&o.dir, mib << 20)?;
     let t = Instant::now();
     let d = Command::new(&o.pmig)
         .args(["dump", "--json", "--pid", &w.id().to_string(), "--dir"])
@@ -216,6 +220,7 @@ fn one(o: &Options, mib: u64) -> Result<One> {
     let _ = std::fs::remove_dir_all(&img);
     sync();
     Ok(One {
+        disk_gbps,
         page_bytes,
         stopped_ms,
         dump_ms,
@@ -235,8 +240,8 @@ pub fn run(o: &Options, progress: &dyn Fn(&str)) -> Result<Vec<Row>> {
         let mut page_bytes = 0.0;
         for rep in 0..o.reps {
             progress(&format!("{mib} MiB, repetition {}/{}", rep + 1, o.reps));
-            let disk_bw = disk_write_gbps(&o.dir, bytes)?;
             let r = one(o, mib)?;
+            let disk_bw = r.disk_gbps;
             let touch_bw = first_touch_gbps(bytes)?;
             page_bytes = r.page_bytes;
             let dbw = r.page_bytes / (r.dump_ms / 1e3) / 1e9;

@@ -6,6 +6,7 @@
 //!   restore side by side.
 
 pub mod check;
+pub mod dirty;
 pub mod dump;
 pub mod error;
 pub mod image;
@@ -14,6 +15,7 @@ pub mod ptrace;
 pub mod resources;
 pub mod restore;
 pub mod sys;
+pub mod uffd;
 
 pub use dump::{dump, DumpOptions, DumpReport};
 pub use error::{EngineError, Result};
