@@ -124,6 +124,14 @@ impl DirtyTracker {
         Ok(out)
     }
 
+    /// Is the page at `addr` in a range whose writes are tracked?
+    pub fn is_tracked(&self, addr: u64) -> bool {
+        self.tracked
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(s, l)| addr < s + l)
+    }
+
     pub fn tracked_bytes(&self) -> u64 {
         self.tracked.values().sum()
     }

@@ -33,7 +33,17 @@ pub struct DumpReport {
 /// parts that run code inside the process first, memory last (after the
 /// scratch page is gone).
 pub fn capture(frozen: &mut Frozen, w: &mut ImageWriter) -> Result<ProcessImage> {
+    capture_filtered(frozen, w, None)
+}
+
+/// [`capture`], saving only the populated pages `filter` accepts.
+pub fn capture_filtered(
+    frozen: &mut Frozen,
+    w: &mut ImageWriter,
+    filter: Option<&dyn Fn(u64) -> bool>,
+) -> Result<ProcessImage> {
     let mut cx = Capture::new(frozen, w.pages());
+    cx.filter = filter;
     let t = Instant::now();
     let lap =
         |what: &str| tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);

@@ -55,3 +55,50 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     Threads::precheck(pid)?;
     Ok(())
 }
+
+#[cfg(test)]
+pub mod tests_support {
+    use super::*;
+    use crate::resources::{files, identity, memory, process, signals, threads, timers};
+
+    /// A process image with nothing in it, for tests of image plumbing.
+    pub fn empty_image() -> ProcessImage {
+        ProcessImage {
+            process: process::ProcessState {
+                pid: 1,
+                comm: "t".into(),
+                cmdline: vec![],
+            },
+            identity: identity::IdentityState {
+                creds: identity::Creds {
+                    uid: [0; 4],
+                    gid: [0; 4],
+                    groups: vec![],
+                    caps: [0; 5],
+                    securebits: 0,
+                    no_new_privs: false,
+                },
+                dumpable: 1,
+                personality: 0,
+                rlimits: vec![],
+            },
+            files: files::FilesState {
+                cwd: "/".into(),
+                umask: 0o22,
+                fds: vec![],
+            },
+            signals: signals::SignalsState {
+                actions: vec![],
+                shared_pending: vec![],
+            },
+            timers: timers::TimersState { itimers: vec![] },
+            threads: threads::ThreadsState { threads: vec![] },
+            memory: memory::MemoryState {
+                vmas: vec![],
+                mm: Default::default(),
+                vdso: None,
+                vdso_text: None,
+            },
+        }
+    }
+}

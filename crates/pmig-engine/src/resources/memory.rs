@@ -63,6 +63,10 @@ pub struct Vma {
     /// For reports: the path or [heap]/[stack]/[anon:name].
     pub name: String,
     pub runs: Vec<Run>,
+    /// Every populated page range at capture time, saved or not (a filtered
+    /// capture saves only some; the destination drops pages it holds that
+    /// are no longer populated here).
+    pub present: Vec<(u64, u64)>,
 }
 
 impl Vma {
@@ -320,6 +324,41 @@ impl PageCopier<'_> {
     }
 }
 
+/// Every populated page range a dump of `pid` would save, now (the process
+/// may be running: this is a snapshot for pre-copy rounds).
+pub fn saveable_ranges(pid: pid_t) -> Result<Vec<(u64, u64)>> {
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
+        .ctx(|| format!("open /proc/{pid}/pagemap"))?;
+    let mut out = Vec::new();
+    for m in procfs::maps(pid)? {
+        if m.path.starts_with("[vvar") || m.path == "[vdso]" {
+            continue;
+        }
+        if let Some(b) = classify(pid, &m)? {
+            out.extend(page_runs(&pagemap, m.start, m.end, b)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The pages of `runs` that `keep` accepts, as runs.
+pub fn filter_runs(runs: &[(u64, u64)], keep: &dyn Fn(u64) -> bool) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(a, l) in runs {
+        let mut p = a;
+        while p < a + l {
+            if keep(p) {
+                match out.last_mut() {
+                    Some((s, n)) if *s + *n == p => *n += PAGE,
+                    _ => out.push((p, PAGE)),
+                }
+            }
+            p += PAGE;
+        }
+    }
+    out
+}
+
 impl Resource for Memory {
     const PART: &'static str = "memory";
     type State = MemoryState;
@@ -355,6 +394,7 @@ impl Resource for Memory {
             empty: empty_rx,
             _p: Default::default(),
         };
+        let filter = cx.filter;
         let pages = &mut *cx.pages;
         let mut vmas = Vec::new();
         let mut vdso_lo = None;
@@ -405,8 +445,14 @@ impl Resource for Memory {
                         locked,
                         name: m.path.clone(),
                         runs: Vec::new(),
+                        present: Vec::new(),
                     };
-                    let runs = page_runs(&pagemap, m.start, m.end, backing)?;
+                    let present = page_runs(&pagemap, m.start, m.end, backing)?;
+                    let runs = match filter {
+                        Some(keep) => filter_runs(&present, keep),
+                        None => present.clone(),
+                    };
+                    vma.present = present;
                     copier.save(&mut vma, &runs)?;
                     vmas.push(vma);
                 }

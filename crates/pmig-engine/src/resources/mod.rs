@@ -54,6 +54,9 @@ pub struct Capture<'a> {
     pub pid: pid_t,
     pub frozen: &'a mut Frozen,
     pub pages: &'a mut PagesWriter,
+    /// Which populated pages to save (all when None): pre-copy saves at the
+    /// stop only the pages written since they were last sent.
+    pub filter: Option<&'a dyn Fn(u64) -> bool>,
     scratch: Option<u64>,
 }
 
@@ -65,6 +68,7 @@ impl<'a> Capture<'a> {
             pid: frozen.pid,
             frozen,
             pages,
+            filter: None,
             scratch: None,
         }
     }
