@@ -45,9 +45,18 @@ fn sync() {
     unsafe { libc::sync() };
 }
 
+/// Start a write measurement from a known state: no dirty pages, and the
+/// clean page cache dropped (when we may), so that the raw write and the
+/// dump that follows it meet the same conditions.
+fn settle() {
+    sync();
+    let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");
+}
+
 /// Write `bytes` of random data into a new file in `dir`, 8 MiB at a time.
 pub fn disk_write_gbps(dir: &Path, bytes: u64) -> Result<f64> {
     let path = dir.join(".pmig-bench-raw");
+    settle();
     let mut block = vec![0u8; 8 << 20];
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for c in block.chunks_exact_mut(8) {
@@ -171,6 +180,7 @@ fn one(o: &Options, mib: u64) -> Result<One> {
     // The disk's write bandwidth under the same conditions as the dump:
     // the workload resident, right before it is dumped.
     let disk_gbps = disk_write_gbps(&o.dir, mib << 20)?;
+    settle();
     let t = Instant::now();
     let d = Command::new(&o.pmig)
         .args(["dump", "--json", "--pid", &w.id().to_string(), "--dir"])
