@@ -10,6 +10,7 @@ pub mod dirty;
 pub mod dump;
 pub mod error;
 pub mod image;
+pub mod lazy;
 pub mod pagestore;
 pub mod procfs;
 pub mod ptrace;

@@ -39,13 +39,18 @@ const PTRACE_EVENT_STOP: i32 = 128;
 /// indices from here.
 const CHILD_STEP: u64 = 0xffff_0000;
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Restored {
     pub pid: pid_t,
     pub original_pid: pid_t,
     pub threads: usize,
     pub verify: Duration,
     pub total: Duration,
+    /// Lazy restore: our copy of the process's userfaultfd, through which
+    /// its missing pages must be served (see `lazy::LazyMemory`).
+    pub uffd: Option<OwnedFd>,
+    /// The fd number of the process's own reference to it.
+    pub uffd_fd_in_process: Option<i32>,
 }
 
 pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
@@ -362,7 +367,8 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     })
 }
 
-fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
+/// Restore from decoded parts and a page-data file (already verified).
+pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
     let mut p = prepare(pi, pages, opts)?;
     let original_pid = pi.process.pid;
     map_area(&p.area)?;
@@ -437,8 +443,14 @@ fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Resu
             std::fs::write(pf, format!("{pid}\n"))
                 .ctx(|| format!("write pid file {}", pf.display()))?;
         }
+        let uffd = match p.pf.uffd_fd {
+            Some(fd) => Some(crate::dirty::take_fd(pid, fd)?),
+            None => None,
+        };
         frozen.detach()?;
         Ok(Restored {
+            uffd,
+            uffd_fd_in_process: p.pf.uffd_fd,
             pid,
             original_pid,
             threads: tids.len(),
@@ -508,66 +520,84 @@ fn unregister_inherited_rseq(pid: pid_t) -> Result<()> {
 /// Run the new process until every thread sits on its final int3; returns
 /// the tids by thread index.
 fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
+    // Wait on our own threads only (never waitpid(-1)): the caller may have
+    // other children, such as a daemon's earlier restores.
     let mut by_idx: Vec<Option<pid_t>> = vec![None; n];
-    let mut done = 0;
-    while done < n {
-        let st = match waitpid(None, Some(WaitPidFlag::__WALL)) {
-            Ok(s) => s,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e).ctx(|| "wait for the new process".into()),
-        };
-        match st {
-            WaitStatus::Stopped(tid, nix::sys::signal::Signal::SIGTRAP) => {
-                let r = sys::get_regs(tid.as_raw())?;
-                let idx = r.r15 as usize;
-                if idx >= n || by_idx[idx].is_some() {
-                    return Err(EngineError::Restore(format!(
-                        "unexpected trap in thread {tid}"
+    let mut queue = std::collections::VecDeque::from([pid]);
+    let failed = |what: String| -> EngineError {
+        match read_failure(&p.status_r) {
+            Some(f) => describe_failure(&f, &p.area),
+            None => EngineError::Restore(what),
+        }
+    };
+    while let Some(tid) = queue.pop_front() {
+        let t = Pid::from_raw(tid);
+        loop {
+            let st = match waitpid(t, Some(WaitPidFlag::__WALL)) {
+                Ok(s) => s,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    return Err(e).ctx(|| format!("wait for thread {tid} of the new process"))
+                }
+            };
+            match st {
+                WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP) => {
+                    let r = sys::get_regs(tid)?;
+                    let idx = r.r15 as usize;
+                    if idx >= n || by_idx[idx].is_some() {
+                        return Err(EngineError::Restore(format!(
+                            "unexpected trap in thread {tid}"
+                        )));
+                    }
+                    by_idx[idx] = Some(tid);
+                    break;
+                }
+                WaitStatus::Stopped(_, sig) => {
+                    use nix::sys::signal::Signal::*;
+                    if matches!(sig, SIGSEGV | SIGBUS | SIGILL | SIGFPE) {
+                        // The restorer crashed: say where.
+                        let r = sys::get_regs(tid)?;
+                        let si = ptrace::getsiginfo(t).ok();
+                        // SAFETY: si_addr is valid for these fault signals.
+                        let addr = si.map(|s| unsafe { s.si_addr() } as u64).unwrap_or(0);
+                        let a = &p.area;
+                        let where_ = if r.rip >= a.base && r.rip < a.base + a.code_len {
+                            format!("restorer+{:#x}", r.rip - a.base)
+                        } else {
+                            format!("{:#x}", r.rip)
+                        };
+                        return Err(EngineError::Restore(format!("the restorer crashed with {sig} at {where_}, fault address {addr:#x}, rdi {:#x} (area {:#x}+{:#x})", r.rdi, a.base, a.len)));
+                    }
+                    ptrace::cont(t, Some(sig)).ctx(|| format!("resume thread {tid}"))?;
+                }
+                WaitStatus::PtraceEvent(_, _, ev) => {
+                    if ev == libc::PTRACE_EVENT_CLONE {
+                        let new =
+                            ptrace::getevent(t).ctx(|| format!("new thread of {tid}"))? as pid_t;
+                        queue.push_back(new);
+                    }
+                    // Otherwise: the first stop of a new thread.
+                    ptrace::cont(t, None).ctx(|| format!("resume thread {tid}"))?;
+                }
+                WaitStatus::Exited(_, code) => {
+                    return Err(failed(format!(
+                        "the new process exited with status {code} before it was restored"
                     )));
                 }
-                by_idx[idx] = Some(tid.as_raw());
-                done += 1;
-            }
-            WaitStatus::Stopped(tid, sig) => {
-                use nix::sys::signal::Signal::*;
-                if matches!(sig, SIGSEGV | SIGBUS | SIGILL | SIGFPE) {
-                    // The restorer crashed: say where.
-                    let r = sys::get_regs(tid.as_raw())?;
-                    let si = ptrace::getsiginfo(tid).ok();
-                    // SAFETY: si_addr is valid for these fault signals.
-                    let addr = si.map(|s| unsafe { s.si_addr() } as u64).unwrap_or(0);
-                    let a = &p.area;
-                    let where_ = if r.rip >= a.base && r.rip < a.base + a.code_len {
-                        format!("restorer+{:#x}", r.rip - a.base)
-                    } else {
-                        format!("{:#x}", r.rip)
-                    };
-                    return Err(EngineError::Restore(format!("the restorer crashed with {sig} at {where_}, fault address {addr:#x}, rdi {:#x} (area {:#x}+{:#x})", r.rdi, a.base, a.len)));
-                }
-                ptrace::cont(tid, Some(sig)).ctx(|| format!("resume thread {tid}"))?;
-            }
-            WaitStatus::PtraceEvent(tid, _, _ev) => {
-                // Clone events of the main thread and the first stop of new threads.
-                ptrace::cont(tid, None).ctx(|| format!("resume thread {tid}"))?;
-            }
-            WaitStatus::Exited(t, code) if t.as_raw() == pid => {
-                return Err(match read_failure(&p.status_r) {
-                    Some(f) => describe_failure(&f, &p.area),
-                    None => EngineError::Restore(format!(
-                        "the new process exited with status {code} before it was restored"
-                    )),
-                });
-            }
-            WaitStatus::Signaled(t, sig, _) if t.as_raw() == pid => {
-                return Err(match read_failure(&p.status_r) {
-                    Some(f) => describe_failure(&f, &p.area),
-                    None => EngineError::Restore(format!(
+                WaitStatus::Signaled(_, sig, _) => {
+                    return Err(failed(format!(
                         "the new process was killed by {sig} while being restored"
-                    )),
-                });
+                    )));
+                }
+                _ => {}
             }
-            _ => {}
         }
+    }
+    if by_idx.iter().any(Option::is_none) {
+        return Err(EngineError::Restore(format!(
+            "{} of {n} threads did not come up",
+            by_idx.iter().filter(|t| t.is_none()).count()
+        )));
     }
     let _ = PTRACE_EVENT_STOP;
     let _ = p.status_w;

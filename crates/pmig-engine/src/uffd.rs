@@ -17,6 +17,146 @@ pub const UFFDIO_WRITEPROTECT: u64 = 0xc018_aa06;
 pub const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
 pub const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 pub const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
+pub const UFFDIO_REGISTER_MODE_MISSING: u64 = 1 << 0;
+pub const UFFDIO_WAKE: u64 = 0x8010_aa02;
+pub const UFFDIO_COPY: u64 = 0xc028_aa03;
+pub const UFFDIO_ZEROPAGE: u64 = 0xc020_aa04;
+pub const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 1;
+pub const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
+pub const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
+/// What a post-copy restore asks for: to hear about memory the process
+/// moves (mremap) or releases (madvise, munmap) while pages are owed.
+pub const LAZY_FEATURES: u64 =
+    UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
+pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+pub const UFFD_EVENT_REMAP: u8 = 0x14;
+pub const UFFD_EVENT_REMOVE: u8 = 0x15;
+pub const UFFD_EVENT_UNMAP: u8 = 0x16;
+
+/// Install `data` at `dst` (page aligned) and wake the threads waiting for
+/// it. Returns the bytes installed; pages already present are skipped.
+pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<u64> {
+    let mut done = 0u64;
+    let len = data.len() as u64;
+    // Each round installs at least one page or skips one that exists.
+    for _ in 0..=(len / 4096) {
+        if done >= len {
+            break;
+        }
+        let mut c = [
+            dst + done,
+            data.as_ptr() as u64 + done,
+            len - done,
+            0u64,
+            0u64,
+        ];
+        // SAFETY: UFFDIO_COPY reads len-done bytes from our buffer and
+        // writes the result count into c[4].
+        let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_COPY as _, c.as_mut_ptr()) };
+        let copied = c[4] as i64;
+        if r == 0 {
+            return Ok(len);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Partial copy: go on after what was done.
+            Some(libc::EAGAIN) if copied > 0 => done += copied as u64,
+            // The page exists already (faulted in, or installed twice): skip it.
+            Some(libc::EEXIST) | Some(libc::EAGAIN) => {
+                if copied > 0 {
+                    done += copied as u64;
+                }
+                done += 4096;
+            }
+            // The range is gone (unmapped meanwhile): nothing to install.
+            Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 => return Ok(done),
+            _ => {
+                return Err(crate::error::EngineError::Sys {
+                    what: format!("install pages at {:#x}", dst + done),
+                    source: e,
+                })
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Map the zero page at `dst` (a page the source never had) and wake.
+pub fn zeropage(uffd: &OwnedFd, dst: u64, len: u64) -> Result<()> {
+    let mut z = [dst, len, 0u64, 0u64];
+    // SAFETY: UFFDIO_ZEROPAGE reads the range and writes a count into z[3].
+    let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_ZEROPAGE as _, z.as_mut_ptr()) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::EEXIST) | Some(libc::ENOENT)) {
+            return Err(crate::error::EngineError::Sys {
+                what: format!("map a zero page at {dst:#x}"),
+                source: e,
+            });
+        }
+        wake(uffd, dst, len)?;
+    }
+    Ok(())
+}
+
+pub fn wake(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
+    let mut w = [start, len];
+    ioctl(uffd, UFFDIO_WAKE, w.as_mut_ptr(), || {
+        format!("wake waiters at {start:#x}")
+    })?;
+    Ok(())
+}
+
+/// One event read from a userfaultfd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    Fault { addr: u64, write: bool },
+    Remap { from: u64, to: u64, len: u64 },
+    Remove { start: u64, end: u64 },
+    Unmap { start: u64, end: u64 },
+    Other(u8),
+}
+
+/// Read pending events (non-blocking fd); empty when there are none.
+pub fn read_events(uffd: &OwnedFd, out: &mut Vec<Event>) -> Result<()> {
+    let mut buf = [0u8; 32 * 64];
+    // SAFETY: reading into our buffer.
+    let n = unsafe { libc::read(uffd.as_raw_fd(), buf.as_mut_ptr() as *mut _, buf.len()) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return Ok(());
+        }
+        return Err(crate::error::EngineError::Sys {
+            what: "read userfaultfd events".into(),
+            source: e,
+        });
+    }
+    for m in buf[..n as usize].chunks_exact(32) {
+        let u = |o: usize| u64::from_le_bytes(m[o..o + 8].try_into().unwrap());
+        out.push(match m[0] {
+            UFFD_EVENT_PAGEFAULT => Event::Fault {
+                addr: u(16),
+                write: u(8) & 1 != 0,
+            },
+            UFFD_EVENT_REMAP => Event::Remap {
+                from: u(8),
+                to: u(16),
+                len: u(24),
+            },
+            UFFD_EVENT_REMOVE => Event::Remove {
+                start: u(8),
+                end: u(16),
+            },
+            UFFD_EVENT_UNMAP => Event::Unmap {
+                start: u(8),
+                end: u(16),
+            },
+            e => Event::Other(e),
+        });
+    }
+    Ok(())
+}
 
 pub const PAGEMAP_SCAN: u64 = 0xc060_6610;
 pub const PM_SCAN_WP_MATCHING: u64 = 1 << 0;

@@ -28,6 +28,8 @@ enum op_kind {
 	OP_CLONE_THREAD = 3, /* args: clone flags, set_tid (0 = any), stack low, stack size,
 				op index of the thread's first op, number of its ops */
 	OP_TRAP = 4,         /* args[0] = thread index: r15 = index; int3. Final stop. */
+	OP_SYSCALL_FD = 5,   /* like OP_SYSCALL, the result must be an fd; it is moved
+				to fd number `expect` (close-on-exec) */
 };
 
 /* How the result of OP_SYSCALL is checked. */

@@ -17,6 +17,9 @@
 #define __NR_getpid 39
 #define __NR_exit_group 231
 #define __NR_clone3 435
+#define __NR_close 3
+#define __NR_dup3 292
+#define O_CLOEXEC_ 02000000
 
 static inline s64 sys6(u64 nr, u64 a, u64 b, u64 c, u64 d, u64 e, u64 f)
 {
@@ -173,6 +176,17 @@ static void run_ops(const struct plan *p, u64 first, u64 count)
 				fail(p, i, ret);
 			break;
 		}
+		case OP_SYSCALL_FD:
+			ret = sys6(o->nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+			if (ret < 0)
+				fail(p, i, ret);
+			if ((u64)ret != o->expect) {
+				s64 d = sys6(__NR_dup3, (u64)ret, o->expect, O_CLOEXEC_, 0, 0, 0);
+				sys6(__NR_close, (u64)ret, 0, 0, 0, 0, 0);
+				if (d < 0)
+					fail(p, i, d);
+			}
+			break;
 		case OP_TRAP:
 			__asm__ volatile("mov %0, %%r15\n\tint3" : : "r"(a[0]) : "r15", "memory");
 			/* pmig replaces all registers at this stop; reaching here is a bug. */

@@ -125,6 +125,7 @@ enum Kind {
     PreadFull,
     Clone { thread: usize },
     Trap,
+    SyscallFd { nr: u64, fd: u64 },
 }
 
 #[derive(Clone, Debug)]
@@ -259,6 +260,26 @@ impl PlanBuilder {
         );
     }
 
+    /// A system call on thread `t` whose result, an fd, is moved to fd `fd`.
+    pub fn syscall_to_fd(
+        &mut self,
+        t: ThreadIdx,
+        nr: i64,
+        args: &[Arg],
+        fd: i32,
+        what: impl Into<String>,
+    ) {
+        self.push(
+            t,
+            Kind::SyscallFd {
+                nr: nr as u64,
+                fd: fd as u64,
+            },
+            args,
+            what.into(),
+        );
+    }
+
     /// Read `len` bytes from `fd` at `offset` into `addr`, all of them.
     pub fn pread_full(
         &mut self,
@@ -359,6 +380,11 @@ impl PlanBuilder {
                         r.subst = 0;
                     }
                     Kind::Trap => r.kind = 4,
+                    Kind::SyscallFd { nr, fd } => {
+                        r.kind = 5;
+                        r.nr = *nr;
+                        r.expect = *fd;
+                    }
                 }
                 raw.push(r);
                 descriptions.push(if t == 0 {

@@ -36,6 +36,7 @@ pub fn run(a: Args) -> Result<i32> {
     let opts = pmig_engine::RestoreOptions {
         stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
         pidfile: a.pidfile.clone(),
+        lazy: false,
     };
     let r = pmig_engine::restore(&a.dir, &opts)?;
     if r.pid != r.original_pid {

@@ -79,6 +79,31 @@ impl Vma {
     pub fn bytes_in_image(&self) -> u64 {
         self.runs.iter().map(|r| r.len).sum()
     }
+
+    /// Pages populated at the source but not in the image (post-copy).
+    pub fn owed(&self) -> Vec<(u64, u64)> {
+        let mut have: Vec<(u64, u64)> = self.runs.iter().map(|r| (r.addr, r.len)).collect();
+        have.sort();
+        let mut out = Vec::new();
+        for &(a, l) in &self.present {
+            let mut p = a;
+            while p < a + l {
+                let in_image = have.iter().any(|(s, n)| *s <= p && p < s + n);
+                if !in_image {
+                    match out.last_mut() {
+                        Some((s, n)) if *s + *n == p => *n += PAGE,
+                        _ => out.push((p, PAGE)),
+                    }
+                }
+                p += PAGE;
+            }
+        }
+        out
+    }
+
+    pub fn owes_pages(&self) -> bool {
+        self.present.iter().map(|r| r.1).sum::<u64>() > self.bytes_in_image()
+    }
 }
 
 /// The mm fields set back with PR_SET_MM_MAP.
@@ -448,9 +473,11 @@ impl Resource for Memory {
                         present: Vec::new(),
                     };
                     let present = page_runs(&pagemap, m.start, m.end, backing)?;
+                    // The filter decides only for private anonymous memory:
+                    // file-backed copies and shared memory are always saved.
                     let runs = match filter {
-                        Some(keep) => filter_runs(&present, keep),
-                        None => present.clone(),
+                        Some(keep) if backing == Backing::Anon => filter_runs(&present, keep),
+                        _ => present.clone(),
                     };
                     vma.present = present;
                     copier.save(&mut vma, &runs)?;
@@ -667,6 +694,46 @@ impl Resource for Memory {
                     &[v.start.into(), v.len().into()],
                     Check::None,
                     format!("mlock {:#x}", v.start),
+                );
+            }
+        }
+        if let Some(ufd) = cx.pf.uffd_fd {
+            // Post-copy: the pages of private anonymous memory that are not
+            // in the image come later, through this userfaultfd. The process
+            // keeps a reference so that a dying pmig cannot turn owed pages
+            // into zeros: faults then wait for a new server instead.
+            b.syscall_to_fd(
+                0,
+                libc::SYS_userfaultfd,
+                &[((libc::O_CLOEXEC | libc::O_NONBLOCK) as u64).into()],
+                ufd,
+                "create the userfaultfd for missing pages",
+            );
+            let api = b.data_of(&[crate::uffd::UFFD_API, crate::uffd::LAZY_FEATURES, 0u64]);
+            b.syscall(
+                0,
+                libc::SYS_ioctl,
+                &[ufd.into(), crate::uffd::UFFDIO_API.into(), api.into()],
+                Check::NonNeg,
+                "userfaultfd API",
+            );
+            for v in s
+                .vmas
+                .iter()
+                .filter(|v| v.backing == Backing::Anon && v.owes_pages())
+            {
+                let reg = b.data_of(&[
+                    v.start,
+                    v.len(),
+                    crate::uffd::UFFDIO_REGISTER_MODE_MISSING,
+                    0u64,
+                ]);
+                b.syscall(
+                    0,
+                    libc::SYS_ioctl,
+                    &[ufd.into(), crate::uffd::UFFDIO_REGISTER.into(), reg.into()],
+                    Check::NonNeg,
+                    format!("register {:#x}-{:#x} for missing pages", v.start, v.end),
                 );
             }
         }

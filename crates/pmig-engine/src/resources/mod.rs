@@ -140,6 +140,10 @@ pub struct RestoreOptions {
     pub stdio: [Option<std::path::PathBuf>; 3],
     /// Written with the new pid before the process resumes.
     pub pidfile: Option<std::path::PathBuf>,
+    /// Post-copy: private anonymous memory whose pages are not in the image
+    /// is registered with a userfaultfd; the caller gets it and serves the
+    /// missing pages (see `lazy`).
+    pub lazy: bool,
 }
 
 /// What the new process does, with raw system calls only, between fork and
@@ -162,15 +166,22 @@ pub struct Preflight {
     pub helpers: Vec<i32>,
     owned: Vec<OwnedFd>,
     pub child: ChildSetup,
+    /// Where the restored process keeps its userfaultfd (lazy restore).
+    pub uffd_fd: Option<i32>,
     /// Path → helper fd for mapped files, so each file is opened once.
     pub mapped_files: std::collections::HashMap<String, i32>,
 }
 
 impl Preflight {
     pub fn new(opts: RestoreOptions, max_target_fd: i32) -> Preflight {
+        let base = (max_target_fd + 1).max(64);
+        // In lazy mode the lowest helper number is the userfaultfd the
+        // process keeps while pages are owed.
+        let uffd_fd = opts.lazy.then_some(base);
         Preflight {
+            uffd_fd,
             opts,
-            fd_base: (max_target_fd + 1).max(64),
+            fd_base: if uffd_fd.is_some() { base + 1 } else { base },
             helpers: Vec::new(),
             owned: Vec::new(),
             child: ChildSetup::default(),

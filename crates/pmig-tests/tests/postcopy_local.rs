@@ -1,0 +1,181 @@
+//! Post-copy on one machine, without the network: the source is frozen, the
+//! destination resumes at once with only registers, state and the pages the
+//! restore itself touches; every other page comes later, on fault or pushed
+//! in the background, straight from the frozen source. The workload keeps a
+//! running sum of its memory and verifies it at the end.
+
+use pmig_engine::lazy::{close_in_process, handover_pages, LazyMemory};
+use pmig_engine::ptrace::Frozen;
+use pmig_engine::resources::memory::Backing;
+use pmig_tests::{only_stdio, serial, Guard, HEAVY};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+fn dirtier() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let st = Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root.join("bench/workloads"))
+        .status()
+        .expect("make");
+    assert!(st.success(), "building the workloads failed");
+    root.join("bench/workloads/bin/dirtier")
+}
+
+fn read_src(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    let n = pmig_engine::sys::process_vm_read(pid, addr, &mut b).expect("read the frozen source");
+    assert_eq!(n, len);
+    b
+}
+
+#[test]
+fn postcopy_resumes_first_then_pages_follow() {
+    let _g = serial(&HEAVY);
+    let mut guard = Guard::new();
+    let mut child = only_stdio(&mut Command::new(dirtier()))
+        .args([
+            "--mib",
+            "64",
+            "--dirty-rate",
+            "20000",
+            "--iterations",
+            "40000",
+            "--report-ms",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let src = child.id() as i32;
+    guard.track_pid(src);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("READY"), "workload: {line}");
+
+    // Handover: state and a handful of pages only.
+    let mut frozen = Frozen::freeze(src).unwrap();
+    let keep = handover_pages(&frozen).unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let keep_fn = |p: u64| keep.contains(&p);
+    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
+    pi.write_parts(&mut w).unwrap();
+    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    let anon_sent: u64 = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+        .map(|v| v.bytes_in_image())
+        .sum();
+    assert!(
+        anon_sent < 1 << 20,
+        "the handover sent {anon_sent} bytes of anonymous memory"
+    );
+
+    let outdir = tempfile::tempdir().unwrap();
+    let outfile = outdir.path().join("out.txt");
+    let opts = pmig_engine::RestoreOptions {
+        stdio: [None, Some(outfile.clone()), None],
+        pidfile: None,
+        lazy: true,
+    };
+    let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
+    guard.track_pid(r.pid);
+    let owed: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+        .flat_map(|v| v.owed())
+        .collect();
+    let registered = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
+        .map(|v| (v.start, v.len()))
+        .collect();
+    let owed_pages: u64 = owed.iter().map(|r| r.1 / 4096).sum();
+    assert!(
+        owed_pages >= 16384,
+        "64 MiB must be owed, got {owed_pages} pages"
+    );
+    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Faults first: each one asks for its page, read from the source.
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if lm.wait(20) {
+                    for p in lm.handle_events().unwrap() {
+                        lm.install(p, &read_src(src, p, 4096)).unwrap();
+                    }
+                }
+            }
+        });
+        // The background push, in address order, 64 pages at a time.
+        let list = lm.owed_list();
+        for chunk in list.chunks(64) {
+            let (a, b) = (chunk[0], *chunk.last().unwrap());
+            if b - a == (chunk.len() as u64 - 1) * 4096 {
+                lm.install(a, &read_src(src, a, chunk.len() * 4096))
+                    .unwrap();
+            } else {
+                for &p in chunk {
+                    lm.install(p, &read_src(src, p, 4096)).unwrap();
+                }
+            }
+        }
+        for _ in 0..10_000 {
+            if lm.owed_pages() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(lm.owed_pages(), 0, "pages still owed after the push");
+    let stats = lm.stats();
+    assert_eq!(
+        stats.installed_pages + stats.dropped_pages,
+        owed_pages,
+        "every owed page installed or released: {stats:?}"
+    );
+    lm.finish();
+    close_in_process(r.pid, r.uffd_fd_in_process.unwrap()).unwrap();
+    // The residual dependency has ended: the source can go.
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", r.pid))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .map(|p| p.display().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !fds.iter().any(|f| f.contains("userfaultfd")),
+        "the process still holds a userfaultfd: {fds:?}"
+    );
+
+    let mut status = 0;
+    // SAFETY: waiting for our own child (the restored process).
+    let w = unsafe { libc::waitpid(r.pid, &mut status, 0) };
+    assert_eq!(w, r.pid);
+    let text = std::fs::read_to_string(&outfile).unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "restored workload failed: {text}"
+    );
+    assert!(text.contains("verify=ok"), "workload output: {text}");
+    eprintln!("post-copy: {stats:?}");
+}
