@@ -33,7 +33,7 @@ impl PageStore {
 
     /// Store the pages of [addr, addr + data.len()) (page aligned).
     pub fn put(&mut self, addr: u64, data: &[u8]) -> Result<()> {
-        if addr % PAGE != 0 || data.len() as u64 % PAGE != 0 {
+        if !addr.is_multiple_of(PAGE) || !(data.len() as u64).is_multiple_of(PAGE) {
             return Err(EngineError::Other(format!(
                 "unaligned page data at {addr:#x} ({} bytes)",
                 data.len()
