@@ -198,7 +198,7 @@ mod tests {
         let mut t = DirtyTracker::attach(c.id() as i32).unwrap();
         let _ = t.scan().unwrap(); // settle: first scan after attach
         let mut stdin = c.stdin.take().unwrap();
-        let idx = ((page0 - base) / 4096 + 5); // page index 5 within aligned part
+        let idx = (page0 - base) / 4096 + 5; // page index 5 within aligned part
         writeln!(stdin, "{}", idx).unwrap();
         line.clear();
         out.read_line(&mut line).unwrap();
