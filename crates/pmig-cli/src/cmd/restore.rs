@@ -30,13 +30,18 @@ pub struct Args {
     /// Print what was restored as one JSON line on stdout (before waiting).
     #[arg(long)]
     json: bool,
+    /// Post-copy: private anonymous pages missing from the image are left
+    /// missing; the process keeps a userfaultfd (its number is printed with
+    /// --json) through which a page server must provide them. Needs --detach.
+    #[arg(long, requires = "detach")]
+    lazy: bool,
 }
 
 pub fn run(a: Args) -> Result<i32> {
     let opts = pmig_engine::RestoreOptions {
         stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
         pidfile: a.pidfile.clone(),
-        lazy: false,
+        lazy: a.lazy,
     };
     let r = pmig_engine::restore(&a.dir, &opts)?;
     if r.pid != r.original_pid {
@@ -60,6 +65,7 @@ pub fn run(a: Args) -> Result<i32> {
             serde_json::json!({
                 "pid": r.pid, "original_pid": r.original_pid, "threads": r.threads,
                 "verify_ms": r.verify.as_secs_f64() * 1e3, "total_ms": r.total.as_secs_f64() * 1e3,
+                "uffd_fd": r.uffd_fd_in_process,
             })
         );
     }
