@@ -35,12 +35,22 @@ impl Resource for Signals {
 
     fn capture(cx: &mut Capture) -> Result<SignalsState> {
         let scratch = cx.scratch()?;
+        // Only signals that are caught or ignored can have an action other
+        // than the default (SigCgt/SigIgn); SIGCHLD is always asked, since
+        // its flags matter even with the default action. Each question is a
+        // system call injected into the process, so this keeps the stop short.
+        let st = crate::procfs::status(cx.pid)?;
+        let mask = |k: &str| crate::procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
+        let interesting = mask("SigCgt") | mask("SigIgn") | 1 << (libc::SIGCHLD - 1);
         // 64 actions x 32 bytes do not fit one page with room to spare, so two rounds.
         let mut actions = vec![Action::default(); 64];
         for half in 0..2u64 {
             let sigs: Vec<u64> = (1 + half * 32..=32 + half * 32)
-                .filter(|s| settable(*s))
+                .filter(|s| settable(*s) && interesting & (1 << (s - 1)) != 0)
                 .collect();
+            if sigs.is_empty() {
+                continue;
+            }
             let args: Vec<[u64; 4]> = sigs
                 .iter()
                 .map(|&s| [s, 0, scratch + (s - 1 - half * 32) * 32, 8])
