@@ -30,11 +30,17 @@ enum Command {
     Cluster(cmd::cluster::Args),
     /// Benchmarks.
     Bench(cmd::bench::Args),
+    /// Run the node daemon (control socket @pmig-control, node-to-node listener).
+    Daemon(cmd::daemon::Args),
+    /// Move a running process of this node to another node.
+    Migrate(cmd::migrate::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let level = match cli.verbose {
+        // The daemon logs what it does (its log is its only output).
+        0 if matches!(cli.command, Command::Daemon(_)) => "info",
         0 => "warn",
         1 => "info",
         2 => "debug",
@@ -46,6 +52,8 @@ fn main() {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
+        // No colour codes in log files (the daemon's stderr is its log).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .without_time()
         .init();
     let result = match cli.command {
@@ -54,6 +62,8 @@ fn main() {
         Command::Check(a) => cmd::check::run(a),
         Command::Cluster(a) => cmd::cluster::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Daemon(a) => cmd::daemon::run(a),
+        Command::Migrate(a) => cmd::migrate::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -39,6 +39,14 @@ pub mod code {
     pub const INTERNAL: u32 = 5;
     /// Codes from this value on are free for the migration messages.
     pub const FIRST_APPLICATION_CODE: u32 = 100;
+    /// Migration: the destination does not implement the requested strategy.
+    pub const UNSUPPORTED_STRATEGY: u32 = 100;
+    /// Migration: the image arrived incomplete or failed verification.
+    pub const BAD_IMAGE: u32 = 101;
+    /// Migration: the destination could not restore the process.
+    pub const RESTORE_FAILED: u32 = 102;
+    /// Migration: the destination cannot take the process (busy, no space, …).
+    pub const MIGRATION_REFUSED: u32 = 103;
 }
 
 /// Feature bits announced in [`Hello::features`]; the connection uses the intersection.
@@ -88,6 +96,88 @@ pub enum Msg {
         seq: u64,
     },
     // Migration messages are appended below (see docs/protocol.md, "Migration messages").
+    /// 4, source → destination: asks the destination to take a process.
+    MigrateOffer(Offer),
+    /// 5, destination → source: the offer is accepted; image data may follow.
+    MigrateAccept {
+        id: u64,
+    },
+    /// 6, source → destination: the next `size` bytes of image data belong to file `name`
+    /// of the image directory; they follow in `ImageChunk` messages.
+    ImageFile {
+        id: u64,
+        name: String,
+        size: u64,
+    },
+    /// 7, source → destination: attachment = bytes of the current file, at `offset`
+    /// (chunks arrive in order, without gaps).
+    ImageChunk {
+        id: u64,
+        offset: u64,
+    },
+    /// 8, source → destination: every file was sent (`files` files, `bytes` bytes in
+    /// all); the process is stopped on the source. The destination verifies and restores.
+    ImageDone {
+        id: u64,
+        files: u32,
+        bytes: u64,
+    },
+    /// 9, destination → source: the process runs on the destination as `pid`.
+    /// `restore_us`: from `ImageDone` to the resume; `since_resume_us`: from the
+    /// resume to sending this message.
+    Restored {
+        id: u64,
+        pid: i32,
+        original_pid: i32,
+        restore_us: u64,
+        since_resume_us: u64,
+    },
+    /// 10, source → destination: the source copy is gone; the migration is final.
+    Commit {
+        id: u64,
+    },
+    /// 11, either direction: migration `id` is abandoned; the receiver undoes its part.
+    Abort {
+        id: u64,
+        reason: String,
+    },
+}
+
+/// Longest strategy name accepted in [`Offer`].
+pub const MAX_STRATEGY_NAME: usize = 32;
+/// Longest process name (`comm`) accepted in [`Offer`].
+pub const MAX_COMM: usize = 64;
+/// Longest image file name accepted in `ImageFile`.
+pub const MAX_FILE_NAME: usize = 64;
+
+/// Body of [`Msg::MigrateOffer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Offer {
+    /// Chosen by the source; unique per source node and run of its daemon.
+    pub id: u64,
+    /// Strategy name as on the command line (`stop-copy`, …).
+    pub strategy: String,
+    /// The process's pid on the source.
+    pub pid: i32,
+    /// Its real uid (the destination restores it with its own credentials).
+    pub uid: u32,
+    /// Its name (`/proc/PID/comm`), for logs.
+    pub comm: String,
+    /// The source node's name.
+    pub source_node: String,
+    /// Expected size of the transfer in bytes (0: unknown), for progress and space checks.
+    pub bytes_hint: u64,
+}
+
+/// True if `name` may be used as a file name inside a staging directory: 1..=64 bytes of
+/// `[A-Za-z0-9._-]`, not starting with a dot (so never `.` or `..`, never a path).
+pub fn is_safe_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_FILE_NAME
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 impl Msg {
@@ -98,6 +188,14 @@ impl Msg {
             Msg::Error { .. } => "Error",
             Msg::Ping { .. } => "Ping",
             Msg::Pong { .. } => "Pong",
+            Msg::MigrateOffer(_) => "MigrateOffer",
+            Msg::MigrateAccept { .. } => "MigrateAccept",
+            Msg::ImageFile { .. } => "ImageFile",
+            Msg::ImageChunk { .. } => "ImageChunk",
+            Msg::ImageDone { .. } => "ImageDone",
+            Msg::Restored { .. } => "Restored",
+            Msg::Commit { .. } => "Commit",
+            Msg::Abort { .. } => "Abort",
         }
     }
 
@@ -123,10 +221,45 @@ impl Msg {
                     )));
                 }
             }
-            Msg::Error { text, .. } if text.len() > MAX_ERROR_TEXT => {
+            Msg::Error { text, .. } | Msg::Abort { reason: text, .. }
+                if text.len() > MAX_ERROR_TEXT =>
+            {
                 return Err(ProtoError::Malformed(format!(
-                    "Error: text of {} bytes exceeds {MAX_ERROR_TEXT}",
+                    "{}: text of {} bytes exceeds {MAX_ERROR_TEXT}",
+                    self.kind(),
                     text.len()
+                )));
+            }
+            Msg::MigrateOffer(o) => {
+                let name_ok = |s: &str, max: usize| {
+                    !s.is_empty() && s.len() <= max && !s.chars().any(|c| c.is_control())
+                };
+                if !name_ok(&o.strategy, MAX_STRATEGY_NAME) {
+                    return Err(ProtoError::Malformed(format!(
+                        "MigrateOffer: strategy name must be 1..={MAX_STRATEGY_NAME} printable bytes"
+                    )));
+                }
+                if o.comm.len() > MAX_COMM || o.comm.chars().any(|c| c.is_control()) {
+                    return Err(ProtoError::Malformed(format!(
+                        "MigrateOffer: process name must be at most {MAX_COMM} printable bytes"
+                    )));
+                }
+                if !name_ok(&o.source_node, MAX_NODE_NAME) {
+                    return Err(ProtoError::Malformed(format!(
+                        "MigrateOffer: node name must be 1..={MAX_NODE_NAME} printable bytes"
+                    )));
+                }
+                if o.pid <= 0 {
+                    return Err(ProtoError::Malformed(format!(
+                        "MigrateOffer: invalid pid {}",
+                        o.pid
+                    )));
+                }
+            }
+            Msg::ImageFile { name, .. } if !is_safe_file_name(name) => {
+                return Err(ProtoError::Malformed(format!(
+                    "ImageFile: invalid file name {:?} (1..={MAX_FILE_NAME} bytes of [A-Za-z0-9._-], no leading dot)",
+                    name.chars().take(80).collect::<String>()
                 )));
             }
             _ => {}
@@ -235,6 +368,42 @@ mod tests {
             },
             Msg::Ping { seq: u64::MAX },
             Msg::Pong { seq: 7 },
+            Msg::MigrateOffer(Offer {
+                id: 9,
+                strategy: "stop-copy".into(),
+                pid: 1234,
+                uid: 1000,
+                comm: "python3".into(),
+                source_node: "n1".into(),
+                bytes_hint: 1 << 30,
+            }),
+            Msg::MigrateAccept { id: 9 },
+            Msg::ImageFile {
+                id: 9,
+                name: "pages.pmig".into(),
+                size: 12345,
+            },
+            Msg::ImageChunk {
+                id: 9,
+                offset: 4096,
+            },
+            Msg::ImageDone {
+                id: 9,
+                files: 3,
+                bytes: 99,
+            },
+            Msg::Restored {
+                id: 9,
+                pid: 77,
+                original_pid: 1234,
+                restore_us: 1,
+                since_resume_us: 2,
+            },
+            Msg::Commit { id: 9 },
+            Msg::Abort {
+                id: 9,
+                reason: "x".into(),
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -274,6 +443,18 @@ mod tests {
         assert!(decode(&[0, 1, 1, 0, 0]).is_err());
         // min above version.
         assert!(decode(&[0, 1, 2, 2, b'n', b'1', 0]).is_err());
+        // Path traversal in an image file name.
+        for bad in ["../etc/passwd", "a/b", ".hidden", "", "x\n"] {
+            let m = Msg::ImageFile {
+                id: 1,
+                name: bad.into(),
+                size: 0,
+            };
+            let b = postcard::to_stdvec(&m).unwrap();
+            assert!(decode(&b).is_err(), "{bad:?}");
+        }
+        // Migration message indices are wire format too.
+        assert_eq!(encode(&Msg::Commit { id: 5 }).unwrap(), [10, 5]);
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));
     }

@@ -2,5 +2,7 @@
 pub mod bench;
 pub mod check;
 pub mod cluster;
+pub mod daemon;
 pub mod dump;
+pub mod migrate;
 pub mod restore;

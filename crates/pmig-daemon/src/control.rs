@@ -1,0 +1,101 @@
+//! The local control socket: an abstract unix socket (`@pmig-control`), one per
+//! network namespace, so a CLI run inside node nK reaches nK's daemon.
+//!
+//! Protocol: the client sends one JSON request on one line (at most
+//! [`MAX_REQUEST`] bytes); the daemon answers with JSON events, one per line, the
+//! last being `done`, `pong` or `error`. The caller's identity is taken from
+//! `SO_PEERCRED`, never from the request.
+
+use crate::error::{DaemonError, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::time::Duration;
+
+/// Default abstract name of the control socket.
+pub const CONTROL_NAME: &str = "pmig-control";
+/// Longest request line.
+pub const MAX_REQUEST: usize = 64 << 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// Is the daemon there? Answered by `pong`.
+    Ping,
+    /// Migrate a process of this node.
+    Migrate(MigrateRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrateRequest {
+    pub pid: i32,
+    /// `ADDR:PORT` of the destination daemon.
+    pub to: String,
+    /// The destination's node name, if known (for reports).
+    #[serde(default)]
+    pub to_name: Option<String>,
+    pub strategy: String,
+    /// Longest wait for any single answer from the destination, in seconds.
+    #[serde(default)]
+    pub timeout_s: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "event")]
+pub enum Event {
+    Pong {
+        node: String,
+        version: String,
+    },
+    Progress {
+        phase: String,
+        done: u64,
+        total: u64,
+    },
+    Done {
+        outcome: Box<pmig_strategies::Outcome>,
+    },
+    Error {
+        message: String,
+    },
+}
+
+pub fn address(name: &str) -> Result<SocketAddr> {
+    SocketAddr::from_abstract_name(name.as_bytes())
+        .map_err(|e| DaemonError::Invalid(format!("bad control socket name {name:?}: {e}")))
+}
+
+/// Sends `req` to the daemon of this network namespace and returns its final event;
+/// `on_event` sees every progress event.
+pub fn request(name: &str, req: &Request, mut on_event: impl FnMut(&Event)) -> Result<Event> {
+    let s = UnixStream::connect_addr(&address(name)?).map_err(|source| DaemonError::NoDaemon {
+        name: name.into(),
+        source,
+    })?;
+    let mut line = serde_json::to_vec(req).map_err(|e| DaemonError::Invalid(e.to_string()))?;
+    line.push(b'\n');
+    (&s).write_all(&line)
+        .map_err(crate::error::io_err("send the request to the daemon"))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(24 * 3600)));
+    let mut r = BufReader::new(&s);
+    for _ in 0..u32::MAX {
+        let mut l = String::new();
+        let n = r
+            .read_line(&mut l)
+            .map_err(crate::error::io_err("read the daemon's answer"))?;
+        if n == 0 {
+            return Err(DaemonError::BadReply(
+                "the daemon closed the connection without an answer (see its log)".into(),
+            ));
+        }
+        let ev: Event = serde_json::from_str(l.trim())
+            .map_err(|e| DaemonError::BadReply(format!("{e}: {:?}", l.trim())))?;
+        match ev {
+            Event::Progress { .. } => on_event(&ev),
+            ev => return Ok(ev),
+        }
+    }
+    Err(DaemonError::BadReply("endless answer".into()))
+}

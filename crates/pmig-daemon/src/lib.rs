@@ -1,0 +1,518 @@
+//! The pmig node daemon (`pmig daemon`).
+//!
+//! * **Local control** on the abstract unix socket `@pmig-control` ([`control`]):
+//!   abstract sockets belong to a network namespace, so the CLI run inside a node
+//!   reaches that node's daemon. Callers are identified with `SO_PEERCRED`: root may
+//!   migrate any process, anyone else only processes whose real uid is theirs.
+//! * **Node to node** over TCP with `pmig-proto` (authenticated with the cluster key
+//!   before anything is parsed; refused peers get one log line).
+//! * **Restored processes are its children**: the daemon is a child subreaper, so a
+//!   process restored by a `pmig restore --detach` helper becomes its child when the
+//!   helper exits; the reaper collects them (never with `waitpid(-1)`, which would steal
+//!   the helpers' statuses).
+
+pub mod control;
+pub mod error;
+
+pub use error::{DaemonError, Result};
+
+use control::{Event, MigrateRequest, Request, MAX_REQUEST};
+use error::io_err;
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use pmig_proto::blocking::Channel;
+use pmig_proto::{code, ClusterKey, Msg, ProtoError};
+use pmig_strategies::{Hooks, Host, Progress, StrategyKind};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Most connections served at once, per listener.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Environment variable that enables test hooks (`<state dir>/test-hook`).
+pub const TEST_HOOKS_ENV: &str = "PMIG_TEST_HOOKS";
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node: String,
+    /// `ADDR:PORT` to listen on for other nodes.
+    pub listen: String,
+    pub key_file: PathBuf,
+    pub state_dir: PathBuf,
+    /// The `pmig` binary (helpers are started from it).
+    pub exe: PathBuf,
+    /// Abstract name of the control socket.
+    pub control_name: String,
+    /// Where images are staged during a migration (tmpfs).
+    pub staging_root: PathBuf,
+}
+
+impl Config {
+    pub fn new(node: &str, listen: &str, key_file: &Path, state_dir: &Path) -> Result<Config> {
+        let exe = std::env::current_exe().map_err(io_err("find the pmig binary"))?;
+        Ok(Config {
+            node: node.into(),
+            listen: listen.into(),
+            key_file: key_file.into(),
+            state_dir: state_dir.into(),
+            exe,
+            control_name: control::CONTROL_NAME.into(),
+            staging_root: PathBuf::from("/dev/shm"),
+        })
+    }
+}
+
+/// The daemon's shared state; implements [`Host`] for the strategies.
+pub struct Node {
+    cfg: Config,
+    key: ClusterKey,
+    /// Pids of helper processes a thread will wait for: the reaper skips them. The lock
+    /// is held across spawn + insert so a helper that exits at once is never reaped by
+    /// the reaper.
+    helpers: Mutex<HashSet<i32>>,
+    /// Pids being migrated from this node right now.
+    busy: Mutex<HashSet<i32>>,
+}
+
+impl Host for Node {
+    fn node(&self) -> &str {
+        &self.cfg.node
+    }
+    fn exe(&self) -> &Path {
+        &self.cfg.exe
+    }
+    fn state_dir(&self) -> &Path {
+        &self.cfg.state_dir
+    }
+    fn staging_root(&self) -> &Path {
+        &self.cfg.staging_root
+    }
+    fn cluster_key(&self) -> &ClusterKey {
+        &self.key
+    }
+    fn spawn(&self, cmd: &mut Command) -> std::io::Result<Child> {
+        let mut h = self.helpers.lock().unwrap_or_else(|p| p.into_inner());
+        let c = cmd.spawn()?;
+        h.insert(c.id() as i32);
+        Ok(c)
+    }
+    fn wait(&self, child: &mut Child) -> std::io::Result<ExitStatus> {
+        let r = child.wait();
+        self.helpers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(child.id() as i32));
+        r
+    }
+    fn hooks(&self) -> Hooks {
+        read_hooks(&self.cfg.state_dir)
+    }
+}
+
+/// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
+/// directive per line: `die-after-bytes N`, `fail-restore`, `hang-before-restore`.
+fn read_hooks(dir: &Path) -> Hooks {
+    let mut h = Hooks::default();
+    if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
+        return h;
+    }
+    let Ok(text) = std::fs::read_to_string(dir.join("test-hook")) else {
+        return h;
+    };
+    for l in text.lines() {
+        let mut w = l.split_whitespace();
+        match (w.next(), w.next()) {
+            (Some("die-after-bytes"), Some(n)) => h.die_after_bytes = n.parse().ok(),
+            (Some("fail-restore"), _) => h.fail_restore = true,
+            (Some("hang-before-restore"), _) => h.hang_before_restore = true,
+            _ => {}
+        }
+    }
+    if h != Hooks::default() {
+        tracing::warn!("test hooks in force: {h:?}");
+    }
+    h
+}
+
+/// Runs the daemon until it is killed. Returns only on a startup error.
+pub fn run(cfg: Config) -> Result<()> {
+    let key = pmig_proto::load_key(&cfg.key_file)?;
+    std::fs::create_dir_all(&cfg.state_dir)
+        .map_err(io_err(format!("create {}", cfg.state_dir.display())))?;
+    let tcp =
+        TcpListener::bind(&cfg.listen).map_err(io_err(format!("listen on {}", cfg.listen)))?;
+    let ctl = UnixListener::bind_addr(&control::address(&cfg.control_name)?).map_err(|e| {
+        DaemonError::Io {
+            what: format!(
+                "bind the control socket @{} (is another daemon running in this network namespace?)",
+                cfg.control_name
+            ),
+            source: e,
+        }
+    })?;
+    // SAFETY: prctl with integer arguments; makes orphaned descendants (restored
+    // processes whose `pmig restore` helper exited) our children.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } < 0 {
+        return Err(DaemonError::Io {
+            what: "become a child subreaper".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    remove_stale_staging(&cfg.staging_root);
+    let node = Arc::new(Node {
+        cfg,
+        key,
+        helpers: Mutex::new(HashSet::new()),
+        busy: Mutex::new(HashSet::new()),
+    });
+    tracing::info!(
+        "pmig daemon {} (pid {}) listening on {} and @{}; state in {}",
+        node.cfg.node,
+        std::process::id(),
+        node.cfg.listen,
+        node.cfg.control_name,
+        node.cfg.state_dir.display()
+    );
+    {
+        let n = node.clone();
+        std::thread::Builder::new()
+            .name("reaper".into())
+            .spawn(move || reaper(&n))
+            .map_err(io_err("start the reaper thread"))?;
+    }
+    {
+        let n = node.clone();
+        std::thread::Builder::new()
+            .name("peers".into())
+            .spawn(move || accept_peers(n, tcp))
+            .map_err(io_err("start the listener thread"))?;
+    }
+    accept_control(node, ctl);
+    Ok(())
+}
+
+/// Runs `f` on a new thread unless `count` is at `MAX_CONNECTIONS`.
+fn spawn_limited(count: &Arc<AtomicUsize>, what: &str, f: impl FnOnce() + Send + 'static) {
+    if count.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        count.fetch_sub(1, Ordering::SeqCst);
+        tracing::warn!("refused {what}: {MAX_CONNECTIONS} connections already");
+        return;
+    }
+    let c = count.clone();
+    let r = std::thread::Builder::new().spawn(move || {
+        f();
+        c.fetch_sub(1, Ordering::SeqCst);
+    });
+    if let Err(e) = r {
+        count.fetch_sub(1, Ordering::SeqCst);
+        tracing::error!("cannot start a thread for {what}: {e}");
+    }
+}
+
+fn accept_peers(node: Arc<Node>, l: TcpListener) {
+    let count = Arc::new(AtomicUsize::new(0));
+    for s in l.incoming() {
+        match s {
+            Ok(s) => {
+                let n = node.clone();
+                let _ = s.set_nodelay(true);
+                spawn_limited(&count, "a node connection", move || serve_peer(&n, s));
+            }
+            Err(e) => {
+                tracing::warn!("accept on {}: {e}", node.cfg.listen);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// One node-to-node connection: authenticate, then serve messages.
+fn serve_peer(node: &Node, s: TcpStream) {
+    let mut ch = match Channel::server(s, &node.key, &node.proto_config()) {
+        Ok(c) => c,
+        Err(_) => return, // pmig-proto logged one line
+    };
+    let peer = ch.peer().node.clone();
+    tracing::debug!("connection from {peer} ({})", ch.peer().addr);
+    // An authenticated but idle peer does not hold a thread forever.
+    let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(300)));
+    for _ in 0..1_000_000 {
+        match ch.recv() {
+            Ok(Msg::Ping { seq }) => {
+                if ch.send(&Msg::Pong { seq }).is_err() {
+                    return;
+                }
+            }
+            Ok(Msg::MigrateOffer(offer)) => {
+                let (id, pid) = (offer.id, offer.pid);
+                match pmig_strategies::serve_offer(node, ch, offer) {
+                    Ok(Some(new)) => tracing::info!(
+                        "migration {id} from {peer} done: process {pid} runs here as pid {new}"
+                    ),
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!("migration {id} of process {pid} from {peer} failed: {e}")
+                    }
+                }
+                return;
+            }
+            Ok(other) => {
+                tracing::warn!("unexpected {} from {peer}; closing", other.kind());
+                let _ = ch.send(&Msg::Error {
+                    code: code::UNEXPECTED,
+                    text: format!("unexpected {} outside a migration", other.kind()),
+                });
+                return;
+            }
+            Err(e) if e.is_disconnect() => return,
+            Err(e @ ProtoError::Malformed(_)) => {
+                tracing::warn!("malformed message from {peer}: {e}; closing");
+                let _ = ch.send(&Msg::Error {
+                    code: code::MALFORMED,
+                    text: e.to_string(),
+                });
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("connection from {peer}: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn accept_control(node: Arc<Node>, l: UnixListener) {
+    let count = Arc::new(AtomicUsize::new(0));
+    for s in l.incoming() {
+        match s {
+            Ok(s) => {
+                let n = node.clone();
+                spawn_limited(&count, "a control connection", move || serve_control(&n, s));
+            }
+            Err(e) => {
+                tracing::warn!("accept on the control socket: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn send_event(s: &UnixStream, ev: &Event) -> bool {
+    let mut line = match serde_json::to_vec(ev) {
+        Ok(l) => l,
+        Err(_) => return false,
+    };
+    line.push(b'\n');
+    let mut w = s;
+    w.write_all(&line).is_ok()
+}
+
+/// One control connection: one request, its events, close.
+fn serve_control(node: &Node, s: UnixStream) {
+    let cred = match getsockopt(&s, PeerCredentials) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!("control connection without credentials: {e}");
+            return;
+        }
+    };
+    let (uid, cpid) = (cred.uid(), cred.pid());
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
+    let mut line = String::new();
+    let n = BufReader::new((&s).take(MAX_REQUEST as u64 + 1)).read_line(&mut line);
+    let error = |message: String| {
+        tracing::warn!("control request from pid {cpid} (uid {uid}) refused: {message}");
+        send_event(&s, &Event::Error { message });
+    };
+    match n {
+        Ok(0) => return,
+        Ok(_) if line.len() > MAX_REQUEST || !line.ends_with('\n') => {
+            return error(format!(
+                "bad request: not one line of at most {MAX_REQUEST} bytes"
+            ))
+        }
+        Ok(_) => {}
+        Err(e) => return error(format!("bad request: {e}")),
+    }
+    let req: Request = match serde_json::from_str(line.trim()) {
+        Ok(r) => r,
+        Err(e) => return error(format!("bad request: {e}")),
+    };
+    match req {
+        Request::Ping => {
+            send_event(
+                &s,
+                &Event::Pong {
+                    node: node.cfg.node.clone(),
+                    version: env!("CARGO_PKG_VERSION").into(),
+                },
+            );
+        }
+        Request::Migrate(m) => {
+            let _ = s.set_write_timeout(None);
+            match migrate(node, &s, uid, &m) {
+                Ok(outcome) => {
+                    tracing::info!(
+                        "migrated process {} ({}) to {} as pid {}: {} down {:.1} ms, {} bytes",
+                        outcome.pid,
+                        outcome.comm,
+                        outcome.destination,
+                        outcome.new_pid,
+                        outcome.report.strategy,
+                        outcome.report.down_ms,
+                        outcome.report.bytes_total
+                    );
+                    send_event(
+                        &s,
+                        &Event::Done {
+                            outcome: Box::new(outcome),
+                        },
+                    );
+                }
+                Err(message) => error(message),
+            }
+        }
+    }
+}
+
+/// Who may migrate what: root anything, others their own processes (real uid).
+fn authorize(uid: u32, pid: i32) -> std::result::Result<(), String> {
+    if uid == 0 {
+        return Ok(());
+    }
+    match pmig_strategies::process_uid(pid) {
+        Some(owner) if owner == uid => Ok(()),
+        Some(_) => Err(format!(
+            "permission denied: process {pid} does not belong to uid {uid}"
+        )),
+        None => Err(format!("process {pid} does not exist")),
+    }
+}
+
+fn migrate(
+    node: &Node,
+    s: &UnixStream,
+    uid: u32,
+    m: &MigrateRequest,
+) -> std::result::Result<pmig_strategies::Outcome, String> {
+    let strategy = StrategyKind::implemented(&m.strategy).map_err(|e| e.to_string())?;
+    authorize(uid, m.pid)?;
+    {
+        let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if !busy.insert(m.pid) {
+            return Err(format!("process {} is already being migrated", m.pid));
+        }
+    }
+    let req = pmig_strategies::Request {
+        pid: m.pid,
+        to: m.to.clone(),
+        to_name: m.to_name.clone(),
+        strategy,
+        timeout: Duration::from_secs(m.timeout_s.unwrap_or(60).clamp(1, 3600)),
+    };
+    let mut last = (0u64, 0u64);
+    let mut progress = |p: Progress| {
+        // At most one event per 1 % (and the last).
+        if p.done == p.total || p.done >= last.0 + p.total / 100 || p.total != last.1 {
+            last = (p.done, p.total);
+            send_event(
+                s,
+                &Event::Progress {
+                    phase: p.phase.into(),
+                    done: p.done,
+                    total: p.total,
+                },
+            );
+        }
+    };
+    let r = pmig_strategies::migrate(node, &req, &mut progress);
+    node.busy
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&m.pid);
+    r.map_err(|e| e.to_string())
+}
+
+/// Removes staging directories (`pmig-<node>-<daemon pid>-in|out-…`) left behind by
+/// daemons that died (killed in the middle of a migration).
+fn remove_stale_staging(root: &Path) {
+    let Ok(rd) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("pmig-") else {
+            continue;
+        };
+        let parts: Vec<&str> = rest.splitn(4, '-').collect();
+        let (Some(pid), Some(dir)) = (
+            parts.get(1).and_then(|p| p.parse::<i32>().ok()),
+            parts.get(2),
+        ) else {
+            continue;
+        };
+        if (*dir == "in" || *dir == "out") && !Path::new(&format!("/proc/{pid}")).exists() {
+            match std::fs::remove_dir_all(e.path()) {
+                Ok(()) => tracing::info!("removed stale staging directory {}", e.path().display()),
+                Err(err) => tracing::warn!("cannot remove {}: {err}", e.path().display()),
+            }
+        }
+    }
+}
+
+/// Zombie children of ours that no helper owner waits for, by a scan of /proc.
+fn zombie_children(me: i32) -> Vec<i32> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command name: state ppid …
+        let Some(rest) = stat.rsplit_once(')').map(|x| x.1) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let (state, ppid) = (f.next(), f.next().and_then(|p| p.parse::<i32>().ok()));
+        if state == Some("Z") && ppid == Some(me) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn reaper(node: &Node) {
+    let me = std::process::id() as i32;
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let helpers = node.helpers.lock().unwrap_or_else(|p| p.into_inner());
+        for pid in zombie_children(me) {
+            if helpers.contains(&pid) {
+                continue;
+            }
+            match nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            ) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, c)) => {
+                    tracing::info!("process {pid} exited with status {c}")
+                }
+                Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => {
+                    tracing::info!("process {pid} was killed by {sig}")
+                }
+                _ => {}
+            }
+        }
+    }
+}

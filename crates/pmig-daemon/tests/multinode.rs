@@ -1,0 +1,669 @@
+//! Multi-node tests: real programs moved around a 3-node local cluster
+//! (n1 → n2 → n3 → n1) with the daemons, and the failures of issue 3 ("nothing
+//! lost"). They need root (network namespaces, ptrace) and the `pmig` binary
+//! (`cargo build --release -p pmig-cli`, or `PMIG_BIN`). Each test uses its own
+//! cluster prefix; a guard tears the cluster down and kills the test's processes even
+//! when an assertion fails. Tests run one at a time (they are heavy, the machine has
+//! two cores).
+
+use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
+use pmig_daemon::control::{self, Event, Request};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        true
+    } else {
+        eprintln!("skipped: needs root");
+        false
+    }
+}
+
+/// The pmig binary next to this test's target directory (or `PMIG_BIN`).
+fn pmig_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PMIG_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/multinode-… → target/<profile>/pmig
+    let p = exe.parent().unwrap().parent().unwrap().join("pmig");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release -p pmig-cli` first (or set PMIG_BIN)",
+        p.display()
+    );
+    p
+}
+
+/// Kills tracked processes and tears the cluster down on drop (also on panic).
+struct Env {
+    cluster: Option<ClusterGuard>,
+    pids: Vec<i32>,
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+impl Env {
+    fn up(tag: &str) -> Env {
+        // Hooks are read from <node dir>/test-hook only when this is set.
+        std::env::set_var(pmig_daemon::TEST_HOOKS_ENV, "1");
+        let prefix = format!("pd{tag}{}", std::process::id() % 10000);
+        let d = tempfile::Builder::new()
+            .prefix("pmig-multinode-")
+            .tempdir()
+            .unwrap();
+        let dir = d.path().to_path_buf();
+        let mut o = ClusterOpts::new(3);
+        o.prefix = prefix.clone();
+        o.state_dir = Some(dir.join("cluster"));
+        o.daemon_bin = Some(pmig_bin());
+        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
+        let c = Cluster::up(&o).expect("cluster up").guard();
+        assert!(
+            c.state().daemons_started,
+            "daemons not started: {:?}",
+            c.state().notes
+        );
+        Env {
+            cluster: Some(c),
+            pids: Vec::new(),
+            _dir: d,
+            dir,
+        }
+    }
+
+    fn c(&self) -> &Cluster {
+        self.cluster.as_ref().unwrap()
+    }
+
+    fn addr(&self, node: &str) -> String {
+        self.c().node(node).unwrap().listen.to_string()
+    }
+
+    fn node_dir(&self, node: &str) -> PathBuf {
+        self.c().node(node).unwrap().dir.clone()
+    }
+
+    fn log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.node_dir(node).join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Starts `argv` inside `node` with only fds 0-2 open.
+    fn spawn(&mut self, node: &str, argv: &[&str], stdin: Option<&Path>, out: &Path) -> Child {
+        let mut cmd = self.c().command(node, argv[0]).unwrap();
+        cmd.args(&argv[1..])
+            .current_dir(&self.dir)
+            .stdin(match stdin {
+                Some(p) => Stdio::from(File::open(p).unwrap()),
+                None => Stdio::null(),
+            })
+            .stdout(Stdio::from(File::create(out).unwrap()))
+            .stderr(Stdio::null());
+        only_stdio(&mut cmd);
+        let child = cmd.spawn().expect("spawn workload");
+        self.pids.push(child.id() as i32);
+        child
+    }
+
+    /// `pmig migrate` run inside `from`; returns the JSON report or the error text.
+    fn migrate(&self, from: &str, pid: i32, to: &str) -> Result<serde_json::Value, String> {
+        let out = self
+            .c()
+            .command(from, pmig_bin())
+            .unwrap()
+            .args(["migrate", "--json", "--timeout", "20", "--pid"])
+            .arg(pid.to_string())
+            .arg("--to")
+            .arg(self.addr(to))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(serde_json::from_slice(&out.stdout).expect("one JSON object"))
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// A control request sent from inside `node`.
+    fn control(&self, node: &str, req: &Request) -> Event {
+        self.c()
+            .run_in(node, || {
+                control::request(control::CONTROL_NAME, req, |_| {}).expect("control request")
+            })
+            .unwrap()
+    }
+
+    fn raw_control(&self, node: &str, bytes: &[u8]) -> String {
+        let b = bytes.to_vec();
+        self.c()
+            .run_in(node, move || {
+                let addr = control::address(control::CONTROL_NAME).unwrap();
+                let mut s = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+                let _ = s.write_all(&b);
+                let _ = s.shutdown(std::net::Shutdown::Write);
+                let mut out = String::new();
+                let _ = s.read_to_string(&mut out);
+                out
+            })
+            .unwrap()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for &p in &self.pids {
+            // SAFETY: killing processes this test started (or their migrated copies).
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        if let Some(c) = self.cluster.take() {
+            if let Err(e) = c.down() {
+                eprintln!("tearing the cluster down failed: {e}");
+            }
+        }
+    }
+}
+
+fn only_stdio(cmd: &mut Command) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range is async-signal-safe; close-on-exec (not close) keeps
+    // std's exec-error pipe working until the exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(
+            s.rsplit_once(')')
+                .and_then(|x| x.1.split_whitespace().next()),
+            Some("Z") | Some("X")
+        ),
+        Err(_) => false,
+    }
+}
+
+fn state(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("State:"))
+        .unwrap_or("")
+        .to_string()
+}
+
+fn cpu_ms(pid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = s
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let t: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    t * 10
+}
+
+fn wait_cpu(pid: i32, ms: u64) {
+    let t0 = Instant::now();
+    while cpu_ms(pid) < ms {
+        assert!(
+            alive(pid),
+            "process {pid} ended before it could be migrated"
+        );
+        assert!(t0.elapsed() < LIMIT, "process {pid} never got going");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_gone(pid: i32) {
+    let t0 = Instant::now();
+    while alive(pid) {
+        assert!(t0.elapsed() < LIMIT, "process {pid} did not finish in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct Program {
+    name: &'static str,
+    argv: Vec<String>,
+    stdin: Option<PathBuf>,
+}
+
+fn programs(dir: &Path) -> Vec<Program> {
+    let bc_in = dir.join("pi.bc");
+    std::fs::write(&bc_in, "scale=3000\n4*a(1)\nquit\n").unwrap();
+    let big = dir.join("input.bin");
+    let mut f = File::create(&big).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut block = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        for c in block.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.copy_from_slice(&(x & 0x0f0f_0f0f_0f0f_0f0f).to_le_bytes());
+        }
+        f.write_all(&block).unwrap();
+    }
+    let py = "import hashlib\nh=hashlib.sha256()\nfor i in range(6000000): h.update(str(i*i).encode())\nprint(h.hexdigest())\nprint(sum(x*x for x in range(2000000)))\n";
+    vec![
+        Program {
+            name: "python3",
+            argv: vec!["python3".into(), "-c".into(), py.into()],
+            stdin: None,
+        },
+        Program {
+            name: "bc",
+            argv: vec!["bc".into(), "-l".into()],
+            stdin: Some(bc_in),
+        },
+        Program {
+            name: "gzip",
+            argv: vec![
+                "gzip".into(),
+                "-9".into(),
+                "-c".into(),
+                big.to_string_lossy().into(),
+            ],
+            stdin: None,
+        },
+    ]
+}
+
+#[test]
+fn real_programs_move_around_three_nodes_with_stop_copy() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("a");
+    let dir = env.dir.clone();
+    for p in programs(&dir) {
+        let argv: Vec<&str> = p.argv.iter().map(String::as_str).collect();
+        // Reference run, unmigrated, in n1.
+        let reference = dir.join(format!("{}.ref", p.name));
+        let mut r = env.spawn("n1", &argv, p.stdin.as_deref(), &reference);
+        let st = r.wait().unwrap();
+        assert!(st.success(), "{}: reference run failed: {st:?}", p.name);
+
+        let migrated = dir.join(format!("{}.mig", p.name));
+        let mut child = env.spawn("n1", &argv, p.stdin.as_deref(), &migrated);
+        let mut pid = child.id() as i32;
+        wait_cpu(pid, 200);
+        let mut downs = Vec::new();
+        for (from, to) in [("n1", "n2"), ("n2", "n3"), ("n3", "n1")] {
+            let rep = env.migrate(from, pid, to).unwrap_or_else(|e| {
+                panic!(
+                    "{}: migrating {pid} {from}→{to} failed: {e}\n{from} log:\n{}\n{to} log:\n{}",
+                    p.name,
+                    env.log(from),
+                    env.log(to)
+                )
+            });
+            assert_eq!(rep["strategy"], "stop-copy");
+            assert_eq!(rep["pid"], pid);
+            for k in [
+                "preparation_ms",
+                "down_ms",
+                "post_ms",
+                "total_ms",
+                "bytes_total",
+                "pages_sent",
+                "rounds",
+                "remote_faults",
+                "prefetched_pages",
+                "prefetch_hits",
+            ] {
+                assert!(rep[k].is_number(), "{k} missing in {rep}");
+            }
+            assert!(rep["residual"].is_object() && rep["bytes_per_phase"].is_object());
+            assert!(rep["bytes_total"].as_u64().unwrap() > 0);
+            downs.push(rep["down_ms"].as_f64().unwrap());
+            if from == "n1" {
+                // The original is our child: it was killed after the handover.
+                let st = child.try_wait().unwrap().or_else(|| child.wait().ok());
+                assert!(st.is_some_and(|s| !s.success()));
+            }
+            let new = rep["new_pid"].as_i64().unwrap() as i32;
+            assert!(alive(new), "{}: restored pid {new} is not running", p.name);
+            assert!(
+                !alive(pid) || new == pid,
+                "{}: the source copy survived",
+                p.name
+            );
+            env.pids.push(new);
+            pid = new;
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        wait_gone(pid);
+        let _ = child.wait();
+        let a = std::fs::read(&reference).unwrap();
+        let b = std::fs::read(&migrated).unwrap();
+        assert!(!a.is_empty(), "{}: reference produced no output", p.name);
+        assert!(
+            a == b,
+            "{}: output differs after n1→n2→n3→n1 ({} vs {} bytes)",
+            p.name,
+            a.len(),
+            b.len()
+        );
+        eprintln!(
+            "{}: moved 3 times, down_ms {downs:?}, output identical",
+            p.name
+        );
+    }
+    // The daemons reaped every restored process that finished.
+    for n in ["n1", "n2", "n3"] {
+        assert!(
+            !env.log(n).contains("panicked"),
+            "{n} daemon panicked:\n{}",
+            env.log(n)
+        );
+    }
+}
+
+/// A python3 program that runs a few seconds and writes its result to a file.
+fn python_job(env: &mut Env, name: &str) -> (Child, PathBuf, PathBuf) {
+    let out = env.dir.join(format!("{name}.out"));
+    let prog = "import hashlib,time\nh=hashlib.sha256()\nfor i in range(80):\n  for j in range(20000): h.update(str(i*100000+j).encode())\n  time.sleep(0.02)\nprint(h.hexdigest())\n";
+    let reference = env.dir.join(format!("{name}.ref"));
+    let mut r = env.spawn("n1", &["python3", "-c", prog], None, &reference);
+    assert!(r.wait().unwrap().success());
+    let child = env.spawn("n1", &["python3", "-c", prog], None, &out);
+    (child, out, reference)
+}
+
+fn finishes_correctly(mut child: Child, out: &Path, reference: &Path) {
+    let st = child.wait().unwrap();
+    assert!(st.success(), "the process did not finish normally: {st:?}");
+    assert_eq!(
+        std::fs::read(out).unwrap(),
+        std::fs::read(reference).unwrap(),
+        "output differs from the unmigrated run"
+    );
+}
+
+#[test]
+fn destination_dies_before_handover_and_source_process_resumes() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("b");
+    // n2's daemon kills itself in the middle of receiving the image.
+    std::fs::write(env.node_dir("n2").join("test-hook"), "die-after-bytes 1\n").unwrap();
+    // n3 fails the restore.
+    std::fs::write(env.node_dir("n3").join("test-hook"), "fail-restore\n").unwrap();
+    // A restarted daemon removes what a dead one left in /dev/shm.
+    std::fs::create_dir_all("/dev/shm/pmig-n9-999999999-in-n1-7").unwrap();
+    let (child, out, reference) = python_job(&mut env, "die");
+    let pid = child.id() as i32;
+    wait_cpu(pid, 100);
+
+    let e = env.migrate("n1", pid, "n2").unwrap_err();
+    assert!(e.contains("failed") && e.contains("resumed"), "{e}");
+    assert!(
+        alive(pid),
+        "the source process is gone after a failed migration"
+    );
+    assert!(
+        !state(pid).contains("stopped"),
+        "left stopped: {}",
+        state(pid)
+    );
+    assert!(
+        !env.c().status()[1].daemon_alive,
+        "n2's daemon should have died"
+    );
+
+    let e = env.migrate("n1", pid, "n3").unwrap_err();
+    assert!(e.contains("restore failed") && e.contains("resumed"), "{e}");
+    assert!(alive(pid));
+    let cpu = cpu_ms(pid);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(cpu_ms(pid) > cpu, "the resumed process does not run");
+    finishes_correctly(child, &out, &reference);
+}
+
+#[test]
+fn destination_that_never_answers_times_out_and_source_resumes() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("c");
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        "hang-before-restore\n",
+    )
+    .unwrap();
+    let (child, out, reference) = python_job(&mut env, "hang");
+    let pid = child.id() as i32;
+    wait_cpu(pid, 100);
+    let t = Instant::now();
+    let o = env
+        .c()
+        .command("n1", pmig_bin())
+        .unwrap()
+        .args(["migrate", "--timeout", "2", "--pid"])
+        .arg(pid.to_string())
+        .arg("--to")
+        .arg(env.addr("n2"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(e.contains("timed out") && e.contains("resumed"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+    assert!(alive(pid));
+    finishes_correctly(child, &out, &reference);
+}
+
+#[test]
+fn wrong_cluster_key_on_destination_is_refused_and_process_untouched() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("d");
+    // Replace n3's daemon with one that has another key.
+    let n3 = env.c().node("n3").unwrap().clone();
+    // SAFETY: stopping the daemon this test's cluster started.
+    unsafe { libc::kill(n3.daemon_pid.unwrap(), libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    let other_key = env.dir.join("other.key");
+    pmig_proto::generate_key_file(&other_key).unwrap();
+    let log = File::create(env.dir.join("n3-other.log")).unwrap();
+    let mut d = env
+        .c()
+        .command("n3", pmig_bin())
+        .unwrap()
+        .args(["daemon", "--node", "n3", "--listen"])
+        .arg(n3.listen.to_string())
+        .arg("--key-file")
+        .arg(&other_key)
+        .arg("--state-dir")
+        .arg(env.dir.join("n3-other"))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    env.pids.push(d.id() as i32);
+    let t0 = Instant::now();
+    while !pmig_cluster::sys::listening(d.id() as i32, n3.listen.port()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "daemon with other key not up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (child, out, reference) = python_job(&mut env, "key");
+    let pid = child.id() as i32;
+    wait_cpu(pid, 100);
+    let cpu = cpu_ms(pid);
+    let e = env.migrate("n1", pid, "n3").unwrap_err();
+    assert!(
+        e.contains("cluster's key") && e.contains("not touched"),
+        "unclear error: {e}"
+    );
+    assert!(alive(pid));
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(cpu_ms(pid) > cpu);
+    let log = std::fs::read_to_string(env.dir.join("n3-other.log")).unwrap();
+    assert!(
+        log.contains("refused connection"),
+        "no refusal logged: {log}"
+    );
+    finishes_correctly(child, &out, &reference);
+    let _ = d.kill();
+    let _ = d.wait();
+}
+
+#[test]
+fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::up("e");
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"garbage\n".to_vec(), "bad request"),
+        (b"{\"migrate\":{\"pid\":1,\"to\":\"x\"".to_vec(), "bad request"),
+        (b"{\"explode\":{}}\n".to_vec(), "bad request"),
+        (vec![b'x'; 100_000], "bad request"),
+        (b"\xff\xfe\n".to_vec(), "bad request"),
+        (b"".to_vec(), ""),
+        (
+            b"{\"migrate\":{\"pid\":1,\"to\":\"10.0.0.1:1\",\"strategy\":\"ampom\"}}\n".to_vec(),
+            "strategy `ampom` is not implemented yet",
+        ),
+        (
+            b"{\"migrate\":{\"pid\":999999999,\"to\":\"127.0.0.1:1\",\"strategy\":\"stop-copy\"}}\n"
+                .to_vec(),
+            "does not exist",
+        ),
+    ];
+    for (input, want) in cases {
+        let out = env.raw_control("n1", &input);
+        assert!(
+            out.contains(want),
+            "input {:?}: got {out:?}",
+            String::from_utf8_lossy(&input[..input.len().min(40)])
+        );
+    }
+    // A non-root caller may not migrate someone else's process (pid 1 is root's).
+    let node = env.c().node("n1").unwrap().netns.clone();
+    let o = Command::new("ip")
+        .args(["netns", "exec", &node, "python3", "-c"])
+        .arg(
+            "import os,socket\nos.setgid(65534); os.setuid(65534)\ns=socket.socket(socket.AF_UNIX)\ns.connect('\\0pmig-control')\ns.sendall(b'{\"migrate\":{\"pid\":1,\"to\":\"127.0.0.1:1\",\"strategy\":\"stop-copy\"}}\\n')\nprint(s.recv(4096).decode())",
+        )
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("permission denied"), "{out} {:?}", o.stderr);
+
+    // Node side: garbage, then an authenticated peer sending a malformed message.
+    let addr = env.addr("n1");
+    env.c()
+        .run_in("n2", || {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let mut b = Vec::new();
+            let _ = s.read_to_end(&mut b);
+        })
+        .unwrap();
+    let key = pmig_proto::load_key(&env.c().state().key_file).unwrap();
+    let reply = env
+        .c()
+        .run_in("n2", || {
+            let mut ch =
+                pmig_proto::blocking::connect(addr.as_str(), &key, &pmig_proto::Config::new("n2"))
+                    .unwrap();
+            ch.send_frame(&[&[200, 1, 2, 3]]).unwrap();
+            ch.recv()
+        })
+        .unwrap();
+    assert!(
+        matches!(reply, Ok(pmig_proto::Msg::Error { code: 2, .. })),
+        "{reply:?}"
+    );
+    // Truncated image stream: an offer, then the connection drops mid-file.
+    let reply = env
+        .c()
+        .run_in("n2", || {
+            let mut ch =
+                pmig_proto::blocking::connect(addr.as_str(), &key, &pmig_proto::Config::new("n2"))
+                    .unwrap();
+            ch.send(&pmig_proto::Msg::MigrateOffer(pmig_proto::Offer {
+                id: 1,
+                strategy: "stop-copy".into(),
+                pid: 1,
+                uid: 0,
+                comm: "x".into(),
+                source_node: "n2".into(),
+                bytes_hint: 0,
+            }))
+            .unwrap();
+            let r = ch.recv();
+            ch.send(&pmig_proto::Msg::ImageFile {
+                id: 1,
+                name: "pages.pmig".into(),
+                size: 100,
+            })
+            .unwrap();
+            ch.send_with(
+                &pmig_proto::Msg::ImageChunk { id: 1, offset: 0 },
+                &[&[0u8; 10]],
+            )
+            .unwrap();
+            ch.close().unwrap();
+            r
+        })
+        .unwrap();
+    assert!(matches!(
+        reply,
+        Ok(pmig_proto::Msg::MigrateAccept { id: 1 })
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+    // Still alive and answering.
+    assert!(env.c().status()[0].daemon_alive, "n1's daemon died");
+    match env.control("n1", &Request::Ping) {
+        Event::Pong { node, .. } => assert_eq!(node, "n1"),
+        other => panic!("{other:?}"),
+    }
+    let log = env.log("n1");
+    assert!(log.contains("refused connection"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    // The staging directory of the truncated migration is gone.
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("pmig-n1-") && n.ends_with("-in-n2-1")
+        })
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}

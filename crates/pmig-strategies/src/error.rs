@@ -1,0 +1,45 @@
+//! Errors of a migration. Every variant renders as one line naming the cause.
+
+use std::io;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StrategyError {
+    #[error("unknown strategy `{name}`; use one of: {all}")]
+    UnknownStrategy { name: String, all: String },
+    #[error("strategy `{0}` is not implemented yet (implemented: {1})")]
+    NotImplemented(String, String),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Proto(#[from] pmig_proto::ProtoError),
+    #[error(transparent)]
+    Engine(#[from] pmig_engine::EngineError),
+    #[error(transparent)]
+    Image(#[from] pmig_image::ImageError),
+    /// The peer answered with `Error` or `Abort`.
+    #[error("{node} refused: {text}")]
+    Refused {
+        node: String,
+        code: u32,
+        text: String,
+    },
+    /// The peer broke the protocol.
+    #[error("protocol error with {node}: {what}")]
+    Protocol { node: String, what: String },
+    /// Not allowed (permissions, policy).
+    #[error("{0}")]
+    Denied(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T, E = StrategyError> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> StrategyError {
+    let what = what.into();
+    move |source| StrategyError::Io { what, source }
+}

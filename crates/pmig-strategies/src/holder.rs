@@ -1,0 +1,306 @@
+//! The *holder*: a helper process that freezes the migrating process, captures it
+//! into an image directory, and keeps it frozen until the daemon says `kill` (the
+//! destination runs it) or `resume` (anything went wrong).
+//!
+//! Why a separate process rather than a daemon thread:
+//! * ptrace belongs to the thread that seized; a short-lived single-threaded
+//!   process owns the frozen process for exactly as long as needed;
+//! * it can join the target's mount namespace first (`ip netns exec` gives every
+//!   command its own one, and the engine refuses a process in another mount
+//!   namespace than its own), which a multithreaded daemon cannot do;
+//! * if the daemon dies, the holder reads end-of-file on its stdin and resumes the
+//!   process: nothing is lost before the handover, even on a daemon crash.
+//!
+//! Protocol on the holder's stdio, one JSON object per line:
+//!
+//! ```text
+//! holder → daemon  {"captured":{"frozen_ns":…,"captured_ns":…,"page_bytes":…,"threads":…}}
+//!                  or {"error":"…"} (the process was not touched, or was resumed)
+//! daemon → holder  kill | resume          (end of file = resume)
+//! holder → daemon  {"done":"killed"} | {"done":"resumed"} | {"error":"…"}
+//! ```
+
+use crate::clock::mono_ns;
+use crate::error::{io_err, Result, StrategyError};
+use crate::Host;
+use pmig_engine::dump::{capture, manifest_for};
+use pmig_engine::image::precheck_all;
+use pmig_engine::ptrace::Frozen;
+use pmig_image::ImageWriter;
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+/// What the holder reports once the image is complete.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct Captured {
+    /// CLOCK_MONOTONIC just before the freeze.
+    pub frozen_ns: u64,
+    /// CLOCK_MONOTONIC when the image was complete.
+    pub captured_ns: u64,
+    pub page_bytes: u64,
+    pub threads: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum HolderMsg {
+    Captured(Captured),
+    Done(String),
+    Error(String),
+}
+
+fn say(m: &HolderMsg) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, m);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// Joins the mount namespace of `pid` if it differs from ours (needs a
+/// single-threaded caller and CAP_SYS_ADMIN).
+fn join_mount_ns(pid: i32) -> Result<()> {
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+        .map_err(io_err(format!("read the mount namespace of process {pid}")))?;
+    let ours =
+        std::fs::read_link("/proc/self/ns/mnt").map_err(io_err("read our mount namespace"))?;
+    if theirs == ours {
+        return Ok(());
+    }
+    let f = std::fs::File::open(format!("/proc/{pid}/ns/mnt"))
+        .map_err(io_err(format!("open the mount namespace of process {pid}")))?;
+    // SAFETY: setns on a valid namespace fd; we are single-threaded here.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNS) } < 0 {
+        return Err(StrategyError::Io {
+            what: format!("join the mount namespace of process {pid}"),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    tracing::debug!("holder joined the mount namespace of {pid}");
+    Ok(())
+}
+
+fn freeze_and_capture(pid: i32, dir: &Path) -> Result<(Frozen, Captured)> {
+    join_mount_ns(pid)?;
+    precheck_all(pid)?;
+    let frozen_ns = mono_ns();
+    let mut frozen = Frozen::freeze(pid)?;
+    // From here on any error drops `frozen`, which resumes the process.
+    precheck_all(pid)?;
+    let mut w = ImageWriter::create(dir)?;
+    let img = capture(&mut frozen, &mut w)?;
+    let written = w.pages().offset();
+    if let Some(r) = img
+        .memory
+        .vmas
+        .iter()
+        .flat_map(|v| &v.runs)
+        .find(|r| r.offset + r.len > written)
+    {
+        return Err(StrategyError::Other(format!(
+            "internal error: page run at {:#x} lies beyond the written page data",
+            r.addr
+        )));
+    }
+    img.write_parts(&mut w)?;
+    w.finish(manifest_for(pid))?;
+    let c = Captured {
+        frozen_ns,
+        captured_ns: mono_ns(),
+        page_bytes: img.memory.image_bytes(),
+        threads: img.threads.threads.len(),
+    };
+    Ok((frozen, c))
+}
+
+/// Kills the frozen process and waits (bounded) until every thread is gone, so that
+/// its parent can reap it.
+fn kill_and_reap(frozen: Frozen) -> Result<()> {
+    let tids = frozen.tids();
+    frozen.kill()?;
+    for tid in tids {
+        for _ in 0..1000 {
+            match nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(tid),
+                Some(nix::sys::wait::WaitPidFlag::__WALL),
+            ) {
+                Ok(nix::sys::wait::WaitStatus::Exited(..))
+                | Ok(nix::sys::wait::WaitStatus::Signaled(..))
+                | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The holder process's main function (`pmig daemon --hold PID --image-dir DIR`).
+/// Returns the exit code.
+pub fn holder_main(pid: i32, dir: &Path) -> i32 {
+    // SAFETY: ignoring SIGPIPE: a dead daemon must not kill us while we hold a
+    // frozen process (we resume it instead).
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let (frozen, c) = match freeze_and_capture(pid, dir) {
+        Ok(x) => x,
+        Err(e) => {
+            say(&HolderMsg::Error(e.to_string()));
+            return 1;
+        }
+    };
+    say(&HolderMsg::Captured(c));
+    let mut line = String::new();
+    let cmd = match std::io::stdin().lock().read_line(&mut line) {
+        Ok(_) => line.trim().to_string(),
+        Err(_) => String::new(),
+    };
+    if cmd == "kill" {
+        match kill_and_reap(frozen) {
+            Ok(()) => {
+                say(&HolderMsg::Done("killed".into()));
+                0
+            }
+            Err(e) => {
+                say(&HolderMsg::Error(e.to_string()));
+                1
+            }
+        }
+    } else {
+        if cmd != "resume" {
+            tracing::warn!("holder of {pid}: no instruction from the daemon; resuming the process");
+        }
+        match frozen.detach() {
+            Ok(()) => {
+                say(&HolderMsg::Done("resumed".into()));
+                0
+            }
+            Err(e) => {
+                say(&HolderMsg::Error(e.to_string()));
+                1
+            }
+        }
+    }
+}
+
+/// The daemon's handle on a running holder: the process `pid` is frozen and its
+/// image complete while this exists. Dropping it resumes the process.
+pub struct Holder<'h> {
+    host: &'h dyn Host,
+    pid: i32,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub captured: Captured,
+}
+
+impl<'h> Holder<'h> {
+    /// Starts a holder and waits until the process is frozen and captured into `dir`.
+    pub fn start(host: &'h dyn Host, pid: i32, dir: &Path) -> Result<Holder<'h>> {
+        let mut cmd = Command::new(host.exe());
+        cmd.args(["daemon", "--hold", &pid.to_string(), "--image-dir"])
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = host
+            .spawn(&mut cmd)
+            .map_err(io_err(format!("start a holder for process {pid}")))?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut h = Holder {
+            host,
+            pid,
+            child: Some(child),
+            stdin,
+            stdout,
+            captured: Captured {
+                frozen_ns: 0,
+                captured_ns: 0,
+                page_bytes: 0,
+                threads: 0,
+            },
+        };
+        match h.read()? {
+            HolderMsg::Captured(c) => {
+                h.captured = c;
+                Ok(h)
+            }
+            HolderMsg::Error(e) => {
+                h.reap();
+                Err(StrategyError::Other(format!(
+                    "cannot capture process {pid}: {e}"
+                )))
+            }
+            HolderMsg::Done(d) => Err(StrategyError::Other(format!(
+                "holder of {pid}: unexpected reply `{d}`"
+            ))),
+        }
+    }
+
+    fn read(&mut self) -> Result<HolderMsg> {
+        let mut line = String::new();
+        let n = self.stdout.read_line(&mut line).map_err(io_err(format!(
+            "read from the holder of process {}",
+            self.pid
+        )))?;
+        if n == 0 {
+            return Err(StrategyError::Other(format!(
+                "the holder of process {} died (see the daemon log)",
+                self.pid
+            )));
+        }
+        serde_json::from_str(&line).map_err(|e| {
+            StrategyError::Other(format!("holder of {}: bad reply {line:?}: {e}", self.pid))
+        })
+    }
+
+    fn command(&mut self, cmd: &str) -> Result<()> {
+        let mut stdin = self.stdin.take();
+        if let Some(s) = stdin.as_mut() {
+            s.write_all(format!("{cmd}\n").as_bytes())
+                .map_err(io_err(format!("instruct the holder of {}", self.pid)))?;
+        }
+        drop(stdin);
+        let r = self.read();
+        self.reap();
+        match r? {
+            HolderMsg::Done(_) => Ok(()),
+            HolderMsg::Error(e) => Err(StrategyError::Other(format!(
+                "cannot {cmd} process {}: {e}",
+                self.pid
+            ))),
+            HolderMsg::Captured(_) => Err(StrategyError::Other(format!(
+                "holder of {}: unexpected reply",
+                self.pid
+            ))),
+        }
+    }
+
+    fn reap(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            drop(self.stdin.take());
+            let _ = self.host.wait(&mut c);
+        }
+    }
+
+    /// The destination runs the process: kill the frozen original.
+    pub fn kill(mut self) -> Result<()> {
+        self.command("kill")
+    }
+
+    /// Let the original run on, exactly as it was.
+    pub fn resume(mut self) -> Result<()> {
+        self.command("resume")
+    }
+}
+
+impl Drop for Holder<'_> {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            if let Err(e) = self.command("resume") {
+                tracing::error!("{e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,675 @@
+//! pmig's migration algorithms.
+//!
+//! Every algorithm is one module behind one small trait, [`Strategy`], with three
+//! phases seen from the source:
+//!
+//! 1. [`Strategy::prepare`]: the process still runs (pre-copy rounds, sending the
+//!    layout, building the skeleton on the destination, …);
+//! 2. [`Strategy::handover`]: the process is stopped; returns once it runs on the
+//!    destination (what [`Report::down_ms`] measures);
+//! 3. [`Strategy::post`]: the process runs on the destination; residual work (pushing
+//!    or serving pages) until nothing is owed any more.
+//!
+//! and [`Strategy::destination`], the destination's side of all three, driven by the
+//! source's messages. [`migrate`] (source) and [`serve_offer`] (destination) run a
+//! strategy, keep the figures, and keep the promise of issue 3, "nothing lost": before
+//! the handover completes, every failure resumes the source process exactly as it was.
+//!
+//! The node-specific services (spawning helpers, the pmig binary, the state
+//! directory) come from the daemon through [`Host`].
+
+pub mod clock;
+pub mod error;
+pub mod holder;
+pub mod report;
+pub mod stop_copy;
+
+pub use error::{Result, StrategyError};
+pub use report::{Outcome, PhaseBytes, Report, Residual};
+
+use clock::{mono_ns, ms_between};
+use error::io_err;
+use pmig_proto::blocking::Channel;
+use pmig_proto::{code, Config, Msg, Offer};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Every strategy named by issue 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StrategyKind {
+    StopCopy,
+    PreCopy,
+    QueuedPreCopy,
+    DemandPaging,
+    Flushing,
+    FreezeFree,
+    PostCopy,
+    AssistedPostCopy,
+    Ampom,
+    Auto,
+}
+
+impl StrategyKind {
+    pub const ALL: [StrategyKind; 10] = [
+        StrategyKind::StopCopy,
+        StrategyKind::PreCopy,
+        StrategyKind::QueuedPreCopy,
+        StrategyKind::DemandPaging,
+        StrategyKind::Flushing,
+        StrategyKind::FreezeFree,
+        StrategyKind::PostCopy,
+        StrategyKind::AssistedPostCopy,
+        StrategyKind::Ampom,
+        StrategyKind::Auto,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StrategyKind::StopCopy => "stop-copy",
+            StrategyKind::PreCopy => "pre-copy",
+            StrategyKind::QueuedPreCopy => "queued-pre-copy",
+            StrategyKind::DemandPaging => "demand-paging",
+            StrategyKind::Flushing => "flushing",
+            StrategyKind::FreezeFree => "freeze-free",
+            StrategyKind::PostCopy => "post-copy",
+            StrategyKind::AssistedPostCopy => "assisted-post-copy",
+            StrategyKind::Ampom => "ampom",
+            StrategyKind::Auto => "auto",
+        }
+    }
+
+    /// The implementation, or a one-line error naming the strategy.
+    pub fn implementation(self) -> Result<Box<dyn Strategy>> {
+        match self {
+            StrategyKind::StopCopy => Ok(Box::new(stop_copy::StopCopy)),
+            other => Err(StrategyError::NotImplemented(
+                other.as_str().into(),
+                implemented_names(),
+            )),
+        }
+    }
+
+    /// Parses a name and checks that it is implemented.
+    pub fn implemented(name: &str) -> Result<StrategyKind> {
+        let k: StrategyKind = name.parse()?;
+        k.implementation()?;
+        Ok(k)
+    }
+}
+
+fn implemented_names() -> String {
+    StrategyKind::ALL
+        .iter()
+        .filter(|k| k.implementation_exists())
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl StrategyKind {
+    fn implementation_exists(self) -> bool {
+        matches!(self, StrategyKind::StopCopy)
+    }
+}
+
+impl FromStr for StrategyKind {
+    type Err = StrategyError;
+    fn from_str(s: &str) -> Result<Self> {
+        StrategyKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| StrategyError::UnknownStrategy {
+                name: s.chars().take(64).collect(),
+                all: StrategyKind::ALL
+                    .iter()
+                    .map(|k| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
+impl std::fmt::Display for StrategyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Test hooks, only honoured by daemons started with `PMIG_TEST_HOOKS=1` (see the
+/// daemon crate). They simulate failures at precise points.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hooks {
+    /// The destination daemon kills itself (SIGKILL) after receiving this many image bytes.
+    pub die_after_bytes: Option<u64>,
+    /// The destination refuses to restore (as if the restore failed).
+    pub fail_restore: bool,
+    /// The destination never answers after the image (to test the timeout).
+    pub hang_before_restore: bool,
+}
+
+/// What a strategy needs from the node it runs on.
+pub trait Host: Send + Sync {
+    /// This node's name (`n1`).
+    fn node(&self) -> &str;
+    /// The `pmig` binary, for helper processes.
+    fn exe(&self) -> &Path;
+    /// The daemon's state directory (logs and stdio files of restored processes).
+    fn state_dir(&self) -> &Path;
+    /// Where image data is staged (tmpfs: `/dev/shm`), one subdirectory per migration.
+    fn staging_root(&self) -> &Path;
+    /// Spawns a helper process that the caller will wait for with [`Host::wait`] (the
+    /// daemon's reaper leaves it alone).
+    fn spawn(&self, cmd: &mut Command) -> std::io::Result<Child>;
+    /// Waits for a helper started with [`Host::spawn`].
+    fn wait(&self, child: &mut Child) -> std::io::Result<ExitStatus>;
+    /// The cluster key (node-to-node authentication).
+    fn cluster_key(&self) -> &pmig_proto::ClusterKey;
+    /// Test hooks in force for this migration.
+    fn hooks(&self) -> Hooks {
+        Hooks::default()
+    }
+    /// Protocol configuration (node name, timeouts).
+    fn proto_config(&self) -> Config {
+        Config::new(self.node())
+    }
+}
+
+/// Progress of a migration, for progress bars.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub phase: &'static str,
+    pub done: u64,
+    pub total: u64,
+}
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub pid: i32,
+    /// `ADDR:PORT` of the destination daemon.
+    pub to: String,
+    /// The destination's name for reports (defaults to `to`).
+    pub to_name: Option<String>,
+    pub strategy: StrategyKind,
+    /// Longest wait for any answer from the destination (the image transfer itself
+    /// is not bounded by it, only every single read and write).
+    pub timeout: Duration,
+}
+
+/// The phase a migration is in (see the state machine in docs/protocol.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Preparation,
+    Down,
+    Post,
+}
+
+/// The source side of one migration, handed to the strategy's phases.
+pub struct Source<'a> {
+    pub id: u64,
+    pub pid: i32,
+    pub comm: String,
+    pub host: &'a dyn Host,
+    pub ch: Channel<TcpStream>,
+    pub peer: String,
+    pub timeout: Duration,
+    /// Staging directory for the image (tmpfs), removed at the end.
+    pub staging: PathBuf,
+    /// The frozen process (between the stop and the commit).
+    pub holder: Option<holder::Holder<'a>>,
+    pub phase: Phase,
+    pub bytes: PhaseBytes,
+    pub pages_sent: u64,
+    pub rounds: u32,
+    pub remote_faults: u64,
+    pub prefetched_pages: u64,
+    pub prefetch_hits: u64,
+    /// Round-trip time to the destination, measured with `Ping` before anything else.
+    pub rtt_ns: u64,
+    /// CLOCK_MONOTONIC of the stop, set by the strategy.
+    pub stopped_ns: Option<u64>,
+    /// CLOCK_MONOTONIC at which the process resumed on the destination (estimated from
+    /// the reply and the round-trip time), set by [`Source::restored`].
+    pub resumed_ns: Option<u64>,
+    pub new_pid: Option<i32>,
+    /// Set once the source copy is gone (after [`Source::commit`]).
+    pub committed: bool,
+    pub residual: Residual,
+    pub progress: &'a mut dyn FnMut(Progress),
+}
+
+impl Source<'_> {
+    /// Counts bytes sent or received in the current phase.
+    pub fn count(&mut self, n: u64) {
+        match self.phase {
+            Phase::Preparation => self.bytes.preparation += n,
+            Phase::Down => self.bytes.down += n,
+            Phase::Post => self.bytes.post += n,
+        }
+    }
+
+    /// Sets the socket timeout for every read and write from now on.
+    pub fn set_timeout(&self, t: Option<Duration>) -> Result<()> {
+        let s = self.ch.stream();
+        s.set_read_timeout(t)
+            .and_then(|_| s.set_write_timeout(t))
+            .map_err(io_err("set the connection timeout"))
+    }
+
+    /// Receives the next message, turning `Error`/`Abort` into errors.
+    pub fn recv(&mut self, expected: &'static str) -> Result<Msg> {
+        let m = self.ch.recv()?;
+        self.count(64);
+        match m {
+            Msg::Error { code, text } => Err(StrategyError::Refused {
+                node: self.peer.clone(),
+                code,
+                text,
+            }),
+            Msg::Abort { reason, .. } => Err(StrategyError::Refused {
+                node: self.peer.clone(),
+                code: code::INTERNAL,
+                text: reason,
+            }),
+            m => {
+                tracing::trace!("got {} (expected {expected})", m.kind());
+                Ok(m)
+            }
+        }
+    }
+
+    /// Records the destination's `Restored` reply, received now.
+    pub fn restored(&mut self, pid: i32, since_resume_us: u64) {
+        let now = mono_ns();
+        self.new_pid = Some(pid);
+        self.resumed_ns =
+            Some(now.saturating_sub(self.rtt_ns / 2 + since_resume_us.saturating_mul(1000)));
+    }
+
+    /// The destination runs the process: remove the source copy and tell the
+    /// destination the migration is final.
+    pub fn commit(&mut self) -> Result<()> {
+        if let Some(h) = self.holder.take() {
+            h.kill()?;
+        }
+        self.committed = true;
+        self.ch.send(&Msg::Commit { id: self.id })?;
+        self.count(16);
+        Ok(())
+    }
+}
+
+/// The destination side of one migration.
+pub struct Destination<'a> {
+    pub offer: Offer,
+    pub host: &'a dyn Host,
+    pub ch: Channel<TcpStream>,
+    pub peer: String,
+    /// Staging directory for the incoming image (tmpfs), removed at the end.
+    pub staging: PathBuf,
+    pub hooks: Hooks,
+    /// Bytes received so far (for the test hook).
+    pub received: u64,
+}
+
+/// One migration algorithm. See the crate documentation for the phases.
+pub trait Strategy: Send {
+    fn kind(&self) -> StrategyKind;
+    /// Phase 1 (source): the process still runs.
+    fn prepare(&mut self, m: &mut Source) -> Result<()>;
+    /// Phase 2 (source): stop the process and make it run on the destination; must
+    /// set `m.stopped_ns` when it stops the process and call [`Source::restored`] when
+    /// the destination reports it running.
+    fn handover(&mut self, m: &mut Source) -> Result<()>;
+    /// Phase 3 (source): the process runs on the destination; finish residual work
+    /// and make sure the source copy is gone ([`Source::commit`]).
+    fn post(&mut self, m: &mut Source) -> Result<()>;
+    /// The destination's side, from the accepted offer to the end of the migration.
+    /// Returns the pid of the restored process.
+    fn destination(&mut self, d: &mut Destination) -> Result<i32>;
+}
+
+fn read_status_field(pid: i32, key: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .map(|v| v.trim().to_string())
+}
+
+/// The real uid of a process.
+pub fn process_uid(pid: i32) -> Option<u32> {
+    read_status_field(pid, "Uid:")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn new_id() -> u64 {
+    // Unique per daemon run; the time part keeps ids of restarted daemons apart.
+    let n = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (mono_ns() / 1_000_000 % 1_000_000_000) * 1000 + n % 1000
+}
+
+/// Runs a migration from this node (the source side). On any failure before the
+/// handover completes the process is left running exactly as it was, and the error
+/// says so.
+pub fn migrate(
+    host: &dyn Host,
+    req: &Request,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Outcome> {
+    let t0 = mono_ns();
+    let pid = req.pid;
+    if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(StrategyError::Other(format!(
+            "process {pid} does not exist"
+        )));
+    }
+    if pid as u32 == std::process::id() {
+        return Err(StrategyError::Denied(
+            "the daemon cannot migrate itself".into(),
+        ));
+    }
+    let mut strategy = req.strategy.implementation()?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default();
+    let uid = process_uid(pid).unwrap_or(0);
+    let to_name = req.to_name.clone().unwrap_or_else(|| req.to.clone());
+    let ctx = |e: StrategyError| {
+        StrategyError::Other(format!(
+            "cannot migrate process {pid} to {to_name}: {e}; the process was not touched"
+        ))
+    };
+    let mut cfg = host.proto_config();
+    cfg.handshake_timeout = Some(req.timeout.min(Duration::from_secs(10)));
+    let ch = pmig_proto::blocking::connect(req.to.as_str(), host.cluster_key(), &cfg)
+        .map_err(|e| ctx(e.into()))?;
+    let peer = ch.peer().node.clone();
+    let id = new_id();
+    let staging = host.staging_root().join(format!(
+        "pmig-{}-{}-out-{id}",
+        host.node(),
+        std::process::id()
+    ));
+    let mut m = Source {
+        id,
+        pid,
+        comm: comm.clone(),
+        host,
+        peer: peer.clone(),
+        timeout: req.timeout,
+        staging: staging.clone(),
+        holder: None,
+        phase: Phase::Preparation,
+        bytes: PhaseBytes::default(),
+        pages_sent: 0,
+        rounds: 0,
+        remote_faults: 0,
+        prefetched_pages: 0,
+        prefetch_hits: 0,
+        rtt_ns: 0,
+        stopped_ns: None,
+        resumed_ns: None,
+        new_pid: None,
+        committed: false,
+        residual: Residual {
+            what: "nothing".into(),
+            node: None,
+            until: "handover".into(),
+        },
+        progress,
+        ch,
+    };
+    m.set_timeout(Some(req.timeout)).map_err(ctx)?;
+    // The round-trip time places the destination's resume on our clock.
+    let t = mono_ns();
+    m.ch.send(&Msg::Ping { seq: id })
+        .map_err(|e| ctx(e.into()))?;
+    match m.recv("Pong").map_err(ctx)? {
+        Msg::Pong { seq } if seq == id => {}
+        other => {
+            return Err(ctx(StrategyError::Protocol {
+                node: peer,
+                what: format!("expected Pong, got {}", other.kind()),
+            }))
+        }
+    }
+    m.rtt_ns = mono_ns() - t;
+    m.ch.send(&Msg::MigrateOffer(Offer {
+        id,
+        strategy: req.strategy.as_str().into(),
+        pid,
+        uid,
+        comm: comm.chars().take(pmig_proto::msg::MAX_COMM).collect(),
+        source_node: host.node().into(),
+        bytes_hint: 0,
+    }))
+    .map_err(|e| ctx(e.into()))?;
+    m.count(128);
+    match m.recv("MigrateAccept").map_err(ctx)? {
+        Msg::MigrateAccept { id: i } if i == id => {}
+        other => {
+            return Err(ctx(StrategyError::Protocol {
+                node: peer,
+                what: format!("expected MigrateAccept, got {}", other.kind()),
+            }))
+        }
+    }
+    let result = run_phases(strategy.as_mut(), &mut m);
+    let _ = std::fs::remove_dir_all(&staging);
+    let (prep_end, resumed, end) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            let resumed = match m.holder.take() {
+                Some(h) => match h.resume() {
+                    Ok(()) => "the process was resumed on the source, as it was".to_string(),
+                    Err(e2) => format!("resuming the process failed too: {e2}"),
+                },
+                None if m.committed => "the process had already moved; it may be lost".to_string(),
+                None => "the process was not touched".to_string(),
+            };
+            let _ = m.ch.send(&Msg::Abort {
+                id,
+                reason: truncate(&e.to_string(), pmig_proto::msg::MAX_ERROR_TEXT),
+            });
+            return Err(StrategyError::Other(format!(
+                "migration of process {pid} to {to_name} failed: {e}; {resumed}"
+            )));
+        }
+    };
+    let stopped = m.stopped_ns.unwrap_or(prep_end);
+    let bytes_total = m.bytes.preparation + m.bytes.down + m.bytes.post;
+    Ok(Outcome {
+        pid,
+        new_pid: m.new_pid.unwrap_or(0),
+        comm,
+        source: host.node().into(),
+        destination: if req.to_name.is_some() { to_name } else { peer },
+        report: Report {
+            strategy: req.strategy.as_str().into(),
+            preparation_ms: ms_between(t0, stopped),
+            down_ms: ms_between(stopped, resumed),
+            post_ms: ms_between(resumed, end),
+            total_ms: ms_between(t0, end),
+            bytes_total,
+            bytes_per_phase: m.bytes.clone(),
+            pages_sent: m.pages_sent,
+            rounds: m.rounds,
+            remote_faults: m.remote_faults,
+            prefetched_pages: m.prefetched_pages,
+            prefetch_hits: m.prefetch_hits,
+            residual: m.residual.clone(),
+        },
+    })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// Returns (end of preparation, resume, end) as CLOCK_MONOTONIC.
+fn run_phases(s: &mut dyn Strategy, m: &mut Source) -> Result<(u64, u64, u64)> {
+    s.prepare(m)?;
+    let prep_end = mono_ns();
+    m.phase = Phase::Down;
+    s.handover(m)?;
+    let resumed = m.resumed_ns.ok_or_else(|| {
+        StrategyError::Other("internal error: the handover did not report the resume".into())
+    })?;
+    m.phase = Phase::Post;
+    s.post(m)?;
+    if !m.committed {
+        m.commit()?;
+    }
+    Ok((prep_end, resumed, mono_ns()))
+}
+
+/// Serves an offer received by this node's daemon (the destination side). Replies
+/// `MigrateAccept` or `Error`, then runs the strategy's destination side.
+pub fn serve_offer(
+    host: &dyn Host,
+    mut ch: Channel<TcpStream>,
+    offer: Offer,
+) -> Result<Option<i32>> {
+    let peer = ch.peer().node.clone();
+    let kind = match StrategyKind::implemented(&offer.strategy) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = ch.send(&Msg::Error {
+                code: code::UNSUPPORTED_STRATEGY,
+                text: format!("{} {}", host.node(), e),
+            });
+            return Err(e);
+        }
+    };
+    let mut s = kind.implementation()?;
+    let staging = host.staging_root().join(format!(
+        "pmig-{}-{}-in-{}-{}",
+        host.node(),
+        std::process::id(),
+        peer,
+        offer.id
+    ));
+    let _ = std::fs::remove_dir_all(&staging);
+    if let Err(e) = std::fs::create_dir_all(&staging) {
+        let _ = ch.send(&Msg::Error {
+            code: code::MIGRATION_REFUSED,
+            text: format!("{}: cannot create {}: {e}", host.node(), staging.display()),
+        });
+        return Err(io_err("create the staging directory")(e));
+    }
+    ch.send(&Msg::MigrateAccept { id: offer.id })?;
+    tracing::info!(
+        "accepted {} of process {} ({}) from {peer} (migration {})",
+        kind,
+        offer.pid,
+        offer.comm,
+        offer.id
+    );
+    let mut d = Destination {
+        hooks: host.hooks(),
+        offer,
+        host,
+        ch,
+        peer,
+        staging: staging.clone(),
+        received: 0,
+    };
+    let r = s.destination(&mut d);
+    let _ = std::fs::remove_dir_all(&staging);
+    r.map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategy_names() {
+        for k in StrategyKind::ALL {
+            assert_eq!(k.as_str().parse::<StrategyKind>().unwrap(), k);
+        }
+        assert!(StrategyKind::implemented("stop-copy").is_ok());
+        let e = StrategyKind::implemented("post-copy")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "strategy `post-copy` is not implemented yet (implemented: stop-copy)"
+        );
+        let e = "copy".parse::<StrategyKind>().unwrap_err().to_string();
+        assert!(e.starts_with("unknown strategy `copy`; use one of: stop-copy, pre-copy"));
+    }
+
+    #[test]
+    fn report_has_exactly_the_fields_of_issue_3() {
+        let r = Report {
+            strategy: "stop-copy".into(),
+            preparation_ms: 1.0,
+            down_ms: 2.0,
+            post_ms: 3.0,
+            total_ms: 6.0,
+            bytes_total: 10,
+            bytes_per_phase: PhaseBytes {
+                preparation: 1,
+                down: 8,
+                post: 1,
+            },
+            pages_sent: 2,
+            rounds: 0,
+            remote_faults: 0,
+            prefetched_pages: 0,
+            prefetch_hits: 0,
+            residual: Residual {
+                what: "nothing".into(),
+                node: None,
+                until: "handover".into(),
+            },
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "bytes_per_phase",
+                "bytes_total",
+                "down_ms",
+                "pages_sent",
+                "post_ms",
+                "prefetch_hits",
+                "prefetched_pages",
+                "preparation_ms",
+                "remote_faults",
+                "residual",
+                "rounds",
+                "strategy",
+                "total_ms"
+            ]
+        );
+        let o = Outcome {
+            pid: 1,
+            new_pid: 2,
+            comm: "x".into(),
+            source: "n1".into(),
+            destination: "n2".into(),
+            report: r,
+        };
+        let back: Outcome = serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
+        assert_eq!(back, o);
+        assert!(o
+            .summary()
+            .contains("from n1 to n2 as pid 2 with stop-copy"));
+    }
+}

@@ -1,0 +1,100 @@
+//! The figures every migration reports (issue 3, "Every migration reports").
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes sent on the node-to-node connection in each phase (both directions).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseBytes {
+    /// While the process still ran on the source.
+    pub preparation: u64,
+    /// While the process was stopped.
+    pub down: u64,
+    /// After it resumed on the destination.
+    pub post: u64,
+}
+
+/// What still lives where after the handover, and until when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Residual {
+    /// What remains (e.g. `nothing`, `frozen source copy serving 1234 pages`).
+    pub what: String,
+    /// The node it remains on, if any.
+    pub node: Option<String>,
+    /// Until when it remains (e.g. `handover`, `the migrated process exits`).
+    pub until: String,
+}
+
+/// One migration's figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub strategy: String,
+    /// From the request to the stop of the process.
+    pub preparation_ms: f64,
+    /// From the moment the source stops the process to the moment it resumes on the
+    /// destination.
+    pub down_ms: f64,
+    /// From the resume to the end of all residual work.
+    pub post_ms: f64,
+    pub total_ms: f64,
+    pub bytes_total: u64,
+    pub bytes_per_phase: PhaseBytes,
+    pub pages_sent: u64,
+    pub rounds: u32,
+    pub remote_faults: u64,
+    pub prefetched_pages: u64,
+    pub prefetch_hits: u64,
+    pub residual: Residual,
+}
+
+/// A finished migration: the report plus who moved where.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub pid: i32,
+    pub new_pid: i32,
+    pub comm: String,
+    pub source: String,
+    pub destination: String,
+    #[serde(flatten)]
+    pub report: Report,
+}
+
+impl Outcome {
+    /// One human-readable summary (several lines).
+    pub fn summary(&self) -> String {
+        let r = &self.report;
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        format!(
+            "migrated {} (pid {}) from {} to {} as pid {} with {}\n  \
+             down {:.1} ms · preparation {:.1} ms · post {:.1} ms · total {:.1} ms\n  \
+             sent {:.1} MiB (preparation {:.1}, down {:.1}, post {:.1}) · {} pages · {} rounds\n  \
+             remote faults {} · prefetched {} · prefetch hits {}\n  \
+             residual: {}{} until {}",
+            self.comm,
+            self.pid,
+            self.source,
+            self.destination,
+            self.new_pid,
+            r.strategy,
+            r.down_ms,
+            r.preparation_ms,
+            r.post_ms,
+            r.total_ms,
+            mib(r.bytes_total),
+            mib(r.bytes_per_phase.preparation),
+            mib(r.bytes_per_phase.down),
+            mib(r.bytes_per_phase.post),
+            r.pages_sent,
+            r.rounds,
+            r.remote_faults,
+            r.prefetched_pages,
+            r.prefetch_hits,
+            r.residual.what,
+            r.residual
+                .node
+                .as_ref()
+                .map(|n| format!(" on {n}"))
+                .unwrap_or_default(),
+            r.residual.until,
+        )
+    }
+}
