@@ -24,6 +24,8 @@ pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
 pub const MAX_NODE_NAME: usize = 64;
 /// Longest text accepted in `Error`.
 pub const MAX_ERROR_TEXT: usize = 4096;
+/// Largest number of pages in one `PageRequest`.
+pub const MAX_PAGE_REQUEST: usize = 4096;
 
 /// Error codes carried by [`Msg::Error`].
 pub mod code {
@@ -141,6 +143,34 @@ pub enum Msg {
         id: u64,
         reason: String,
     },
+    /// 12, source → destination: pages of the process at source address
+    /// `addr`, as the attachment (a multiple of 4096 bytes). Pre-copy rounds,
+    /// post-copy pushes and answers to `PageRequest` all use it.
+    PageData {
+        id: u64,
+        addr: u64,
+    },
+    /// 13, destination → source: send these source pages first (faults,
+    /// then prefetch). At most `MAX_PAGE_REQUEST` pages.
+    PageRequest {
+        id: u64,
+        pages: Vec<u64>,
+    },
+    /// 14, source → destination: pre-copy round `round` is complete.
+    RoundDone {
+        id: u64,
+        round: u32,
+        pages: u64,
+    },
+    /// 15, destination → source: nothing is owed any more (post-copy); the
+    /// source may let its copy go.
+    PagesDone {
+        id: u64,
+        installed: u64,
+        remote_faults: u64,
+        prefetched: u64,
+        prefetch_hits: u64,
+    },
 }
 
 /// Longest strategy name accepted in [`Offer`].
@@ -196,12 +226,29 @@ impl Msg {
             Msg::Restored { .. } => "Restored",
             Msg::Commit { .. } => "Commit",
             Msg::Abort { .. } => "Abort",
+            Msg::PageData { .. } => "PageData",
+            Msg::PageRequest { .. } => "PageRequest",
+            Msg::RoundDone { .. } => "RoundDone",
+            Msg::PagesDone { .. } => "PagesDone",
         }
     }
 
     /// Semantic checks beyond what the type system enforces.
     pub fn validate(&self) -> Result<(), ProtoError> {
         match self {
+            Msg::PageData { addr, .. } if addr % 4096 != 0 => {
+                return Err(ProtoError::Malformed(format!(
+                    "PageData: address {addr:#x} is not page aligned"
+                )));
+            }
+            Msg::PageRequest { pages, .. }
+                if pages.len() > MAX_PAGE_REQUEST || pages.iter().any(|p| p % 4096 != 0) =>
+            {
+                return Err(ProtoError::Malformed(format!(
+                    "PageRequest: at most {MAX_PAGE_REQUEST} page-aligned addresses, got {}",
+                    pages.len()
+                )));
+            }
             Msg::Hello(h) => {
                 if h.node.is_empty() || h.node.len() > MAX_NODE_NAME {
                     return Err(ProtoError::Malformed(format!(

@@ -23,7 +23,7 @@
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
-use pmig_engine::dump::{capture, manifest_for};
+use pmig_engine::dump::{capture, capture_filtered, manifest_for};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
 use pmig_image::ImageWriter;
@@ -82,7 +82,46 @@ fn join_mount_ns(pid: i32) -> Result<()> {
     Ok(())
 }
 
-fn freeze_and_capture(pid: i32, dir: &Path) -> Result<(Frozen, Captured)> {
+/// Which pages the holder puts in the image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// Every populated page (stop-copy).
+    Full,
+    /// Private anonymous memory only where the restore itself touches it
+    /// (rseq areas, stack pages); the rest stays at the source (post-copy).
+    Handover,
+    /// Pre-copy: in the write-tracked ranges listed in this file (one
+    /// `start len` per line, hex), only pages written since the last scan;
+    /// everything else in full.
+    WrittenSince(std::path::PathBuf),
+}
+
+impl CaptureMode {
+    pub fn arg(&self) -> String {
+        match self {
+            CaptureMode::Full => "full".into(),
+            CaptureMode::Handover => "handover".into(),
+            CaptureMode::WrittenSince(p) => format!("written:{}", p.display()),
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<CaptureMode> {
+        match s {
+            "full" => Some(CaptureMode::Full),
+            "handover" => Some(CaptureMode::Handover),
+            _ => s
+                .strip_prefix("written:")
+                .map(|p| CaptureMode::WrittenSince(p.into())),
+        }
+    }
+}
+
+fn in_ranges(r: &[(u64, u64)], p: u64) -> bool {
+    let i = r.partition_point(|(s, _)| *s <= p);
+    i > 0 && p < r[i - 1].0 + r[i - 1].1
+}
+
+fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Frozen, Captured)> {
     join_mount_ns(pid)?;
     precheck_all(pid)?;
     let frozen_ns = mono_ns();
@@ -90,7 +129,43 @@ fn freeze_and_capture(pid: i32, dir: &Path) -> Result<(Frozen, Captured)> {
     // From here on any error drops `frozen`, which resumes the process.
     precheck_all(pid)?;
     let mut w = ImageWriter::create(dir)?;
-    let img = capture(&mut frozen, &mut w)?;
+    let img = match mode {
+        CaptureMode::Full => capture(&mut frozen, &mut w)?,
+        CaptureMode::Handover => {
+            let keep = pmig_engine::lazy::handover_pages(&frozen)?;
+            let f = |p: u64| keep.contains(&p);
+            capture_filtered(&mut frozen, &mut w, Some(&f))?
+        }
+        CaptureMode::WrittenSince(list) => {
+            let text = std::fs::read_to_string(list)
+                .map_err(io_err(format!("read {}", list.display())))?;
+            let mut tracked: Vec<(u64, u64)> = text
+                .lines()
+                .filter_map(|l| {
+                    let mut it = l.split_whitespace();
+                    Some((
+                        u64::from_str_radix(it.next()?, 16).ok()?,
+                        u64::from_str_radix(it.next()?, 16).ok()?,
+                    ))
+                })
+                .collect();
+            tracked.sort();
+            // The process is frozen: what was written since the last round
+            // is final.
+            let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
+                .map_err(io_err(format!("open /proc/{pid}/pagemap")))?;
+            let mut written = Vec::new();
+            for &(s, l) in &tracked {
+                if pmig_engine::uffd::scan_written(&pagemap, s, s + l, &mut written).is_err() {
+                    // Registration gone (mapping changed): send it all.
+                    written.push((s, l));
+                }
+            }
+            written.sort();
+            let f = |p: u64| !in_ranges(&tracked, p) || in_ranges(&written, p);
+            capture_filtered(&mut frozen, &mut w, Some(&f))?
+        }
+    };
     let written = w.pages().offset();
     if let Some(r) = img
         .memory
@@ -138,11 +213,11 @@ fn kill_and_reap(frozen: Frozen) -> Result<()> {
 
 /// The holder process's main function (`pmig daemon --hold PID --image-dir DIR`).
 /// Returns the exit code.
-pub fn holder_main(pid: i32, dir: &Path) -> i32 {
+pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode) -> i32 {
     // SAFETY: ignoring SIGPIPE: a dead daemon must not kill us while we hold a
     // frozen process (we resume it instead).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let (frozen, c) = match freeze_and_capture(pid, dir) {
+    let (frozen, c) = match freeze_and_capture(pid, dir, mode) {
         Ok(x) => x,
         Err(e) => {
             say(&HolderMsg::Error(e.to_string()));
@@ -197,12 +272,29 @@ pub struct Holder<'h> {
 impl<'h> Holder<'h> {
     /// Starts a holder and waits until the process is frozen and captured into `dir`.
     pub fn start(host: &'h dyn Host, pid: i32, dir: &Path) -> Result<Holder<'h>> {
+        Self::start_with(host, pid, dir, &CaptureMode::Full)
+    }
+
+    /// [`start`](Self::start) capturing the pages `mode` selects.
+    pub fn start_with(
+        host: &'h dyn Host,
+        pid: i32,
+        dir: &Path,
+        mode: &CaptureMode,
+    ) -> Result<Holder<'h>> {
         let mut cmd = Command::new(host.exe());
-        cmd.args(["daemon", "--hold", &pid.to_string(), "--image-dir"])
-            .arg(dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            "daemon",
+            "--hold",
+            &pid.to_string(),
+            "--hold-mode",
+            &mode.arg(),
+            "--image-dir",
+        ])
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
         let mut child = host
             .spawn(&mut cmd)
             .map_err(io_err(format!("start a holder for process {pid}")))?;

@@ -231,6 +231,12 @@ impl Strategy for StopCopy {
 
 /// Destination: receive `ImageFile`/`ImageChunk` until `ImageDone`.
 pub(crate) fn receive_image(d: &mut Destination) -> Result<u64> {
+    let dir = d.staging.clone();
+    receive_image_into(d, &dir)
+}
+
+/// [`receive_image`] into another directory than the staging one.
+pub(crate) fn receive_image_into(d: &mut Destination, dir: &Path) -> Result<u64> {
     let mut current: Option<(String, File, u64, u64)> = None; // name, file, size, written
     let mut files = 0u32;
     let mut total = 0u64;
@@ -252,7 +258,7 @@ pub(crate) fn receive_image(d: &mut Destination) -> Result<u64> {
                 if !pmig_proto::is_safe_file_name(&name) {
                     return Err(bad(format!("invalid file name {name:?}")));
                 }
-                let p = d.staging.join(&name);
+                let p = dir.join(&name);
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
@@ -271,10 +277,8 @@ pub(crate) fn receive_image(d: &mut Destination) -> Result<u64> {
                         data.len()
                     )));
                 }
-                f.write_all(data).map_err(io_err(format!(
-                    "write {}",
-                    d.staging.join(&*name).display()
-                )))?;
+                f.write_all(data)
+                    .map_err(io_err(format!("write {}", dir.join(&*name).display())))?;
                 *written += data.len() as u64;
                 total += data.len() as u64;
                 d.received += data.len() as u64;

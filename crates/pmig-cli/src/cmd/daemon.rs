@@ -23,11 +23,16 @@ pub struct Args {
     hold: Option<i32>,
     #[arg(long, hide = true, value_name = "DIR")]
     image_dir: Option<PathBuf>,
+    /// Internal: which pages the holder captures (full, handover, written:FILE).
+    #[arg(long, hide = true, default_value = "full")]
+    hold_mode: String,
 }
 
 pub fn run(a: Args) -> Result<i32> {
     if let (Some(pid), Some(dir)) = (a.hold, &a.image_dir) {
-        return Ok(pmig_strategies::holder::holder_main(pid, dir));
+        let mode = pmig_strategies::holder::CaptureMode::parse(&a.hold_mode)
+            .with_context(|| format!("bad --hold-mode {}", a.hold_mode))?;
+        return Ok(pmig_strategies::holder::holder_main(pid, dir, &mode));
     }
     let node = a.node.context("--node is required")?;
     let listen = a.listen.context("--listen is required")?;
