@@ -408,6 +408,11 @@ impl<S: Stream> Channel<S> {
 
     /// Splits into independently usable halves (e.g. one thread pushes pages while
     /// another reads fault requests).
+    /// Both halves at once, borrowed (e.g. for two scoped threads).
+    pub fn halves(&mut self) -> (&mut Sender<S>, &mut Receiver<S>) {
+        (&mut self.tx, &mut self.rx)
+    }
+
     pub fn split(self) -> (Sender<S>, Receiver<S>) {
         (self.tx, self.rx)
     }

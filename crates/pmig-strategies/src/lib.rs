@@ -21,6 +21,7 @@
 pub mod clock;
 pub mod error;
 pub mod holder;
+pub mod post_copy;
 pub mod report;
 pub mod stop_copy;
 
@@ -85,6 +86,7 @@ impl StrategyKind {
     pub fn implementation(self) -> Result<Box<dyn Strategy>> {
         match self {
             StrategyKind::StopCopy => Ok(Box::new(stop_copy::StopCopy)),
+            StrategyKind::PostCopy => Ok(Box::new(post_copy::PostCopy)),
             other => Err(StrategyError::NotImplemented(
                 other.as_str().into(),
                 implemented_names(),
@@ -111,7 +113,7 @@ fn implemented_names() -> String {
 
 impl StrategyKind {
     fn implementation_exists(self) -> bool {
-        matches!(self, StrategyKind::StopCopy)
+        matches!(self, StrategyKind::StopCopy | StrategyKind::PostCopy)
     }
 }
 

@@ -344,7 +344,28 @@ fn stdio_file(d: &Destination) -> std::path::PathBuf {
 /// Destination: verify the staged image and restore it in a helper. Returns
 /// (pid, original pid, CLOCK_MONOTONIC when it was resumed).
 pub(crate) fn restore(d: &mut Destination) -> std::result::Result<(i32, i32, u64), (u32, String)> {
-    pmig_image::Image::open_verified(&d.staging).map_err(|e| {
+    let dir = d.staging.clone();
+    restore_from(d, &dir, false).map(|r| (r.pid, r.original_pid, r.resumed_ns))
+}
+
+/// What [`restore_from`] started.
+pub(crate) struct Started {
+    pub pid: i32,
+    pub original_pid: i32,
+    /// CLOCK_MONOTONIC when it was resumed.
+    pub resumed_ns: u64,
+    /// Lazy restores: the fd number of the userfaultfd the process keeps.
+    pub uffd_fd: Option<i32>,
+}
+
+/// Verify the image in `dir` and restore it in a helper (`pmig restore
+/// --detach`, with `--lazy` for post-copy).
+pub(crate) fn restore_from(
+    d: &mut Destination,
+    dir: &Path,
+    lazy: bool,
+) -> std::result::Result<Started, (u32, String)> {
+    pmig_image::Image::open_verified(dir).map_err(|e| {
         (
             code::BAD_IMAGE,
             format!("the image failed verification: {e}"),
@@ -361,7 +382,8 @@ pub(crate) fn restore(d: &mut Destination) -> std::result::Result<(i32, i32, u64
     let err_file = File::create(&err_path).map_err(|e| (code::INTERNAL, e.to_string()))?;
     let mut cmd = Command::new(d.host.exe());
     cmd.args(["restore", "--detach", "--json", "--dir"])
-        .arg(&d.staging)
+        .arg(dir)
+        .args(if lazy { &["--lazy"][..] } else { &[] })
         .args(["--stdin", "/dev/null", "--stdout"])
         .arg(&out)
         .arg("--stderr")
@@ -416,7 +438,12 @@ pub(crate) fn restore(d: &mut Destination) -> std::result::Result<(i32, i32, u64
         d.peer,
         out.display()
     );
-    Ok((pid, orig, resumed_ns))
+    Ok(Started {
+        pid,
+        original_pid: orig,
+        resumed_ns,
+        uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
+    })
 }
 
 /// Destination, after `Restored`: wait until the source confirms that its copy is

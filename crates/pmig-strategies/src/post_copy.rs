@@ -1,0 +1,417 @@
+//! `post-copy`: resume first, then move the memory.
+//!
+//! Source: freeze the process and capture its state with only the pages the
+//! restore itself touches (rseq areas, the pages under each stack pointer);
+//! send that small image; once the destination runs the process, keep the
+//! frozen original as the page store: answer page requests first, and push
+//! every other owed page in address order in the background, until the
+//! destination reports that nothing is owed (`PagesDone`). Then the original
+//! is killed: the residual dependency ends.
+//!
+//! Destination: restore lazily (private anonymous memory registered with a
+//! userfaultfd that the process itself keeps), take a copy of that
+//! userfaultfd, reply `Restored`, then serve faults: each fault on an owed
+//! page becomes a `PageRequest`; pages the source never had are zero pages;
+//! arriving pages are installed with UFFDIO_COPY. When nothing is owed the
+//! registrations are removed, the process's own userfaultfd closed, and
+//! `PagesDone` sent.
+//!
+//! Risk: between `Restored` and `PagesDone` the process depends on both
+//! nodes. If the source disappears, the pages it owed are gone: the
+//! destination kills the process and reports it lost. If the destination
+//! daemon dies, the process keeps its userfaultfd, so faults wait instead of
+//! reading zeros (memory is never silently corrupted); taking over with a
+//! restarted daemon is not implemented yet, so the source reports the process
+//! lost too.
+
+use crate::clock::mono_ns;
+use crate::error::{io_err, Result, StrategyError};
+use crate::holder::{CaptureMode, Holder};
+use crate::stop_copy::{receive_image, restore_from, send_image};
+use crate::{Destination, Progress, Source, Strategy, StrategyKind};
+use pmig_engine::image::ProcessImage;
+use pmig_engine::lazy::{close_in_process, LazyMemory};
+use pmig_engine::resources::memory::Backing;
+use pmig_proto::{code, Msg};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+const PAGE: u64 = 4096;
+/// Pages per background push message.
+const PUSH_PAGES: usize = 256;
+
+/// Owed page ranges and registered ranges of a (lazy) image.
+pub(crate) fn owed_of(pi: &ProcessImage) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+    let anon = pi.memory.vmas.iter().filter(|v| v.backing == Backing::Anon);
+    let owed = anon.clone().flat_map(|v| v.owed()).collect();
+    let registered = anon
+        .filter(|v| v.owes_pages())
+        .map(|v| (v.start, v.len()))
+        .collect();
+    (owed, registered)
+}
+
+fn read_image(dir: &std::path::Path) -> Result<ProcessImage> {
+    let img = pmig_image::Image::open(dir).map_err(|e| StrategyError::Other(e.to_string()))?;
+    ProcessImage::read(&img).map_err(|e| StrategyError::Other(e.to_string()))
+}
+
+#[derive(Debug, Default)]
+pub struct PostCopy;
+
+impl Strategy for PostCopy {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::PostCopy
+    }
+
+    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
+        Ok(())
+    }
+
+    fn handover(&mut self, m: &mut Source) -> Result<()> {
+        handover_lazy(m)
+    }
+
+    fn post(&mut self, m: &mut Source) -> Result<()> {
+        serve_source(m)
+    }
+
+    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        destination_lazy(d)
+    }
+}
+
+/// Source: freeze, capture the state with the handover pages only, send it,
+/// wait until the destination runs the process.
+pub(crate) fn handover_lazy(m: &mut Source) -> Result<()> {
+    std::fs::create_dir_all(&m.staging)
+        .map_err(io_err(format!("create {}", m.staging.display())))?;
+    let staging = m.staging.clone();
+    let holder = Holder::start_with(m.host, m.pid, &staging, &CaptureMode::Handover)?;
+    m.stopped_ns = Some(holder.captured.frozen_ns);
+    m.pages_sent = holder.captured.page_bytes / PAGE;
+    m.holder = Some(holder);
+    send_image(m, &staging)?;
+    match m.recv("Restored")? {
+        Msg::Restored {
+            id,
+            pid,
+            since_resume_us,
+            ..
+        } if id == m.id => {
+            m.restored(pid, since_resume_us);
+            Ok(())
+        }
+        other => Err(StrategyError::Protocol {
+            node: m.peer.clone(),
+            what: format!("expected Restored, got {}", other.kind()),
+        }),
+    }
+}
+
+/// Source, after the handover: serve requests first, push the rest, until
+/// `PagesDone`. On failure the process is lost (the destination copy has
+/// run): the frozen original is killed rather than resumed.
+pub(crate) fn serve_source(m: &mut Source) -> Result<()> {
+    let r = serve_source_inner(m);
+    if let Err(e) = &r {
+        if let Some(h) = m.holder.take() {
+            let _ = h.kill();
+        }
+        m.committed = true;
+        return Err(StrategyError::Other(format!(
+            "the process ran on {} while pages were still owed, and {e}: it is lost",
+            m.peer
+        )));
+    }
+    r
+}
+
+fn serve_source_inner(m: &mut Source) -> Result<()> {
+    let pi = read_image(&m.staging)?;
+    let (owed, _) = owed_of(&pi);
+    let pages: Vec<u64> = owed
+        .iter()
+        .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
+        .collect();
+    let total = pages.len() as u64;
+    m.residual = crate::Residual {
+        what: format!("{total} pages of private memory"),
+        node: Some(m.host.node().into()),
+        until: "every page has moved (PagesDone)".into(),
+    };
+    // A long push must not trip the per-read timeout; the connection's own
+    // failure ends it instead.
+    m.set_timeout(None)?;
+    let pid = m.pid;
+    let id = m.id;
+    let requests: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
+    let done = AtomicBool::new(false);
+    let failed: Mutex<Option<StrategyError>> = Mutex::new(None);
+    let stats: Mutex<Option<(u64, u64, u64, u64)>> = Mutex::new(None);
+    let mut sent_bytes = 0u64;
+    let mut sent_pages = 0u64;
+    let mut answered = 0u64;
+    let progress = &mut m.progress;
+    let (tx, rx) = m.ch.halves();
+    std::thread::scope(|s| -> Result<()> {
+        s.spawn(|| {
+            loop {
+                match rx.recv() {
+                    Ok(Msg::PageRequest { id: i, pages }) if i == id => {
+                        requests.lock().unwrap().extend(pages)
+                    }
+                    Ok(Msg::PagesDone {
+                        id: i,
+                        installed,
+                        remote_faults,
+                        prefetched,
+                        prefetch_hits,
+                    }) if i == id => {
+                        *stats.lock().unwrap() =
+                            Some((installed, remote_faults, prefetched, prefetch_hits));
+                        break;
+                    }
+                    Ok(other) => {
+                        *failed.lock().unwrap() = Some(StrategyError::Other(format!(
+                            "unexpected {} while serving pages",
+                            other.kind()
+                        )));
+                        break;
+                    }
+                    Err(e) => {
+                        *failed.lock().unwrap() = Some(e.into());
+                        break;
+                    }
+                }
+            }
+            done.store(true, Ordering::Release);
+        });
+        let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
+        let mut next = 0usize;
+        let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
+            let b = &mut buf[..n * PAGE as usize];
+            let got = pmig_engine::sys::process_vm_read(pid, addr, b)
+                .map_err(|e| StrategyError::Other(e.to_string()))?;
+            if got != b.len() {
+                return Err(StrategyError::Other(format!(
+                    "short read of the frozen process at {addr:#x}"
+                )));
+            }
+            tx.send_with(&Msg::PageData { id, addr }, &[b])?;
+            sent_bytes += b.len() as u64 + 32;
+            sent_pages += n as u64;
+            Ok(())
+        };
+        while !done.load(Ordering::Acquire) {
+            // Faults go ahead of the push.
+            let req = requests.lock().unwrap().pop_front();
+            if let Some(p) = req {
+                read_and_send(p, 1, &mut buf)?;
+                answered += 1;
+                continue;
+            }
+            if next < pages.len() {
+                // The next run of consecutive pages, up to PUSH_PAGES.
+                let start = pages[next];
+                let mut n = 1;
+                while n < PUSH_PAGES
+                    && next + n < pages.len()
+                    && pages[next + n] == start + n as u64 * PAGE
+                {
+                    n += 1;
+                }
+                read_and_send(start, n, &mut buf)?;
+                next += n;
+                progress(Progress {
+                    phase: "push",
+                    done: next as u64,
+                    total,
+                });
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    })?;
+    m.count(sent_bytes);
+    m.pages_sent += sent_pages;
+    if let Some(e) = failed.lock().unwrap().take() {
+        return Err(e);
+    }
+    if let Some((_installed, faults, prefetched, hits)) = *stats.lock().unwrap() {
+        m.remote_faults = faults;
+        m.prefetched_pages = prefetched;
+        m.prefetch_hits = hits;
+    }
+    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request); nothing is owed any more");
+    m.residual.until = format!(
+        "{:.1} ms after the resume (all pages moved)",
+        (mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
+    );
+    m.commit()
+}
+
+/// Destination: lazy restore, then serve faults until nothing is owed.
+pub(crate) fn destination_lazy(d: &mut Destination) -> Result<i32> {
+    receive_image(d)?;
+    let staging = d.staging.clone();
+    let pi = read_image(&staging)?;
+    let started = match restore_from(d, &staging, true) {
+        Ok(s) => s,
+        Err((c, e)) => {
+            let text = format!("{}: {e}", d.host.node());
+            let _ = d.ch.send(&Msg::Error {
+                code: c,
+                text: text.clone(),
+            });
+            return Err(StrategyError::Other(text));
+        }
+    };
+    let pid = started.pid;
+    let fail = |d: &mut Destination, e: String| -> StrategyError {
+        // SAFETY: killing the process we restored, which cannot be completed.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = d.ch.send(&Msg::Error {
+            code: code::RESTORE_FAILED,
+            text: e.clone(),
+        });
+        StrategyError::Other(e)
+    };
+    let Some(ufd) = started.uffd_fd else {
+        return Err(fail(d, "the lazy restore reported no userfaultfd".into()));
+    };
+    let uffd = match pmig_engine::dirty::take_fd(pid, ufd) {
+        Ok(f) => f,
+        Err(e) => {
+            return Err(fail(
+                d,
+                format!("take the restored process's userfaultfd: {e}"),
+            ))
+        }
+    };
+    let (owed, registered) = owed_of(&pi);
+    let lm = LazyMemory::new(uffd, &owed, registered);
+    d.ch.send(&Msg::Restored {
+        id: d.offer.id,
+        pid,
+        original_pid: started.original_pid,
+        restore_us: 0,
+        since_resume_us: mono_ns().saturating_sub(started.resumed_ns) / 1000,
+    })?;
+    let _ = d.ch.stream().set_read_timeout(None);
+    let id = d.offer.id;
+    let done = AtomicBool::new(false);
+    let failed: Mutex<Option<String>> = Mutex::new(None);
+    let (tx, rx) = d.ch.halves();
+    std::thread::scope(|s| {
+        // Faults: ask for owed pages (zero pages are handled inside).
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if !lm.wait(10) {
+                    continue;
+                }
+                match lm.handle_events() {
+                    Ok(ask) => {
+                        for chunk in ask.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
+                            if let Err(e) = tx.send(&Msg::PageRequest {
+                                id,
+                                pages: chunk.to_vec(),
+                            }) {
+                                *failed.lock().unwrap() =
+                                    Some(format!("ask the source for pages: {e}"));
+                                done.store(true, Ordering::Release);
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        *failed.lock().unwrap() = Some(format!("serve faults: {e}"));
+                        done.store(true, Ordering::Release);
+                        return;
+                    }
+                }
+            }
+        });
+        while !done.load(Ordering::Acquire) && lm.owed_pages() > 0 {
+            match rx.recv_with() {
+                Ok(inc) => {
+                    let (msg, body, att) = inc.into_parts();
+                    match msg {
+                        Msg::PageData { id: i, addr } if i == id => {
+                            if let Err(e) = lm.install(addr, &body[att..]) {
+                                *failed.lock().unwrap() = Some(format!("install pages: {e}"));
+                                break;
+                            }
+                        }
+                        other => {
+                            *failed.lock().unwrap() =
+                                Some(format!("unexpected {} while pages are owed", other.kind()));
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    *failed.lock().unwrap() = Some(format!(
+                        "the source disappeared with {} pages owed ({e})",
+                        lm.owed_pages()
+                    ));
+                    break;
+                }
+            }
+        }
+        done.store(true, Ordering::Release);
+    });
+    if let Some(e) = failed.lock().unwrap().take() {
+        tracing::error!(
+            "post-copy of {} (pid {pid}): {e}; the process is lost",
+            d.offer.comm
+        );
+        return Err(fail(
+            d,
+            format!("{}: {e}; the process is lost", d.host.node()),
+        ));
+    }
+    let st = lm.stats();
+    lm.finish();
+    if let Err(e) = close_in_process(pid, ufd) {
+        tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
+    }
+    tracing::info!("post-copy of {} (pid {pid}) complete: {st:?}", d.offer.comm);
+    d.ch.send(&Msg::PagesDone {
+        id,
+        installed: st.installed_pages,
+        remote_faults: st.remote_faults,
+        prefetched: 0,
+        prefetch_hits: 0,
+    })?;
+    // Answers to requests the source had queued may still be on their way:
+    // they are no longer needed.
+    let _ =
+        d.ch.stream()
+            .set_read_timeout(Some(Duration::from_secs(60)));
+    loop {
+        match d.ch.recv_with() {
+            Ok(inc) if matches!(inc.msg, Msg::PageData { .. }) => continue,
+            Ok(inc) => match inc.msg {
+                Msg::Commit { id: i } if i == id => return Ok(pid),
+                Msg::Abort { reason, .. } => {
+                    tracing::warn!("the source aborted migration {id} after the pages moved ({reason}); the process {pid} keeps running here");
+                    return Ok(pid);
+                }
+                other => {
+                    return Err(StrategyError::Protocol {
+                        node: d.peer.clone(),
+                        what: format!("expected Commit, got {}", other.kind()),
+                    })
+                }
+            },
+            Err(e) => {
+                tracing::warn!("no Commit for migration {id} ({e}); the process {pid} runs here with all its pages");
+                return Ok(pid);
+            }
+        }
+    }
+}
