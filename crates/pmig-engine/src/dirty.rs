@@ -135,6 +135,11 @@ impl DirtyTracker {
     pub fn tracked_bytes(&self) -> u64 {
         self.tracked.values().sum()
     }
+
+    /// The ranges whose writes are tracked, as (start, len), sorted by start.
+    pub fn tracked(&self) -> Vec<(u64, u64)> {
+        self.tracked.iter().map(|(s, l)| (*s, *l)).collect()
+    }
 }
 
 impl Drop for DirtyTracker {

@@ -25,6 +25,19 @@ pub struct LazyStats {
     pub installed_pages: u64,
     /// Owed pages dropped because the process released or unmapped them.
     pub dropped_pages: u64,
+    /// Pages asked for ahead of any fault (prefetch).
+    pub prefetched: u64,
+    /// Prefetched pages installed before the process faulted on them.
+    pub prefetch_hits: u64,
+}
+
+/// What [`LazyMemory::handle_events`] found.
+#[derive(Debug, Default)]
+pub struct Handled {
+    /// Source pages to ask for (each once).
+    pub ask: Vec<u64>,
+    /// Source pages of the remote faults, in order.
+    pub faults: Vec<u64>,
 }
 
 #[derive(Default)]
@@ -35,6 +48,14 @@ struct State {
     at: BTreeMap<u64, u64>,
     /// source pages asked for and not yet installed.
     requested: HashSet<u64>,
+    /// prefetched pages not yet installed, and whether a fault hit them first.
+    prefetched: HashMap<u64, bool>,
+    /// when each fault request was made (for the latency estimate).
+    asked_at: HashMap<u64, std::time::Instant>,
+    /// smoothed request-to-install latency, seconds.
+    latency: Option<f64>,
+    first_install: Option<std::time::Instant>,
+    installed_bytes: u64,
     stats: LazyStats,
 }
 
@@ -104,12 +125,27 @@ impl LazyMemory {
                 dst,
                 &data[(i * PAGE) as usize..(j * PAGE) as usize],
             )?;
+            let now = std::time::Instant::now();
             for k in i..j {
                 let s = src + k * PAGE;
                 st.owed.remove(&s);
                 st.at.remove(&(dst + (k - i) * PAGE));
                 st.requested.remove(&s);
+                if let Some(faulted) = st.prefetched.remove(&s) {
+                    if !faulted {
+                        st.stats.prefetch_hits += 1;
+                    }
+                }
+                if let Some(t) = st.asked_at.remove(&s) {
+                    let l = now.duration_since(t).as_secs_f64();
+                    st.latency = Some(match st.latency {
+                        Some(old) => 0.8 * old + 0.2 * l,
+                        None => l,
+                    });
+                }
             }
+            st.first_install.get_or_insert(now);
+            st.installed_bytes += (j - i) * PAGE;
             installed += j - i;
             i = j;
         }
@@ -128,14 +164,41 @@ impl LazyMemory {
         unsafe { libc::poll(&mut p, 1, ms) > 0 }
     }
 
-    /// Handle every pending event. Returns the source pages to ask the source
-    /// for (each page once; the faulting thread waits until it is installed),
-    /// with the fault that caused each request first.
-    pub fn handle_events(&self) -> Result<Vec<u64>> {
+    /// Mark owed, not yet requested source pages as asked for ahead of a
+    /// fault; returns those (the others are already on their way or here).
+    pub fn prefetch(&self, pages: &[u64]) -> Vec<u64> {
+        let mut st = self.state.lock().unwrap();
+        let mut out = Vec::new();
+        for &p in pages {
+            if st.owed.contains_key(&p) && st.requested.insert(p) {
+                st.prefetched.insert(p, false);
+                out.push(p);
+            }
+        }
+        st.stats.prefetched += out.len() as u64;
+        out
+    }
+
+    /// Measured (latency of a fault request in seconds, seconds per page
+    /// installed), once known.
+    pub fn measured(&self) -> (Option<f64>, Option<f64>) {
+        let st = self.state.lock().unwrap();
+        let td = st.first_install.and_then(|t| {
+            let secs = t.elapsed().as_secs_f64();
+            (st.installed_bytes > 64 * PAGE && secs > 0.0)
+                .then(|| secs / (st.installed_bytes / PAGE) as f64)
+        });
+        (st.latency, td)
+    }
+
+    /// Handle every pending event: which source pages to ask for (each page
+    /// once; the faulting thread waits until it is installed) and which
+    /// faults happened.
+    pub fn handle_events(&self) -> Result<Handled> {
         let mut evs = Vec::new();
         uffd::read_events(&self.uffd, &mut evs)?;
         let mut st = self.state.lock().unwrap();
-        let mut ask = Vec::new();
+        let mut h = Handled::default();
         for e in evs {
             match e {
                 Event::Fault { addr, .. } => {
@@ -143,8 +206,13 @@ impl LazyMemory {
                     match st.at.get(&page).copied() {
                         Some(src) => {
                             st.stats.remote_faults += 1;
+                            h.faults.push(src);
+                            if let Some(f) = st.prefetched.get_mut(&src) {
+                                *f = true; // prefetched, but too late
+                            }
                             if st.requested.insert(src) {
-                                ask.push(src);
+                                st.asked_at.insert(src, std::time::Instant::now());
+                                h.ask.push(src);
                             }
                         }
                         None => {
@@ -183,7 +251,7 @@ impl LazyMemory {
                 Event::Other(_) => {}
             }
         }
-        Ok(ask)
+        Ok(h)
     }
 
     /// Nothing is owed any more: stop intercepting faults.

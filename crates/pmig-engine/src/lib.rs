@@ -5,6 +5,7 @@
 //! * [`resources`] holds one module per kind of state, with its capture and
 //!   restore side by side.
 
+pub mod ampom;
 pub mod check;
 pub mod dirty;
 pub mod dump;

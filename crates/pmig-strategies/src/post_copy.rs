@@ -61,6 +61,63 @@ fn read_image(dir: &std::path::Path) -> Result<ProcessImage> {
 #[derive(Debug, Default)]
 pub struct PostCopy;
 
+/// `ampom`: post-copy whose faults also ask for the pages AMPoM's analysis
+/// predicts (see `pmig_engine::ampom`).
+#[derive(Debug, Default)]
+pub struct Ampom;
+
+impl Strategy for Ampom {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::Ampom
+    }
+
+    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
+        Ok(())
+    }
+
+    fn handover(&mut self, m: &mut Source) -> Result<()> {
+        handover_lazy(m)
+    }
+
+    fn post(&mut self, m: &mut Source) -> Result<()> {
+        serve_source(m)
+    }
+
+    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        destination_lazy(d, true)
+    }
+}
+
+/// CPU share of `pid` since the last call (AMPoM's C_i).
+struct CpuShare {
+    pid: i32,
+    last: Option<(std::time::Instant, u64)>,
+}
+
+impl CpuShare {
+    fn ticks(&self) -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).ok()?;
+        let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    }
+
+    fn sample(&mut self) -> f64 {
+        let now = std::time::Instant::now();
+        let t = self.ticks().unwrap_or(0);
+        let share = match self.last {
+            // Ticks are 10 ms: over short spans assume the process is busy.
+            Some((t0, c0)) if now.duration_since(t0).as_secs_f64() >= 0.05 => {
+                let wall = now.duration_since(t0).as_secs_f64();
+                ((t.saturating_sub(c0)) as f64 * 0.01 / wall).clamp(0.01, 1.0)
+            }
+            Some(_) => return 1.0,
+            None => 1.0,
+        };
+        self.last = Some((now, t));
+        share
+    }
+}
+
 impl Strategy for PostCopy {
     fn kind(&self) -> StrategyKind {
         StrategyKind::PostCopy
@@ -79,7 +136,7 @@ impl Strategy for PostCopy {
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        destination_lazy(d)
+        destination_lazy(d, false)
     }
 }
 
@@ -254,8 +311,9 @@ fn serve_source_inner(m: &mut Source) -> Result<()> {
     m.commit()
 }
 
-/// Destination: lazy restore, then serve faults until nothing is owed.
-pub(crate) fn destination_lazy(d: &mut Destination) -> Result<i32> {
+/// Destination: lazy restore, then serve faults until nothing is owed;
+/// with `prefetch`, each fault also asks for the pages AMPoM predicts.
+pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i32> {
     receive_image(d)?;
     let staging = d.staging.clone();
     let pi = read_image(&staging)?;
@@ -309,12 +367,32 @@ pub(crate) fn destination_lazy(d: &mut Destination) -> Result<i32> {
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
         s.spawn(|| {
+            let mut ampom = pmig_engine::ampom::Ampom::default();
+            let mut cpu = CpuShare { pid, last: None };
+            let t_start = std::time::Instant::now();
             while !done.load(Ordering::Acquire) {
                 if !lm.wait(10) {
                     continue;
                 }
                 match lm.handle_events() {
-                    Ok(ask) => {
+                    Ok(h) => {
+                        let mut ask = h.ask;
+                        if prefetch && !h.faults.is_empty() {
+                            // Latency and per-page time as measured so far
+                            // (one-way latency: half the request round trip).
+                            let (lat, td) = lm.measured();
+                            let t0 = lat.map(|l| l / 2.0).unwrap_or(100e-6);
+                            let td = td.unwrap_or(4096.0 / 100e6);
+                            let share = cpu.sample();
+                            let mut want = Vec::new();
+                            for f in &h.faults {
+                                let t = t_start.elapsed().as_secs_f64();
+                                for p in ampom.on_fault(f / PAGE, t, share, t0, td) {
+                                    want.push(p * PAGE);
+                                }
+                            }
+                            ask.extend(lm.prefetch(&want));
+                        }
                         for chunk in ask.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
                             if let Err(e) = tx.send(&Msg::PageRequest {
                                 id,
@@ -384,8 +462,8 @@ pub(crate) fn destination_lazy(d: &mut Destination) -> Result<i32> {
         id,
         installed: st.installed_pages,
         remote_faults: st.remote_faults,
-        prefetched: 0,
-        prefetch_hits: 0,
+        prefetched: st.prefetched,
+        prefetch_hits: st.prefetch_hits,
     })?;
     // Answers to requests the source had queued may still be on their way:
     // they are no longer needed.

@@ -116,7 +116,7 @@ fn postcopy_resumes_first_then_pages_follow() {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 if lm.wait(20) {
-                    for p in lm.handle_events().unwrap() {
+                    for p in lm.handle_events().unwrap().ask {
                         lm.install(p, &read_src(src, p, 4096)).unwrap();
                     }
                 }
