@@ -18,7 +18,7 @@ pub const CONTROL_NAME: &str = "pmig-control";
 /// Longest request line.
 pub const MAX_REQUEST: usize = 64 << 10;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
     /// Is the daemon there? Answered by `pong`.
@@ -27,7 +27,7 @@ pub enum Request {
     Migrate(MigrateRequest),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MigrateRequest {
     pub pid: i32,
@@ -40,6 +40,13 @@ pub struct MigrateRequest {
     /// Longest wait for any single answer from the destination, in seconds.
     #[serde(default)]
     pub timeout_s: Option<u64>,
+    /// Pre-copy strategies: most reruns after the initial round (default 6).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rounds: Option<u32>,
+    /// Pre-copy strategies: stop rerunning once a round leaves at most this
+    /// fraction of the address space dirty (default 0.30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_dirty_fraction: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

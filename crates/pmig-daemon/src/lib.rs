@@ -402,6 +402,8 @@ fn migrate(
     m: &MigrateRequest,
 ) -> std::result::Result<pmig_strategies::Outcome, String> {
     let strategy = StrategyKind::implemented(&m.strategy).map_err(|e| e.to_string())?;
+    let precopy = pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction)
+        .map_err(|e| e.to_string())?;
     authorize(uid, m.pid)?;
     {
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
@@ -415,6 +417,7 @@ fn migrate(
         to_name: m.to_name.clone(),
         strategy,
         timeout: Duration::from_secs(m.timeout_s.unwrap_or(60).clamp(1, 3600)),
+        precopy,
     };
     let mut last = (0u64, 0u64);
     let mut progress = |p: Progress| {

@@ -116,11 +116,30 @@ impl Env {
 
     /// `pmig migrate` run inside `from`; returns the JSON report or the error text.
     fn migrate(&self, from: &str, pid: i32, to: &str) -> Result<serde_json::Value, String> {
+        self.migrate_with(from, pid, to, "stop-copy")
+    }
+
+    /// [`Env::migrate`] with another strategy.
+    fn migrate_with(
+        &self,
+        from: &str,
+        pid: i32,
+        to: &str,
+        strategy: &str,
+    ) -> Result<serde_json::Value, String> {
         let out = self
             .c()
             .command(from, pmig_bin())
             .unwrap()
-            .args(["migrate", "--json", "--timeout", "20", "--pid"])
+            .args([
+                "migrate",
+                "--json",
+                "--timeout",
+                "20",
+                "--strategy",
+                strategy,
+            ])
+            .arg("--pid")
             .arg(pid.to_string())
             .arg("--to")
             .arg(self.addr(to))
@@ -555,8 +574,8 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         (b"\xff\xfe\n".to_vec(), "bad request"),
         (b"".to_vec(), ""),
         (
-            b"{\"migrate\":{\"pid\":1,\"to\":\"10.0.0.1:1\",\"strategy\":\"ampom\"}}\n".to_vec(),
-            "strategy `ampom` is not implemented yet",
+            b"{\"migrate\":{\"pid\":1,\"to\":\"10.0.0.1:1\",\"strategy\":\"auto\"}}\n".to_vec(),
+            "strategy `auto` is not implemented yet",
         ),
         (
             b"{\"migrate\":{\"pid\":999999999,\"to\":\"127.0.0.1:1\",\"strategy\":\"stop-copy\"}}\n"
@@ -666,4 +685,378 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         })
         .collect();
     assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+// ---------------------------------------------------------------------------
+// pre-copy and queued-pre-copy
+
+/// The dirtier workload (built on demand): fills its memory with random data,
+/// keeps rewriting random pages, verifies its memory at the end.
+fn dirtier() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let st = Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root.join("bench/workloads"))
+        .status()
+        .expect("make");
+    assert!(st.success(), "building the workloads failed");
+    root.join("bench/workloads/bin/dirtier")
+}
+
+const DIRTIER_MIB: u64 = 64;
+
+/// `dirtier --mib 64 --dirty-rate 5000 --iterations N --report-ms 0`.
+fn dirtier_argv(iterations: u64) -> Vec<String> {
+    let mut v = vec![dirtier().to_string_lossy().into_owned()];
+    for a in [
+        "--mib",
+        &DIRTIER_MIB.to_string(),
+        "--dirty-rate",
+        "5000",
+        "--iterations",
+        &iterations.to_string(),
+        "--report-ms",
+        "0",
+    ] {
+        v.push(a.to_string());
+    }
+    v
+}
+
+fn wait_ready(out: &Path) {
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .starts_with("READY")
+    {
+        assert!(t0.elapsed() < LIMIT, "the workload did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The DONE line of a dirtier run, without its timing fields.
+fn done_line(out: &Path) -> String {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("DONE"))
+        .unwrap_or_else(|| panic!("no DONE line in {}: {text}", out.display()));
+    line.split_whitespace()
+        .filter(|w| !w.starts_with("elapsed_ms=") && !w.starts_with("max_pause"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Removes the staging directories `/dev/shm/<prefix>*` on drop (those of a
+/// daemon a test killed).
+struct StagingOf(String);
+
+impl Drop for StagingOf {
+    fn drop(&mut self) {
+        for e in std::fs::read_dir("/dev/shm")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if e.file_name().to_string_lossy().starts_with(&self.0) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+/// Voluntary context switches of `pid` so far.
+fn switches(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// True if any mapping of `pid` is still registered for userfaultfd
+/// write-protection (`uw` in smaps' VmFlags).
+fn write_protected(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("VmFlags:"))
+        .any(|l| l.split_whitespace().any(|f| f == "uw"))
+}
+
+/// Moves `pid` n1 → n2 → n3 → n1 with `strategy`; returns the final pid and
+/// the reports.
+fn move_around(
+    env: &mut Env,
+    child: &mut Child,
+    strategy: &str,
+    what: &str,
+) -> (i32, Vec<serde_json::Value>) {
+    let mut pid = child.id() as i32;
+    let mut reps = Vec::new();
+    for (from, to) in [("n1", "n2"), ("n2", "n3"), ("n3", "n1")] {
+        let rep = env.migrate_with(from, pid, to, strategy).unwrap_or_else(|e| {
+            panic!(
+                "{what}: {strategy} of {pid} {from}→{to} failed: {e}\n{from} log:\n{}\n{to} log:\n{}",
+                env.log(from),
+                env.log(to)
+            )
+        });
+        assert_eq!(rep["strategy"], strategy);
+        assert_eq!(rep["pid"], pid);
+        let b = &rep["bytes_per_phase"];
+        assert!(
+            b["preparation"].as_u64().unwrap() > 0 && b["down"].as_u64().unwrap() > 0,
+            "{rep}"
+        );
+        assert!(rep["pages_sent"].as_u64().unwrap() > 0);
+        assert!(rep["down_ms"].as_f64().unwrap() > 0.0);
+        if from == "n1" {
+            // The original is our child: it was killed after the handover.
+            let st = child.try_wait().unwrap().or_else(|| child.wait().ok());
+            assert!(st.is_some_and(|s| !s.success()));
+        }
+        let new = rep["new_pid"].as_i64().unwrap() as i32;
+        assert!(alive(new), "{what}: restored pid {new} is not running");
+        assert!(
+            !alive(pid) || new == pid,
+            "{what}: the source copy survived"
+        );
+        env.pids.push(new);
+        pid = new;
+        reps.push(rep);
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    (pid, reps)
+}
+
+fn figures(reps: &[serde_json::Value]) -> String {
+    reps.iter()
+        .map(|r| {
+            let b = &r["bytes_per_phase"];
+            format!(
+                "down {:.1} ms, {} rounds, {:.1} MiB before the stop + {:.2} MiB at the stop",
+                r["down_ms"].as_f64().unwrap(),
+                r["rounds"],
+                b["preparation"].as_u64().unwrap() as f64 / (1 << 20) as f64,
+                b["down"].as_u64().unwrap() as f64 / (1 << 20) as f64,
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A dirtier that keeps writing, and a python3 program, moved around three
+/// nodes with `strategy`; both results match unmigrated runs.
+/// Pre-copy: most of the memory moved while the process ran.
+fn precopy_report(rep: &serde_json::Value) {
+    let rounds = rep["rounds"].as_u64().unwrap();
+    assert!(
+        (2..=7).contains(&rounds),
+        "round 0 plus 1..=6 reruns expected, got {rounds}: {rep}"
+    );
+    let b = &rep["bytes_per_phase"];
+    let (prep, down) = (
+        b["preparation"].as_u64().unwrap(),
+        b["down"].as_u64().unwrap(),
+    );
+    assert!(
+        prep >= DIRTIER_MIB << 20,
+        "round 0 sent only {prep} bytes: {rep}"
+    );
+    assert!(
+        down < prep / 4,
+        "the stop sent {down} bytes, the rounds {prep}: {rep}"
+    );
+}
+
+/// Post-copy: the stop moved only the state; the memory moved after the resume,
+/// and the report says until when the source held pages.
+fn postcopy_report(rep: &serde_json::Value) {
+    let b = &rep["bytes_per_phase"];
+    let (down, post) = (b["down"].as_u64().unwrap(), b["post"].as_u64().unwrap());
+    assert!(
+        post >= DIRTIER_MIB << 20,
+        "only {post} bytes moved after the resume: {rep}"
+    );
+    assert!(
+        down < 4 << 20,
+        "the stop sent {down} bytes: more than the state: {rep}"
+    );
+    assert!(
+        rep["residual"]["until"]
+            .as_str()
+            .unwrap_or("")
+            .contains("all pages moved"),
+        "residual not reported: {rep}"
+    );
+}
+
+fn precopy_moves_programs_around(strategy: &str, tag: &str) {
+    moves_programs_around(strategy, tag, precopy_report)
+}
+
+fn moves_programs_around(strategy: &str, tag: &str, check_report: fn(&serde_json::Value)) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up(tag);
+    let dir = env.dir.clone();
+
+    // The dirtier: 40000 page writes at 5000/s, about 8 s. The unmigrated
+    // reference runs alongside (it is rate-limited: little CPU).
+    let argv = dirtier_argv(40_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let (pid, reps) = move_around(&mut env, &mut child, strategy, "dirtier");
+    for rep in &reps {
+        check_report(rep);
+    }
+    wait_gone(pid);
+    let _ = child.wait();
+    assert!(r.wait().unwrap().success(), "the reference run failed");
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(want.contains("verify=ok"), "reference: {want}");
+    assert_eq!(got, want, "the migrated dirtier's result differs");
+    eprintln!("dirtier with {strategy}: {}; {got}", figures(&reps));
+
+    // python3, CPU-bound, result on stdout.
+    let p = programs(&dir).remove(0);
+    assert_eq!(p.name, "python3");
+    let argv: Vec<&str> = p.argv.iter().map(String::as_str).collect();
+    let reference = dir.join("python3.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    assert!(r.wait().unwrap().success());
+    let migrated = dir.join("python3.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_cpu(child.id() as i32, 200);
+    let (pid, reps) = move_around(&mut env, &mut child, strategy, "python3");
+    wait_gone(pid);
+    let _ = child.wait();
+    let (a, b) = (
+        std::fs::read(&reference).unwrap(),
+        std::fs::read(&migrated).unwrap(),
+    );
+    assert!(
+        !a.is_empty() && a == b,
+        "python3: output differs after n1→n2→n3→n1"
+    );
+    eprintln!("python3 with {strategy}: {}", figures(&reps));
+    for n in ["n1", "n2", "n3"] {
+        assert!(!env.log(n).contains("panicked"), "{n}:\n{}", env.log(n));
+    }
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_pre_copy() {
+    if !root() {
+        return;
+    }
+    precopy_moves_programs_around("pre-copy", "p");
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_queued_pre_copy() {
+    if !root() {
+        return;
+    }
+    precopy_moves_programs_around("queued-pre-copy", "q");
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_post_copy() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("post-copy", "o", postcopy_report);
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_ampom() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("ampom", "m", postcopy_report);
+}
+
+#[test]
+fn pre_copy_failures_resume_the_process_without_write_protection() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("r");
+    // n2's daemon dies during round 0 (16 of 64 MiB received); n3 receives
+    // every round and the final image, then fails the restore.
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        "die-after-bytes 16777216\n",
+    )
+    .unwrap();
+    std::fs::write(env.node_dir("n3").join("test-hook"), "fail-restore\n").unwrap();
+    // What n2's daemon leaves in /dev/shm when it dies goes at the end.
+    let _n2_staging = StagingOf(format!(
+        "pmig-n2-{}-",
+        env.c().node("n2").unwrap().daemon_pid.unwrap()
+    ));
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(50_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+
+    let check = |what: &str| {
+        assert!(alive(pid), "{what}: the source process is gone");
+        assert!(
+            !state(pid).contains("stopped"),
+            "{what}: left stopped: {}",
+            state(pid)
+        );
+        assert!(
+            !write_protected(pid),
+            "{what}: write protection left on the process"
+        );
+        // The dirtier sleeps between writes (1 ms grid): it runs if it
+        // keeps switching.
+        let cs = switches(pid);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            switches(pid) > cs + 10,
+            "{what}: the resumed process does not run"
+        );
+    };
+    let e = env
+        .migrate_with("n1", pid, "n2", "pre-copy")
+        .expect_err("n2 died during the rounds");
+    assert!(e.contains("failed"), "{e}");
+    assert!(
+        !env.c().status()[1].daemon_alive,
+        "n2's daemon should have died"
+    );
+    check("destination died during the rounds");
+
+    for s in ["queued-pre-copy", "pre-copy"] {
+        let e = env
+            .migrate_with("n1", pid, "n3", s)
+            .expect_err("n3 fails the restore");
+        assert!(
+            e.contains("restore failed") && e.contains("resumed"),
+            "{s}: {e}"
+        );
+        check("restore failed");
+    }
+    let st = child.wait().unwrap();
+    assert!(st.success(), "the resumed dirtier failed: {st:?}");
+    assert!(r.wait().unwrap().success());
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(got.contains("verify=ok"), "{got}");
+    assert_eq!(got, want, "the resumed dirtier's result differs");
 }

@@ -72,6 +72,27 @@ pub fn capture_filtered(
     })
 }
 
+/// Write the parts of a captured image and its manifest (the image is
+/// complete afterwards). Checks that every page run lies inside the page
+/// data that was written.
+pub fn finish_image(img: &ProcessImage, mut w: ImageWriter, pid: pid_t) -> Result<Manifest> {
+    let written = w.pages().offset();
+    if let Some(r) = img
+        .memory
+        .vmas
+        .iter()
+        .flat_map(|v| &v.runs)
+        .find(|r| r.offset + r.len > written)
+    {
+        return Err(EngineError::Other(format!(
+            "internal error: page run at {:#x} lies beyond the written page data",
+            r.addr
+        )));
+    }
+    img.write_parts(&mut w)?;
+    Ok(w.finish(manifest_for(pid))?)
+}
+
 pub fn manifest_for(pid: pid_t) -> Manifest {
     Manifest {
         pmig_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -108,22 +129,7 @@ pub fn dump(pid: pid_t, dir: &Path, opts: &DumpOptions) -> Result<DumpReport> {
     let mut w = ImageWriter::create(dir)?;
     let img = capture(&mut frozen, &mut w)?;
     let capture_t = t0.elapsed();
-    // Every run must lie inside the page data that was written.
-    let written = w.pages().offset();
-    if let Some(r) = img
-        .memory
-        .vmas
-        .iter()
-        .flat_map(|v| &v.runs)
-        .find(|r| r.offset + r.len > written)
-    {
-        return Err(EngineError::Other(format!(
-            "internal error: page run at {:#x} lies beyond the written page data",
-            r.addr
-        )));
-    }
-    img.write_parts(&mut w)?;
-    w.finish(manifest_for(pid))?;
+    finish_image(&img, w, pid)?;
     let frozen_for = t0.elapsed();
     // Verify the image we wrote before the process is killed.
     let tv = Instant::now();

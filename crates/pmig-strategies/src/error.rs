@@ -33,6 +33,13 @@ pub enum StrategyError {
     /// Not allowed (permissions, policy).
     #[error("{0}")]
     Denied(String),
+    /// An error with what was being done when it happened.
+    #[error("{what}: {source}")]
+    During {
+        what: String,
+        #[source]
+        source: Box<StrategyError>,
+    },
     #[error("{0}")]
     Other(String),
 }

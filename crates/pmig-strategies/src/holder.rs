@@ -23,7 +23,7 @@
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
-use pmig_engine::dump::{capture, capture_filtered, manifest_for};
+use pmig_engine::dump::{capture, capture_filtered, finish_image};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
 use pmig_image::ImageWriter;
@@ -166,21 +166,7 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
             capture_filtered(&mut frozen, &mut w, Some(&f))?
         }
     };
-    let written = w.pages().offset();
-    if let Some(r) = img
-        .memory
-        .vmas
-        .iter()
-        .flat_map(|v| &v.runs)
-        .find(|r| r.offset + r.len > written)
-    {
-        return Err(StrategyError::Other(format!(
-            "internal error: page run at {:#x} lies beyond the written page data",
-            r.addr
-        )));
-    }
-    img.write_parts(&mut w)?;
-    w.finish(manifest_for(pid))?;
+    finish_image(&img, w, pid)?;
     let c = Captured {
         frozen_ns,
         captured_ns: mono_ns(),

@@ -22,6 +22,8 @@ pub mod clock;
 pub mod error;
 pub mod holder;
 pub mod post_copy;
+pub mod pre_copy;
+pub mod queued_pre_copy;
 pub mod report;
 pub mod stop_copy;
 
@@ -86,7 +88,10 @@ impl StrategyKind {
     pub fn implementation(self) -> Result<Box<dyn Strategy>> {
         match self {
             StrategyKind::StopCopy => Ok(Box::new(stop_copy::StopCopy)),
-            StrategyKind::PostCopy => Ok(Box::new(post_copy::PostCopy)),
+            StrategyKind::PostCopy => Ok(Box::<post_copy::PostCopy>::default()),
+            StrategyKind::Ampom => Ok(Box::new(post_copy::PostCopy::ampom())),
+            StrategyKind::PreCopy => Ok(Box::<pre_copy::PreCopy>::default()),
+            StrategyKind::QueuedPreCopy => Ok(Box::<queued_pre_copy::QueuedPreCopy>::default()),
             other => Err(StrategyError::NotImplemented(
                 other.as_str().into(),
                 implemented_names(),
@@ -113,7 +118,10 @@ fn implemented_names() -> String {
 
 impl StrategyKind {
     fn implementation_exists(self) -> bool {
-        matches!(self, StrategyKind::StopCopy | StrategyKind::PostCopy)
+        matches!(
+            self,
+            StrategyKind::StopCopy | StrategyKind::PostCopy | StrategyKind::Ampom
+        ) || matches!(self, StrategyKind::PreCopy | StrategyKind::QueuedPreCopy)
     }
 }
 
@@ -199,6 +207,55 @@ pub struct Request {
     /// Longest wait for any answer from the destination (the image transfer itself
     /// is not bounded by it, only every single read and write).
     pub timeout: Duration,
+    /// When the rounds of `pre-copy` and `queued-pre-copy` stop.
+    pub precopy: PreCopyParams,
+}
+
+/// When the rounds of `pre-copy` and `queued-pre-copy` stop (Noack: after the
+/// first rerun that leaves at most 30 % of the address space dirty, or after 6
+/// reruns). The address space is the total of the populated, saveable pages at
+/// round 0.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PreCopyParams {
+    /// Most reruns after the initial full round.
+    pub max_rounds: u32,
+    /// Stop once a round's dirty (pre-copy) or queued (queued-pre-copy) bytes
+    /// are at most this fraction of the address space.
+    pub max_dirty_fraction: f64,
+}
+
+impl Default for PreCopyParams {
+    fn default() -> Self {
+        PreCopyParams {
+            max_rounds: 6,
+            max_dirty_fraction: 0.30,
+        }
+    }
+}
+
+impl PreCopyParams {
+    /// Checked parameters; `None` takes the default.
+    pub fn new(max_rounds: Option<u32>, max_dirty_fraction: Option<f64>) -> Result<Self> {
+        let d = PreCopyParams::default();
+        let p = PreCopyParams {
+            max_rounds: max_rounds.unwrap_or(d.max_rounds),
+            max_dirty_fraction: max_dirty_fraction.unwrap_or(d.max_dirty_fraction),
+        };
+        if p.max_rounds > pre_copy::MAX_ROUNDS_LIMIT {
+            return Err(StrategyError::Other(format!(
+                "--max-rounds {} is above the limit of {}",
+                p.max_rounds,
+                pre_copy::MAX_ROUNDS_LIMIT
+            )));
+        }
+        if !(0.0..=1.0).contains(&p.max_dirty_fraction) {
+            return Err(StrategyError::Other(format!(
+                "--max-dirty-fraction {} is not a fraction between 0 and 1",
+                p.max_dirty_fraction
+            )));
+        }
+        Ok(p)
+    }
 }
 
 /// The phase a migration is in (see the state machine in docs/protocol.md).
@@ -229,6 +286,8 @@ pub struct Source<'a> {
     pub remote_faults: u64,
     pub prefetched_pages: u64,
     pub prefetch_hits: u64,
+    /// When pre-copy rounds stop (from the request).
+    pub precopy: PreCopyParams,
     /// Round-trip time to the destination, measured with `Ping` before anything else.
     pub rtt_ns: u64,
     /// CLOCK_MONOTONIC of the stop, set by the strategy.
@@ -416,6 +475,7 @@ pub fn migrate(
         remote_faults: 0,
         prefetched_pages: 0,
         prefetch_hits: 0,
+        precopy: req.precopy,
         rtt_ns: 0,
         stopped_ns: None,
         resumed_ns: None,
@@ -603,13 +663,27 @@ mod tests {
             assert_eq!(k.as_str().parse::<StrategyKind>().unwrap(), k);
         }
         assert!(StrategyKind::implemented("stop-copy").is_ok());
-        let e = StrategyKind::implemented("post-copy")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            e,
-            "strategy `post-copy` is not implemented yet (implemented: stop-copy)"
-        );
+        for k in ["pre-copy", "queued-pre-copy", "post-copy"] {
+            assert!(StrategyKind::implemented(k).is_ok(), "{k}");
+        }
+        if let Some(k) = StrategyKind::ALL
+            .into_iter()
+            .find(|k| !k.implementation_exists())
+        {
+            let e = StrategyKind::implemented(k.as_str())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "strategy `{k}` is not implemented yet (implemented: stop-copy, pre-copy, queued-pre-copy"
+                )),
+                "{e}"
+            );
+        }
+        assert!(PreCopyParams::new(None, None).unwrap() == PreCopyParams::default());
+        assert!(PreCopyParams::new(Some(2), Some(1.5)).is_err());
+        assert!(PreCopyParams::new(Some(1_000_000), None).is_err());
+        assert!(PreCopyParams::new(None, Some(f64::NAN)).is_err());
         let e = "copy".parse::<StrategyKind>().unwrap_err().to_string();
         assert!(e.starts_with("unknown strategy `copy`; use one of: stop-copy, pre-copy"));
     }

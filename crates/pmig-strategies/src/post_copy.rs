@@ -42,8 +42,11 @@ const PAGE: u64 = 4096;
 /// Pages per background push message.
 const PUSH_PAGES: usize = 256;
 
+/// Page ranges as (start, length).
+type Ranges = Vec<(u64, u64)>;
+
 /// Owed page ranges and registered ranges of a (lazy) image.
-pub(crate) fn owed_of(pi: &ProcessImage) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+pub(crate) fn owed_of(pi: &ProcessImage) -> (Ranges, Ranges) {
     let anon = pi.memory.vmas.iter().filter(|v| v.backing == Backing::Anon);
     let owed = anon.clone().flat_map(|v| v.owed()).collect();
     let registered = anon
@@ -58,17 +61,26 @@ fn read_image(dir: &std::path::Path) -> Result<ProcessImage> {
     ProcessImage::read(&img).map_err(|e| StrategyError::Other(e.to_string()))
 }
 
+/// `post-copy`, and with AMPoM's prefetching on every fault, `ampom`: the
+/// same exchange, only the destination's fault handling differs.
 #[derive(Debug, Default)]
-pub struct PostCopy;
+pub struct PostCopy {
+    pub prefetch: bool,
+}
 
-/// `ampom`: post-copy whose faults also ask for the pages AMPoM's analysis
-/// predicts (see `pmig_engine::ampom`).
-#[derive(Debug, Default)]
-pub struct Ampom;
+impl PostCopy {
+    pub fn ampom() -> PostCopy {
+        PostCopy { prefetch: true }
+    }
+}
 
-impl Strategy for Ampom {
+impl Strategy for PostCopy {
     fn kind(&self) -> StrategyKind {
-        StrategyKind::Ampom
+        if self.prefetch {
+            StrategyKind::Ampom
+        } else {
+            StrategyKind::PostCopy
+        }
     }
 
     fn prepare(&mut self, _m: &mut Source) -> Result<()> {
@@ -84,7 +96,7 @@ impl Strategy for Ampom {
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        destination_lazy(d, true)
+        destination_lazy(d, self.prefetch)
     }
 }
 
@@ -115,28 +127,6 @@ impl CpuShare {
         };
         self.last = Some((now, t));
         share
-    }
-}
-
-impl Strategy for PostCopy {
-    fn kind(&self) -> StrategyKind {
-        StrategyKind::PostCopy
-    }
-
-    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
-        Ok(())
-    }
-
-    fn handover(&mut self, m: &mut Source) -> Result<()> {
-        handover_lazy(m)
-    }
-
-    fn post(&mut self, m: &mut Source) -> Result<()> {
-        serve_source(m)
-    }
-
-    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        destination_lazy(d, false)
     }
 }
 

@@ -12,6 +12,7 @@ use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::Holder;
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
+use pmig_proto::blocking::Incoming;
 use pmig_proto::{code, Msg};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -200,33 +201,39 @@ impl Strategy for StopCopy {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         receive_image(d)?;
-        let t_done = mono_ns();
-        if d.hooks.hang_before_restore {
-            tracing::warn!("test hook: not answering migration {}", d.offer.id);
-            std::thread::sleep(Duration::from_secs(3600));
-        }
-        let (pid, original_pid, resumed_ns) = match restore(d) {
-            Ok(x) => x,
-            Err((code, e)) => {
-                let text = format!("{}: {e}", d.host.node());
-                let _ = d.ch.send(&Msg::Error {
-                    code,
-                    text: text.chars().take(4000).collect(),
-                });
-                return Err(StrategyError::Other(text));
-            }
-        };
-        let now = mono_ns();
-        d.ch.send(&Msg::Restored {
-            id: d.offer.id,
-            pid,
-            original_pid,
-            restore_us: (resumed_ns.saturating_sub(t_done)) / 1000,
-            since_resume_us: now.saturating_sub(resumed_ns) / 1000,
-        })?;
-        await_commit(d, pid)?;
-        Ok(pid)
+        restore_and_reply(d, mono_ns())
     }
+}
+
+/// Destination, once the staging directory holds the complete image (received
+/// at `t_done`, CLOCK_MONOTONIC): restore it, reply `Restored` (or `Error`), and
+/// wait for `Commit`. Returns the pid of the restored process.
+pub(crate) fn restore_and_reply(d: &mut Destination, t_done: u64) -> Result<i32> {
+    if d.hooks.hang_before_restore {
+        tracing::warn!("test hook: not answering migration {}", d.offer.id);
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+    let (pid, original_pid, resumed_ns) = match restore(d) {
+        Ok(x) => x,
+        Err((code, e)) => {
+            let text = format!("{}: {e}", d.host.node());
+            let _ = d.ch.send(&Msg::Error {
+                code,
+                text: text.chars().take(4000).collect(),
+            });
+            return Err(StrategyError::Other(text));
+        }
+    };
+    let now = mono_ns();
+    d.ch.send(&Msg::Restored {
+        id: d.offer.id,
+        pid,
+        original_pid,
+        restore_us: (resumed_ns.saturating_sub(t_done)) / 1000,
+        since_resume_us: now.saturating_sub(resumed_ns) / 1000,
+    })?;
+    await_commit(d, pid)?;
+    Ok(pid)
 }
 
 /// Destination: receive `ImageFile`/`ImageChunk` until `ImageDone`.
@@ -237,6 +244,17 @@ pub(crate) fn receive_image(d: &mut Destination) -> Result<u64> {
 
 /// [`receive_image`] into another directory than the staging one.
 pub(crate) fn receive_image_into(d: &mut Destination, dir: &Path) -> Result<u64> {
+    receive_image_after(d, dir, None)
+}
+
+/// [`receive_image_into`] whose first message (`ImageFile`) may have been
+/// received already, e.g. by a pre-copy destination reading pages until the
+/// image starts.
+pub(crate) fn receive_image_after(
+    d: &mut Destination,
+    dir: &Path,
+    mut first: Option<Incoming>,
+) -> Result<u64> {
     let mut current: Option<(String, File, u64, u64)> = None; // name, file, size, written
     let mut files = 0u32;
     let mut total = 0u64;
@@ -245,7 +263,10 @@ pub(crate) fn receive_image_into(d: &mut Destination, dir: &Path) -> Result<u64>
         what,
     };
     loop {
-        let inc = d.ch.recv_with()?;
+        let inc = match first.take() {
+            Some(inc) => inc,
+            None => d.ch.recv_with()?,
+        };
         let (msg, body, att) = inc.into_parts();
         let data = &body[att..];
         match msg {

@@ -700,3 +700,16 @@ impl Dirs {
         self.path("work")
     }
 }
+
+/// A benchmark workload of bench/workloads, built first if needed.
+pub fn workload(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let st = Command::new("make")
+        .arg("-s")
+        .arg("-C")
+        .arg(root.join("bench/workloads"))
+        .status()
+        .expect("run make");
+    assert!(st.success(), "building the workloads failed");
+    root.join("bench/workloads/bin").join(name)
+}

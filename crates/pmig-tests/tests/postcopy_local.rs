@@ -7,23 +7,10 @@
 use pmig_engine::lazy::{close_in_process, handover_pages, LazyMemory};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::Backing;
-use pmig_tests::{only_stdio, serial, Guard, HEAVY};
+use pmig_tests::{only_stdio, serial, workload, Guard, HEAVY};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-
-fn dirtier() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let st = Command::new("make")
-        .arg("-s")
-        .arg("-C")
-        .arg(root.join("bench/workloads"))
-        .status()
-        .expect("make");
-    assert!(st.success(), "building the workloads failed");
-    root.join("bench/workloads/bin/dirtier")
-}
 
 fn read_src(pid: i32, addr: u64, len: usize) -> Vec<u8> {
     let mut b = vec![0u8; len];
@@ -36,7 +23,7 @@ fn read_src(pid: i32, addr: u64, len: usize) -> Vec<u8> {
 fn postcopy_resumes_first_then_pages_follow() {
     let _g = serial(&HEAVY);
     let mut guard = Guard::new();
-    let mut child = only_stdio(&mut Command::new(dirtier()))
+    let mut child = only_stdio(&mut Command::new(workload("dirtier")))
         .args([
             "--mib",
             "64",

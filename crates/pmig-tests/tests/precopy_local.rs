@@ -8,30 +8,17 @@ use pmig_engine::dirty::DirtyTracker;
 use pmig_engine::pagestore::{read_ranges, PageStore};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::saveable_ranges;
-use pmig_tests::{only_stdio, pmig_bin, serial, wait_timeout, Guard, HEAVY};
+use pmig_tests::{only_stdio, pmig_bin, serial, wait_timeout, workload, Guard, HEAVY};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn dirtier() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let st = Command::new("make")
-        .arg("-s")
-        .arg("-C")
-        .arg(root.join("bench/workloads"))
-        .status()
-        .expect("make");
-    assert!(st.success(), "building the workloads failed");
-    root.join("bench/workloads/bin/dirtier")
-}
 
 #[test]
 fn precopy_rounds_then_filtered_stop() {
     let _g = serial(&HEAVY);
     let mut guard = Guard::new();
     // 64 MiB, 20000 page writes per second, 60000 writes in all (~3 s).
-    let mut child = only_stdio(&mut Command::new(dirtier()))
+    let mut child = only_stdio(&mut Command::new(workload("dirtier")))
         .args([
             "--mib",
             "64",

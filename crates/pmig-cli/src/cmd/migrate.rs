@@ -23,6 +23,15 @@ pub struct Args {
     /// Longest wait for any single answer from the destination, in seconds.
     #[arg(long, default_value_t = 60, value_name = "S")]
     timeout: u64,
+    /// pre-copy, queued-pre-copy: most reruns after the initial full round
+    /// [default: 6].
+    #[arg(long, value_name = "N")]
+    max_rounds: Option<u32>,
+    /// pre-copy, queued-pre-copy: stop rerunning once a round leaves at most this
+    /// fraction of the address space (the populated pages at round 0) dirty,
+    /// or queued [default: 0.30].
+    #[arg(long, value_name = "F")]
+    max_dirty_fraction: Option<f64>,
     /// Cluster whose state file resolves node names [default: $PMIG_CLUSTER_PREFIX, else pmig].
     #[arg(long, value_name = "PREFIX")]
     cluster_prefix: Option<String>,
@@ -64,6 +73,7 @@ fn resolve(a: &Args) -> Result<(String, Option<String>)> {
 pub fn run(a: Args) -> Result<i32> {
     // Refuse unknown or unimplemented strategies here already, with one line.
     pmig_strategies::StrategyKind::implemented(&a.strategy)?;
+    pmig_strategies::PreCopyParams::new(a.max_rounds, a.max_dirty_fraction)?;
     let (to, to_name) = resolve(&a)?;
     let req = Request::Migrate(MigrateRequest {
         pid: a.pid,
@@ -71,6 +81,8 @@ pub fn run(a: Args) -> Result<i32> {
         to_name,
         strategy: a.strategy.clone(),
         timeout_s: Some(a.timeout),
+        max_rounds: a.max_rounds,
+        max_dirty_fraction: a.max_dirty_fraction,
     });
     let tty = std::io::stderr().is_terminal();
     let mut bar: Option<indicatif::ProgressBar> = None;

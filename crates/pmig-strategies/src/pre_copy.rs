@@ -1,0 +1,587 @@
+//! `pre-copy`: copy the memory in rounds while the process runs, then stop it
+//! and send only what changed since the last round (Noack §2.3.5, after the
+//! V kernel).
+//!
+//! Source, preparation (the process runs):
+//! 1. [`DirtyTracker::attach`]: a userfaultfd inside the process protects its
+//!    writable private memory in asynchronous write-protect mode (the process
+//!    is stopped for a few hundred microseconds while it is created);
+//! 2. round 0 sends every populated page of that memory (`PageData`, 4 MiB at
+//!    a time, read with `process_vm_readv`); untracked memory (shared, read-only
+//!    or special mappings) is left for the final image;
+//! 3. every rerun scans the pages written since the previous scan
+//!    (`PAGEMAP_SCAN`, which protects them again) and sends them. The rounds
+//!    stop after the first rerun whose dirty bytes are at most
+//!    `max_dirty_fraction` of the address space, or after `max_rounds`
+//!    reruns (Noack's defaults: 30 %, 6). Every round ends with `RoundDone`.
+//!
+//!    *The address space* is the total of the populated, saveable pages at
+//!    round 0 (what a stop-copy image would hold then), not the virtual size:
+//!    reserved but never touched memory would make any limit meaningless.
+//!    Unlike Noack, the dirty pages of the round that meets the limit are sent
+//!    while the process still runs, so the stop only carries what was written
+//!    during that (short) last round.
+//!
+//! Source, handover: the tracked ranges go to a file in the staging directory;
+//! the holder freezes the process, scans the pages written since the last
+//! round itself and captures only those plus all untracked memory
+//! ([`CaptureMode::WrittenSince`]); that partial image is streamed like a
+//! stop-copy image. The tracker lives until `Restored` (the holder's scan needs
+//! its registrations), then it is dropped, which removes every write
+//! protection. On any failure before `Restored` it is dropped too and the
+//! process resumes exactly as it was.
+//!
+//! Destination: a [`PageStore`] in the staging directory takes the pages of
+//! every round (newest copy wins); the final image goes to a subdirectory, is
+//! verified and absorbed, and the store composes a complete image in the
+//! staging directory, which is restored exactly as stop-copy restores.
+//!
+//! `queued-pre-copy` ([`crate::queued_pre_copy`]) runs the same code with
+//! another [`Policy`]. See docs/protocol.md, "pre-copy".
+
+use crate::clock::mono_ns;
+use crate::error::{io_err, Result, StrategyError};
+use crate::holder::{CaptureMode, Holder};
+use crate::stop_copy::{receive_image_after, restore_and_reply, send_image};
+use crate::{Destination, Progress, Source, Strategy, StrategyKind};
+use pmig_engine::dirty::DirtyTracker;
+use pmig_engine::image::ProcessImage;
+use pmig_engine::pagestore::{read_ranges, PageStore};
+use pmig_engine::resources::memory::{saveable_ranges, TASK_END};
+use pmig_engine::EngineError;
+use pmig_proto::blocking::Incoming;
+use pmig_proto::{code, Msg};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const PAGE: u64 = pmig_image::PAGE_SIZE;
+/// Bytes of page data per `PageData` message.
+pub const PAGE_CHUNK: usize = 4 << 20;
+/// Queued pre-copy: a page written within this interval is *hot* (held back).
+/// Every scan interval of queued pre-copy lasts at least this long, so that
+/// "not written in the last interval" means something even when a round
+/// sends almost nothing.
+pub const HOT_INTERVAL: Duration = Duration::from_millis(50);
+/// Most reruns accepted from a request (the loop stays bounded).
+pub const MAX_ROUNDS_LIMIT: u32 = 1000;
+/// Most messages a destination accepts before the final image.
+const MAX_ROUND_MESSAGES: u64 = 1 << 32;
+/// File in the source's staging directory listing the tracked ranges.
+const TRACKED_FILE: &str = "written-since.ranges";
+/// Subdirectory of the staging directory for the final image (both sides).
+const FINAL_DIR: &str = "final";
+
+/// Which pages each round sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Policy {
+    /// Every page written since the previous round.
+    Plain,
+    /// Only pages not written in the last interval; the others are queued and
+    /// sent once they stay unwritten for an interval, or at the stop.
+    Queued,
+}
+
+/// The source and destination sides of both pre-copy strategies.
+pub(crate) struct Iterative {
+    policy: Policy,
+    /// From the start of the rounds until `Restored` (or a failure).
+    tracker: Option<DirtyTracker>,
+    /// Queued: pages held back for the stop, sorted ranges.
+    delayed: Vec<(u64, u64)>,
+    /// The round in progress (for errors).
+    round: u32,
+}
+
+impl Iterative {
+    pub(crate) fn new(policy: Policy) -> Iterative {
+        Iterative {
+            policy,
+            tracker: None,
+            delayed: Vec::new(),
+            round: 0,
+        }
+    }
+
+    /// Drops the tracker: the kernel removes every registration and write
+    /// protection from the process.
+    fn untrack(&mut self) {
+        if self.tracker.take().is_some() {
+            tracing::debug!("write tracking removed");
+        }
+        self.delayed.clear();
+    }
+
+    pub(crate) fn prepare(&mut self, m: &mut Source) -> Result<()> {
+        self.round = 0;
+        self.rounds(m).map_err(|e| {
+            self.untrack();
+            StrategyError::During {
+                what: format!("pre-copy round {} (write tracking removed)", self.round),
+                source: Box::new(e),
+            }
+        })
+    }
+
+    fn rounds(&mut self, m: &mut Source) -> Result<()> {
+        let p = m.precopy;
+        let pid = m.pid;
+        let t = mono_ns();
+        let tracker = self.tracker.insert(DirtyTracker::attach(pid)?);
+        tracing::info!(
+            "tracking writes of process {pid} ({:.1} MiB tracked, attached in {:.2} ms)",
+            tracker.tracked_bytes() as f64 / (1 << 20) as f64,
+            (mono_ns() - t) as f64 / 1e6
+        );
+        let hot = if self.policy == Policy::Queued {
+            std::thread::sleep(HOT_INTERVAL);
+            tracker.scan()?
+        } else {
+            Vec::new()
+        };
+        let mut last_scan = Instant::now();
+        let all = saveable_ranges(pid)?;
+        let address_space = total(&all);
+        let limit = (address_space as f64 * p.max_dirty_fraction) as u64;
+        // Untracked memory goes with the final image anyway.
+        let mut first = intersect(&all, &tracker.tracked());
+        if self.policy == Policy::Queued {
+            self.delayed = intersect(&hot, &all);
+            first = subtract(&first, &self.delayed);
+        }
+        let sent = send_round(m, 0, &first)?;
+        tracing::info!(
+            "round 0: sent {:.1} MiB of {:.1} MiB saveable ({:.1} MiB queued); limit {:.1} MiB",
+            mib(sent),
+            mib(address_space),
+            mib(total(&self.delayed)),
+            mib(limit)
+        );
+        for round in 1..=p.max_rounds.min(MAX_ROUNDS_LIMIT) {
+            self.round = round;
+            if self.policy == Policy::Queued {
+                std::thread::sleep(HOT_INTERVAL.saturating_sub(last_scan.elapsed()));
+            }
+            let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
+            let written = tracker.scan()?;
+            last_scan = Instant::now();
+            // Whole new mappings are reported written: send only their
+            // populated pages.
+            let present = saveable_ranges(pid)?;
+            let written = intersect(&written, &present);
+            let (send, left) = match self.policy {
+                Policy::Plain => {
+                    let n = total(&written);
+                    (written, n)
+                }
+                Policy::Queued => {
+                    let cooled =
+                        crate::queued_pre_copy::rerun(&mut self.delayed, written, &present);
+                    (cooled, total(&self.delayed))
+                }
+            };
+            let sent = send_round(m, round, &send)?;
+            tracing::info!(
+                "round {round}: sent {:.1} MiB; {:.1} MiB {} (limit {:.1} MiB)",
+                mib(sent),
+                mib(left),
+                if self.policy == Policy::Queued {
+                    "queued for the stop"
+                } else {
+                    "were dirty"
+                },
+                mib(limit)
+            );
+            if left <= limit {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn handover(&mut self, m: &mut Source) -> Result<()> {
+        let r = self.stop_and_send(m);
+        // After `Restored` the tracker has served its purpose; after a failure
+        // it must go before the process resumes. Either way: now.
+        self.untrack();
+        r
+    }
+
+    fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
+        let tracker = self.tracker.as_ref().ok_or_else(lost_tracker)?;
+        // Queued pages are left out of the list: the holder saves them whole.
+        let listed = subtract(&tracker.tracked(), &self.delayed);
+        std::fs::create_dir_all(&m.staging)
+            .map_err(io_err(format!("create {}", m.staging.display())))?;
+        let list = m.staging.join(TRACKED_FILE);
+        write_ranges(&list, &listed)?;
+        let dir = m.staging.join(FINAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        let holder = Holder::start_with(m.host, m.pid, &dir, &CaptureMode::WrittenSince(list))?;
+        m.stopped_ns = Some(holder.captured.frozen_ns);
+        m.pages_sent += holder.captured.page_bytes / PAGE;
+        tracing::info!(
+            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages written since the last round, queued or untracked)",
+            m.pid,
+            (holder.captured.captured_ns - holder.captured.frozen_ns) as f64 / 1e6,
+            mib(holder.captured.page_bytes)
+        );
+        m.holder = Some(holder);
+        send_image(m, &dir)?;
+        await_restored(m)
+    }
+
+    pub(crate) fn post(&mut self, m: &mut Source) -> Result<()> {
+        self.untrack();
+        m.commit()?;
+        m.residual.until = "handover (nothing remains on the source)".into();
+        Ok(())
+    }
+
+    pub(crate) fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        let mut store = PageStore::create(&d.staging)?;
+        let first = receive_rounds(d, &mut store)?;
+        let dir = d.staging.join(FINAL_DIR);
+        std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        receive_image_after(d, &dir, Some(first))?;
+        let t_done = mono_ns();
+        if let Err(e) = compose(store, &dir) {
+            let text = format!("{}: cannot compose the image: {e}", d.host.node());
+            let _ = d.ch.send(&Msg::Error {
+                code: code::BAD_IMAGE,
+                text: text.chars().take(4000).collect(),
+            });
+            return Err(StrategyError::Other(text));
+        }
+        tracing::info!(
+            "final image absorbed and full image composed in {:.1} ms",
+            (mono_ns() - t_done) as f64 / 1e6
+        );
+        // The final image's pages now live in the store's pages file.
+        let _ = std::fs::remove_dir_all(&dir);
+        restore_and_reply(d, t_done)
+    }
+}
+
+fn lost_tracker() -> StrategyError {
+    StrategyError::Other("internal error: no write tracking at the handover".into())
+}
+
+fn mib(b: u64) -> f64 {
+    b as f64 / (1u64 << 20) as f64
+}
+
+/// Sends the pages of `ranges` (read from the running process) and
+/// `RoundDone`. Returns the bytes sent.
+fn send_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
+    let (id, pid) = (m.id, m.pid);
+    let phase = if round == 0 { "round 0" } else { "rounds" };
+    let want = total(ranges);
+    let mut done = 0u64;
+    let mut failed: Option<StrategyError> = None;
+    let r = read_ranges(pid, ranges, PAGE_CHUNK, &mut |addr, data| {
+        if let Err(e) = m.ch.send_with(&Msg::PageData { id, addr }, &[data]) {
+            failed = Some(e.into());
+            return Err(EngineError::Other("sending pages failed".into()));
+        }
+        m.count(data.len() as u64 + 24);
+        done += data.len() as u64;
+        (m.progress)(Progress {
+            phase,
+            done,
+            total: want,
+        });
+        Ok(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let sent = r?;
+    let pages = sent / PAGE;
+    m.ch.send(&Msg::RoundDone { id, round, pages })?;
+    m.count(24);
+    m.rounds += 1;
+    m.pages_sent += pages;
+    Ok(sent)
+}
+
+/// Source: waits for `Restored` and records it.
+fn await_restored(m: &mut Source) -> Result<()> {
+    let t = mono_ns();
+    match m.recv("Restored")? {
+        Msg::Restored {
+            id,
+            pid,
+            since_resume_us,
+            restore_us,
+            ..
+        } if id == m.id => {
+            tracing::info!(
+                "{} restored process {} as pid {pid} in {:.1} ms (waited {:.1} ms)",
+                m.peer,
+                m.pid,
+                restore_us as f64 / 1e3,
+                (mono_ns() - t) as f64 / 1e6
+            );
+            m.restored(pid, since_resume_us);
+            Ok(())
+        }
+        other => Err(StrategyError::Protocol {
+            node: m.peer.clone(),
+            what: format!("expected Restored, got {}", other.kind()),
+        }),
+    }
+}
+
+/// Destination: stores `PageData` until the final image starts; returns its
+/// first message (`ImageFile`).
+fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Result<Incoming> {
+    let bad = |d: &mut Destination, code: u32, what: String| {
+        let _ = d.ch.send(&Msg::Error {
+            code,
+            text: what.clone(),
+        });
+        StrategyError::Protocol {
+            node: d.peer.clone(),
+            what,
+        }
+    };
+    let mut rounds = 0u32;
+    for _ in 0..MAX_ROUND_MESSAGES {
+        let inc = d.ch.recv_with()?;
+        match inc.msg {
+            Msg::PageData { id, addr } if id == d.offer.id => {
+                let data = inc.attachment();
+                let n = data.len() as u64;
+                if n == 0
+                    || !n.is_multiple_of(PAGE)
+                    || addr.checked_add(n).is_none_or(|e| e > TASK_END)
+                {
+                    return Err(bad(
+                        d,
+                        code::MALFORMED,
+                        format!(
+                            "PageData of {n} bytes at {addr:#x}: not whole pages of user memory"
+                        ),
+                    ));
+                }
+                store.put(addr, data)?;
+                received(d, n);
+            }
+            Msg::RoundDone { id, round, pages } if id == d.offer.id => {
+                rounds += 1;
+                tracing::debug!(
+                    "pre-copy round {round} from {}: {pages} pages; {:.1} MiB held",
+                    d.peer,
+                    mib(store.pages_held() as u64 * PAGE)
+                );
+            }
+            Msg::ImageFile { id, .. } if id == d.offer.id => {
+                tracing::info!(
+                    "{rounds} pre-copy rounds from {}: {:.1} MiB received, {} pages held; the process is stopped",
+                    d.peer,
+                    mib(store.bytes_received()),
+                    store.pages_held()
+                );
+                return Ok(inc);
+            }
+            Msg::Abort { reason, .. } => {
+                return Err(StrategyError::Refused {
+                    node: d.peer.clone(),
+                    code: code::INTERNAL,
+                    text: format!("the source aborted: {reason}"),
+                })
+            }
+            other => {
+                let what = format!("unexpected {} during the pre-copy rounds", other.kind());
+                return Err(bad(d, code::UNEXPECTED, what));
+            }
+        }
+    }
+    Err(bad(
+        d,
+        code::UNEXPECTED,
+        "too many messages before the image".into(),
+    ))
+}
+
+/// Counts received page data, for the `die-after-bytes` test hook.
+fn received(d: &mut Destination, n: u64) {
+    d.received += n;
+    if let Some(limit) = d.hooks.die_after_bytes {
+        if d.received >= limit {
+            tracing::error!(
+                "test hook: destination daemon dies after receiving {} bytes",
+                d.received
+            );
+            // SAFETY: sending SIGKILL to ourselves (simulated crash).
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+    }
+}
+
+/// Destination: absorbs the verified final image of `dir` into the store and
+/// writes the complete image into the store's directory.
+fn compose(mut store: PageStore, dir: &Path) -> Result<()> {
+    let img = pmig_image::Image::open_verified(dir)?;
+    let pi = ProcessImage::read(&img)?;
+    store.absorb(&img, &pi)?;
+    let mut manifest = img.manifest.clone();
+    manifest.parts.clear();
+    store.finish(pi, manifest)?;
+    Ok(())
+}
+
+/// Writes `start len` (hex) lines, the format of [`CaptureMode::WrittenSince`].
+fn write_ranges(path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
+    let mut text = String::with_capacity(ranges.len() * 24);
+    for (s, l) in ranges {
+        text.push_str(&format!("{s:x} {l:x}\n"));
+    }
+    let mut f =
+        std::fs::File::create(path).map_err(io_err(format!("create {}", path.display())))?;
+    f.write_all(text.as_bytes())
+        .map_err(io_err(format!("write {}", path.display())))
+}
+
+/// Total bytes of sorted, disjoint ranges.
+pub(crate) fn total(r: &[(u64, u64)]) -> u64 {
+    r.iter().map(|(_, l)| l).sum()
+}
+
+/// Sorted, disjoint, merged copy of `r`.
+fn normalize(r: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = r.iter().copied().filter(|(_, l)| *l > 0).collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (s, l) in v {
+        match out.last_mut() {
+            Some((ps, pl)) if *ps + *pl >= s => *pl = (*pl).max(s + l - *ps),
+            _ => out.push((s, l)),
+        }
+    }
+    out
+}
+
+/// The parts of `a` that lie in `b`.
+pub(crate) fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (a, b) = (normalize(a), normalize(b));
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (s, e) = (a[i].0.max(b[j].0), (a[i].0 + a[i].1).min(b[j].0 + b[j].1));
+        if s < e {
+            out.push((s, e - s));
+        }
+        if a[i].0 + a[i].1 < b[j].0 + b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// The parts of `a` that do not lie in `b`.
+pub(crate) fn subtract(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (a, b) = (normalize(a), normalize(b));
+    let mut out = Vec::new();
+    let mut j = 0;
+    for (s, l) in a {
+        let end = s + l;
+        let mut at = s;
+        while j < b.len() && b[j].0 + b[j].1 <= at {
+            j += 1;
+        }
+        let mut k = j;
+        while k < b.len() && b[k].0 < end {
+            if b[k].0 > at {
+                out.push((at, b[k].0 - at));
+            }
+            at = at.max(b[k].0 + b[k].1);
+            k += 1;
+        }
+        if at < end {
+            out.push((at, end - at));
+        }
+    }
+    out
+}
+
+/// `pre-copy`.
+pub struct PreCopy(Iterative);
+
+impl Default for PreCopy {
+    fn default() -> Self {
+        PreCopy(Iterative::new(Policy::Plain))
+    }
+}
+
+impl Strategy for PreCopy {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::PreCopy
+    }
+    fn prepare(&mut self, m: &mut Source) -> Result<()> {
+        self.0.prepare(m)
+    }
+    fn handover(&mut self, m: &mut Source) -> Result<()> {
+        self.0.handover(m)
+    }
+    fn post(&mut self, m: &mut Source) -> Result<()> {
+        self.0.post(m)
+    }
+    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        self.0.destination(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_algebra() {
+        let a = [(0x1000, 0x4000), (0x10000, 0x1000)];
+        let b = [(0x2000, 0x1000), (0x4000, 0x2000), (0x10000, 0x1000)];
+        assert_eq!(
+            intersect(&a, &b),
+            [(0x2000, 0x1000), (0x4000, 0x1000), (0x10000, 0x1000)]
+        );
+        assert_eq!(subtract(&a, &b), [(0x1000, 0x1000), (0x3000, 0x1000)]);
+        assert_eq!(subtract(&a, &[]), a);
+        assert!(intersect(&a, &[]).is_empty());
+        // Unsorted, overlapping and empty inputs.
+        let c = [
+            (0x5000, 0x1000),
+            (0x1000, 0x2000),
+            (0x2000, 0x2000),
+            (0x9000, 0),
+        ];
+        assert_eq!(normalize(&c), [(0x1000, 0x3000), (0x5000, 0x1000)]);
+        assert_eq!(
+            subtract(&c, &[(0x0, 0x2000)]),
+            [(0x2000, 0x2000), (0x5000, 0x1000)]
+        );
+        assert_eq!(total(&normalize(&c)), 0x4000);
+        // A hole in the middle and a range covering several.
+        assert_eq!(
+            subtract(&[(0, 0x10000)], &[(0x2000, 0x1000), (0x8000, 0x1000)]),
+            [(0, 0x2000), (0x3000, 0x5000), (0x9000, 0x7000)]
+        );
+        assert_eq!(
+            intersect(&[(0, 0x10000)], &[(0x2000, 0x1000), (0x8000, 0x1000)]),
+            [(0x2000, 0x1000), (0x8000, 0x1000)]
+        );
+    }
+
+    #[test]
+    fn ranges_file_matches_the_holder_format() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r");
+        write_ranges(&p, &[(0x7f00_0000_0000, 0x21000), (0x1000, 0x1000)]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&p).unwrap(),
+            "7f0000000000 21000\n1000 1000\n"
+        );
+    }
+}
