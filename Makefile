@@ -32,8 +32,11 @@ test: build
 demo: build
 	./scripts/demo.sh
 
+# The engine's throughput against its limits (BENCHMARKS.md). The
+# strategy comparison of the evaluation issue will join it here.
 bench: build
-	./scripts/bench-engine.sh
+	$(MAKE) -s -C bench/workloads
+	$(PMIG) bench engine --sizes 64,1024,4096 --reps 3
 
 fmt:
 	$(CARGO) fmt --all
