@@ -242,7 +242,8 @@ fn serve_peer(node: &Node, s: TcpStream) {
     // An authenticated but idle peer does not hold a thread forever.
     let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(300)));
     for _ in 0..1_000_000 {
-        match ch.recv() {
+        // recv_with: a Ping may carry an attachment (auto's bandwidth probe).
+        match ch.recv_with().map(|i| i.msg) {
             Ok(Msg::Ping { seq }) => {
                 if ch.send(&Msg::Pong { seq }).is_err() {
                     return;
@@ -359,14 +360,17 @@ fn serve_control(node: &Node, s: UnixStream) {
             match migrate(node, &s, uid, &m) {
                 Ok(outcome) => {
                     tracing::info!(
-                        "migrated process {} ({}) to {} as pid {}: {} down {:.1} ms, {} bytes",
+                        "migrated process {} ({}) to {} as pid {}: {} down {:.1} ms, {} bytes, {} remote faults; residual {} until {}",
                         outcome.pid,
                         outcome.comm,
                         outcome.destination,
                         outcome.new_pid,
                         outcome.report.strategy,
                         outcome.report.down_ms,
-                        outcome.report.bytes_total
+                        outcome.report.bytes_total,
+                        outcome.report.remote_faults,
+                        outcome.report.residual.what,
+                        outcome.report.residual.until
                     );
                     send_event(
                         &s,
@@ -418,6 +422,10 @@ fn migrate(
         strategy,
         timeout: Duration::from_secs(m.timeout_s.unwrap_or(60).clamp(1, 3600)),
         precopy,
+        page_store: m
+            .page_store
+            .clone()
+            .unwrap_or_else(|| pmig_strategies::DEFAULT_PAGE_STORE.into()),
     };
     let mut last = (0u64, 0u64);
     let mut progress = |p: Progress| {
@@ -434,7 +442,19 @@ fn migrate(
             );
         }
     };
-    let r = pmig_strategies::migrate(node, &req, &mut progress);
+    // Strategies whose residual work lasts as long as the process
+    // (demand-paging) report at the handover; the user's command returns
+    // then and the daemon carries on.
+    let mut handed_over = |o: &pmig_strategies::Outcome| {
+        send_event(
+            s,
+            &Event::Done {
+                outcome: Box::new(o.clone()),
+            },
+        );
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    };
+    let r = pmig_strategies::migrate_with(node, &req, &mut progress, &mut handed_over);
     node.busy
         .lock()
         .unwrap_or_else(|p| p.into_inner())

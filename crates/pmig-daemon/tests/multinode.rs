@@ -285,7 +285,7 @@ fn programs(dir: &Path) -> Vec<Program> {
         }
         f.write_all(&block).unwrap();
     }
-    let py = "import hashlib\nh=hashlib.sha256()\nfor i in range(6000000): h.update(str(i*i).encode())\nprint(h.hexdigest())\nprint(sum(x*x for x in range(2000000)))\n";
+    let py = "import hashlib\nh=hashlib.sha256()\nfor i in range(12000000): h.update(str(i*i).encode())\nprint(h.hexdigest())\nprint(sum(x*x for x in range(2000000)))\n";
     vec![
         Program {
             name: "python3",
@@ -574,8 +574,9 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         (b"\xff\xfe\n".to_vec(), "bad request"),
         (b"".to_vec(), ""),
         (
-            b"{\"migrate\":{\"pid\":1,\"to\":\"10.0.0.1:1\",\"strategy\":\"auto\"}}\n".to_vec(),
-            "strategy `auto` is not implemented yet",
+            b"{\"migrate\":{\"pid\":1,\"to\":\"127.0.0.1:1\",\"strategy\":\"teleport\"}}\n"
+                .to_vec(),
+            "unknown strategy `teleport`",
         ),
         (
             b"{\"migrate\":{\"pid\":999999999,\"to\":\"127.0.0.1:1\",\"strategy\":\"stop-copy\"}}\n"
@@ -804,7 +805,12 @@ fn move_around(
                 env.log(to)
             )
         });
-        assert_eq!(rep["strategy"], strategy);
+        // `auto` reports what it chose: "auto:pre-copy".
+        let name = rep["strategy"].as_str().unwrap_or("");
+        assert!(
+            name == strategy || name.starts_with(&format!("{strategy}:")),
+            "{what}: strategy {name} reported for {strategy}"
+        );
         assert_eq!(rep["pid"], pid);
         let b = &rep["bytes_per_phase"];
         assert!(
@@ -946,6 +952,13 @@ fn moves_programs_around(strategy: &str, tag: &str, check_report: fn(&serde_json
         "python3: output differs after n1→n2→n3→n1"
     );
     eprintln!("python3 with {strategy}: {}", figures(&reps));
+    // The final figures of strategies that report at the handover
+    // (demand-paging) are in the source daemons' logs.
+    for n in ["n1", "n2", "n3"] {
+        for l in env.log(n).lines().filter(|l| l.contains("remote faults")) {
+            eprintln!("{n}: {}", l.split("migrated ").last().unwrap_or(l));
+        }
+    }
     for n in ["n1", "n2", "n3"] {
         assert!(!env.log(n).contains("panicked"), "{n}:\n{}", env.log(n));
     }
@@ -981,6 +994,198 @@ fn dirtier_and_python_move_around_three_nodes_with_ampom() {
         return;
     }
     moves_programs_around("ampom", "m", postcopy_report);
+}
+
+/// demand-paging reports at the handover: nothing has moved after the
+/// resume yet, and the source serves until the process exits.
+fn demand_paging_report(rep: &serde_json::Value) {
+    let b = &rep["bytes_per_phase"];
+    let down = b["down"].as_u64().unwrap();
+    assert!(
+        down < 4 << 20,
+        "the stop sent {down} bytes: more than the state: {rep}"
+    );
+    assert!(rep["remote_faults"].is_u64(), "{rep}");
+    assert_eq!(rep["rounds"], 0, "{rep}");
+    let r = &rep["residual"];
+    assert_eq!(r["node"], rep["source"], "{rep}");
+    assert!(
+        r["until"]
+            .as_str()
+            .unwrap_or("")
+            .contains("until the process exits"),
+        "residual not reported: {rep}"
+    );
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_demand_paging() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("demand-paging", "g", demand_paging_report);
+}
+
+/// flushing and freeze-free: a small stop, nothing after the resume from the
+/// source; the page store is the residual dependency and is removed once
+/// every page has been read.
+fn flushing_report(rep: &serde_json::Value) {
+    let b = &rep["bytes_per_phase"];
+    let (down, post) = (b["down"].as_u64().unwrap(), b["post"].as_u64().unwrap());
+    assert!(
+        down < 4 << 20,
+        "the stop sent {down} bytes: more than the state: {rep}"
+    );
+    assert!(
+        post < 4096,
+        "the source sent {post} bytes after the resume: {rep}"
+    );
+    let r = &rep["residual"];
+    assert!(r["node"].is_null(), "{rep}");
+    assert!(
+        r["until"]
+            .as_str()
+            .unwrap_or("")
+            .contains("every page is read"),
+        "{rep}"
+    );
+    let what = r["what"].as_str().unwrap_or("");
+    let store = what
+        .strip_prefix("page store ")
+        .and_then(|w| w.split(' ').next())
+        .unwrap_or_else(|| panic!("no page store in {rep}"));
+    assert!(store.starts_with("/var/tmp/pmig-pagestore/"), "{rep}");
+    let t0 = Instant::now();
+    while std::path::Path::new(store).exists() {
+        assert!(t0.elapsed() < LIMIT, "{store} was not removed: {rep}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_flushing() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("flushing", "h", flushing_report);
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_freeze_free() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("freeze-free", "k", flushing_report);
+}
+
+/// assisted-post-copy: everything once before the stop (round 0), only the
+/// pages dirtied since after the resume, and the source is done when they
+/// have all moved.
+fn assisted_report(rep: &serde_json::Value) {
+    let b = &rep["bytes_per_phase"];
+    let (prep, down) = (
+        b["preparation"].as_u64().unwrap(),
+        b["down"].as_u64().unwrap(),
+    );
+    assert_eq!(rep["rounds"], 1, "{rep}");
+    assert!(
+        prep >= DIRTIER_MIB << 20,
+        "round 0 sent only {prep} bytes: {rep}"
+    );
+    assert!(
+        down < 4 << 20,
+        "the stop sent {down} bytes: more than the state: {rep}"
+    );
+    assert!(
+        rep["residual"]["until"]
+            .as_str()
+            .unwrap_or("")
+            .contains("all pages moved"),
+        "residual not reported: {rep}"
+    );
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_assisted_post_copy() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("assisted-post-copy", "w", assisted_report);
+}
+
+#[test]
+fn failed_restores_resume_the_process_with_every_new_strategy() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("x");
+    std::fs::write(env.node_dir("n3").join("test-hook"), "fail-restore\n").unwrap();
+    let store = std::path::Path::new("/var/tmp/pmig-pagestore");
+    let listing = || -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(store)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default()
+    };
+    let before = listing();
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(40_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+    for s in [
+        "demand-paging",
+        "flushing",
+        "freeze-free",
+        "assisted-post-copy",
+    ] {
+        let e = env
+            .migrate_with("n1", pid, "n3", s)
+            .expect_err("n3 fails the restore");
+        assert!(e.contains("resumed"), "{s}: {e}");
+        assert!(alive(pid), "{s}: the source process is gone");
+        assert!(!state(pid).contains("stopped"), "{s}: left stopped");
+        assert!(!write_protected(pid), "{s}: write protection left");
+        let cs = switches(pid);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            switches(pid) > cs + 10,
+            "{s}: the resumed process does not run"
+        );
+        let left: Vec<_> = listing()
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .collect();
+        assert!(left.is_empty(), "{s}: page store left behind: {left:?}");
+    }
+    let st = child.wait().unwrap();
+    assert!(st.success(), "the resumed dirtier failed: {st:?}");
+    assert!(r.wait().unwrap().success());
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(got.contains("verify=ok"), "{got}");
+    assert_eq!(got, want, "the resumed dirtier's result differs");
+}
+
+/// `auto`: whatever it chose, the report names it and the result is right.
+fn auto_report(rep: &serde_json::Value) {
+    let name = rep["strategy"].as_str().unwrap_or("");
+    let chosen = name.strip_prefix("auto:").unwrap_or("");
+    assert!(
+        ["stop-copy", "pre-copy", "post-copy"].contains(&chosen),
+        "auto chose {name:?}: {rep}"
+    );
+}
+
+#[test]
+fn dirtier_and_python_move_around_three_nodes_with_auto() {
+    if !root() {
+        return;
+    }
+    moves_programs_around("auto", "u", auto_report);
 }
 
 #[test]

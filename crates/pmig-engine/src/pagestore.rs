@@ -65,6 +65,19 @@ impl PageStore {
         Ok(())
     }
 
+    /// Forget the pages held in [addr, addr + len): they are stale (the
+    /// composed image will have no run for them).
+    pub fn forget(&mut self, addr: u64, len: u64) {
+        let gone: Vec<u64> = self
+            .index
+            .range(addr..addr.saturating_add(len))
+            .map(|(a, _)| *a)
+            .collect();
+        for a in gone {
+            self.index.remove(&a);
+        }
+    }
+
     pub fn bytes_received(&self) -> u64 {
         self.received
     }

@@ -171,12 +171,30 @@ pub enum Msg {
         prefetched: u64,
         prefetch_hits: u64,
     },
+    /// 16, source → destination (flushing, freeze-free): the pages not in the
+    /// image that follows are in the page store image at `path` (a directory
+    /// on a file system both nodes share, named after the migration id).
+    PageStore {
+        id: u64,
+        path: String,
+    },
+    /// 17, source → destination (assisted-post-copy): these source pages,
+    /// written since pre-copy round 0, are owed: the destination's copy from
+    /// round 0 is stale. `last` ends the list. At most `MAX_PAGE_REQUEST`
+    /// page-aligned ranges (start, length) per message.
+    Owed {
+        id: u64,
+        ranges: Vec<(u64, u64)>,
+        last: bool,
+    },
 }
 
 /// Longest strategy name accepted in [`Offer`].
 pub const MAX_STRATEGY_NAME: usize = 32;
 /// Longest process name (`comm`) accepted in [`Offer`].
 pub const MAX_COMM: usize = 64;
+/// Longest page store path accepted in `PageStore`.
+pub const MAX_STORE_PATH: usize = 1024;
 /// Longest image file name accepted in `ImageFile`.
 pub const MAX_FILE_NAME: usize = 64;
 
@@ -230,6 +248,8 @@ impl Msg {
             Msg::PageRequest { .. } => "PageRequest",
             Msg::RoundDone { .. } => "RoundDone",
             Msg::PagesDone { .. } => "PagesDone",
+            Msg::PageStore { .. } => "PageStore",
+            Msg::Owed { .. } => "Owed",
         }
     }
 
@@ -300,6 +320,33 @@ impl Msg {
                     return Err(ProtoError::Malformed(format!(
                         "MigrateOffer: invalid pid {}",
                         o.pid
+                    )));
+                }
+            }
+            Msg::Owed { ranges, .. }
+                if ranges.len() > MAX_PAGE_REQUEST
+                    || ranges.iter().any(|(s, l)| {
+                        s % 4096 != 0 || l % 4096 != 0 || s.checked_add(*l).is_none()
+                    }) =>
+            {
+                return Err(ProtoError::Malformed(format!(
+                    "Owed: at most {MAX_PAGE_REQUEST} page-aligned ranges, got {}",
+                    ranges.len()
+                )));
+            }
+            Msg::PageStore { id, path } => {
+                let p = std::path::Path::new(path);
+                if path.len() > MAX_STORE_PATH
+                    || !p.is_absolute()
+                    || path.chars().any(|c| c.is_control())
+                    || path
+                        .split('/')
+                        .skip(1)
+                        .any(|c| c.is_empty() || c == "." || c == "..")
+                    || p.file_name().and_then(|n| n.to_str()) != Some(&id.to_string())
+                {
+                    return Err(ProtoError::Malformed(format!(
+                        "PageStore: the path must be absolute, normal, at most {MAX_STORE_PATH} bytes and end in the migration id {id}"
                     )));
                 }
             }
@@ -403,6 +450,40 @@ mod tests {
             node: "n1".into(),
             features: 0,
         }
+    }
+
+    #[test]
+    fn page_store_and_owed_are_checked() {
+        let ok = |m: Msg| m.validate().is_ok();
+        let store = |p: &str| Msg::PageStore {
+            id: 42,
+            path: p.into(),
+        };
+        assert!(ok(store("/var/tmp/pmig-pagestore/42")));
+        for bad in [
+            "var/tmp/42",
+            "/var/tmp/../etc/42",
+            "/var/tmp/./42",
+            "/var/tmp/43",
+            "/",
+            "/var/tmp/4\n2",
+        ] {
+            assert!(!ok(store(bad)), "{bad}");
+        }
+        assert!(!ok(store(&format!("/{}/42", "a".repeat(MAX_STORE_PATH)))));
+        let owed = |r: Vec<(u64, u64)>| Msg::Owed {
+            id: 1,
+            ranges: r,
+            last: true,
+        };
+        assert!(ok(owed(vec![(0x1000, 0x2000)])));
+        assert!(ok(owed(vec![])));
+        assert!(!ok(owed(vec![(0x1001, 0x1000)])));
+        assert!(!ok(owed(vec![(0x1000, 0x10)])));
+        assert!(!ok(owed(vec![(!0xfff, 0x2000)])));
+        assert!(!ok(owed(vec![(0, 4096); MAX_PAGE_REQUEST + 1])));
+        let m = store("/var/tmp/pmig-pagestore/42");
+        assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
     }
 
     #[test]

@@ -18,8 +18,12 @@
 //! The node-specific services (spawning helpers, the pmig binary, the state
 //! directory) come from the daemon through [`Host`].
 
+pub mod assisted;
+pub mod auto;
 pub mod clock;
+pub mod demand_paging;
 pub mod error;
+pub mod flushing;
 pub mod holder;
 pub mod post_copy;
 pub mod pre_copy;
@@ -92,6 +96,14 @@ impl StrategyKind {
             StrategyKind::Ampom => Ok(Box::new(post_copy::PostCopy::ampom())),
             StrategyKind::PreCopy => Ok(Box::<pre_copy::PreCopy>::default()),
             StrategyKind::QueuedPreCopy => Ok(Box::<queued_pre_copy::QueuedPreCopy>::default()),
+            StrategyKind::DemandPaging => Ok(Box::<demand_paging::DemandPaging>::default()),
+            StrategyKind::Flushing => {
+                Ok(Box::new(flushing::Flushing::new(flushing::Keep::Handover)))
+            }
+            StrategyKind::FreezeFree => {
+                Ok(Box::new(flushing::Flushing::new(flushing::Keep::Working)))
+            }
+            StrategyKind::AssistedPostCopy => Ok(Box::<assisted::AssistedPostCopy>::default()),
             other => Err(StrategyError::NotImplemented(
                 other.as_str().into(),
                 implemented_names(),
@@ -102,7 +114,11 @@ impl StrategyKind {
     /// Parses a name and checks that it is implemented.
     pub fn implemented(name: &str) -> Result<StrategyKind> {
         let k: StrategyKind = name.parse()?;
-        k.implementation()?;
+        // `auto` has no implementation of its own: the source resolves it to
+        // a concrete strategy before the offer (see `auto`).
+        if k != StrategyKind::Auto {
+            k.implementation()?;
+        }
         Ok(k)
     }
 }
@@ -122,6 +138,11 @@ impl StrategyKind {
             self,
             StrategyKind::StopCopy | StrategyKind::PostCopy | StrategyKind::Ampom
         ) || matches!(self, StrategyKind::PreCopy | StrategyKind::QueuedPreCopy)
+            || matches!(self, StrategyKind::DemandPaging)
+            || matches!(self, StrategyKind::Flushing)
+            || matches!(self, StrategyKind::FreezeFree)
+            || matches!(self, StrategyKind::AssistedPostCopy)
+            || self == StrategyKind::Auto
     }
 }
 
@@ -209,7 +230,14 @@ pub struct Request {
     pub timeout: Duration,
     /// When the rounds of `pre-copy` and `queued-pre-copy` stop.
     pub precopy: PreCopyParams,
+    /// `flushing`, `freeze-free`: the page store (a directory on a file
+    /// system every node shares); each migration uses `<page_store>/<id>`.
+    pub page_store: PathBuf,
 }
+
+/// The page store when none is given: all nodes of the local test cluster
+/// share the root file system.
+pub const DEFAULT_PAGE_STORE: &str = "/var/tmp/pmig-pagestore";
 
 /// When the rounds of `pre-copy` and `queued-pre-copy` stop (Noack: after the
 /// first rerun that leaves at most 30 % of the address space dirty, or after 6
@@ -288,6 +316,8 @@ pub struct Source<'a> {
     pub prefetch_hits: u64,
     /// When pre-copy rounds stop (from the request).
     pub precopy: PreCopyParams,
+    /// The page store root (from the request).
+    pub page_store: PathBuf,
     /// Round-trip time to the destination, measured with `Ping` before anything else.
     pub rtt_ns: u64,
     /// CLOCK_MONOTONIC of the stop, set by the strategy.
@@ -391,6 +421,11 @@ pub trait Strategy: Send {
     /// The destination's side, from the accepted offer to the end of the migration.
     /// Returns the pid of the restored process.
     fn destination(&mut self, d: &mut Destination) -> Result<i32>;
+    /// Whether the user gets the report at the handover, while [`Strategy::post`]
+    /// goes on (residual work that may last as long as the process).
+    fn reports_at_handover(&self) -> bool {
+        false
+    }
 }
 
 fn read_status_field(pid: i32, key: &str) -> Option<String> {
@@ -425,7 +460,21 @@ pub fn migrate(
     req: &Request,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Outcome> {
+    migrate_with(host, req, progress, &mut |_| {})
+}
+
+/// [`migrate`], calling `handed_over` with the report as of the handover for
+/// strategies that report then ([`Strategy::reports_at_handover`]); the
+/// returned outcome is the final one.
+pub fn migrate_with(
+    host: &dyn Host,
+    req: &Request,
+    progress: &mut dyn FnMut(Progress),
+    handed_over: &mut dyn FnMut(&Outcome),
+) -> Result<Outcome> {
     let t0 = mono_ns();
+    // A process still owing pages to a demand-paging source gets them all first.
+    demand_paging::settle(req.pid, req.timeout);
     let pid = req.pid;
     if pid <= 0 || !Path::new(&format!("/proc/{pid}")).exists() {
         return Err(StrategyError::Other(format!(
@@ -437,7 +486,12 @@ pub fn migrate(
             "the daemon cannot migrate itself".into(),
         ));
     }
-    let mut strategy = req.strategy.implementation()?;
+    // `auto` resolves to a concrete strategy once the link can be measured.
+    let mut strategy = if req.strategy == StrategyKind::Auto {
+        StrategyKind::StopCopy.implementation()?
+    } else {
+        req.strategy.implementation()?
+    };
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim_end().to_string())
         .unwrap_or_default();
@@ -476,6 +530,7 @@ pub fn migrate(
         prefetched_pages: 0,
         prefetch_hits: 0,
         precopy: req.precopy,
+        page_store: req.page_store.clone(),
         rtt_ns: 0,
         stopped_ns: None,
         resumed_ns: None,
@@ -504,9 +559,17 @@ pub fn migrate(
         }
     }
     m.rtt_ns = mono_ns() - t;
+    let mut kind = req.strategy;
+    let mut label = req.strategy.as_str().to_string();
+    if req.strategy == StrategyKind::Auto {
+        let c = auto::choose(&mut m).map_err(ctx)?;
+        kind = c.kind;
+        label = format!("auto:{}", c.kind);
+        strategy = kind.implementation()?;
+    }
     m.ch.send(&Msg::MigrateOffer(Offer {
         id,
-        strategy: req.strategy.as_str().into(),
+        strategy: kind.as_str().into(),
         pid,
         uid,
         comm: comm.chars().take(pmig_proto::msg::MAX_COMM).collect(),
@@ -524,7 +587,13 @@ pub fn migrate(
             }))
         }
     }
-    let result = run_phases(strategy.as_mut(), &mut m);
+    let to_name2 = to_name.clone();
+    let label2 = label.clone();
+    let mut early = |m: &Source, prep_end: u64, resumed: u64| {
+        let o = outcome_of(m, req, &label2, &to_name2, t0, prep_end, resumed, resumed);
+        handed_over(&o);
+    };
+    let result = run_phases(strategy.as_mut(), &mut m, &mut early);
     let _ = std::fs::remove_dir_all(&staging);
     let (prep_end, resumed, end) = match result {
         Ok(x) => x,
@@ -546,16 +615,37 @@ pub fn migrate(
             )));
         }
     };
+    Ok(outcome_of(
+        &m, req, &label, &to_name, t0, prep_end, resumed, end,
+    ))
+}
+
+/// The outcome of a migration as of `end`.
+#[allow(clippy::too_many_arguments)]
+fn outcome_of(
+    m: &Source,
+    req: &Request,
+    label: &str,
+    to_name: &str,
+    t0: u64,
+    prep_end: u64,
+    resumed: u64,
+    end: u64,
+) -> Outcome {
     let stopped = m.stopped_ns.unwrap_or(prep_end);
     let bytes_total = m.bytes.preparation + m.bytes.down + m.bytes.post;
-    Ok(Outcome {
-        pid,
+    Outcome {
+        pid: m.pid,
         new_pid: m.new_pid.unwrap_or(0),
-        comm,
-        source: host.node().into(),
-        destination: if req.to_name.is_some() { to_name } else { peer },
+        comm: m.comm.clone(),
+        source: m.host.node().into(),
+        destination: if req.to_name.is_some() {
+            to_name.to_string()
+        } else {
+            m.peer.clone()
+        },
         report: Report {
-            strategy: req.strategy.as_str().into(),
+            strategy: label.into(),
             preparation_ms: ms_between(t0, stopped),
             down_ms: ms_between(stopped, resumed),
             post_ms: ms_between(resumed, end),
@@ -569,7 +659,7 @@ pub fn migrate(
             prefetch_hits: m.prefetch_hits,
             residual: m.residual.clone(),
         },
-    })
+    }
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -581,7 +671,11 @@ fn truncate(s: &str, max: usize) -> String {
 }
 
 /// Returns (end of preparation, resume, end) as CLOCK_MONOTONIC.
-fn run_phases(s: &mut dyn Strategy, m: &mut Source) -> Result<(u64, u64, u64)> {
+fn run_phases(
+    s: &mut dyn Strategy,
+    m: &mut Source,
+    early: &mut dyn FnMut(&Source, u64, u64),
+) -> Result<(u64, u64, u64)> {
     s.prepare(m)?;
     let prep_end = mono_ns();
     m.phase = Phase::Down;
@@ -590,6 +684,9 @@ fn run_phases(s: &mut dyn Strategy, m: &mut Source) -> Result<(u64, u64, u64)> {
         StrategyError::Other("internal error: the handover did not report the resume".into())
     })?;
     m.phase = Phase::Post;
+    if s.reports_at_handover() {
+        early(m, prep_end, resumed);
+    }
     s.post(m)?;
     if !m.committed {
         m.commit()?;

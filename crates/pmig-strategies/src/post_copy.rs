@@ -25,6 +25,7 @@
 //! lost too.
 
 use crate::clock::mono_ns;
+use crate::demand_paging::Stash;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
 use crate::stop_copy::{receive_image, restore_from, send_image};
@@ -56,7 +57,7 @@ pub(crate) fn owed_of(pi: &ProcessImage) -> (Ranges, Ranges) {
     (owed, registered)
 }
 
-fn read_image(dir: &std::path::Path) -> Result<ProcessImage> {
+pub(crate) fn read_image(dir: &std::path::Path) -> Result<ProcessImage> {
     let img = pmig_image::Image::open(dir).map_err(|e| StrategyError::Other(e.to_string()))?;
     ProcessImage::read(&img).map_err(|e| StrategyError::Other(e.to_string()))
 }
@@ -92,11 +93,12 @@ impl Strategy for PostCopy {
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
-        serve_source(m)
+        let owed = owed_of(&read_image(&m.staging)?).0;
+        serve_source(m, &owed, None)
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        destination_lazy(d, self.prefetch)
+        destination_lazy(d, self.prefetch, false, false)
     }
 }
 
@@ -159,10 +161,16 @@ pub(crate) fn handover_lazy(m: &mut Source) -> Result<()> {
 }
 
 /// Source, after the handover: serve requests first, push the rest, until
-/// `PagesDone`. On failure the process is lost (the destination copy has
-/// run): the frozen original is killed rather than resumed.
-pub(crate) fn serve_source(m: &mut Source) -> Result<()> {
-    let r = serve_source_inner(m);
+/// `PagesDone`; with a `stash` (demand-paging: the owed pages copied aside,
+/// the original already gone), serve requests from it and push nothing. On
+/// failure the process is lost (the destination copy has run): the frozen
+/// original is killed rather than resumed.
+pub(crate) fn serve_source(
+    m: &mut Source,
+    owed: &[(u64, u64)],
+    stash: Option<Stash>,
+) -> Result<()> {
+    let r = serve_source_inner(m, owed, stash);
     if let Err(e) = &r {
         if let Some(h) = m.holder.take() {
             let _ = h.kill();
@@ -176,14 +184,13 @@ pub(crate) fn serve_source(m: &mut Source) -> Result<()> {
     r
 }
 
-fn serve_source_inner(m: &mut Source) -> Result<()> {
-    let pi = read_image(&m.staging)?;
-    let (owed, _) = owed_of(&pi);
+fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: Option<Stash>) -> Result<()> {
     let pages: Vec<u64> = owed
         .iter()
         .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
         .collect();
     let total = pages.len() as u64;
+    let pages = if stash.is_none() { pages } else { Vec::new() };
     m.residual = crate::Residual {
         what: format!("{total} pages of private memory"),
         node: Some(m.host.node().into()),
@@ -240,8 +247,11 @@ fn serve_source_inner(m: &mut Source) -> Result<()> {
         let mut next = 0usize;
         let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
             let b = &mut buf[..n * PAGE as usize];
-            let got = pmig_engine::sys::process_vm_read(pid, addr, b)
-                .map_err(|e| StrategyError::Other(e.to_string()))?;
+            let got = match &stash {
+                Some(st) => st.read(addr, b),
+                None => pmig_engine::sys::process_vm_read(pid, addr, b)
+                    .map_err(|e| StrategyError::Other(e.to_string()))?,
+            };
             if got != b.len() {
                 return Err(StrategyError::Other(format!(
                     "short read of the frozen process at {addr:#x}"
@@ -301,10 +311,33 @@ fn serve_source_inner(m: &mut Source) -> Result<()> {
     m.commit()
 }
 
-/// Destination: lazy restore, then serve faults until nothing is owed;
-/// with `prefetch`, each fault also asks for the pages AMPoM predicts.
-pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i32> {
-    receive_image(d)?;
+/// A lazily restored process on the destination.
+pub(crate) struct Lazy {
+    pub pid: i32,
+    /// The number of the userfaultfd inside the process.
+    pub ufd: i32,
+    pub lm: LazyMemory,
+}
+
+/// Destination: kills the restored process, which cannot be completed, and
+/// tells the source.
+pub(crate) fn fail_lost(d: &mut Destination, pid: i32, e: String) -> StrategyError {
+    // SAFETY: killing the process we restored, which cannot be completed.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = d.ch.send(&Msg::Error {
+        code: code::RESTORE_FAILED,
+        text: e.clone(),
+    });
+    StrategyError::Other(e)
+}
+
+/// Destination: receive the (small) image, restore it lazily, take a copy of
+/// the process's userfaultfd and reply `Restored`. With `composed`, the
+/// image is already in the staging directory.
+pub(crate) fn start_lazy(d: &mut Destination, composed: bool) -> Result<Lazy> {
+    if !composed {
+        receive_image(d)?;
+    }
     let staging = d.staging.clone();
     let pi = read_image(&staging)?;
     let started = match restore_from(d, &staging, true) {
@@ -319,15 +352,7 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
         }
     };
     let pid = started.pid;
-    let fail = |d: &mut Destination, e: String| -> StrategyError {
-        // SAFETY: killing the process we restored, which cannot be completed.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        let _ = d.ch.send(&Msg::Error {
-            code: code::RESTORE_FAILED,
-            text: e.clone(),
-        });
-        StrategyError::Other(e)
-    };
+    let fail = |d: &mut Destination, e: String| fail_lost(d, pid, e);
     let Some(ufd) = started.uffd_fd else {
         return Err(fail(d, "the lazy restore reported no userfaultfd".into()));
     };
@@ -349,6 +374,31 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
         restore_us: 0,
         since_resume_us: mono_ns().saturating_sub(started.resumed_ns) / 1000,
     })?;
+    Ok(Lazy { pid, ufd, lm })
+}
+
+/// Destination: lazy restore, then serve faults until nothing is owed;
+/// with `prefetch`, each fault also asks for the pages AMPoM predicts.
+/// With `until_exit` (demand-paging), the migration also ends when the
+/// process exits with pages still owed: `PagesDone` then tells the source.
+/// With `composed`, the image is already in the staging directory.
+pub(crate) fn destination_lazy(
+    d: &mut Destination,
+    prefetch: bool,
+    until_exit: bool,
+    composed: bool,
+) -> Result<i32> {
+    let Lazy { pid, ufd, lm } = start_lazy(d, composed)?;
+    let fail = |d: &mut Destination, e: String| fail_lost(d, pid, e);
+    let watch = if until_exit {
+        match crate::demand_paging::Watch::new(pid) {
+            Ok(w) => Some(w),
+            Err(e) => return Err(fail(d, format!("watch process {pid}: {e}"))),
+        }
+    } else {
+        None
+    };
+    let exited = AtomicBool::new(false);
     let _ = d.ch.stream().set_read_timeout(None);
     let id = d.offer.id;
     let done = AtomicBool::new(false);
@@ -361,6 +411,28 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
             let mut cpu = CpuShare { pid, last: None };
             let t_start = std::time::Instant::now();
             while !done.load(Ordering::Acquire) {
+                if let Some(w) = &watch {
+                    match w.step(&lm, id) {
+                        crate::demand_paging::Step::Exited(msg) => {
+                            exited.store(true, Ordering::Release);
+                            if let Err(e) = tx.send(&msg) {
+                                *failed.lock().unwrap() =
+                                    Some(format!("tell the source of the exit: {e}"));
+                            }
+                            done.store(true, Ordering::Release);
+                            return;
+                        }
+                        crate::demand_paging::Step::Ask(all) => {
+                            for chunk in all.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
+                                let _ = tx.send(&Msg::PageRequest {
+                                    id,
+                                    pages: chunk.to_vec(),
+                                });
+                            }
+                        }
+                        crate::demand_paging::Step::Run => {}
+                    }
+                }
                 if !lm.wait(10) {
                     continue;
                 }
@@ -395,6 +467,7 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
                             }
                         }
                     }
+                    Err(_) if watch.is_some() => continue, // exited: seen above
                     Err(e) => {
                         *failed.lock().unwrap() = Some(format!("serve faults: {e}"));
                         done.store(true, Ordering::Release);
@@ -403,11 +476,16 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
                 }
             }
         });
-        while !done.load(Ordering::Acquire) && lm.owed_pages() > 0 {
+        while (!done.load(Ordering::Acquire) || exited.load(Ordering::Acquire))
+            && lm.owed_pages() > 0
+        {
             match rx.recv_with() {
                 Ok(inc) => {
                     let (msg, body, att) = inc.into_parts();
                     match msg {
+                        Msg::PageData { id: i, .. }
+                            if i == id && exited.load(Ordering::Acquire) => {}
+                        Msg::Commit { id: i } if i == id && exited.load(Ordering::Acquire) => break,
                         Msg::PageData { id: i, addr } if i == id => {
                             if let Err(e) = lm.install(addr, &body[att..]) {
                                 *failed.lock().unwrap() = Some(format!("install pages: {e}"));
@@ -421,6 +499,7 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
                         }
                     }
                 }
+                Err(_) if exited.load(Ordering::Acquire) => break,
                 Err(e) => {
                     *failed.lock().unwrap() = Some(format!(
                         "the source disappeared with {} pages owed ({e})",
@@ -443,6 +522,13 @@ pub(crate) fn destination_lazy(d: &mut Destination, prefetch: bool) -> Result<i3
         ));
     }
     let st = lm.stats();
+    if exited.load(Ordering::Acquire) {
+        tracing::info!(
+            "demand paging of {} (pid {pid}) ended with its exit: {st:?}",
+            d.offer.comm
+        );
+        return Ok(pid);
+    }
     lm.finish();
     if let Err(e) = close_in_process(pid, ufd) {
         tracing::warn!("could not close the userfaultfd inside {pid}: {e}");

@@ -103,9 +103,14 @@ impl Iterative {
         }
     }
 
+    /// The write tracking, from round 0 until the handover.
+    pub(crate) fn tracker(&self) -> Option<&DirtyTracker> {
+        self.tracker.as_ref()
+    }
+
     /// Drops the tracker: the kernel removes every registration and write
     /// protection from the process.
-    fn untrack(&mut self) {
+    pub(crate) fn untrack(&mut self) {
         if self.tracker.take().is_some() {
             tracing::debug!("write tracking removed");
         }
@@ -306,7 +311,7 @@ fn send_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> 
 }
 
 /// Source: waits for `Restored` and records it.
-fn await_restored(m: &mut Source) -> Result<()> {
+pub(crate) fn await_restored(m: &mut Source) -> Result<()> {
     let t = mono_ns();
     match m.recv("Restored")? {
         Msg::Restored {
@@ -335,7 +340,7 @@ fn await_restored(m: &mut Source) -> Result<()> {
 
 /// Destination: stores `PageData` until the final image starts; returns its
 /// first message (`ImageFile`).
-fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Result<Incoming> {
+pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Result<Incoming> {
     let bad = |d: &mut Destination, code: u32, what: String| {
         let _ = d.ch.send(&Msg::Error {
             code,
@@ -433,7 +438,7 @@ fn compose(mut store: PageStore, dir: &Path) -> Result<()> {
 }
 
 /// Writes `start len` (hex) lines, the format of [`CaptureMode::WrittenSince`].
-fn write_ranges(path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
+pub(crate) fn write_ranges(path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
     let mut text = String::with_capacity(ranges.len() * 24);
     for (s, l) in ranges {
         text.push_str(&format!("{s:x} {l:x}\n"));

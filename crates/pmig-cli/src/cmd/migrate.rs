@@ -32,6 +32,11 @@ pub struct Args {
     /// or queued [default: 0.30].
     #[arg(long, value_name = "F")]
     max_dirty_fraction: Option<f64>,
+    /// flushing, freeze-free: the page store, a directory on a file system
+    /// that every node shares (the local test cluster's nodes share the root
+    /// file system) [default: /var/tmp/pmig-pagestore].
+    #[arg(long, value_name = "DIR")]
+    page_store: Option<PathBuf>,
     /// Cluster whose state file resolves node names [default: $PMIG_CLUSTER_PREFIX, else pmig].
     #[arg(long, value_name = "PREFIX")]
     cluster_prefix: Option<String>,
@@ -83,6 +88,10 @@ pub fn run(a: Args) -> Result<i32> {
         timeout_s: Some(a.timeout),
         max_rounds: a.max_rounds,
         max_dirty_fraction: a.max_dirty_fraction,
+        page_store: a
+            .page_store
+            .as_ref()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
     });
     let tty = std::io::stderr().is_terminal();
     let mut bar: Option<indicatif::ProgressBar> = None;

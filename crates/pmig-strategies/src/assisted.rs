@@ -1,0 +1,227 @@
+//! `assisted-post-copy` (Noack §2.3.6): one full copy while the process
+//! runs, then post-copy for only the pages written since.
+//!
+//! Source, preparation: pre-copy's round 0 and nothing more: the
+//! [`DirtyTracker`](pmig_engine::dirty::DirtyTracker) is attached first, then
+//! every populated page of the tracked memory is sent (`PageData`,
+//! `RoundDone`). The destination keeps them aside in a
+//! [`PageStore`].
+//!
+//! Source, handover: the holder freezes the process and captures, in the
+//! tracked ranges, only the pages written since round 0 (plus all untracked
+//! memory, [`CaptureMode::WrittenSince`]): exactly the dirtied pages. They
+//! are *not* sent: a small image is composed without them (except the pages
+//! the restore touches), the image goes over, then their list (`Owed`). The
+//! tracker is dropped at `Restored` (or at any failure before, which resumes
+//! the process as it was).
+//!
+//! Destination: the store absorbs the small image, forgets the owed pages
+//! (its round-0 copies are stale) and composes the image: clean pages are
+//! installed locally by the lazy restore, and only the owed pages come from
+//! the source, on fault and by post-copy's background push. The source kills
+//! its frozen copy when `PagesDone` arrives.
+
+use crate::error::{io_err, Result, StrategyError};
+use crate::flushing::{compose_small, kept_pages, Keep};
+use crate::holder::{CaptureMode, Holder};
+use crate::post_copy::{destination_lazy, read_image, serve_source};
+use crate::pre_copy::{await_restored, receive_rounds, write_ranges, Iterative, Policy};
+use crate::stop_copy::{receive_image_after, send_image};
+use crate::{Destination, Residual, Source, Strategy, StrategyKind};
+use pmig_engine::image::ProcessImage;
+use pmig_engine::pagestore::PageStore;
+use pmig_proto::{code, Msg};
+
+const PAGE: u64 = 4096;
+/// Subdirectory of the staging directory for the image of the stop (both
+/// sides).
+const FINAL_DIR: &str = "final";
+/// Most `Owed` messages a destination accepts.
+const MAX_OWED_MESSAGES: usize = 1 << 20;
+
+/// `assisted-post-copy`.
+pub struct AssistedPostCopy {
+    it: Iterative,
+    /// Source pages owed after the handover, as ranges.
+    owed: Vec<(u64, u64)>,
+}
+
+impl Default for AssistedPostCopy {
+    fn default() -> Self {
+        AssistedPostCopy {
+            it: Iterative::new(Policy::Plain),
+            owed: Vec::new(),
+        }
+    }
+}
+
+fn in_ranges(r: &[(u64, u64)], p: u64) -> bool {
+    let i = r.partition_point(|(s, _)| *s <= p);
+    i > 0 && p < r[i - 1].0 + r[i - 1].1
+}
+
+/// Sorted pages as merged ranges.
+fn ranges_of(pages: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &p in pages {
+        match out.last_mut() {
+            Some((s, l)) if *s + *l == p => *l += PAGE,
+            _ => out.push((p, PAGE)),
+        }
+    }
+    out
+}
+
+impl AssistedPostCopy {
+    fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
+        let mut tracked = self
+            .it
+            .tracker()
+            .ok_or_else(|| StrategyError::Other("internal error: no write tracking".into()))?
+            .tracked();
+        tracked.sort_unstable();
+        std::fs::create_dir_all(&m.staging)
+            .map_err(io_err(format!("create {}", m.staging.display())))?;
+        let list = m.staging.join("written-since.ranges");
+        write_ranges(&list, &tracked)?;
+        let dir = m.staging.join(FINAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        let holder = Holder::start_with(m.host, m.pid, &dir, &CaptureMode::WrittenSince(list))?;
+        m.stopped_ns = Some(holder.captured.frozen_ns);
+        m.holder = Some(holder);
+        // The final image holds, in the tracked ranges, exactly the pages
+        // written since round 0: those are owed, except what the restore
+        // itself touches.
+        let hand = kept_pages(&read_image(&dir)?, Keep::Handover);
+        let (kept, owed) = compose_small(&dir, &m.staging, &|p| {
+            in_ranges(&tracked, p) && !hand.contains(&p)
+        })?;
+        m.pages_sent += kept;
+        self.owed = ranges_of(&owed);
+        tracing::info!(
+            "process {} stopped: {} pages written since round 0 are owed, {kept} pages go with the state",
+            m.pid,
+            owed.len()
+        );
+        send_image(m, &m.staging.clone())?;
+        let chunks: Vec<&[(u64, u64)]> = if self.owed.is_empty() {
+            vec![&[]]
+        } else {
+            self.owed
+                .chunks(pmig_proto::msg::MAX_PAGE_REQUEST)
+                .collect()
+        };
+        let n = chunks.len();
+        for (i, c) in chunks.into_iter().enumerate() {
+            m.ch.send(&Msg::Owed {
+                id: m.id,
+                ranges: c.to_vec(),
+                last: i + 1 == n,
+            })?;
+            m.count(16 + 16 * c.len() as u64);
+        }
+        await_restored(m)
+    }
+}
+
+impl Strategy for AssistedPostCopy {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::AssistedPostCopy
+    }
+
+    fn prepare(&mut self, m: &mut Source) -> Result<()> {
+        // Round 0 only.
+        m.precopy.max_rounds = 0;
+        self.it.prepare(m)
+    }
+
+    fn handover(&mut self, m: &mut Source) -> Result<()> {
+        let r = self.stop_and_send(m);
+        self.it.untrack();
+        r
+    }
+
+    fn post(&mut self, m: &mut Source) -> Result<()> {
+        let owed = std::mem::take(&mut self.owed);
+        serve_source(m, &owed, None)?;
+        m.residual = Residual {
+            what: format!(
+                "{} pages written since round 0",
+                owed.iter().map(|(_, l)| l / PAGE).sum::<u64>()
+            ),
+            ..m.residual.clone()
+        };
+        Ok(())
+    }
+
+    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        let mut store = PageStore::create(&d.staging)?;
+        let first = receive_rounds(d, &mut store)?;
+        let dir = d.staging.join(FINAL_DIR);
+        std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        receive_image_after(d, &dir, Some(first))?;
+        let mut owed = Vec::new();
+        let mut last = false;
+        for _ in 0..MAX_OWED_MESSAGES {
+            match d.ch.recv()? {
+                Msg::Owed {
+                    id,
+                    ranges,
+                    last: l,
+                } if id == d.offer.id => {
+                    owed.extend(ranges);
+                    if l {
+                        last = true;
+                        break;
+                    }
+                }
+                other => {
+                    let what = format!("expected Owed, got {}", other.kind());
+                    let _ = d.ch.send(&Msg::Error {
+                        code: code::UNEXPECTED,
+                        text: what.clone(),
+                    });
+                    return Err(StrategyError::Protocol {
+                        node: d.peer.clone(),
+                        what,
+                    });
+                }
+            }
+        }
+        if !last {
+            return Err(StrategyError::Protocol {
+                node: d.peer.clone(),
+                what: "the list of owed pages does not end".into(),
+            });
+        }
+        if let Err(e) = compose(store, &dir, &owed) {
+            let text = format!("{}: cannot compose the image: {e}", d.host.node());
+            let _ = d.ch.send(&Msg::Error {
+                code: code::BAD_IMAGE,
+                text: text.chars().take(4000).collect(),
+            });
+            return Err(StrategyError::Other(text));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        tracing::info!(
+            "assisted post-copy: image composed from round 0 and the stop; {} pages owed",
+            owed.iter().map(|(_, l)| l / PAGE).sum::<u64>()
+        );
+        destination_lazy(d, false, false, true)
+    }
+}
+
+/// Destination: the store absorbs the image of the stop, forgets the owed
+/// (stale) pages and writes the image to restore lazily.
+fn compose(mut store: PageStore, dir: &std::path::Path, owed: &[(u64, u64)]) -> Result<()> {
+    let img = pmig_image::Image::open_verified(dir)?;
+    let pi = ProcessImage::read(&img)?;
+    store.absorb(&img, &pi)?;
+    for &(s, l) in owed {
+        store.forget(s, l);
+    }
+    let mut manifest = img.manifest.clone();
+    manifest.parts.clear();
+    store.finish(pi, manifest)?;
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! `auto`: pick the algorithm per process and link, from measurements made
+//! just before the migration starts.
+//!
+//! Measured:
+//! * R, the bytes a dump would move (populated private memory);
+//! * D, the dirty rate: bytes written per second over a 200 ms window, with
+//!   the same write tracking pre-copy uses (the process runs meanwhile);
+//! * B, the link's bandwidth: an 8 MiB probe (a `Ping` with an attachment)
+//!   timed to its `Pong`, minus the round-trip time.
+//!
+//! Rule (documented in the README):
+//! 1. R / B ≤ 50 ms: **stop-copy** — moving everything while stopped costs
+//!    little, moves the least data and leaves nothing behind;
+//! 2. otherwise, D ≤ 0.2 · B: **pre-copy** — each round shrinks the dirty set
+//!    by at least a factor of five, so the final stop is short and nothing is
+//!    left behind;
+//! 3. otherwise: **post-copy** — the process writes faster than pre-copy can
+//!    catch up; resuming at once bounds the down time whatever the size, at
+//!    the price of a residual dependency while the pages drain.
+
+use crate::clock::mono_ns;
+use crate::error::{Result, StrategyError};
+use crate::{Source, StrategyKind};
+use pmig_proto::Msg;
+use std::time::Duration;
+
+pub const PROBE_BYTES: usize = 8 << 20;
+pub const WINDOW: Duration = Duration::from_millis(200);
+
+/// What `auto` measured and chose.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    pub kind: StrategyKind,
+    pub rss: u64,
+    pub dirty_per_s: f64,
+    pub bandwidth: f64,
+    pub why: String,
+}
+
+/// The rule, separate from the measurements (unit-tested).
+pub fn rule(rss: u64, dirty_per_s: f64, bandwidth: f64) -> (StrategyKind, String) {
+    let copy_s = rss as f64 / bandwidth.max(1.0);
+    if copy_s <= 0.05 {
+        (
+            StrategyKind::StopCopy,
+            format!(
+                "copying {:.1} MiB takes {:.0} ms at {:.0} MB/s",
+                rss as f64 / 1048576.0,
+                copy_s * 1e3,
+                bandwidth / 1e6
+            ),
+        )
+    } else if dirty_per_s <= 0.2 * bandwidth {
+        (
+            StrategyKind::PreCopy,
+            format!(
+                "dirty rate {:.1} MB/s is at most 0.2 of the bandwidth {:.0} MB/s",
+                dirty_per_s / 1e6,
+                bandwidth / 1e6
+            ),
+        )
+    } else {
+        (
+            StrategyKind::PostCopy,
+            format!(
+                "dirty rate {:.1} MB/s exceeds 0.2 of the bandwidth {:.0} MB/s",
+                dirty_per_s / 1e6,
+                bandwidth / 1e6
+            ),
+        )
+    }
+}
+
+/// Measure and choose. The process keeps running; write tracking is removed
+/// before this returns.
+pub fn choose(m: &mut Source) -> Result<Choice> {
+    let pid = m.pid;
+    let other = |e: pmig_engine::EngineError| StrategyError::Other(e.to_string());
+    let rss: u64 = pmig_engine::resources::memory::saveable_ranges(pid)
+        .map_err(other)?
+        .iter()
+        .map(|r| r.1)
+        .sum();
+    let dirty = {
+        let mut t = pmig_engine::dirty::DirtyTracker::attach(pid).map_err(other)?;
+        t.scan().map_err(other)?;
+        let t0 = mono_ns();
+        std::thread::sleep(WINDOW);
+        let d: u64 = t.scan().map_err(other)?.iter().map(|r| r.1).sum();
+        d as f64 / ((mono_ns() - t0) as f64 / 1e9)
+    };
+    let probe = vec![0u8; PROBE_BYTES];
+    let seq = m.id ^ 0x5a5a;
+    let t0 = mono_ns();
+    m.ch.send_with(&Msg::Ping { seq }, &[&probe])?;
+    m.count(PROBE_BYTES as u64);
+    match m.recv("Pong")? {
+        Msg::Pong { seq: s } if s == seq => {}
+        other => {
+            return Err(StrategyError::Protocol {
+                node: m.peer.clone(),
+                what: format!("expected Pong, got {}", other.kind()),
+            })
+        }
+    }
+    let secs = ((mono_ns() - t0).saturating_sub(m.rtt_ns)) as f64 / 1e9;
+    let bandwidth = PROBE_BYTES as f64 / secs.max(1e-6);
+    let (kind, why) = rule(rss, dirty, bandwidth);
+    tracing::info!(
+        "auto for process {pid}: {} ({why}; {:.1} MiB to move)",
+        kind,
+        rss as f64 / 1048576.0
+    );
+    Ok(Choice {
+        kind,
+        rss,
+        dirty_per_s: dirty,
+        bandwidth,
+        why,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rule() {
+        // 10 MiB over 1 GB/s: 10 ms -> stop-copy.
+        assert_eq!(rule(10 << 20, 0.0, 1e9).0, StrategyKind::StopCopy);
+        // 1 GiB over 1 GB/s, writing 16 MB/s -> pre-copy.
+        assert_eq!(rule(1 << 30, 16e6, 1e9).0, StrategyKind::PreCopy);
+        // 1 GiB over 100 MB/s, writing 50 MB/s -> post-copy.
+        assert_eq!(rule(1 << 30, 50e6, 100e6).0, StrategyKind::PostCopy);
+        // The boundary of rule 2 is inclusive.
+        assert_eq!(rule(1 << 30, 20e6, 100e6).0, StrategyKind::PreCopy);
+    }
+}

@@ -1,0 +1,248 @@
+//! `demand-paging` (copy-on-reference, Noack §2.3.2 after Accent/V): the
+//! process resumes on the destination at once, like `post-copy`, but nothing
+//! is pushed in the background: a page moves only when the process faults on
+//! it. The source serves pages until the migrated process exits.
+//!
+//! Source: the handover is post-copy's (a small image: state plus the pages
+//! the restore touches). The report goes to the user at the handover
+//! ([`Strategy::reports_at_handover`]); the residual work goes on in the
+//! daemon. Right after `Restored` the owed pages are copied aside from the
+//! frozen original (into the daemon's memory, [`Stash`]) and the original is
+//! killed, so no second copy of the process lingers; the stash then answers
+//! every `PageRequest` until `PagesDone`.
+//!
+//! Destination: post-copy's lazy restore and fault loop without a push; the
+//! loop also watches the process ([`Watch`], a pidfd): when it exits with
+//! pages still owed, `PagesDone` tells the source, which drops the stash and
+//! answers `Commit`. If every page has been touched before the exit, the
+//! dependency ends as in post-copy.
+//!
+//! Migrating again: a process that still owes pages to a demand-paging source
+//! cannot be captured as it is (owed pages are not populated here). [`settle`]
+//! therefore asks the fault loop to fetch every owed page first, and waits
+//! (bounded by the request's timeout) until nothing is owed.
+//!
+//! Risk: until the process exits the source node must stay up; if it
+//! disappears, the process is lost at its next remote fault.
+
+use crate::error::{Result, StrategyError};
+use crate::post_copy::{destination_lazy, handover_lazy, owed_of, read_image, serve_source};
+use crate::{Destination, Residual, Source, Strategy, StrategyKind};
+use pmig_engine::lazy::LazyMemory;
+use pmig_proto::Msg;
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const PAGE: u64 = 4096;
+
+/// `demand-paging`.
+#[derive(Default)]
+pub struct DemandPaging {
+    /// From the handover to the end of the residual work.
+    stash: Option<(Stash, Vec<(u64, u64)>)>,
+}
+
+impl Strategy for DemandPaging {
+    fn kind(&self) -> StrategyKind {
+        StrategyKind::DemandPaging
+    }
+
+    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
+        Ok(())
+    }
+
+    fn handover(&mut self, m: &mut Source) -> Result<()> {
+        handover_lazy(m)?;
+        // The destination runs the process: from here on a failure loses it.
+        let owed = match read_image(&m.staging) {
+            Ok(pi) => owed_of(&pi).0,
+            Err(e) => return Err(lost(m, e)),
+        };
+        match Stash::take(m, &owed) {
+            Ok(s) => self.stash = Some((s, owed)),
+            Err(e) => return Err(lost(m, e)),
+        }
+        m.residual = Residual {
+            what: "the pages not yet referenced".into(),
+            node: Some(m.host.node().into()),
+            until: "source, until the process exits".into(),
+        };
+        Ok(())
+    }
+
+    fn post(&mut self, m: &mut Source) -> Result<()> {
+        let (stash, owed) = self.stash.take().ok_or_else(|| {
+            StrategyError::Other("internal error: no stash after the handover".into())
+        })?;
+        serve_source(m, &owed, Some(stash))?;
+        m.residual.until = format!(
+            "source, until the process exits (or moves on: every page is fetched first); ended {:.1} ms after the resume",
+            (crate::clock::mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
+        );
+        Ok(())
+    }
+
+    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        destination_lazy(d, false, true, false)
+    }
+
+    fn reports_at_handover(&self) -> bool {
+        true
+    }
+}
+
+/// After `Restored`: the frozen original must not resume.
+fn lost(m: &mut Source, e: StrategyError) -> StrategyError {
+    if let Some(h) = m.holder.take() {
+        let _ = h.kill();
+    }
+    m.committed = true;
+    StrategyError::Other(format!(
+        "the process runs on {} but its pages could not be kept here ({e}): it is lost",
+        m.peer
+    ))
+}
+
+/// The owed pages of a frozen process, copied aside so that the process
+/// itself can go.
+pub(crate) struct Stash {
+    data: Vec<u8>,
+    /// page address -> offset in `data`
+    index: HashMap<u64, usize>,
+}
+
+impl Stash {
+    /// Copies the pages of `owed` from the frozen process and kills it.
+    pub(crate) fn take(m: &mut Source, owed: &[(u64, u64)]) -> Result<Stash> {
+        let mut st = Stash {
+            data: Vec::new(),
+            index: HashMap::new(),
+        };
+        pmig_engine::pagestore::read_ranges(m.pid, owed, 4 << 20, &mut |addr, b| {
+            let off = st.data.len();
+            st.data.extend_from_slice(b);
+            for i in 0..b.len() / PAGE as usize {
+                st.index
+                    .insert(addr + (i as u64) * PAGE, off + i * PAGE as usize);
+            }
+            Ok(())
+        })?;
+        if let Some(h) = m.holder.take() {
+            h.kill()?;
+        }
+        tracing::info!(
+            "demand paging of {}: {} owed pages copied aside, the original is gone",
+            m.pid,
+            st.index.len()
+        );
+        Ok(st)
+    }
+
+    /// Fills `buf` with the pages at `addr` (pages not stashed read as
+    /// zeros: the source had none there). Returns the bytes filled.
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        for (i, page) in buf.chunks_mut(PAGE as usize).enumerate() {
+            match self.index.get(&(addr + i as u64 * PAGE)) {
+                Some(&o) => page.copy_from_slice(&self.data[o..o + PAGE as usize]),
+                None => page.fill(0),
+            }
+        }
+        buf.len()
+    }
+}
+
+/// Lazily restored processes on this node whose pages a demand-paging
+/// source still serves: pid -> "fetch everything now".
+static LAZY: Mutex<BTreeMap<i32, Arc<AtomicBool>>> = Mutex::new(BTreeMap::new());
+
+/// Before `pid` migrates again: if it still owes pages to a demand-paging
+/// source, fetch them all and wait (at most `timeout`) until nothing is owed.
+pub fn settle(pid: i32, timeout: Duration) {
+    let Some(flag) = LAZY.lock().unwrap().get(&pid).cloned() else {
+        return;
+    };
+    tracing::info!("process {pid} still owes pages to a demand-paging source: fetching them all");
+    flag.store(true, Ordering::Release);
+    let t = Instant::now();
+    while t.elapsed() < timeout && LAZY.lock().unwrap().contains_key(&pid) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// What the destination's fault loop does next.
+pub(crate) enum Step {
+    Run,
+    /// Ask for these pages (everything owed: the process migrates again).
+    Ask(Vec<u64>),
+    /// The process exited: send this `PagesDone`.
+    Exited(Msg),
+}
+
+/// Watches a lazily restored process for its exit (pidfd) and for a request
+/// to fetch every page ([`settle`]); registered while it exists.
+pub(crate) struct Watch {
+    pid: i32,
+    pidfd: OwnedFd,
+    pull: Arc<AtomicBool>,
+    pulled: AtomicBool,
+}
+
+impl Watch {
+    pub(crate) fn new(pid: i32) -> Result<Watch> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(StrategyError::Io {
+                what: format!("open a pidfd for process {pid}"),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: fd is a new descriptor that nothing else owns.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let pull = Arc::new(AtomicBool::new(false));
+        LAZY.lock().unwrap().insert(pid, pull.clone());
+        Ok(Watch {
+            pid,
+            pidfd,
+            pull,
+            pulled: AtomicBool::new(false),
+        })
+    }
+
+    fn exited(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling one fd we own, without waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents != 0
+    }
+
+    pub(crate) fn step(&self, lm: &LazyMemory, id: u64) -> Step {
+        if self.exited() {
+            let st = lm.stats();
+            return Step::Exited(Msg::PagesDone {
+                id,
+                installed: st.installed_pages,
+                remote_faults: st.remote_faults,
+                prefetched: st.prefetched,
+                prefetch_hits: st.prefetch_hits,
+            });
+        }
+        if self.pull.load(Ordering::Acquire) && !self.pulled.swap(true, Ordering::AcqRel) {
+            return Step::Ask(lm.prefetch(&lm.owed_list()));
+        }
+        Step::Run
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        LAZY.lock().unwrap().remove(&self.pid);
+    }
+}

@@ -1,0 +1,408 @@
+//! `flushing` (Sprite, Noack §2.3.3) and `freeze-free` (Choices, §2.3.4):
+//! the source flushes the process's pages to a page store on a shared file
+//! system and is gone at once; the destination faults pages from the store.
+//!
+//! Source: the holder freezes the process and writes its FULL image into
+//! `<page store>/<id>/` (the store is a directory on a file system every node
+//! shares; the local test cluster's nodes share the root file system, so the
+//! default `/var/tmp/pmig-pagestore` works there). From that image a small
+//! one is composed in the staging directory: the state, every page outside
+//! private anonymous memory, and only the anonymous pages in the *kept* set
+//! ([`Keep`]); the other anonymous pages are owed. `PageStore` (the store
+//! path) and the small image go to the destination. After `Restored` the
+//! frozen original is killed at once: nothing is left on the source node;
+//! the residual dependency is the page store, until every page is read.
+//!
+//! Destination: lazy restore of the small image (as post-copy), then faults
+//! are served by reading the page from the store image's `pages.pmig` (its
+//! memory part gives the runs: address → offset), while a background fill
+//! installs every other owed page from the store; when nothing is owed the
+//! store directory is removed.
+//!
+//! `freeze-free` keeps more: the code page under each thread's instruction
+//! pointer and its neighbours, the top of each stack, and the top page of
+//! the brk heap (Choices sends the current code, stack and heap pages). pmig
+//! has no message channels yet, so Choices' "the process never stops
+//! receiving messages" is not observable here: its freeze time is the down
+//! time.
+//!
+//! Nothing lost: before `Restored` every failure resumes the source (the
+//! store directory is removed); after it, a store that cannot be read makes
+//! the destination kill the process and report it lost.
+
+use crate::clock::mono_ns;
+use crate::error::{io_err, Result, StrategyError};
+use crate::holder::{CaptureMode, Holder};
+use crate::post_copy::{fail_lost, read_image, start_lazy, Lazy};
+use crate::stop_copy::{await_commit, send_image};
+use crate::{Destination, Residual, Source, Strategy, StrategyKind};
+use pmig_engine::image::ProcessImage;
+use pmig_engine::pagestore::PageStore;
+use pmig_engine::resources::memory::Backing;
+use pmig_proto::{code, Msg};
+use std::collections::HashSet;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+const PAGE: u64 = 4096;
+/// Pages per background fill step.
+const FILL_PAGES: usize = 256;
+/// Index of rip and rsp in the saved registers (`user_regs_struct`).
+const REG_RIP: usize = 16;
+const REG_RSP: usize = 19;
+
+/// Which private anonymous pages travel with the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Only what the restore itself touches (rseq areas, the stack pointer's
+    /// page): `flushing`.
+    Handover,
+    /// Also the current code, stack and heap pages: `freeze-free`.
+    Working,
+}
+
+/// `flushing` and `freeze-free`.
+pub struct Flushing {
+    keep: Keep,
+    /// `<page store>/<id>`, once chosen.
+    store: Option<PathBuf>,
+    /// Pages left in the store (owed).
+    owed_pages: u64,
+}
+
+impl Flushing {
+    pub fn new(keep: Keep) -> Flushing {
+        Flushing {
+            keep,
+            store: None,
+            owed_pages: 0,
+        }
+    }
+
+    fn handover_inner(&mut self, m: &mut Source, store: &Path) -> Result<()> {
+        std::fs::create_dir_all(store).map_err(io_err(format!("create {}", store.display())))?;
+        std::fs::create_dir_all(&m.staging)
+            .map_err(io_err(format!("create {}", m.staging.display())))?;
+        let holder = Holder::start_with(m.host, m.pid, store, &CaptureMode::Full)?;
+        m.stopped_ns = Some(holder.captured.frozen_ns);
+        m.holder = Some(holder);
+        let set = kept_pages(&read_image(store)?, self.keep);
+        let (kept, owed) = compose_small(store, &m.staging, &|p| !set.contains(&p))?;
+        self.owed_pages = owed.len() as u64;
+        m.pages_sent = kept;
+        let path = store
+            .to_str()
+            .ok_or_else(|| StrategyError::Other(format!("{} is not UTF-8", store.display())))?;
+        m.ch.send(&Msg::PageStore {
+            id: m.id,
+            path: path.into(),
+        })?;
+        m.count(32 + path.len() as u64);
+        send_image(m, &m.staging.clone())?;
+        crate::pre_copy::await_restored(m)
+    }
+}
+
+impl Strategy for Flushing {
+    fn kind(&self) -> StrategyKind {
+        match self.keep {
+            Keep::Handover => StrategyKind::Flushing,
+            Keep::Working => StrategyKind::FreezeFree,
+        }
+    }
+
+    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
+        Ok(())
+    }
+
+    fn handover(&mut self, m: &mut Source) -> Result<()> {
+        let store = m.page_store.join(m.id.to_string());
+        self.store = Some(store.clone());
+        let r = self.handover_inner(m, &store);
+        if r.is_err() {
+            // Not restored: the source resumes, the store is not needed.
+            let _ = std::fs::remove_dir_all(&store);
+        }
+        r
+    }
+
+    fn post(&mut self, m: &mut Source) -> Result<()> {
+        // Every page is in the store: the source copy goes at once.
+        m.commit()?;
+        let store = self.store.clone().unwrap_or_default();
+        m.residual = Residual {
+            what: format!("page store {} ({} pages)", store.display(), self.owed_pages),
+            node: None,
+            until: "every page is read (the destination then removes it)".into(),
+        };
+        Ok(())
+    }
+
+    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        let store = match d.ch.recv()? {
+            Msg::PageStore { id, path } if id == d.offer.id => PathBuf::from(path),
+            Msg::Abort { reason, .. } => {
+                return Err(StrategyError::Refused {
+                    node: d.peer.clone(),
+                    code: code::INTERNAL,
+                    text: format!("the source aborted: {reason}"),
+                })
+            }
+            other => {
+                let what = format!("expected PageStore, got {}", other.kind());
+                let _ = d.ch.send(&Msg::Error {
+                    code: code::UNEXPECTED,
+                    text: what.clone(),
+                });
+                return Err(StrategyError::Protocol {
+                    node: d.peer.clone(),
+                    what,
+                });
+            }
+        };
+        let pages = match StorePages::open(&store) {
+            Ok(p) => p,
+            Err(e) => {
+                let text = format!(
+                    "{}: cannot read the page store {}: {e} (is it on a shared file system?)",
+                    d.host.node(),
+                    store.display()
+                );
+                let _ = d.ch.send(&Msg::Error {
+                    code: code::MIGRATION_REFUSED,
+                    text: text.clone(),
+                });
+                return Err(StrategyError::Other(text));
+            }
+        };
+        let Lazy { pid, ufd, lm } = start_lazy(d, false)?;
+        let t0 = mono_ns();
+        let done = AtomicBool::new(false);
+        let failed: Mutex<Option<String>> = Mutex::new(None);
+        std::thread::scope(|s| {
+            // Faults: read the page from the store and install it.
+            s.spawn(|| {
+                let mut buf = vec![0u8; PAGE as usize];
+                while !done.load(Ordering::Acquire) {
+                    if !lm.wait(10) {
+                        continue;
+                    }
+                    let r = lm.handle_events().and_then(|h| {
+                        for p in h.ask {
+                            pages.read(p, &mut buf)?;
+                            lm.install(p, &buf)?;
+                        }
+                        Ok(())
+                    });
+                    if let Err(e) = r {
+                        if !gone(pid) {
+                            *failed.lock().unwrap() = Some(format!("serve a fault: {e}"));
+                        }
+                        break;
+                    }
+                }
+            });
+            // Background fill, in address order.
+            let mut buf = vec![0u8; FILL_PAGES * PAGE as usize];
+            for _ in 0..1000 {
+                let owed = lm.owed_list();
+                if owed.is_empty() || failed.lock().unwrap().is_some() {
+                    break;
+                }
+                let mut i = 0;
+                while i < owed.len() {
+                    let start = owed[i];
+                    let mut n = 1;
+                    while n < FILL_PAGES
+                        && i + n < owed.len()
+                        && owed[i + n] == start + n as u64 * PAGE
+                    {
+                        n += 1;
+                    }
+                    let b = &mut buf[..n * PAGE as usize];
+                    if let Err(e) = pages.read(start, b).and_then(|_| lm.install(start, b)) {
+                        if !gone(pid) {
+                            *failed.lock().unwrap() = Some(format!("fill from the store: {e}"));
+                        }
+                        break;
+                    }
+                    i += n;
+                }
+                if gone(pid) {
+                    break;
+                }
+            }
+            done.store(true, Ordering::Release);
+        });
+        if let Some(e) = failed.lock().unwrap().take() {
+            let _ = std::fs::remove_dir_all(&store);
+            return Err(fail_lost(
+                d,
+                pid,
+                format!("{}: {e}; the process is lost", d.host.node()),
+            ));
+        }
+        let st = lm.stats();
+        lm.finish();
+        if !gone(pid) {
+            if let Err(e) = pmig_engine::lazy::close_in_process(pid, ufd) {
+                tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
+            }
+        }
+        if let Err(e) = std::fs::remove_dir_all(&store) {
+            tracing::warn!("cannot remove the page store {}: {e}", store.display());
+        }
+        tracing::info!(
+            "{} of {} (pid {pid}): every page read from {} in {:.1} ms, store removed; {st:?}",
+            self.kind(),
+            d.offer.comm,
+            store.display(),
+            (mono_ns() - t0) as f64 / 1e6
+        );
+        await_commit(d, pid)?;
+        Ok(pid)
+    }
+}
+
+/// True once `pid` has exited (or is a zombie).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+        Err(_) => true,
+    }
+}
+
+/// The pages of a page store image: runs (address, length, offset in
+/// `pages.pmig`), sorted by address.
+struct StorePages {
+    file: std::fs::File,
+    runs: Vec<(u64, u64, u64)>,
+}
+
+impl StorePages {
+    fn open(dir: &Path) -> Result<StorePages> {
+        let img = pmig_image::Image::open(dir)?;
+        let pi = ProcessImage::read(&img)?;
+        let mut runs: Vec<(u64, u64, u64)> = pi
+            .memory
+            .vmas
+            .iter()
+            .flat_map(|v| v.runs.iter().map(|r| (r.addr, r.len, r.offset)))
+            .collect();
+        runs.sort_unstable();
+        let file = std::fs::File::open(img.pages_path())
+            .map_err(io_err(format!("open {}", img.pages_path().display())))?;
+        Ok(StorePages { file, runs })
+    }
+
+    /// Fills `buf` with the pages at `addr`; pages the store lacks (never
+    /// populated) read as zeros.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> pmig_engine::Result<()> {
+        for (i, page) in buf.chunks_mut(PAGE as usize).enumerate() {
+            let a = addr + i as u64 * PAGE;
+            let k = self.runs.partition_point(|r| r.0 <= a);
+            match k.checked_sub(1).map(|k| self.runs[k]) {
+                Some((s, l, off)) if a < s + l => {
+                    self.file.read_exact_at(page, off + (a - s)).map_err(|e| {
+                        pmig_engine::EngineError::Other(format!(
+                            "read the page store at {a:#x}: {e}"
+                        ))
+                    })?
+                }
+                _ => page.fill(0),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The private anonymous pages `keep` selects from a full image.
+pub(crate) fn kept_pages(pi: &ProcessImage, keep: Keep) -> HashSet<u64> {
+    let mut set = HashSet::new();
+    let pg = |a: u64| a & !(PAGE - 1);
+    for t in &pi.threads.threads {
+        if let Some((ptr, size, _)) = t.rseq {
+            if ptr != 0 {
+                set.insert(pg(ptr));
+                set.insert(pg(ptr + size.max(1) as u64 - 1));
+            }
+        }
+        let Some(&rsp) = t.regs.get(REG_RSP) else {
+            continue;
+        };
+        set.insert(pg(rsp));
+        set.insert(pg(rsp.wrapping_sub(256)));
+        if keep == Keep::Working {
+            // The top of the stack: the frames in use above the pointer.
+            for k in 1..=4 {
+                set.insert(pg(rsp) + k * PAGE);
+            }
+            // The code being run and its neighbours (anonymous code: JITs).
+            if let Some(&rip) = t.regs.get(REG_RIP) {
+                for k in [-1i64, 0, 1] {
+                    set.insert(pg(rip).wrapping_add_signed(k * PAGE as i64));
+                }
+            }
+        }
+    }
+    if keep == Keep::Working {
+        // The top page of the brk heap.
+        for v in &pi.memory.vmas {
+            if v.name == "[heap]" && v.end > v.start {
+                set.insert(v.end - PAGE);
+            }
+        }
+    }
+    set
+}
+
+/// Writes into `out` the image `store` without the private anonymous pages
+/// that `owed` selects (the restored process will fault on them).
+/// Returns (pages kept, pages owed).
+pub(crate) fn compose_small(
+    store: &Path,
+    out: &Path,
+    owed: &dyn Fn(u64) -> bool,
+) -> Result<(u64, Vec<u64>)> {
+    let img = pmig_image::Image::open(store)?;
+    let pi = ProcessImage::read(&img)?;
+    let f = std::fs::File::open(img.pages_path())
+        .map_err(io_err(format!("open {}", img.pages_path().display())))?;
+    let mut ps = PageStore::create(out)?;
+    let (mut kept, mut left) = (0u64, Vec::new());
+    let mut buf = Vec::new();
+    for v in &pi.memory.vmas {
+        for r in &v.runs {
+            if v.backing != Backing::Anon {
+                // Not served lazily: travels whole.
+                buf.resize(r.len as usize, 0);
+                f.read_exact_at(&mut buf, r.offset)
+                    .map_err(io_err("read the page store"))?;
+                ps.put(r.addr, &buf)?;
+                kept += r.len / PAGE;
+                continue;
+            }
+            buf.resize(PAGE as usize, 0);
+            for p in (r.addr..r.addr + r.len).step_by(PAGE as usize) {
+                if !owed(p) {
+                    f.read_exact_at(&mut buf, r.offset + (p - r.addr))
+                        .map_err(io_err("read the page store"))?;
+                    ps.put(p, &buf)?;
+                    kept += 1;
+                } else {
+                    left.push(p);
+                }
+            }
+        }
+    }
+    let mut manifest = img.manifest.clone();
+    manifest.parts.clear();
+    ps.finish(pi, manifest)?;
+    Ok((kept, left))
+}
