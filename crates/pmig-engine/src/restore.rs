@@ -336,8 +336,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         };
         Memory::plan(&pi.memory, &mut cx)?;
         Signals::plan(&pi.signals, &mut cx)?;
-        Timers::plan(&pi.timers, &mut cx)?;
         Threads::plan(&pi.threads, &mut cx)?;
+        // After the threads: a POSIX timer may signal one of them.
+        Timers::plan(&pi.timers, &mut cx)?;
         Files::plan(&pi.files, &mut cx)?;
         Identity::plan(&pi.identity, &mut cx)?;
         Process::plan(&pi.process, &mut cx)?;

@@ -171,6 +171,7 @@ scenario!(files, "files", false);
 scenario!(rseq, "rseq", false);
 scenario!(timers, "timers", false);
 scenario!(alarm, "alarm", false);
+scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
 
 /// Every scenario passes its own checks (three times) without pmig.
@@ -190,6 +191,7 @@ fn scenarios_pass_without_migration() {
         ("rseq", &[]),
         ("timers", &[]),
         ("alarm", &[]),
+        ("posix_timers", &[]),
         ("identity", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
