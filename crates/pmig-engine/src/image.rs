@@ -91,7 +91,10 @@ pub mod tests_support {
                 actions: vec![],
                 shared_pending: vec![],
             },
-            timers: timers::TimersState { itimers: vec![] },
+            timers: timers::TimersState {
+                itimers: vec![],
+                posix: vec![],
+            },
             threads: threads::ThreadsState { threads: vec![] },
             memory: memory::MemoryState {
                 vmas: vec![],
