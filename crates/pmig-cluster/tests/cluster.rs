@@ -341,10 +341,10 @@ fn which(prog: &str) -> Result<String, ()> {
     }
 }
 
-/// Prints the measured rate of every link preset (slow-ish; run with `--ignored`).
+/// Every link preset is shaped to its rate (tc enforces it, so the bounds are
+/// wide only to allow for a loaded machine and the token bucket's burst).
 #[test]
-#[ignore]
-fn link_rates_report() {
+fn every_link_preset_is_shaped_to_its_rate() {
     if !root() {
         return;
     }
@@ -359,5 +359,18 @@ fn link_rates_report() {
         let bps = measure(&c, bytes);
         println!("{link:>9}: measured {:8.1} Mbit/s", bps / 1e6);
         c.down().unwrap();
+        match link.rate_bps() {
+            Some(rate) => assert!(
+                bps > 0.3 * rate as f64 && bps < 1.5 * rate as f64,
+                "{link}: measured {:.1} Mbit/s for a {:.0} Mbit/s link",
+                bps / 1e6,
+                rate as f64 / 1e6
+            ),
+            None => assert!(
+                bps > 1e9,
+                "unlimited link measured only {:.1} Mbit/s",
+                bps / 1e6
+            ),
+        }
     }
 }
