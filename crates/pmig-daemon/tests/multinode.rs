@@ -127,6 +127,19 @@ impl Env {
         to: &str,
         strategy: &str,
     ) -> Result<serde_json::Value, String> {
+        self.migrate_timeout(from, pid, to, strategy, 20)
+    }
+
+    /// [`Env::migrate_with`] with another `--timeout` (seconds).
+    fn migrate_timeout(
+        &self,
+        from: &str,
+        pid: i32,
+        to: &str,
+        strategy: &str,
+        timeout_s: u64,
+    ) -> Result<serde_json::Value, String> {
+        let timeout_s = timeout_s.to_string();
         let out = self
             .c()
             .command(from, pmig_bin())
@@ -135,7 +148,7 @@ impl Env {
                 "migrate",
                 "--json",
                 "--timeout",
-                "20",
+                &timeout_s,
                 "--strategy",
                 strategy,
             ])
@@ -1264,4 +1277,136 @@ fn pre_copy_failures_resume_the_process_without_write_protection() {
     let (want, got) = (done_line(&reference), done_line(&migrated));
     assert!(got.contains("verify=ok"), "{got}");
     assert_eq!(got, want, "the resumed dirtier's result differs");
+}
+
+// ---------------------------------------------------------------------------
+// the link cut during a migration
+
+/// Takes `node`'s link down (its veth end in the hub namespace) until dropped.
+struct LinkCut {
+    hub: String,
+    veth: String,
+}
+
+impl LinkCut {
+    fn new(env: &Env, node: &str) -> LinkCut {
+        // The hub end of a node's veth is named after the node's namespace.
+        let cut = LinkCut {
+            hub: env.c().state().hub_netns.clone(),
+            veth: env.c().node(node).unwrap().netns.clone(),
+        };
+        cut.set("down");
+        cut
+    }
+
+    fn set(&self, how: &str) {
+        let st = Command::new("ip")
+            .args(["-n", &self.hub, "link", "set", &self.veth, how])
+            .status()
+            .expect("run ip");
+        assert!(st.success(), "ip link set {} {how} failed", self.veth);
+    }
+}
+
+impl Drop for LinkCut {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["-n", &self.hub, "link", "set", &self.veth, "up"])
+            .status();
+    }
+}
+
+/// Waits (at most 20 s) for `needle` in `node`'s daemon log.
+fn wait_log(env: &Env, node: &str, needle: &str) {
+    let t0 = Instant::now();
+    while !env.log(node).contains(needle) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no {needle:?} in {node}'s log:\n{}",
+            env.log(node)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// n2 stops reading after 16 of the dirtier's 64 MiB (test hook), the test cuts
+/// n2's link, the migration must fail with a clear error within its 5 s timeout
+/// and leave the process running on n1, which then finishes correctly.
+fn link_cut_during_transfer(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up(tag);
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        "stall-after-bytes 16777216\n",
+    )
+    .unwrap();
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(100_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+
+    let t0 = Instant::now();
+    let (e, cut_at) = std::thread::scope(|sc| {
+        let m = sc.spawn(|| env.migrate_timeout("n1", pid, "n2", strategy, 5));
+        wait_log(&env, "n2", "test hook: destination stalls");
+        let cut = LinkCut::new(&env, "n2");
+        let cut_at = Instant::now();
+        let res = m.join().unwrap();
+        let e = res.expect_err("the link to n2 was cut");
+        drop(cut);
+        (e, cut_at)
+    });
+    let took = cut_at.elapsed();
+    eprintln!(
+        "{strategy}: link cut after {:?}, failed {took:?} later: {e}",
+        cut_at - t0
+    );
+    assert!(e.contains("failed"), "{strategy}: {e}");
+    assert!(
+        took < Duration::from_secs(20),
+        "{strategy}: the failure took {took:?} after the cut"
+    );
+    assert!(alive(pid), "{strategy}: the source process is gone");
+    let st = state(pid);
+    assert!(
+        !st.contains("stopped") && !st.contains("tracing stop"),
+        "{strategy}: left stopped: {st}"
+    );
+    assert!(
+        !write_protected(pid),
+        "{strategy}: write protection left on the process"
+    );
+    let cs = switches(pid);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        switches(pid) > cs + 10,
+        "{strategy}: the resumed process does not run"
+    );
+    let st = child.wait().unwrap();
+    assert!(st.success(), "the resumed dirtier failed: {st:?}");
+    assert!(r.wait().unwrap().success());
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(got.contains("verify=ok"), "{got}");
+    assert_eq!(got, want, "the resumed dirtier's result differs");
+}
+
+#[test]
+fn link_cut_during_stop_copy_image_transfer_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_during_transfer("stop-copy", "l");
+}
+
+#[test]
+fn link_cut_during_pre_copy_rounds_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_during_transfer("pre-copy", "j");
 }

@@ -175,6 +175,9 @@ impl std::fmt::Display for StrategyKind {
 pub struct Hooks {
     /// The destination daemon kills itself (SIGKILL) after receiving this many image bytes.
     pub die_after_bytes: Option<u64>,
+    /// The destination stops reading (sleeps up to 60 s) once it has received this many
+    /// image bytes, logging one line when it stalls (to cut the link at a known point).
+    pub stall_after_bytes: Option<u64>,
     /// The destination refuses to restore (as if the restore failed).
     pub fail_restore: bool,
     /// The destination never answers after the image (to test the timeout).
@@ -372,6 +375,34 @@ impl Source<'_> {
         }
     }
 
+    /// Waits for the destination's `Restored` and records it.
+    pub fn await_restored(&mut self) -> Result<()> {
+        let t = mono_ns();
+        match self.recv("Restored")? {
+            Msg::Restored {
+                id,
+                pid,
+                since_resume_us,
+                restore_us,
+                ..
+            } if id == self.id => {
+                tracing::info!(
+                    "{} restored process {} as pid {pid} in {:.1} ms (waited {:.1} ms)",
+                    self.peer,
+                    self.pid,
+                    restore_us as f64 / 1e3,
+                    (mono_ns() - t) as f64 / 1e6
+                );
+                self.restored(pid, since_resume_us);
+                Ok(())
+            }
+            other => Err(StrategyError::Protocol {
+                node: self.peer.clone(),
+                what: format!("expected Restored, got {}", other.kind()),
+            }),
+        }
+    }
+
     /// Records the destination's `Restored` reply, received now.
     pub fn restored(&mut self, pid: i32, since_resume_us: u64) {
         let now = mono_ns();
@@ -404,6 +435,38 @@ pub struct Destination<'a> {
     pub hooks: Hooks,
     /// Bytes received so far (for the test hook).
     pub received: u64,
+}
+
+impl Destination<'_> {
+    /// Counts `n` received image bytes and applies the byte-count test hooks
+    /// (`die-after-bytes`, `stall-after-bytes`).
+    pub fn count_received(&mut self, n: u64) {
+        let before = self.received;
+        self.received += n;
+        if let Some(limit) = self.hooks.die_after_bytes {
+            if self.received >= limit {
+                tracing::error!(
+                    "test hook: destination daemon dies after receiving {} bytes",
+                    self.received
+                );
+                // SAFETY: sending SIGKILL to ourselves (simulated crash).
+                unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            }
+        }
+        if let Some(limit) = self.hooks.stall_after_bytes {
+            // Once, when the count crosses the limit.
+            if before < limit && self.received >= limit {
+                tracing::warn!(
+                    "test hook: destination stalls after receiving {} bytes",
+                    self.received
+                );
+                for _ in 0..600 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                tracing::warn!("test hook: destination stall over");
+            }
+        }
+    }
 }
 
 /// One migration algorithm. See the crate documentation for the phases.
@@ -606,6 +669,9 @@ pub fn migrate_with(
                 None if m.committed => "the process had already moved; it may be lost".to_string(),
                 None => "the process was not touched".to_string(),
             };
+            // Best effort: the connection may be the thing that failed (a cut link),
+            // so the Abort must not hold the error report up for another timeout.
+            let _ = m.set_timeout(Some(req.timeout.min(Duration::from_secs(1))));
             let _ = m.ch.send(&Msg::Abort {
                 id,
                 reason: truncate(&e.to_string(), pmig_proto::msg::MAX_ERROR_TEXT),

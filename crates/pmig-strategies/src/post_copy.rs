@@ -143,21 +143,7 @@ pub(crate) fn handover_lazy(m: &mut Source) -> Result<()> {
     m.pages_sent = holder.captured.page_bytes / PAGE;
     m.holder = Some(holder);
     send_image(m, &staging)?;
-    match m.recv("Restored")? {
-        Msg::Restored {
-            id,
-            pid,
-            since_resume_us,
-            ..
-        } if id == m.id => {
-            m.restored(pid, since_resume_us);
-            Ok(())
-        }
-        other => Err(StrategyError::Protocol {
-            node: m.peer.clone(),
-            what: format!("expected Restored, got {}", other.kind()),
-        }),
-    }
+    m.await_restored()
 }
 
 /// Source, after the handover: serve requests first, push the rest, until

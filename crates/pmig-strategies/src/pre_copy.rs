@@ -312,30 +312,7 @@ fn send_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> 
 
 /// Source: waits for `Restored` and records it.
 pub(crate) fn await_restored(m: &mut Source) -> Result<()> {
-    let t = mono_ns();
-    match m.recv("Restored")? {
-        Msg::Restored {
-            id,
-            pid,
-            since_resume_us,
-            restore_us,
-            ..
-        } if id == m.id => {
-            tracing::info!(
-                "{} restored process {} as pid {pid} in {:.1} ms (waited {:.1} ms)",
-                m.peer,
-                m.pid,
-                restore_us as f64 / 1e3,
-                (mono_ns() - t) as f64 / 1e6
-            );
-            m.restored(pid, since_resume_us);
-            Ok(())
-        }
-        other => Err(StrategyError::Protocol {
-            node: m.peer.clone(),
-            what: format!("expected Restored, got {}", other.kind()),
-        }),
-    }
+    m.await_restored()
 }
 
 /// Destination: stores `PageData` until the final image starts; returns its
@@ -371,7 +348,7 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
                     ));
                 }
                 store.put(addr, data)?;
-                received(d, n);
+                d.count_received(n);
             }
             Msg::RoundDone { id, round, pages } if id == d.offer.id => {
                 rounds += 1;
@@ -408,21 +385,6 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
         code::UNEXPECTED,
         "too many messages before the image".into(),
     ))
-}
-
-/// Counts received page data, for the `die-after-bytes` test hook.
-fn received(d: &mut Destination, n: u64) {
-    d.received += n;
-    if let Some(limit) = d.hooks.die_after_bytes {
-        if d.received >= limit {
-            tracing::error!(
-                "test hook: destination daemon dies after receiving {} bytes",
-                d.received
-            );
-            // SAFETY: sending SIGKILL to ourselves (simulated crash).
-            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-        }
-    }
 }
 
 /// Destination: absorbs the verified final image of `dir` into the store and

@@ -165,31 +165,7 @@ impl Strategy for StopCopy {
         m.holder = Some(holder);
         let staging = m.staging.clone();
         send_image(m, &staging)?;
-        let t = mono_ns();
-        let reply = m.recv("Restored")?;
-        match reply {
-            Msg::Restored {
-                id,
-                pid,
-                since_resume_us,
-                restore_us,
-                ..
-            } if id == m.id => {
-                tracing::info!(
-                    "{} restored process {} as pid {pid} in {:.1} ms (waited {:.1} ms)",
-                    m.peer,
-                    m.pid,
-                    restore_us as f64 / 1e3,
-                    (mono_ns() - t) as f64 / 1e6
-                );
-                m.restored(pid, since_resume_us);
-                Ok(())
-            }
-            other => Err(StrategyError::Protocol {
-                node: m.peer.clone(),
-                what: format!("expected Restored, got {}", other.kind()),
-            }),
-        }
+        m.await_restored()
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
@@ -302,17 +278,7 @@ pub(crate) fn receive_image_after(
                     .map_err(io_err(format!("write {}", dir.join(&*name).display())))?;
                 *written += data.len() as u64;
                 total += data.len() as u64;
-                d.received += data.len() as u64;
-                if let Some(n) = d.hooks.die_after_bytes {
-                    if d.received >= n {
-                        tracing::error!(
-                            "test hook: destination daemon dies after receiving {} bytes",
-                            d.received
-                        );
-                        // SAFETY: sending SIGKILL to ourselves (simulated crash).
-                        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-                    }
-                }
+                d.count_received(data.len() as u64);
             }
             Msg::ImageDone {
                 id,
