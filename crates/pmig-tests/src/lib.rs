@@ -713,3 +713,31 @@ pub fn workload(name: &str) -> PathBuf {
     assert!(st.success(), "building the workloads failed");
     root.join("bench/workloads/bin").join(name)
 }
+
+/// Start `dirtier` (64 MiB, writing 20000 pages/s, `iterations` writes in
+/// all; it verifies its memory at the end) and wait for its READY line.
+/// The pid is tracked by `guard`.
+pub fn start_dirtier(iterations: u32, guard: &mut Guard) -> Child {
+    let mut child = only_stdio(&mut Command::new(workload("dirtier")))
+        .args([
+            "--mib",
+            "64",
+            "--dirty-rate",
+            "20000",
+            "--report-ms",
+            "0",
+            "--iterations",
+        ])
+        .arg(iterations.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dirtier");
+    guard.track_pid(child.id() as i32);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("READY"), "workload: {line}");
+    child
+}

@@ -7,9 +7,7 @@
 use pmig_engine::lazy::{close_in_process, handover_pages, LazyMemory};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::Backing;
-use pmig_tests::{only_stdio, serial, workload, Guard, HEAVY};
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use pmig_tests::{serial, start_dirtier, Guard, HEAVY};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn read_src(pid: i32, addr: u64, len: usize) -> Vec<u8> {
@@ -23,28 +21,8 @@ fn read_src(pid: i32, addr: u64, len: usize) -> Vec<u8> {
 fn postcopy_resumes_first_then_pages_follow() {
     let _g = serial(&HEAVY);
     let mut guard = Guard::new();
-    let mut child = only_stdio(&mut Command::new(workload("dirtier")))
-        .args([
-            "--mib",
-            "64",
-            "--dirty-rate",
-            "20000",
-            "--iterations",
-            "40000",
-            "--report-ms",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = start_dirtier(40000, &mut guard);
     let src = child.id() as i32;
-    guard.track_pid(src);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("READY"), "workload: {line}");
 
     // Handover: state and a handful of pages only.
     let mut frozen = Frozen::freeze(src).unwrap();

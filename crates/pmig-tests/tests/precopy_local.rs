@@ -8,8 +8,7 @@ use pmig_engine::dirty::DirtyTracker;
 use pmig_engine::pagestore::{read_ranges, PageStore};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::saveable_ranges;
-use pmig_tests::{only_stdio, pmig_bin, serial, wait_timeout, workload, Guard, HEAVY};
-use std::io::{BufRead, BufReader};
+use pmig_tests::{only_stdio, pmig_bin, serial, start_dirtier, wait_timeout, Guard, HEAVY};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -17,29 +16,9 @@ use std::time::Duration;
 fn precopy_rounds_then_filtered_stop() {
     let _g = serial(&HEAVY);
     let mut guard = Guard::new();
-    // 64 MiB, 20000 page writes per second, 60000 writes in all (~3 s).
-    let mut child = only_stdio(&mut Command::new(workload("dirtier")))
-        .args([
-            "--mib",
-            "64",
-            "--dirty-rate",
-            "20000",
-            "--iterations",
-            "60000",
-            "--report-ms",
-            "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // 60000 page writes at 20000/s: about 3 s.
+    let mut child = start_dirtier(60000, &mut guard);
     let pid = child.id() as i32;
-    guard.track_pid(pid);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("READY"), "workload: {line}");
 
     let dir = tempfile::tempdir().unwrap();
     let mut store = PageStore::create(dir.path()).unwrap();
