@@ -8,9 +8,9 @@
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
 use pmig_daemon::control::{self, Event, Request};
+use pmig_tests::only_stdio;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -203,23 +203,6 @@ impl Drop for Env {
                 eprintln!("tearing the cluster down failed: {e}");
             }
         }
-    }
-}
-
-fn only_stdio(cmd: &mut Command) {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    // SAFETY: close_range is async-signal-safe; close-on-exec (not close) keeps
-    // std's exec-error pipe working until the exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(
-                libc::SYS_close_range,
-                3 as libc::c_uint,
-                libc::c_uint::MAX,
-                CLOSE_RANGE_CLOEXEC,
-            );
-            Ok(())
-        });
     }
 }
 

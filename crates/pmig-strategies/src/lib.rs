@@ -94,8 +94,12 @@ impl StrategyKind {
             StrategyKind::StopCopy => Ok(Box::new(stop_copy::StopCopy)),
             StrategyKind::PostCopy => Ok(Box::<post_copy::PostCopy>::default()),
             StrategyKind::Ampom => Ok(Box::new(post_copy::PostCopy::ampom())),
-            StrategyKind::PreCopy => Ok(Box::<pre_copy::PreCopy>::default()),
-            StrategyKind::QueuedPreCopy => Ok(Box::<queued_pre_copy::QueuedPreCopy>::default()),
+            StrategyKind::PreCopy => {
+                Ok(Box::new(pre_copy::Iterative::new(pre_copy::Policy::Plain)))
+            }
+            StrategyKind::QueuedPreCopy => {
+                Ok(Box::new(pre_copy::Iterative::new(pre_copy::Policy::Queued)))
+            }
             StrategyKind::DemandPaging => Ok(Box::<demand_paging::DemandPaging>::default()),
             StrategyKind::Flushing => {
                 Ok(Box::new(flushing::Flushing::new(flushing::Keep::Handover)))

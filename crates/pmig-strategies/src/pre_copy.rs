@@ -475,30 +475,25 @@ pub(crate) fn subtract(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     out
 }
 
-/// `pre-copy`.
-pub struct PreCopy(Iterative);
-
-impl Default for PreCopy {
-    fn default() -> Self {
-        PreCopy(Iterative::new(Policy::Plain))
-    }
-}
-
-impl Strategy for PreCopy {
+/// `pre-copy` and `queued-pre-copy`: one implementation, the policy decides.
+impl Strategy for Iterative {
     fn kind(&self) -> StrategyKind {
-        StrategyKind::PreCopy
+        match self.policy {
+            Policy::Plain => StrategyKind::PreCopy,
+            Policy::Queued => StrategyKind::QueuedPreCopy,
+        }
     }
     fn prepare(&mut self, m: &mut Source) -> Result<()> {
-        self.0.prepare(m)
+        Iterative::prepare(self, m)
     }
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        self.0.handover(m)
+        Iterative::handover(self, m)
     }
     fn post(&mut self, m: &mut Source) -> Result<()> {
-        self.0.post(m)
+        Iterative::post(self, m)
     }
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        self.0.destination(d)
+        Iterative::destination(self, d)
     }
 }
 

@@ -24,9 +24,7 @@
 //! after it has stayed unwritten for an interval. Everything else (the
 //! messages, the handover, the destination, "nothing lost") is pre-copy's.
 
-use crate::error::Result;
-use crate::pre_copy::{intersect, subtract, Iterative, Policy};
-use crate::{Destination, Source, Strategy, StrategyKind};
+use crate::pre_copy::{intersect, subtract};
 
 /// One rerun of the queue, given the pages `written` in the last interval
 /// and the pages `present` now: returns the queued pages that stayed
@@ -39,33 +37,6 @@ pub(crate) fn rerun(
     let cooled = intersect(&subtract(delayed, &written), present);
     *delayed = written;
     cooled
-}
-
-/// `queued-pre-copy`.
-pub struct QueuedPreCopy(Iterative);
-
-impl Default for QueuedPreCopy {
-    fn default() -> Self {
-        QueuedPreCopy(Iterative::new(Policy::Queued))
-    }
-}
-
-impl Strategy for QueuedPreCopy {
-    fn kind(&self) -> StrategyKind {
-        StrategyKind::QueuedPreCopy
-    }
-    fn prepare(&mut self, m: &mut Source) -> Result<()> {
-        self.0.prepare(m)
-    }
-    fn handover(&mut self, m: &mut Source) -> Result<()> {
-        self.0.handover(m)
-    }
-    fn post(&mut self, m: &mut Source) -> Result<()> {
-        self.0.post(m)
-    }
-    fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        self.0.destination(d)
-    }
 }
 
 #[cfg(test)]
