@@ -493,6 +493,12 @@ impl Cluster {
     }
 
     fn start_daemons(&mut self, bin: &Path, timeout: Duration) -> Result<()> {
+        let peers: Vec<String> = self
+            .state
+            .nodes
+            .iter()
+            .map(|n| format!("{}={}", n.name, n.listen))
+            .collect();
         for i in 0..self.state.nodes.len() {
             let n = &self.state.nodes[i];
             let log_path = n.dir.join("daemon.log");
@@ -516,6 +522,7 @@ impl Cluster {
                 .arg(&self.state.key_file)
                 .arg("--state-dir")
                 .arg(&n.dir)
+                .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
                 .stdin(Stdio::null())
                 .stdout(log)
                 .stderr(log2)

@@ -13,6 +13,7 @@
 
 pub mod control;
 pub mod error;
+mod services;
 
 pub use error::{DaemonError, Result};
 
@@ -50,6 +51,9 @@ pub struct Config {
     pub control_name: String,
     /// Where images are staged during a migration (tmpfs).
     pub staging_root: PathBuf,
+    /// Every node of the cluster, this one included (`--peer NAME=ADDR:PORT`), for
+    /// the cluster services.
+    pub peers: Vec<pmig_services::Peer>,
 }
 
 impl Config {
@@ -63,6 +67,7 @@ impl Config {
             exe,
             control_name: control::CONTROL_NAME.into(),
             staging_root: PathBuf::from("/dev/shm"),
+            peers: Vec::new(),
         })
     }
 }
@@ -244,13 +249,17 @@ fn serve_peer(node: &Node, s: TcpStream) {
     let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(300)));
     for _ in 0..1_000_000 {
         // recv_with: a Ping may carry an attachment (auto's bandwidth probe).
-        match ch.recv_with().map(|i| i.msg) {
-            Ok(Msg::Ping { seq }) => {
+        match ch.recv_with().map(|i| i.into_parts()) {
+            Ok((Msg::Ping { seq }, _, _)) => {
                 if ch.send(&Msg::Pong { seq }).is_err() {
                     return;
                 }
             }
-            Ok(Msg::MigrateOffer(offer)) => {
+            Ok((Msg::Service { service }, body, att)) => {
+                services::serve(node, ch, service, &body[att..]);
+                return;
+            }
+            Ok((Msg::MigrateOffer(offer), _, _)) => {
                 let (id, pid) = (offer.id, offer.pid);
                 match pmig_strategies::serve_offer(node, ch, offer) {
                     Ok(Some(new)) => tracing::info!(
@@ -263,7 +272,7 @@ fn serve_peer(node: &Node, s: TcpStream) {
                 }
                 return;
             }
-            Ok(other) => {
+            Ok((other, _, _)) => {
                 tracing::warn!("unexpected {} from {peer}; closing", other.kind());
                 let _ = ch.send(&Msg::Error {
                     code: code::UNEXPECTED,

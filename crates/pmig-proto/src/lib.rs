@@ -29,7 +29,7 @@ pub use error::{KeyError, ProtoError};
 pub use frame::FrameParser;
 pub use key::{generate_key_file, load_key, ClusterKey, KEY_LEN};
 pub use msg::{
-    code, decode, decode_with_attachment, encode, feature, is_safe_file_name, Hello, Msg, Offer,
-    MAX_MESSAGE_SIZE, MIN_PROTO_VERSION, PROTO_VERSION,
+    code, decode, decode_with_attachment, encode, feature, is_safe_file_name, service, Hello, Msg,
+    Offer, MAX_MESSAGE_SIZE, MAX_NODE_NAME, MIN_PROTO_VERSION, PROTO_VERSION,
 };
 pub use session::{Config, PeerInfo};

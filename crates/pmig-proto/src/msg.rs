@@ -187,6 +187,24 @@ pub enum Msg {
         ranges: Vec<(u64, u64)>,
         last: bool,
     },
+    /// 18, either direction: a message of a cluster service (remote execution,
+    /// host selection, …; see [`service`]). The body is the service's own
+    /// message, encoded by that service (postcard) and versioned by it, sent
+    /// as the frame's attachment. The first `Service` message on a connection
+    /// picks the service for the rest of the connection.
+    Service {
+        service: u16,
+    },
+}
+
+/// Service numbers carried by [`Msg::Service`].
+pub mod service {
+    /// Remote execution with a home node (`pmig run`, `pmig ps`, `pmig kill`).
+    pub const EXEC: u16 = 1;
+    /// Host selection (Sprite's migration server).
+    pub const SELECTOR: u16 = 2;
+    /// Eviction and load balancing between daemons.
+    pub const BALANCE: u16 = 3;
 }
 
 /// Longest strategy name accepted in [`Offer`].
@@ -250,6 +268,7 @@ impl Msg {
             Msg::PagesDone { .. } => "PagesDone",
             Msg::PageStore { .. } => "PageStore",
             Msg::Owed { .. } => "Owed",
+            Msg::Service { .. } => "Service",
         }
     }
 

@@ -17,6 +17,10 @@ pub struct Args {
     /// State directory (stdio files of restored processes) [default: /var/lib/pmig/NODE].
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// A node of the cluster, for the cluster services (repeat for every node,
+    /// this one included).
+    #[arg(long = "peer", value_name = "NAME=ADDR:PORT")]
+    peers: Vec<String>,
     /// Internal: hold process PID frozen after capturing it into --image-dir (the
     /// daemon's helper; reads `kill` or `resume` on stdin).
     #[arg(long, hide = true, value_name = "PID", requires = "image_dir")]
@@ -40,7 +44,12 @@ pub fn run(a: Args) -> Result<i32> {
     let state = a
         .state_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/pmig").join(&node));
-    let cfg = pmig_daemon::Config::new(&node, &listen, &key, &state)?;
+    let mut cfg = pmig_daemon::Config::new(&node, &listen, &key, &state)?;
+    cfg.peers = a
+        .peers
+        .iter()
+        .map(|p| pmig_services::Peer::parse(p).map_err(anyhow::Error::msg))
+        .collect::<Result<_>>()?;
     pmig_daemon::run(cfg)?;
     Ok(0)
 }

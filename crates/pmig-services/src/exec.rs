@@ -1,0 +1,1 @@
+//! Remote execution with a home node: `pmig run`, `pmig ps`, `pmig kill` (issue 5).

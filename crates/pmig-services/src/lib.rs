@@ -1,0 +1,53 @@
+//! Cluster services of the node daemon, each behind `Msg::Service` on the
+//! node-to-node protocol (see `docs/protocol.md`, "Cluster services") and its
+//! own requests on the local control socket.
+//!
+//! * [`exec`]: remote execution with a home node (`pmig run`, `pmig ps`, `pmig kill`).
+//! * [`selector`]: host selection (Sprite's central migration server), with failover.
+//!
+//! Each service encodes its own messages (postcard) into the attachment of
+//! `Msg::Service { service }` and versions them itself.
+
+pub mod exec;
+pub mod selector;
+
+/// A node of the cluster as the daemon knows it (`pmig daemon --peer NAME=ADDR:PORT`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Peer {
+    pub name: String,
+    /// `ADDR:PORT` of its daemon.
+    pub addr: String,
+}
+
+impl Peer {
+    /// Parses `NAME=ADDR:PORT`.
+    pub fn parse(s: &str) -> Result<Peer, String> {
+        let (name, addr) = s
+            .split_once('=')
+            .ok_or_else(|| format!("peer `{s}` is not NAME=ADDR:PORT"))?;
+        if name.is_empty() || name.len() > pmig_proto::MAX_NODE_NAME {
+            return Err(format!("peer `{s}`: bad node name"));
+        }
+        addr.parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("peer `{s}`: bad address: {e}"))?;
+        Ok(Peer {
+            name: name.into(),
+            addr: addr.into(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_peer() {
+        let p = Peer::parse("n2=10.77.0.2:7070").unwrap();
+        assert_eq!(p.name, "n2");
+        assert_eq!(p.addr, "10.77.0.2:7070");
+        assert!(Peer::parse("n2").is_err());
+        assert!(Peer::parse("=10.0.0.1:1").is_err());
+        assert!(Peer::parse("n2=nowhere").is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Host selection: Sprite's central migration server, with failover (issue 5).
