@@ -34,6 +34,12 @@ enum Command {
     Daemon(cmd::daemon::Args),
     /// Move a running process of this node to another node.
     Migrate(cmd::migrate::Args),
+    /// Run a command on another node; this terminal stays its home.
+    Run(cmd::run::Args),
+    /// The cluster's jobs (started with `pmig run`): home, node, history.
+    Ps(cmd::run::PsArgs),
+    /// Signal a job wherever it runs.
+    Kill(cmd::run::KillArgs),
 }
 
 fn main() {
@@ -64,6 +70,9 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Migrate(a) => cmd::migrate::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Ps(a) => cmd::run::ps(a),
+        Command::Kill(a) => cmd::run::kill(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

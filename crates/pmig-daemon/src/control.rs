@@ -25,6 +25,22 @@ pub enum Request {
     Ping,
     /// Migrate a process of this node.
     Migrate(MigrateRequest),
+    /// Start a job on another node with this node as its home (`pmig run`): answered
+    /// by `started` (then the connection carries exec frames, §7) or `error`.
+    Run(pmig_services::exec::RunRequest),
+    /// The cluster's jobs (`pmig ps`): answered by `jobs`.
+    Ps,
+    /// Signal a job wherever it runs (`pmig kill`): answered by `killed` or `error`.
+    Kill(KillRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KillRequest {
+    /// Job id, `<home node>:<n>`.
+    pub job: String,
+    /// Signal number.
+    pub signal: i32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -70,6 +86,22 @@ pub enum Event {
     },
     Error {
         message: String,
+    },
+    /// `run`: the job runs; exec frames follow on this connection.
+    Started {
+        job: String,
+        node: String,
+        pid: i32,
+    },
+    /// `ps`: every job, and the nodes that did not answer.
+    Jobs {
+        jobs: Vec<pmig_services::exec::JobInfo>,
+        unreachable: Vec<String>,
+    },
+    /// `kill`: the job was signalled on `node`.
+    Killed {
+        job: String,
+        node: String,
     },
 }
 

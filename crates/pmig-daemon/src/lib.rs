@@ -82,6 +82,8 @@ pub struct Node {
     helpers: Mutex<HashSet<i32>>,
     /// Pids being migrated from this node right now.
     busy: Mutex<HashSet<i32>>,
+    /// Remote execution: the jobs homed here and the jobs running here.
+    exec: pmig_services::exec::Exec,
 }
 
 impl Host for Node {
@@ -175,6 +177,7 @@ pub fn run(cfg: Config) -> Result<()> {
         key,
         helpers: Mutex::new(HashSet::new()),
         busy: Mutex::new(HashSet::new()),
+        exec: pmig_services::exec::Exec::new(),
     });
     tracing::info!(
         "pmig daemon {} (pid {}) listening on {} and @{}; state in {}",
@@ -333,6 +336,11 @@ fn serve_control(node: &Node, s: UnixStream) {
         }
     };
     let (uid, cpid) = (cred.uid(), cred.pid());
+    let caller = pmig_services::exec::home::Caller {
+        uid,
+        gid: cred.gid(),
+        pid: cpid,
+    };
     let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(10)));
     let mut line = String::new();
@@ -364,6 +372,32 @@ fn serve_control(node: &Node, s: UnixStream) {
                     version: env!("CARGO_PKG_VERSION").into(),
                 },
             );
+        }
+        Request::Run(r) => match pmig_services::exec::home::start(node, &caller, &r) {
+            Ok(job) => {
+                let ev = Event::Started {
+                    job: job.id.clone(),
+                    node: job.node.clone(),
+                    pid: job.pid,
+                };
+                // The job runs: a client that vanished now is a hangup, served by relay.
+                send_event(&s, &ev);
+                pmig_services::exec::home::relay(node, job, s);
+            }
+            Err(e) => error(e.to_string()),
+        },
+        Request::Ps => {
+            let _ = s.set_write_timeout(None);
+            let (jobs, unreachable) = pmig_services::exec::home::ps(node);
+            send_event(&s, &Event::Jobs { jobs, unreachable });
+        }
+        Request::Kill(k) => {
+            match pmig_services::exec::home::kill(node, &k.job, k.signal, uid) {
+                Ok(n) => {
+                    send_event(&s, &Event::Killed { job: k.job, node: n });
+                }
+                Err(e) => error(e.to_string()),
+            }
         }
         Request::Migrate(m) => {
             let _ = s.set_write_timeout(None);

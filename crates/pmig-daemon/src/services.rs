@@ -5,15 +5,43 @@
 use crate::Node;
 use pmig_proto::blocking::Channel;
 use pmig_proto::{code, service, Msg};
+use pmig_services::exec::{Exec, ExecHost};
+use pmig_services::Peer;
 use std::net::TcpStream;
+use std::process::{Child, Command};
+
+impl ExecHost for Node {
+    fn node(&self) -> &str {
+        &self.cfg.node
+    }
+    fn peers(&self) -> &[Peer] {
+        &self.cfg.peers
+    }
+    fn cluster_key(&self) -> &pmig_proto::ClusterKey {
+        &self.key
+    }
+    fn spawn_owned(&self, cmd: &mut Command) -> std::io::Result<Child> {
+        pmig_strategies::Host::spawn(self, cmd)
+    }
+    fn release(&self, pid: i32) {
+        self.helpers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pid);
+    }
+    fn exec(&self) -> &Exec {
+        &self.exec
+    }
+}
 
 /// Serves one connection whose first message was `Service { service }` with
 /// attachment `body`.
 pub(crate) fn serve(node: &Node, mut ch: Channel<TcpStream>, svc: u16, body: &[u8]) {
     let peer = ch.peer().node.clone();
-    let _ = (node, body);
+    if svc == service::EXEC {
+        return pmig_services::exec::remote::serve(node, ch, body);
+    }
     let name = match svc {
-        service::EXEC => "remote execution",
         service::SELECTOR => "host selection",
         service::BALANCE => "load balancing",
         _ => "unknown",

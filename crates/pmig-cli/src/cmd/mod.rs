@@ -6,3 +6,4 @@ pub mod daemon;
 pub mod dump;
 pub mod migrate;
 pub mod restore;
+pub mod run;

@@ -1,0 +1,332 @@
+//! The home daemon's side: a `run` control connection becomes a job on another node;
+//! `ps` and `kill` ask every node.
+
+use super::remote::{kill_here, recv, send};
+use super::{
+    lock, now_ms, pick_idle_host, write_frame, ExecError, ExecHost, ExecMsg, FrameReader,
+    JobInfo, Result, RunRequest, Start, VERSION,
+};
+use crate::Peer;
+use pmig_proto::blocking::{self, Channel, Stream};
+use pmig_proto::{service, Msg};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+/// Longest wait for a node to connect, authenticate and answer `ps`/`kill`.
+pub const ASK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The caller of a control request, as the kernel tells it (`SO_PEERCRED`).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: i32,
+}
+
+impl Caller {
+    /// Supplementary groups of the caller, from `/proc/PID/status` (its primary
+    /// group alone if that cannot be read).
+    pub fn groups(&self) -> Vec<u32> {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let mut g: Vec<u32> = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .map(|l| l.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+            .unwrap_or_default();
+        if g.is_empty() {
+            g.push(self.gid);
+        }
+        g
+    }
+}
+
+/// A job started from this home, connected to the node it runs on.
+pub struct Job {
+    pub id: String,
+    pub node: String,
+    pub pid: i32,
+    ch: Channel<TcpStream>,
+    t0: Instant,
+}
+
+fn peer_by_name<'a>(host: &'a dyn ExecHost, name: &str) -> Result<&'a Peer> {
+    host.peers().iter().find(|p| p.name == name).ok_or_else(|| {
+        let known: Vec<&str> = host.peers().iter().map(|p| p.name.as_str()).collect();
+        ExecError::Refused(format!(
+            "unknown node `{name}` (this daemon knows: {})",
+            if known.is_empty() {
+                "none; start it with --peer NAME=ADDR:PORT".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
+    })
+}
+
+fn connect(host: &dyn ExecHost, p: &Peer, timeout: Option<Duration>) -> Result<Channel<TcpStream>> {
+    let mut cfg = host.proto_config();
+    if timeout.is_some() {
+        cfg.handshake_timeout = timeout;
+    }
+    Ok(blocking::connect(p.addr.as_str(), host.cluster_key(), &cfg)?)
+}
+
+fn send_first(ch: &mut Channel<TcpStream>, m: &ExecMsg) -> Result<()> {
+    let b = m.encode()?;
+    ch.send_with(
+        &Msg::Service {
+            service: service::EXEC,
+        },
+        &[&b],
+    )?;
+    Ok(())
+}
+
+/// Starts the job of `req` for `caller`: picks the node, connects to its daemon,
+/// waits for `Started`.
+pub fn start(host: &dyn ExecHost, caller: &Caller, req: &RunRequest) -> Result<Job> {
+    let t0 = Instant::now();
+    if req.argv.is_empty() {
+        return Err(ExecError::Refused("no command given".into()));
+    }
+    if let Some(c) = &req.class {
+        if c != "short" && c != "long" {
+            return Err(ExecError::Refused(format!(
+                "unknown class `{c}` (short or long)"
+            )));
+        }
+    }
+    let peer = match (&req.on, req.idle) {
+        (Some(n), false) => peer_by_name(host, n)?.clone(),
+        (None, true) => pick_idle_host(host.peers(), req.class.as_deref())?,
+        _ => {
+            return Err(ExecError::Refused(
+                "give exactly one of --on NODE and --idle".into(),
+            ))
+        }
+    };
+    let id = host.exec().new_id(host.node());
+    let start = Start {
+        version: VERSION,
+        job: id.clone(),
+        home: host.node().into(),
+        argv: req.argv.clone(),
+        env: req.env.clone(),
+        cwd: req.cwd.clone(),
+        uid: caller.uid,
+        gid: caller.gid,
+        groups: caller.groups(),
+        tty: req.tty,
+    };
+    let mut ch = connect(host, &peer, None)
+        .map_err(|e| ExecError::Refused(format!("cannot reach {}: {e}", peer.name)))?;
+    send_first(&mut ch, &ExecMsg::Start(start))?;
+    let inc = ch.recv_with()?;
+    match super::remote::decode(inc, &peer.name)? {
+        ExecMsg::Started { pid } => {
+            let _ = ch.stream().set_read_timeout(None);
+            let _ = ch.stream().set_write_timeout(None);
+            lock(&host.exec().homed).insert(
+                id.clone(),
+                JobInfo {
+                    id: id.clone(),
+                    home: host.node().into(),
+                    node: peer.name.clone(),
+                    pid,
+                    uid: caller.uid,
+                    argv: req.argv.clone(),
+                    state: "running".into(),
+                    history: vec![peer.name.clone()],
+                    started_ms: now_ms(),
+                },
+            );
+            tracing::info!(
+                "job {id} for uid {}: {:?} runs on {} as pid {pid}",
+                caller.uid,
+                req.argv,
+                peer.name
+            );
+            Ok(Job {
+                id,
+                node: peer.name,
+                pid,
+                ch,
+                t0,
+            })
+        }
+        ExecMsg::Refused { text } => Err(ExecError::Refused(text)),
+        other => Err(ExecError::Malformed(format!(
+            "{} answered a job start with {other:?}",
+            peer.name
+        ))),
+    }
+}
+
+/// Relays between the client on `s` and the job's node until the job ends or either
+/// side goes away. Returns the job's end as the client saw it.
+pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
+    let Job {
+        id, node, ch, t0, ..
+    } = job;
+    let _ = s.set_read_timeout(None);
+    let _ = s.set_write_timeout(None);
+    let (mut tx, mut rx) = ch.split();
+    let tcp = rx.stream().try_clone().ok();
+    let table = &host.exec().homed;
+    std::thread::scope(|sc| {
+        // Client → job.
+        let s_in = s.try_clone();
+        let id_ref = id.as_str();
+        let from_client = sc.spawn(move || {
+            let Ok(s_in) = s_in else { return };
+            let mut fr = FrameReader::default();
+            loop {
+                match fr.read_from(&s_in) {
+                    Ok(Some(
+                        m @ (ExecMsg::Stdin(_)
+                        | ExecMsg::StdinEof
+                        | ExecMsg::Winsize(_)
+                        | ExecMsg::Signal(_)),
+                    )) => {
+                        if send(&mut tx, &m).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(Some(other)) => {
+                        tracing::debug!("job {id_ref}: ignored {other:?} from the client")
+                    }
+                    Ok(None) | Err(_) => {
+                        // The client is gone: dropping the connection hangs the job up.
+                        tracing::info!("job {id_ref}: the client went away");
+                        break;
+                    }
+                }
+            }
+            tx.stream().shutdown_both();
+        });
+        // Job → client.
+        loop {
+            let m = match recv(&mut rx) {
+                Ok(m) => m,
+                Err(e) => ExecMsg::Refused {
+                    text: format!("lost the connection to {node}, where job {id} runs: {e}"),
+                },
+            };
+            let last = matches!(m, ExecMsg::Exited { .. } | ExecMsg::Refused { .. });
+            let m = match m {
+                ExecMsg::Stopped { .. } | ExecMsg::Continued => {
+                    if let Some(j) = lock(table).get_mut(&id) {
+                        j.state = if matches!(m, ExecMsg::Stopped { .. }) {
+                            "stopped".into()
+                        } else {
+                            "running".into()
+                        };
+                    }
+                    m
+                }
+                ExecMsg::Exited {
+                    status, remote_us, ..
+                } => {
+                    tracing::info!("job {id} on {node} ended: {status:?}");
+                    ExecMsg::Exited {
+                        status,
+                        remote_us,
+                        home_us: t0.elapsed().as_micros() as u64,
+                    }
+                }
+                m => m,
+            };
+            if write_frame(&s, &m).is_err() {
+                break;
+            }
+            if last {
+                break;
+            }
+        }
+        let _ = s.shutdown(std::net::Shutdown::Both);
+        if let Some(t) = &tcp {
+            let _ = t.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = from_client.join();
+    });
+    lock(table).remove(&id);
+}
+
+/// Asks every node (in parallel) for `m`; `(node, answer)` for each.
+fn ask_all(host: &dyn ExecHost, m: &ExecMsg) -> Vec<(String, Result<ExecMsg>)> {
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = host
+            .peers()
+            .iter()
+            .map(|p| {
+                sc.spawn(move || {
+                    let r = (|| {
+                        let mut ch = connect(host, p, Some(ASK_TIMEOUT))?;
+                        let _ = ch.stream().set_read_timeout(Some(ASK_TIMEOUT));
+                        send_first(&mut ch, m)?;
+                        let (_tx, mut rx) = ch.split();
+                        recv(&mut rx)
+                    })();
+                    (p.name.clone(), r)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .filter_map(|h| h.join().ok())
+            .collect()
+    })
+}
+
+/// The cluster's jobs and the nodes that did not answer.
+pub fn ps(host: &dyn ExecHost) -> (Vec<JobInfo>, Vec<String>) {
+    let mut lists = Vec::new();
+    let mut unreachable = Vec::new();
+    if !host.peers().iter().any(|p| p.name == host.node()) {
+        lists.push((host.node().to_string(), host.exec().list()));
+    }
+    for (node, r) in ask_all(host, &ExecMsg::List { version: VERSION }) {
+        match r {
+            Ok(ExecMsg::Jobs(j)) => lists.push((node, j)),
+            Ok(other) => unreachable.push(format!("{node} (answered {other:?})")),
+            Err(e) => unreachable.push(format!("{node} ({e})")),
+        }
+    }
+    (super::merge(lists), unreachable)
+}
+
+/// Signals `job` wherever it runs, for `uid`; returns the node it runs on.
+pub fn kill(host: &dyn ExecHost, job: &str, signal: i32, uid: u32) -> Result<String> {
+    if kill_here(host, job, signal, uid)? {
+        return Ok(host.node().into());
+    }
+    let m = ExecMsg::Kill {
+        version: VERSION,
+        job: job.into(),
+        signal,
+        uid,
+    };
+    let mut refusals = Vec::new();
+    let mut unreachable = Vec::new();
+    for (node, r) in ask_all(host, &m) {
+        match r {
+            Ok(ExecMsg::Killed { node }) => return Ok(node),
+            Ok(ExecMsg::Refused { text }) if text.starts_with("permission denied") => {
+                refusals.push(text)
+            }
+            Ok(_) => {}
+            Err(_) => unreachable.push(node),
+        }
+    }
+    if let Some(r) = refusals.pop() {
+        return Err(ExecError::Refused(r));
+    }
+    Err(ExecError::Refused(if unreachable.is_empty() {
+        format!("no job {job} in the cluster")
+    } else {
+        format!(
+            "no job {job} on the nodes that answered ({} did not)",
+            unreachable.join(", ")
+        )
+    }))
+}
