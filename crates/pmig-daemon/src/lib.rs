@@ -391,14 +391,18 @@ fn serve_control(node: &Node, s: UnixStream) {
             let (jobs, unreachable) = pmig_services::exec::home::ps(node);
             send_event(&s, &Event::Jobs { jobs, unreachable });
         }
-        Request::Kill(k) => {
-            match pmig_services::exec::home::kill(node, &k.job, k.signal, uid) {
-                Ok(n) => {
-                    send_event(&s, &Event::Killed { job: k.job, node: n });
-                }
-                Err(e) => error(e.to_string()),
+        Request::Kill(k) => match pmig_services::exec::home::kill(node, &k.job, k.signal, uid) {
+            Ok(n) => {
+                send_event(
+                    &s,
+                    &Event::Killed {
+                        job: k.job,
+                        node: n,
+                    },
+                );
             }
-        }
+            Err(e) => error(e.to_string()),
+        },
         Request::Migrate(m) => {
             let _ = s.set_write_timeout(None);
             match migrate(node, &s, uid, &m) {

@@ -17,7 +17,12 @@ use std::os::unix::net::UnixStream;
 #[derive(clap::Args)]
 pub struct Args {
     /// Node to run on (a node name the daemons know, e.g. n2).
-    #[arg(long, value_name = "NODE", conflicts_with = "idle", required_unless_present = "idle")]
+    #[arg(
+        long,
+        value_name = "NODE",
+        conflicts_with = "idle",
+        required_unless_present = "idle"
+    )]
     on: Option<String>,
     /// Let the host selector pick an idle node.
     #[arg(long)]
@@ -26,7 +31,12 @@ pub struct Args {
     #[arg(long, value_parser = ["short", "long"])]
     class: Option<String>,
     /// The command and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     cmd: Vec<String>,
 }
 
@@ -116,11 +126,15 @@ fn send(s: &UnixStream, m: &ExecMsg) -> Result<()> {
 /// benchmark).
 pub fn run_job(req: &RunRequest, interactive: bool) -> Result<RunOutcome> {
     let s = UnixStream::connect_addr(&control::address(control::CONTROL_NAME)?).map_err(|e| {
-        anyhow!("cannot reach the pmig daemon of this node (@{}): {e}; is `pmig daemon` running here?", control::CONTROL_NAME)
+        anyhow!(
+            "cannot reach the pmig daemon of this node (@{}): {e}; is `pmig daemon` running here?",
+            control::CONTROL_NAME
+        )
     })?;
     let mut line = serde_json::to_vec(&Request::Run(req.clone()))?;
     line.push(b'\n');
-    (&s).write_all(&line).context("send the request to the daemon")?;
+    (&s).write_all(&line)
+        .context("send the request to the daemon")?;
     let mut br = BufReader::new(&s);
     let mut l = String::new();
     br.read_line(&mut l).context("read the daemon's answer")?;
@@ -264,7 +278,9 @@ pub fn run_job(req: &RunRequest, interactive: bool) -> Result<RunOutcome> {
             let n = unsafe { libc::read(stdin_fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n > 0 {
                 send(&s, &ExecMsg::Stdin(buf[..n as usize].to_vec()))?;
-            } else if n == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            } else if n == 0
+                || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+            {
                 stdin_open = false;
                 send(&s, &ExecMsg::StdinEof)?;
             }

@@ -3,8 +3,8 @@
 
 use super::remote::{kill_here, recv, send};
 use super::{
-    lock, now_ms, pick_idle_host, write_frame, ExecError, ExecHost, ExecMsg, FrameReader,
-    JobInfo, Result, RunRequest, Start, VERSION,
+    lock, now_ms, pick_idle_host, write_frame, ExecError, ExecHost, ExecMsg, FrameReader, JobInfo,
+    Result, RunRequest, Start, VERSION,
 };
 use crate::Peer;
 use pmig_proto::blocking::{self, Channel, Stream};
@@ -28,11 +28,16 @@ impl Caller {
     /// Supplementary groups of the caller, from `/proc/PID/status` (its primary
     /// group alone if that cannot be read).
     pub fn groups(&self) -> Vec<u32> {
-        let text = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
         let mut g: Vec<u32> = text
             .lines()
             .find_map(|l| l.strip_prefix("Groups:"))
-            .map(|l| l.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+            .map(|l| {
+                l.split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
             .unwrap_or_default();
         if g.is_empty() {
             g.push(self.gid);
@@ -69,7 +74,11 @@ fn connect(host: &dyn ExecHost, p: &Peer, timeout: Option<Duration>) -> Result<C
     if timeout.is_some() {
         cfg.handshake_timeout = timeout;
     }
-    Ok(blocking::connect(p.addr.as_str(), host.cluster_key(), &cfg)?)
+    Ok(blocking::connect(
+        p.addr.as_str(),
+        host.cluster_key(),
+        &cfg,
+    )?)
 }
 
 fn send_first(ch: &mut Channel<TcpStream>, m: &ExecMsg) -> Result<()> {
@@ -272,9 +281,7 @@ fn ask_all(host: &dyn ExecHost, m: &ExecMsg) -> Vec<(String, Result<ExecMsg>)> {
                 })
             })
             .collect();
-        hs.into_iter()
-            .filter_map(|h| h.join().ok())
-            .collect()
+        hs.into_iter().filter_map(|h| h.join().ok()).collect()
     })
 }
 

@@ -305,9 +305,12 @@ impl Exec {
     /// A new cluster-unique job id `<node>:<n>`; `n` starts at the daemon's start time
     /// in ms so that a restarted daemon does not reuse ids.
     pub(crate) fn new_id(&self, node: &str) -> String {
-        let _ = self
-            .next
-            .compare_exchange(0, now_ms() % 1_000_000_000, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self.next.compare_exchange(
+            0,
+            now_ms() % 1_000_000_000,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
         format!("{node}:{}", self.next.fetch_add(1, Ordering::SeqCst))
     }
 

@@ -2,7 +2,10 @@
 //! daemon, and ends it cleanly when the home goes away.
 
 use super::spawn::{self, JobIo};
-use super::{lock, now_ms, ExecError, ExecHost, ExecMsg, ExitKind, JobInfo, Result, Running, Start, CHUNK, VERSION};
+use super::{
+    lock, now_ms, ExecError, ExecHost, ExecMsg, ExitKind, JobInfo, Result, Running, Start, CHUNK,
+    VERSION,
+};
 use pmig_proto::blocking::{Channel, Receiver, Sender};
 use pmig_proto::{service, Msg};
 use std::io::{Read, Write};
@@ -40,9 +43,7 @@ pub fn recv(rx: &mut Receiver<TcpStream>) -> Result<ExecMsg> {
 /// The exec message in a received frame.
 pub fn decode(inc: pmig_proto::Incoming, peer: &str) -> Result<ExecMsg> {
     match &inc.msg {
-        Msg::Service { service } if *service == service::EXEC => {
-            ExecMsg::decode(inc.attachment())
-        }
+        Msg::Service { service } if *service == service::EXEC => ExecMsg::decode(inc.attachment()),
         Msg::Error { text, .. } => Err(ExecError::Refused(format!("{peer} refused: {text}"))),
         other => Err(ExecError::Malformed(format!(
             "unexpected {} on an exec connection",
@@ -60,7 +61,12 @@ pub fn serve(host: &dyn ExecHost, ch: Channel<TcpStream>, body: &[u8]) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!("exec request from {peer}: {e}");
-            let _ = send(&mut tx, &ExecMsg::Refused { text: e.to_string() });
+            let _ = send(
+                &mut tx,
+                &ExecMsg::Refused {
+                    text: e.to_string(),
+                },
+            );
             return;
         }
     };
@@ -164,7 +170,12 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
         Ok(sp) => sp,
         Err(e) => {
             tracing::warn!("job {} from {}: {e}", s.job, s.home);
-            let _ = send(&mut tx, &ExecMsg::Refused { text: e.to_string() });
+            let _ = send(
+                &mut tx,
+                &ExecMsg::Refused {
+                    text: e.to_string(),
+                },
+            );
             return;
         }
     };
@@ -182,14 +193,7 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
         history: vec![host.node().into()],
         started_ms: now_ms(),
     };
-    lock(&host.exec().running).insert(
-        job.clone(),
-        Running {
-            info,
-            pgid,
-            leader,
-        },
-    );
+    lock(&host.exec().running).insert(job.clone(), Running { info, pgid, leader });
     tracing::info!(
         "job {job} from {}: {:?} runs as pid {pgid} (uid {}, {})",
         s.home,

@@ -81,12 +81,14 @@ pub(crate) fn spawn(host: &dyn ExecHost, s: &Start) -> Result<Spawned> {
                 ws_xpixel: 0,
                 ws_ypixel: 0,
             };
-            let p = nix::pty::openpty(Some(&ws), None)
-                .map_err(|e| io_err("open a pty")(e.into()))?;
+            let p =
+                nix::pty::openpty(Some(&ws), None).map_err(|e| io_err("open a pty")(e.into()))?;
             set_cloexec(&p.master);
             set_cloexec(&p.slave);
             let dup = |f: &OwnedFd| -> Result<Stdio> {
-                Ok(Stdio::from(f.try_clone().map_err(io_err("duplicate the pty slave"))?))
+                Ok(Stdio::from(
+                    f.try_clone().map_err(io_err("duplicate the pty slave"))?,
+                ))
             };
             cmd.stdin(dup(&p.slave)?)
                 .stdout(dup(&p.slave)?)

@@ -1,0 +1,507 @@
+//! Remote execution (`pmig run`, `pmig ps`, `pmig kill`) on a real 3-node cluster
+//! (network namespaces). Needs root and the `pmig` binary (`cargo build --release -p
+//! pmig-cli`, or `PMIG_BIN`). Each test brings its own cluster up under a unique
+//! prefix; a guard kills the test's processes and tears the cluster down even when an
+//! assertion fails. Every wait is bounded; nothing asserts on wall-clock figures.
+
+use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
+use pmig_tests::only_stdio;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const WAIT: Duration = Duration::from_secs(20);
+
+fn root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        true
+    } else {
+        eprintln!("skipped: needs root");
+        false
+    }
+}
+
+fn pmig_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PMIG_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let p = exe.parent().unwrap().parent().unwrap().join("pmig");
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo build --release -p pmig-cli` first (or set PMIG_BIN)",
+        p.display()
+    );
+    p
+}
+
+struct Env {
+    cluster: Option<ClusterGuard>,
+    pids: Vec<i32>,
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+impl Env {
+    fn up(tag: &str) -> Env {
+        let prefix = format!("px{tag}{}", std::process::id() % 10000);
+        let d = tempfile::Builder::new()
+            .prefix("pmig-exec-")
+            .tempdir()
+            .unwrap();
+        let dir = d.path().to_path_buf();
+        let mut o = ClusterOpts::new(3);
+        o.prefix = prefix;
+        o.state_dir = Some(dir.join("cluster"));
+        o.daemon_bin = Some(pmig_bin());
+        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
+        let c = Cluster::up(&o).expect("cluster up").guard();
+        assert!(
+            c.state().daemons_started,
+            "daemons not started: {:?}",
+            c.state().notes
+        );
+        Env {
+            cluster: Some(c),
+            pids: Vec::new(),
+            _dir: d,
+            dir,
+        }
+    }
+
+    fn c(&self) -> &Cluster {
+        self.cluster.as_ref().unwrap()
+    }
+
+    fn log(&self, node: &str) -> String {
+        let d = self.c().node(node).unwrap().dir.clone();
+        std::fs::read_to_string(d.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// `pmig ARGS` inside `node`, cwd the test's directory, only fds 0-2.
+    fn pmig(&self, node: &str, args: &[&str]) -> Command {
+        let mut cmd = self.c().command(node, pmig_bin()).unwrap();
+        cmd.args(args).current_dir(&self.dir);
+        only_stdio(&mut cmd);
+        cmd
+    }
+
+    fn spawn(&mut self, mut cmd: Command) -> Child {
+        let c = cmd.spawn().expect("spawn");
+        self.pids.push(c.id() as i32);
+        c
+    }
+
+    fn ps(&self, node: &str) -> serde_json::Value {
+        let out = self
+            .pmig(node, &["ps", "--json"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pmig ps: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON object")
+    }
+
+    /// Waits (bounded) until `pmig ps` on `node` lists a job whose command is `argv`.
+    fn job(&self, node: &str, argv: &[&str]) -> serde_json::Value {
+        let end = Instant::now() + WAIT;
+        loop {
+            let ps = self.ps(node);
+            if let Some(j) = ps["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["argv"] == serde_json::json!(argv))
+            {
+                return j.clone();
+            }
+            assert!(Instant::now() < end, "no job {argv:?} in {ps}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        for &p in &self.pids {
+            // SAFETY: killing processes this test started.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        if let Some(c) = self.cluster.take() {
+            if let Err(e) = c.down() {
+                eprintln!("tearing the cluster down failed: {e}");
+            }
+        }
+    }
+}
+
+fn wait_exit(c: &mut Child, what: &str) -> std::process::ExitStatus {
+    pmig_tests::wait_timeout(c, WAIT)
+        .unwrap_or_else(|| panic!("{what} did not end within {WAIT:?}"))
+}
+
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !matches!(
+            s.rsplit_once(')')
+                .and_then(|x| x.1.split_whitespace().next()),
+            Some("Z") | Some("X")
+        ),
+        Err(_) => false,
+    }
+}
+
+fn proc_state(pid: i32) -> Option<char> {
+    pmig_tests::proc_state(pid)
+}
+
+/// Bytes read from a descriptor by a background thread.
+#[derive(Clone, Default)]
+struct Output(Arc<Mutex<Vec<u8>>>);
+
+impl Output {
+    fn collect(mut r: impl Read + Send + 'static) -> Output {
+        let o = Output::default();
+        let o2 = o.clone();
+        std::thread::spawn(move || {
+            let mut b = [0u8; 4096];
+            loop {
+                match r.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => o2.0.lock().unwrap().extend_from_slice(&b[..n]),
+                }
+            }
+        });
+        o
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+    /// Waits (bounded) until the output contains `s` at least `n` times.
+    fn wait_for(&self, s: &str, n: usize) {
+        let end = Instant::now() + WAIT;
+        while self.text().matches(s).count() < n {
+            assert!(
+                Instant::now() < end,
+                "{s:?} ×{n} not seen within {WAIT:?}; output so far: {:?}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn run_carries_cwd_env_stdio_and_exit_status() {
+    if !root() {
+        return;
+    }
+    let _g = pmig_tests::serial(&SERIAL);
+    let mut env = Env::up("a");
+    let script = "echo cwd=$PWD; echo foo=$PMIG_TEST_FOO; echo to-stderr >&2; \
+                  read line; echo got=$line; ip -4 -o addr show dev eth0 | grep -o 'inet [0-9.]*'; exit 7";
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sh", "-c", script]);
+    cmd.env("PMIG_TEST_FOO", "bar baz")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut c = env.spawn(cmd);
+    c.stdin.take().unwrap().write_all(b"typed input\n").unwrap(); // then EOF
+    let out = Output::collect(c.stdout.take().unwrap());
+    let err = Output::collect(c.stderr.take().unwrap());
+    let st = wait_exit(&mut c, "pmig run");
+    let n2 = env.c().node("n2").unwrap().addr.to_string();
+    let text = out.text();
+    assert_eq!(
+        st.code(),
+        Some(7),
+        "status {st:?}; stdout {text:?}; stderr {:?}",
+        err.text()
+    );
+    assert!(
+        text.contains(&format!("cwd={}\n", env.dir.display())),
+        "{text:?}"
+    );
+    assert!(text.contains("foo=bar baz\n"), "{text:?}");
+    assert!(text.contains("got=typed input\n"), "{text:?}");
+    assert!(
+        text.contains(&format!("inet {n2}")),
+        "not run on n2 ({n2}): {text:?}"
+    );
+    assert!(
+        !text.contains("to-stderr"),
+        "stderr mixed into stdout: {text:?}"
+    );
+    assert!(err.text().contains("to-stderr"), "{:?}", err.text());
+
+    // Killed by a signal: 128 + signal, like a shell.
+    let st = env
+        .pmig(
+            "n1",
+            &["run", "--on", "n2", "--", "sh", "-c", "kill -TERM $$"],
+        )
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st:?}");
+    // Unknown node, --idle without a selector, missing program: one line each.
+    for (args, want) in [
+        (vec!["run", "--on", "n9", "--", "true"], "unknown node `n9`"),
+        (
+            vec!["run", "--idle", "--", "true"],
+            "no host selector available yet",
+        ),
+        (
+            vec!["run", "--on", "n2", "--", "/nonexistent-cmd"],
+            "cannot run `/nonexistent-cmd` on n2",
+        ),
+    ] {
+        let o = env.pmig("n1", &args).stdin(Stdio::null()).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && e.contains(want) && e.trim().lines().count() == 1,
+            "{args:?}: {e:?}"
+        );
+    }
+}
+
+/// Opens a pty pair; returns (master, command with the slave as its controlling
+/// terminal and stdio).
+fn on_pty(mut cmd: Command, rows: u16, cols: u16) -> (OwnedFd, Command) {
+    let ws = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let p = nix::pty::openpty(Some(&ws), None).unwrap();
+    let slave = p.slave;
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    // SAFETY: setsid and TIOCSCTTY in the child before exec (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    (p.master, cmd)
+}
+
+fn set_size(master: &OwnedFd, rows: u16, cols: u16) {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ on our pty master.
+    assert_eq!(
+        unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &ws) },
+        0
+    );
+}
+
+#[test]
+fn pty_typing_window_size_ctrl_z_fg_and_ctrl_c() {
+    if !root() {
+        return;
+    }
+    let _g = pmig_tests::serial(&SERIAL);
+    let mut env = Env::up("b");
+    // A shell on n2 through a pty: typed lines, echoes, window size.
+    let (master, cmd) = on_pty(env.pmig("n1", &["run", "--on", "n2", "--", "sh"]), 30, 90);
+    let mut c = env.spawn(cmd);
+    let mut w = std::fs::File::from(master.try_clone().unwrap());
+    let out = Output::collect(std::fs::File::from(master.try_clone().unwrap()));
+    w.write_all(b"echo sum=$((40+2))\r").unwrap();
+    out.wait_for("sum=42", 1);
+    w.write_all(b"stty size\r").unwrap();
+    out.wait_for("30 90", 1);
+    set_size(&master, 33, 111); // SIGWINCH to pmig run, TIOCSWINSZ on the remote pty
+    w.write_all(b"stty size\r").unwrap();
+    out.wait_for("33 111", 1);
+    w.write_all(b"tty; exit 5\r").unwrap();
+    out.wait_for("/dev/pts/", 1);
+    assert_eq!(
+        wait_exit(&mut c, "pmig run sh").code(),
+        Some(5),
+        "{}",
+        out.text()
+    );
+
+    // `cat` as the job itself: Ctrl-Z stops it and pmig run; SIGCONT (`fg`) resumes
+    // both; Ctrl-C ends it with SIGINT (130).
+    let (master, cmd) = on_pty(env.pmig("n1", &["run", "--on", "n2", "--", "cat"]), 24, 80);
+    let mut c = env.spawn(cmd);
+    let pid = c.id() as i32;
+    let mut w = std::fs::File::from(master.try_clone().unwrap());
+    let out = Output::collect(std::fs::File::from(master.try_clone().unwrap()));
+    w.write_all(b"abc\r").unwrap();
+    out.wait_for("abc", 2); // the remote tty's echo, then cat's copy
+    let job = env.job("n1", &["cat"]);
+    let rpid = job["pid"].as_i64().unwrap() as i32;
+    w.write_all(b"\x1a").unwrap(); // ^Z
+    let end = Instant::now() + WAIT;
+    while proc_state(pid) != Some('T') || proc_state(rpid) != Some('T') {
+        assert!(
+            Instant::now() < end,
+            "after ^Z: pmig run {:?}, remote cat {:?}; output {:?}",
+            proc_state(pid),
+            proc_state(rpid),
+            out.text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(env.job("n3", &["cat"])["state"], "stopped");
+    // SAFETY: continuing the pmig run we started (what `fg` does).
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    w.write_all(b"def\r").unwrap();
+    out.wait_for("def", 2);
+    assert_eq!(proc_state(rpid), Some('S'), "remote cat not running again");
+    w.write_all(b"\x03").unwrap(); // ^C
+    let st = wait_exit(&mut c, "pmig run cat");
+    assert_eq!(
+        st.code(),
+        Some(128 + libc::SIGINT),
+        "{st:?}: {:?}",
+        out.text()
+    );
+    assert!(!alive(rpid));
+}
+
+#[test]
+fn sigterm_reaches_the_job_and_sigkill_of_the_home_ends_it() {
+    if !root() {
+        return;
+    }
+    let _g = pmig_tests::serial(&SERIAL);
+    let mut env = Env::up("c");
+    let script = "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sh", "-c", script]);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    let mut c = env.spawn(cmd);
+    let out = Output::collect(c.stdout.take().unwrap());
+    out.wait_for("ready", 1);
+    // SAFETY: signalling the pmig run we started.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let st = wait_exit(&mut c, "pmig run");
+    assert_eq!(st.code(), Some(3), "{st:?}: {:?}", out.text());
+    assert!(out.text().contains("got-term"));
+
+    // The home's pmig run killed outright: the job is hung up, then gone.
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sleep", "997"]);
+    cmd.stdin(Stdio::null());
+    let mut c = env.spawn(cmd);
+    let job = env.job("n2", &["sleep", "997"]);
+    let rpid = job["pid"].as_i64().unwrap() as i32;
+    assert!(alive(rpid));
+    c.kill().unwrap();
+    assert_eq!(c.wait().unwrap().signal(), Some(libc::SIGKILL));
+    let end = Instant::now() + WAIT;
+    while alive(rpid) {
+        assert!(
+            Instant::now() < end,
+            "remote job {rpid} still alive; n2 log:\n{}",
+            env.log("n2")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(env.log("n2").contains("hanging up"), "{}", env.log("n2"));
+    // Gone from every table too.
+    let end = Instant::now() + WAIT;
+    while !env.ps("n3")["jobs"].as_array().unwrap().is_empty() {
+        assert!(Instant::now() < end, "{}", env.ps("n3"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ps_and_kill_across_nodes_and_uids() {
+    if !root() {
+        return;
+    }
+    let _g = pmig_tests::serial(&SERIAL);
+    let mut env = Env::up("d");
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sleep", "996"]);
+    cmd.stdin(Stdio::null());
+    let mut c = env.spawn(cmd);
+    // Listed from a third node with its home and where it runs.
+    let job = env.job("n3", &["sleep", "996"]);
+    assert_eq!(job["home"], "n1", "{job}");
+    assert_eq!(job["node"], "n2", "{job}");
+    assert_eq!(job["history"], serde_json::json!(["n2"]), "{job}");
+    assert_eq!(job["uid"], 0, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("n1:"), "{id}");
+    let text = env
+        .pmig("n2", &["ps"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&id) && text.contains("sleep 996"), "{text}");
+
+    // Another uid may not signal it.
+    let o = env
+        .c()
+        .command("n3", "setpriv")
+        .unwrap()
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(pmig_bin())
+        .args(["kill", &id])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("permission denied"),
+        "{e}"
+    );
+    // Root may, from any node.
+    let o = env
+        .pmig("n3", &["kill", "-s", "INT", &id])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        wait_exit(&mut c, "pmig run").code(),
+        Some(128 + libc::SIGINT)
+    );
+    let o = env
+        .pmig("n3", &["kill", &id])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("no job"), "{e}");
+
+    // A non-root caller's job runs with the caller's credentials, not the daemon's.
+    let o = env
+        .c()
+        .command("n1", "setpriv")
+        .unwrap()
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(pmig_bin())
+        .args(["run", "--on", "n2", "--", "sh", "-c", "id -u; id -g; id -G"])
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "65534\n65534\n65534\n");
+}
