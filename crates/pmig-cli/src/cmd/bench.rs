@@ -24,10 +24,14 @@ enum What {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Remote execution overhead: `pmig run` of a null program against a local
+    /// fork+exec+wait (run inside a node: `pmig cluster exec n1 -- pmig bench exec`).
+    Exec(super::exec_bench::Args),
 }
 
 pub fn run(a: Args) -> Result<i32> {
     match a.what {
+        What::Exec(a) => super::exec_bench::run(a),
         What::Engine {
             sizes,
             reps,

@@ -4,6 +4,7 @@ pub mod check;
 pub mod cluster;
 pub mod daemon;
 pub mod dump;
+pub mod exec_bench;
 pub mod migrate;
 pub mod restore;
 pub mod run;
