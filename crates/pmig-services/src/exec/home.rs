@@ -9,7 +9,9 @@ use super::{
 use crate::Peer;
 use pmig_proto::blocking::{self, Channel, Stream};
 use pmig_proto::{service, Msg};
+use std::collections::HashMap;
 use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -44,6 +46,43 @@ impl Caller {
         }
         g
     }
+}
+
+/// A spare connection older than this is not used (the remote daemon drops
+/// connections idle for 300 s).
+pub const SPARE_MAX_AGE: Duration = Duration::from_secs(120);
+
+/// Spare connections, by node name.
+pub(crate) type Spares = Arc<Mutex<HashMap<String, (Channel<TcpStream>, Instant)>>>;
+
+fn take_spare(host: &dyn ExecHost, node: &str) -> Option<Channel<TcpStream>> {
+    let (ch, at) = lock(&host.exec().spares).remove(node)?;
+    (at.elapsed() < SPARE_MAX_AGE).then_some(ch)
+}
+
+/// Dials a spare connection to `p` in the background, unless there is one.
+fn refill_spare(host: &dyn ExecHost, p: &Peer) {
+    let spares = host.exec().spares.clone();
+    if lock(&spares).contains_key(&p.name) {
+        return;
+    }
+    let (p, key, cfg) = (p.clone(), host.cluster_key().clone(), host.proto_config());
+    let _ = std::thread::Builder::new()
+        .name("exec-spare".into())
+        .spawn(move || match blocking::connect(p.addr.as_str(), &key, &cfg) {
+            Ok(ch) => {
+                lock(&spares).entry(p.name.clone()).or_insert((ch, Instant::now()));
+            }
+            Err(e) => tracing::debug!("spare connection to {}: {e}", p.name),
+        });
+}
+
+/// Sends `Start` and reads the answer on `ch`.
+fn try_start(mut ch: Channel<TcpStream>, start: &Start, peer: &str) -> Result<(Channel<TcpStream>, ExecMsg)> {
+    send_first(&mut ch, &ExecMsg::Start(start.clone()))?;
+    let inc = ch.recv_with()?;
+    let m = super::remote::decode(inc, peer)?;
+    Ok((ch, m))
 }
 
 /// A job started from this home, connected to the node it runs on.
@@ -128,11 +167,22 @@ pub fn start(host: &dyn ExecHost, caller: &Caller, req: &RunRequest) -> Result<J
         groups: caller.groups(),
         tty: req.tty,
     };
-    let mut ch = connect(host, &peer, None)
-        .map_err(|e| ExecError::Refused(format!("cannot reach {}: {e}", peer.name)))?;
-    send_first(&mut ch, &ExecMsg::Start(start))?;
-    let inc = ch.recv_with()?;
-    match super::remote::decode(inc, &peer.name)? {
+    let fresh = || -> Result<(Channel<TcpStream>, ExecMsg)> {
+        let ch = connect(host, &peer, None)
+            .map_err(|e| ExecError::Refused(format!("cannot reach {}: {e}", peer.name)))?;
+        try_start(ch, &start, &peer.name)
+    };
+    // A spare that went stale fails before the remote saw the Start: retry fresh.
+    let (ch, m) = match take_spare(host, &peer.name).map(|ch| try_start(ch, &start, &peer.name)) {
+        Some(Ok(r)) => r,
+        Some(Err(e)) => {
+            tracing::debug!("spare connection to {} unusable ({e}); dialling", peer.name);
+            fresh()?
+        }
+        None => fresh()?,
+    };
+    refill_spare(host, &peer);
+    match m {
         ExecMsg::Started { pid } => {
             let _ = ch.stream().set_read_timeout(None);
             let _ = ch.stream().set_write_timeout(None);

@@ -295,6 +295,9 @@ pub struct Exec {
     pub(crate) homed: Mutex<HashMap<String, JobInfo>>,
     /// Jobs running on this node.
     pub(crate) running: Mutex<HashMap<String, Running>>,
+    /// One authenticated, unused connection per node, dialled in the background after
+    /// a job started there, so that the next job to that node skips the handshake.
+    pub(crate) spares: home::Spares,
 }
 
 impl Exec {
