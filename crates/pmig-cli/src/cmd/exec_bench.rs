@@ -130,7 +130,11 @@ pub fn run(a: Args) -> Result<i32> {
         stats("local fork+exec+wait", local, l),
         stats("remote, inside the remote daemon (spawn → exit)", remote, l),
         stats("remote, inside the home daemon (request → exit)", home, l),
-        stats("remote, client in-process (connect → exit status)", inproc, l),
+        stats(
+            "remote, client in-process (connect → exit status)",
+            inproc,
+            l,
+        ),
         stats("remote, `pmig run` process (as a user sees it)", cli, l),
         stats("`pmig --version` process (CLI startup alone)", startup, l),
     ];

@@ -11,8 +11,8 @@ use pmig_proto::blocking::{self, Channel, Stream};
 use pmig_proto::{service, Msg};
 use std::collections::HashMap;
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
 use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest wait for a node to connect, authenticate and answer `ps`/`kill`.
@@ -67,18 +67,25 @@ fn refill_spare(host: &dyn ExecHost, p: &Peer) {
         return;
     }
     let (p, key, cfg) = (p.clone(), host.cluster_key().clone(), host.proto_config());
-    let _ = std::thread::Builder::new()
-        .name("exec-spare".into())
-        .spawn(move || match blocking::connect(p.addr.as_str(), &key, &cfg) {
-            Ok(ch) => {
-                lock(&spares).entry(p.name.clone()).or_insert((ch, Instant::now()));
-            }
-            Err(e) => tracing::debug!("spare connection to {}: {e}", p.name),
-        });
+    let _ =
+        std::thread::Builder::new().name("exec-spare".into()).spawn(
+            move || match blocking::connect(p.addr.as_str(), &key, &cfg) {
+                Ok(ch) => {
+                    lock(&spares)
+                        .entry(p.name.clone())
+                        .or_insert((ch, Instant::now()));
+                }
+                Err(e) => tracing::debug!("spare connection to {}: {e}", p.name),
+            },
+        );
 }
 
 /// Sends `Start` and reads the answer on `ch`.
-fn try_start(mut ch: Channel<TcpStream>, start: &Start, peer: &str) -> Result<(Channel<TcpStream>, ExecMsg)> {
+fn try_start(
+    mut ch: Channel<TcpStream>,
+    start: &Start,
+    peer: &str,
+) -> Result<(Channel<TcpStream>, ExecMsg)> {
     send_first(&mut ch, &ExecMsg::Start(start.clone()))?;
     let inc = ch.recv_with()?;
     let m = super::remote::decode(inc, peer)?;
