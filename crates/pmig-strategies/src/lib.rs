@@ -209,6 +209,14 @@ pub trait Host: Send + Sync {
     fn hooks(&self) -> Hooks {
         Hooks::default()
     }
+    /// Destination: files (paths) to connect the incoming process's fds 0-2 to when
+    /// they were a terminal or a pipe, instead of `/dev/null` and the output file —
+    /// for a process that keeps its home (the exec service's relay). `peer` is the
+    /// source node.
+    fn stdio_for(&self, peer: &str, offer: &Offer) -> Option<[PathBuf; 3]> {
+        let _ = (peer, offer);
+        None
+    }
     /// Protocol configuration (node name, timeouts).
     fn proto_config(&self) -> Config {
         Config::new(self.node())

@@ -17,7 +17,7 @@ use pmig_proto::{code, Msg};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -364,17 +364,25 @@ pub(crate) fn restore_from(
             "restore failed: test hook fail-restore".into(),
         ));
     }
-    let out = stdio_file(d);
+    let [stdin, out, err] = match d.host.stdio_for(&d.peer, &d.offer) {
+        Some(s) => s,
+        None => {
+            let out = stdio_file(d);
+            [PathBuf::from("/dev/null"), out.clone(), out]
+        }
+    };
     let err_path = d.staging.join("restore.err");
     let err_file = File::create(&err_path).map_err(|e| (code::INTERNAL, e.to_string()))?;
     let mut cmd = Command::new(d.host.exe());
     cmd.args(["restore", "--detach", "--json", "--dir"])
         .arg(dir)
         .args(if lazy { &["--lazy"][..] } else { &[] })
-        .args(["--stdin", "/dev/null", "--stdout"])
+        .arg("--stdin")
+        .arg(&stdin)
+        .arg("--stdout")
         .arg(&out)
         .arg("--stderr")
-        .arg(&out)
+        .arg(&err)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(err_file));
