@@ -119,6 +119,9 @@ impl Host for Node {
     fn hooks(&self) -> Hooks {
         read_hooks(&self.cfg.state_dir)
     }
+    fn stdio_for(&self, peer: &str, offer: &pmig_proto::Offer) -> Option<[PathBuf; 3]> {
+        pmig_services::exec::remote::stdio_for(self, peer, offer.pid)
+    }
 }
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
@@ -502,7 +505,23 @@ fn migrate(
         );
         let _ = s.shutdown(std::net::Shutdown::Both);
     };
+    // A job of the exec service: its stdio is prepared on the destination and it
+    // stays attached to its home.
+    let departure = match pmig_services::exec::remote::depart(node, m.pid, &m.to) {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => {
+            node.busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&m.pid);
+            return Err(e.to_string());
+        }
+    };
     let r = pmig_strategies::migrate_with(node, &req, &mut progress, &mut handed_over);
+    if let Some(d) = departure {
+        d.finish(r.as_ref().ok().map(|o| o.new_pid));
+    }
     node.busy
         .lock()
         .unwrap_or_else(|p| p.into_inner())

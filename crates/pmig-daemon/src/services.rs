@@ -29,6 +29,12 @@ impl ExecHost for Node {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&pid);
     }
+    fn own(&self, pid: i32) {
+        self.helpers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pid);
+    }
     fn exec(&self) -> &Exec {
         &self.exec
     }

@@ -7,7 +7,7 @@ use super::{
     Result, RunRequest, Start, VERSION,
 };
 use crate::Peer;
-use pmig_proto::blocking::{self, Channel, Stream};
+use pmig_proto::blocking::{self, Channel};
 use pmig_proto::{service, Msg};
 use std::collections::HashMap;
 use std::net::TcpStream;
@@ -229,21 +229,89 @@ pub fn start(host: &dyn ExecHost, caller: &Caller, req: &RunRequest) -> Result<J
     }
 }
 
+/// A job's new node, reattaching: its connection, name and the job's pid there.
+pub(crate) type Reattaching = (Channel<TcpStream>, String, i32);
+
+/// Longest wait, after the old node said `Moved`, for the new node's `Reattach`.
+pub const REATTACH_WAIT: Duration = Duration::from_secs(30);
+
+/// The home's side of `Reattach { job, pid }` from `peer`: hands the connection to
+/// the job's relay.
+pub(crate) fn reattach(
+    host: &dyn ExecHost,
+    mut tx: blocking::Sender<TcpStream>,
+    rx: blocking::Receiver<TcpStream>,
+    peer: &str,
+    job: &str,
+    pid: i32,
+) {
+    let relay = lock(&host.exec().reattach).get(job).cloned();
+    let Some(relay) = relay else {
+        let text = format!("no job {job} is homed on {}", host.node());
+        let _ = send(&mut tx, &ExecMsg::Refused { text });
+        return;
+    };
+    if send(&mut tx, &ExecMsg::Reattached).is_ok() {
+        let _ = relay.send((Channel::unsplit(tx, rx), peer.to_string(), pid));
+    }
+}
+
+/// The new node's side: connects to the job's home and reattaches job `job`, now
+/// running here as `pid`.
+pub(crate) fn reattach_to(
+    host: &dyn ExecHost,
+    home: &str,
+    job: &str,
+    pid: i32,
+) -> Result<(blocking::Sender<TcpStream>, blocking::Receiver<TcpStream>)> {
+    let p = peer_by_name(host, home)?.clone();
+    let mut ch = connect(host, &p, None)?;
+    send_first(
+        &mut ch,
+        &ExecMsg::Reattach {
+            version: VERSION,
+            job: job.into(),
+            pid,
+        },
+    )?;
+    let inc = ch.recv_with()?;
+    match super::remote::decode(inc, home)? {
+        ExecMsg::Reattached => {
+            let _ = ch.stream().set_read_timeout(None);
+            Ok(ch.split())
+        }
+        ExecMsg::Refused { text } => Err(ExecError::Refused(text)),
+        other => Err(ExecError::Malformed(format!(
+            "{home} answered Reattach with {other:?}"
+        ))),
+    }
+}
+
 /// Relays between the client on `s` and the job's node until the job ends or either
-/// side goes away. Returns the job's end as the client saw it.
+/// side goes away. When the job migrates, the old node says `Moving` (the client's
+/// input is held), then `Moved`; the relay carries on with the connection of the new
+/// node's `Reattach`, and passes the held input on.
 pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
     let Job {
-        id, node, ch, t0, ..
+        id,
+        mut node,
+        ch,
+        t0,
+        ..
     } = job;
     let _ = s.set_read_timeout(None);
     let _ = s.set_write_timeout(None);
-    let (mut tx, mut rx) = ch.split();
-    let tcp = rx.stream().try_clone().ok();
+    let (tx, mut rx) = ch.split();
+    let tcp = Mutex::new(rx.stream().try_clone().ok());
+    let tx = Mutex::new(tx);
+    let hold: Mutex<Option<Vec<ExecMsg>>> = Mutex::new(None);
+    let (re_tx, re_rx) = std::sync::mpsc::channel::<Reattaching>();
+    lock(&host.exec().reattach).insert(id.clone(), re_tx);
     let table = &host.exec().homed;
     std::thread::scope(|sc| {
         // Client → job.
         let s_in = s.try_clone();
-        let id_ref = id.as_str();
+        let (id_ref, tx_ref, hold_ref, tcp_ref) = (id.as_str(), &tx, &hold, &tcp);
         let from_client = sc.spawn(move || {
             let Ok(s_in) = s_in else { return };
             let mut fr = FrameReader::default();
@@ -255,8 +323,11 @@ pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
                         | ExecMsg::Winsize(_)
                         | ExecMsg::Signal(_)),
                     )) => {
-                        if send(&mut tx, &m).is_err() {
-                            break;
+                        let mut h = lock(hold_ref);
+                        match h.as_mut() {
+                            Some(held) => held.push(m),
+                            // A failure shows on the receiving side.
+                            None => drop(send(&mut lock(tx_ref), &m)),
                         }
                     }
                     Ok(Some(other)) => {
@@ -269,8 +340,19 @@ pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
                     }
                 }
             }
-            tx.stream().shutdown_both();
+            if let Some(t) = lock(tcp_ref).as_ref() {
+                let _ = t.shutdown(std::net::Shutdown::Both);
+            }
         });
+        let flush_held = || {
+            let mut h = lock(&hold);
+            if let Some(held) = h.take() {
+                let mut t = lock(&tx);
+                for m in held {
+                    let _ = send(&mut t, &m);
+                }
+            }
+        };
         // Job → client.
         loop {
             let m = match recv(&mut rx) {
@@ -279,8 +361,39 @@ pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
                     text: format!("lost the connection to {node}, where job {id} runs: {e}"),
                 },
             };
-            let last = matches!(m, ExecMsg::Exited { .. } | ExecMsg::Refused { .. });
             let m = match m {
+                ExecMsg::Moving { to } => {
+                    tracing::info!("job {id} is moving from {node} to {to}");
+                    *lock(&hold) = Some(Vec::new());
+                    continue;
+                }
+                ExecMsg::Stayed => {
+                    tracing::info!("job {id} stays on {node}");
+                    flush_held();
+                    continue;
+                }
+                ExecMsg::Moved { to } => match re_rx.recv_timeout(REATTACH_WAIT) {
+                    Ok((ch, new_node, pid)) => {
+                        let (ntx, nrx) = ch.split();
+                        *lock(&tcp) = nrx.stream().try_clone().ok();
+                        *lock(&tx) = ntx;
+                        rx = nrx;
+                        if let Some(j) = lock(table).get_mut(&id) {
+                            j.node = new_node.clone();
+                            j.pid = pid;
+                            j.history.push(new_node.clone());
+                        }
+                        tracing::info!("job {id} moved from {node} to {new_node} (pid {pid})");
+                        node = new_node;
+                        flush_held();
+                        continue;
+                    }
+                    Err(_) => ExecMsg::Refused {
+                        text: format!(
+                            "job {id} moved from {node} to {to}, which did not reattach it within {REATTACH_WAIT:?}"
+                        ),
+                    },
+                },
                 ExecMsg::Stopped { .. } | ExecMsg::Continued => {
                     if let Some(j) = lock(table).get_mut(&id) {
                         j.state = if matches!(m, ExecMsg::Stopped { .. }) {
@@ -303,19 +416,18 @@ pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
                 }
                 m => m,
             };
-            if write_frame(&s, &m).is_err() {
-                break;
-            }
-            if last {
+            let last = matches!(m, ExecMsg::Exited { .. } | ExecMsg::Refused { .. });
+            if write_frame(&s, &m).is_err() || last {
                 break;
             }
         }
         let _ = s.shutdown(std::net::Shutdown::Both);
-        if let Some(t) = &tcp {
+        if let Some(t) = lock(&tcp).as_ref() {
             let _ = t.shutdown(std::net::Shutdown::Both);
         }
         let _ = from_client.join();
     });
+    lock(&host.exec().reattach).remove(&id);
     lock(table).remove(&id);
 }
 

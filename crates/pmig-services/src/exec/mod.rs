@@ -191,6 +191,41 @@ pub enum ExecMsg {
     Jobs(Vec<JobInfo>),
     /// 15: answer to `Kill`: the job runs on `node` and was signalled.
     Killed { node: String },
+    /// 16: the job is being migrated to `to` (old node → home): the home holds the
+    /// client's input until the job is back (`Moved` + `Reattach`, or `Stayed`).
+    Moving { to: String },
+    /// 17: the migration failed; the job runs on here, as before (old node → home).
+    Stayed,
+    /// 18: the job now runs on `to`; the last message on this connection (old node →
+    /// home). The new node reattaches with `Reattach`.
+    Moved { to: String },
+    /// 19, first: a job process is about to arrive by migration (old node → new node):
+    /// prepare its stdio; answered by `Ready`.
+    Arrival(Arrival),
+    /// 20: answer to `Arrival` and to `Commit`.
+    Ready,
+    /// 21: the migration of the announced process succeeded; it runs here as `new_pid`
+    /// (old node → new node).
+    Commit { new_pid: i32 },
+    /// 22, first: job `job` runs here now, as `pid` (new node → home); answered by
+    /// `Reattached`, after which the connection carries the job as after `Started`.
+    Reattach { version: u16, job: String, pid: i32 },
+    /// 23: answer to `Reattach`.
+    Reattached,
+}
+
+/// What the new node needs to know of a job that arrives by migration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arrival {
+    pub version: u16,
+    pub job: String,
+    pub home: String,
+    pub uid: u32,
+    pub argv: Vec<String>,
+    pub history: Vec<String>,
+    pub started_ms: u64,
+    /// The process's pid on the old node (the migration offer's `pid`).
+    pub pid: i32,
 }
 
 impl ExecMsg {
@@ -273,18 +308,23 @@ pub trait ExecHost: Send + Sync {
     /// waits for it and then calls [`ExecHost::release`].
     fn spawn_owned(&self, cmd: &mut Command) -> io::Result<Child>;
     fn release(&self, pid: i32);
+    /// Takes `pid` (a child of the daemon, e.g. a migrated job) away from the reaper.
+    fn own(&self, pid: i32);
     /// The job tables.
     fn exec(&self) -> &Exec;
 }
 
 /// A job running on this node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Running {
     pub info: JobInfo,
     /// Process group that signals go to (the command itself).
     pub pgid: i32,
     /// The process the daemon waits for (the session keeper with a pty).
     pub leader: i32,
+    /// It has a pty (and a session keeper).
+    pub tty: bool,
+    pub ctl: std::sync::Arc<remote::JobCtl>,
 }
 
 /// The job tables of one daemon.
@@ -298,6 +338,11 @@ pub struct Exec {
     /// One authenticated, unused connection per node, dialled in the background after
     /// a job started there, so that the next job to that node skips the handshake.
     pub(crate) spares: home::Spares,
+    /// Stdio prepared for processes announced by `Arrival`, by (old node, old pid):
+    /// the process's ends (stdin read end, stdout and stderr write ends) and ours.
+    pub(crate) arriving: Mutex<HashMap<(String, i32), remote::Prepared>>,
+    /// Relays of the jobs homed here, by job id, waiting for a `Reattach`.
+    pub(crate) reattach: Mutex<HashMap<String, std::sync::mpsc::Sender<home::Reattaching>>>,
 }
 
 impl Exec {

@@ -3,16 +3,18 @@
 
 use super::spawn::{self, JobIo};
 use super::{
-    lock, now_ms, ExecError, ExecHost, ExecMsg, ExitKind, JobInfo, Result, Running, Start, CHUNK,
-    VERSION,
+    lock, now_ms, Arrival, ExecError, ExecHost, ExecMsg, ExitKind, JobInfo, Result, Running, Start,
+    CHUNK, VERSION,
 };
 use pmig_proto::blocking::{Channel, Receiver, Sender};
 use pmig_proto::{service, Msg};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// After the home is gone: SIGHUP, then SIGKILL once this has passed.
@@ -72,7 +74,10 @@ pub fn serve(host: &dyn ExecHost, ch: Channel<TcpStream>, body: &[u8]) {
     };
     let version = match &first {
         ExecMsg::Start(s) => s.version,
-        ExecMsg::List { version } | ExecMsg::Kill { version, .. } => *version,
+        ExecMsg::List { version }
+        | ExecMsg::Kill { version, .. }
+        | ExecMsg::Reattach { version, .. } => *version,
+        ExecMsg::Arrival(a) => a.version,
         other => {
             let text = format!("an exec connection cannot start with {other:?}");
             let _ = send(&mut tx, &ExecMsg::Refused { text });
@@ -95,8 +100,10 @@ pub fn serve(host: &dyn ExecHost, ch: Channel<TcpStream>, body: &[u8]) {
                 let _ = send(&mut tx, &ExecMsg::Refused { text });
                 return;
             }
-            run_job(host, tx, rx, s)
+            start_job(host, tx, rx, s)
         }
+        ExecMsg::Arrival(a) => arrive(host, tx, rx, &peer, a),
+        ExecMsg::Reattach { job, pid, .. } => super::home::reattach(host, tx, rx, &peer, &job, pid),
         ExecMsg::List { .. } => {
             let _ = send(&mut tx, &ExecMsg::Jobs(host.exec().list()));
         }
@@ -120,9 +127,17 @@ pub fn serve(host: &dyn ExecHost, ch: Channel<TcpStream>, body: &[u8]) {
     }
 }
 
+/// Signals the job's process group, or only its process when it does not lead a
+/// group of its own (a restored process may not).
 fn killpg(pgid: i32, sig: i32) {
-    // SAFETY: signalling a process group of a job this daemon started.
-    unsafe { libc::kill(-pgid, sig) };
+    // SAFETY: getpgid and kill on a job process of this daemon.
+    unsafe {
+        if libc::getpgid(pgid) == pgid {
+            libc::kill(-pgid, sig);
+        } else {
+            libc::kill(pgid, sig);
+        }
+    }
 }
 
 fn kill(pid: i32, sig: i32) {
@@ -163,7 +178,61 @@ enum Input {
     Eof,
 }
 
-fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStream>, s: Start) {
+/// Where a job is with respect to migration (at the node it runs on).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Move {
+    Staying,
+    Moving,
+    Moved(String),
+}
+
+/// The connection to the job's home and the job's migration state.
+pub struct JobCtl {
+    pub(crate) tx: Mutex<Sender<TcpStream>>,
+    mv: Mutex<Move>,
+    cv: Condvar,
+}
+
+impl JobCtl {
+    fn new(tx: Sender<TcpStream>) -> Arc<JobCtl> {
+        Arc::new(JobCtl {
+            tx: Mutex::new(tx),
+            mv: Mutex::new(Move::Staying),
+            cv: Condvar::new(),
+        })
+    }
+    fn set(&self, m: Move) {
+        *lock(&self.mv) = m;
+        self.cv.notify_all();
+    }
+    /// The job's process is gone: if a migration is under way, waits (bounded) for
+    /// its verdict; `Some(node)` if the process now runs there.
+    fn verdict(&self) -> Option<String> {
+        let mut g = lock(&self.mv);
+        let end = Instant::now() + MOVE_WAIT;
+        while *g == Move::Moving {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            g = self
+                .cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        match &*g {
+            Move::Moved(n) => Some(n.clone()),
+            _ => None,
+        }
+    }
+}
+
+/// Longest wait, after the process of a moving job died here, for the verdict of
+/// its migration.
+const MOVE_WAIT: Duration = Duration::from_secs(2 * 3600);
+
+fn start_job(host: &dyn ExecHost, tx: Sender<TcpStream>, rx: Receiver<TcpStream>, s: Start) {
     let t0 = Instant::now();
     let mut tx = tx;
     let sp = match spawn::spawn(host, &s) {
@@ -181,7 +250,6 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
     };
     let leader = sp.child.id() as i32;
     let pgid = sp.pgid;
-    let job = s.job.clone();
     let info = JobInfo {
         id: s.job.clone(),
         home: s.home.clone(),
@@ -193,26 +261,40 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
         history: vec![host.node().into()],
         started_ms: now_ms(),
     };
-    lock(&host.exec().running).insert(job.clone(), Running { info, pgid, leader });
     tracing::info!(
-        "job {job} from {}: {:?} runs as pid {pgid} (uid {}, {})",
+        "job {} from {}: {:?} runs as pid {pgid} (uid {}, {})",
+        s.job,
         s.home,
         s.argv,
         s.uid,
         if s.tty.is_some() { "pty" } else { "pipes" }
     );
-    if send(&mut tx, &ExecMsg::Started { pid: pgid }).is_err() {
-        // The home is already gone: the hangup below ends the job.
-    }
-    let tx = Arc::new(Mutex::new(tx));
-    let done = Arc::new(AtomicBool::new(false));
-    let stream = lock(&tx).stream().try_clone().ok();
+    // A home already gone is found out by the relay (its hangup ends the job).
+    let _ = send(&mut tx, &ExecMsg::Started { pid: pgid });
+    let r = Running {
+        info,
+        pgid,
+        leader,
+        tty: s.tty.is_some(),
+        ctl: JobCtl::new(tx),
+    };
+    relay_job(host, r, rx, sp.io, t0);
+}
 
-    // Output readers.
+/// Relays a job running here with its home until it ends, moves away, or the home
+/// goes away (then hangs it up).
+fn relay_job(host: &dyn ExecHost, r: Running, mut rx: Receiver<TcpStream>, io: JobIo, t0: Instant) {
+    let (job, home, leader, pgid) = (r.info.id.clone(), r.info.home.clone(), r.leader, r.pgid);
+    let ctl = r.ctl.clone();
+    lock(&host.exec().running).insert(job.clone(), r);
+    let done = Arc::new(AtomicBool::new(false));
+    let stream = lock(&ctl.tx).stream().try_clone().ok();
+
+    // Output readers (detached: a descendant may hold the output open forever).
     let (out_done_tx, out_done_rx) = mpsc::channel::<()>();
     let mut readers = 0;
     let mut start_reader = |mut f: Box<dyn Read + Send>, err: bool| {
-        let tx = tx.clone();
+        let ctl = ctl.clone();
         let d = out_done_tx.clone();
         readers += 1;
         std::thread::spawn(move || {
@@ -227,7 +309,7 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
                             ExecMsg::Stdout(b[..n].to_vec())
                         };
                         // A home that is gone does not stop the draining.
-                        let _ = send(&mut lock(&tx), &m);
+                        let _ = send(&mut lock(&ctl.tx), &m);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(_) => break, // EIO: every slave descriptor closed
@@ -239,7 +321,7 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
     let (in_tx, in_rx) = mpsc::channel::<Input>();
     let mut master = None;
     let mut stdin_w: Option<Box<dyn Write + Send>> = None;
-    let ok = match sp.io {
+    let ok = match io {
         JobIo::Pty(m) => match (spawn::dup_file(&m), spawn::dup_file(&m)) {
             (Ok(r), Ok(w)) => {
                 start_reader(Box::new(r), false);
@@ -285,7 +367,7 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
     let table = &host.exec().running;
     let status = std::thread::scope(|sc| {
         let waiter = {
-            let tx = tx.clone();
+            let ctl = ctl.clone();
             let done = done.clone();
             let job = job.as_str();
             let stream = stream.as_ref().and_then(|s| s.try_clone().ok());
@@ -295,7 +377,9 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
                         r.info.state = st.into();
                     }
                 };
-                let status = wait_job(leader, &tx, &set_state);
+                let status = wait_job(leader, &ctl.tx, &set_state);
+                // Killed here by a migration that succeeded: the job lives on there.
+                let moved = ctl.verdict();
                 // Let the output drain, within bounds.
                 let deadline = Instant::now() + DRAIN_WAIT;
                 for _ in 0..readers {
@@ -305,18 +389,19 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
                     }
                 }
                 done.store(true, Ordering::SeqCst);
-                let _ = send(
-                    &mut lock(&tx),
-                    &ExecMsg::Exited {
+                let last = match &moved {
+                    Some(to) => ExecMsg::Moved { to: to.clone() },
+                    None => ExecMsg::Exited {
                         status,
                         remote_us: t0.elapsed().as_micros() as u64,
                         home_us: 0,
                     },
-                );
+                };
+                let _ = send(&mut lock(&ctl.tx), &last);
                 if let Some(s) = stream {
                     let _ = s.shutdown(std::net::Shutdown::Both);
                 }
-                status
+                (status, moved)
             })
         };
         let mut home_gone = None;
@@ -358,14 +443,18 @@ fn run_job(host: &dyn ExecHost, tx: Sender<TcpStream>, mut rx: Receiver<TcpStrea
         }
         drop(in_tx);
         if let Some(e) = home_gone {
-            hang_up(&job, &s.home, pgid, leader, &done, &e);
+            hang_up(&job, &home, pgid, leader, &done, &e);
         }
         waiter.join().ok()
     });
     drop(master);
     host.release(leader);
     lock(table).remove(&job);
-    tracing::info!("job {job} ended: {status:?}");
+    match status {
+        Some((_, Some(to))) => tracing::info!("job {job} moved to {to}"),
+        Some((st, None)) => tracing::info!("job {job} ended: {st:?}"),
+        None => tracing::warn!("job {job}: its waiter failed"),
+    }
 }
 
 /// Waits for the job's leader; reports stops and continues; returns how it ended.
@@ -387,7 +476,7 @@ fn wait_job(leader: i32, tx: &Mutex<Sender<TcpStream>>, set_state: &dyn Fn(&str)
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
-                tracing::warn!("waiting for job leader {leader}: {e}");
+                tracing::warn!("waiting for job process {leader}: {e}");
                 return ExitKind::Code(255);
             }
         }
@@ -408,5 +497,251 @@ fn hang_up(job: &str, home: &str, pgid: i32, leader: i32, done: &AtomicBool, e: 
         tracing::warn!("job {job}: still there {HANGUP_GRACE:?} after SIGHUP; SIGKILL");
         killpg(pgid, libc::SIGKILL);
         kill(leader, libc::SIGKILL);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Migration of a job (phase 2): the old node announces the process to the new
+// node, which prepares pipes for its stdio and, once the migration committed,
+// reattaches it to its home.
+
+/// Stdio prepared for an arriving process: the process's ends (stdin read end, stdout
+/// and stderr write ends) for its restore, and ours.
+pub struct Prepared {
+    theirs: [OwnedFd; 3],
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| super::io_err("create a pipe")(e.into()))
+}
+
+/// Destination of a migration: the paths the restore should connect fds 0-2 to, if
+/// the process from `peer` with pid `pid` is an announced job.
+pub fn stdio_for(host: &dyn ExecHost, peer: &str, pid: i32) -> Option<[PathBuf; 3]> {
+    let t = lock(&host.exec().arriving);
+    let p = t.get(&(peer.to_string(), pid))?;
+    let me = std::process::id();
+    Some(
+        p.theirs
+            .each_ref()
+            .map(|f| PathBuf::from(format!("/proc/{me}/fd/{}", f.as_raw_fd()))),
+    )
+}
+
+/// The new node's side of `Arrival`.
+fn arrive(
+    host: &dyn ExecHost,
+    mut tx: Sender<TcpStream>,
+    mut rx: Receiver<TcpStream>,
+    peer: &str,
+    a: Arrival,
+) {
+    let key = (peer.to_string(), a.pid);
+    let made = (|| -> Result<_> {
+        let (in_r, in_w) = pipe()?;
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        Ok(([in_r, out_w, err_w], [in_w, out_r, err_r]))
+    })();
+    let (theirs, ours) = match made {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = send(
+                &mut tx,
+                &ExecMsg::Refused {
+                    text: e.to_string(),
+                },
+            );
+            return;
+        }
+    };
+    lock(&host.exec().arriving).insert(key.clone(), Prepared { theirs });
+    tracing::info!(
+        "job {} (process {} of {peer}) announced; stdio prepared",
+        a.job,
+        a.pid
+    );
+    let _ = send(&mut tx, &ExecMsg::Ready);
+    let m = recv(&mut rx);
+    // The restored process has its own copies of its ends by now (or there is none).
+    drop(lock(&host.exec().arriving).remove(&key));
+    let new_pid = match m {
+        Ok(ExecMsg::Commit { new_pid }) => new_pid,
+        Ok(other) => {
+            tracing::warn!("job {}: {peer} sent {other:?} instead of Commit", a.job);
+            return;
+        }
+        Err(e) => {
+            tracing::info!(
+                "job {}: the migration from {peer} did not complete ({e})",
+                a.job
+            );
+            return;
+        }
+    };
+    let t0 = Instant::now();
+    host.own(new_pid);
+    let [in_w, out_r, err_r] = ours;
+    let io = JobIo::Pipes {
+        stdin: File::from(in_w),
+        stdout: File::from(out_r),
+        stderr: File::from(err_r),
+    };
+    let mut history = a.history.clone();
+    history.push(host.node().into());
+    let attach = super::home::reattach_to(host, &a.home, &a.job, new_pid);
+    let _ = send(&mut tx, &ExecMsg::Ready);
+    drop((tx, rx));
+    match attach {
+        Ok((htx, hrx)) => {
+            tracing::info!(
+                "job {} arrived from {peer}: pid {new_pid}, home {}",
+                a.job,
+                a.home
+            );
+            let r = Running {
+                info: JobInfo {
+                    id: a.job,
+                    home: a.home,
+                    node: host.node().into(),
+                    pid: new_pid,
+                    uid: a.uid,
+                    argv: a.argv,
+                    state: "running".into(),
+                    history,
+                    started_ms: a.started_ms,
+                },
+                pgid: new_pid,
+                leader: new_pid,
+                tty: false,
+                ctl: JobCtl::new(htx),
+            };
+            relay_job(host, r, hrx, io, t0);
+        }
+        Err(e) => {
+            // Without its home the job must not run on: hang it up like a lost home.
+            tracing::warn!(
+                "job {} arrived from {peer} but cannot reach its home {}: {e}",
+                a.job,
+                a.home
+            );
+            let done = AtomicBool::new(false);
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(new_pid), None);
+                    done.store(true, Ordering::SeqCst);
+                });
+                hang_up(&a.job, &a.home, new_pid, new_pid, &done, &e);
+            });
+            host.release(new_pid);
+        }
+    }
+}
+
+/// The old node's side of a job's migration, from the announcement to the verdict.
+pub struct Departure {
+    job: String,
+    to: String,
+    ctl: Arc<JobCtl>,
+    ch: Channel<TcpStream>,
+}
+
+/// Before migrating process `pid` to the daemon at `to`: if it is a job running
+/// here, announce it there and tell its home. `None`: not a job.
+pub fn depart(host: &dyn ExecHost, pid: i32, to: &str) -> Option<Result<Departure>> {
+    let r = lock(&host.exec().running)
+        .values()
+        .find(|r| r.info.pid == pid)
+        .cloned()?;
+    let job = r.info.id.clone();
+    if r.tty {
+        return Some(Err(ExecError::Refused(format!(
+            "process {pid} is job {job}, which runs on a pty: moving a job with a terminal is not implemented yet"
+        ))));
+    }
+    let a = Arrival {
+        version: VERSION,
+        job: job.clone(),
+        home: r.info.home.clone(),
+        uid: r.info.uid,
+        argv: r.info.argv.clone(),
+        history: r.info.history.clone(),
+        started_ms: r.info.started_ms,
+        pid,
+    };
+    let res = (|| -> Result<Channel<TcpStream>> {
+        let mut ch = pmig_proto::blocking::connect(to, host.cluster_key(), &host.proto_config())?;
+        let b = ExecMsg::Arrival(a).encode()?;
+        ch.send_with(
+            &Msg::Service {
+                service: service::EXEC,
+            },
+            &[&b],
+        )?;
+        let inc = ch.recv_with()?;
+        let peer = ch.peer().node.clone();
+        match decode(inc, &peer)? {
+            ExecMsg::Ready => Ok(ch),
+            ExecMsg::Refused { text } => Err(ExecError::Refused(text)),
+            other => Err(ExecError::Malformed(format!(
+                "{peer} answered Arrival with {other:?}"
+            ))),
+        }
+    })();
+    Some(match res {
+        Ok(ch) => {
+            let to = ch.peer().node.clone();
+            r.ctl.set(Move::Moving);
+            let _ = send(&mut lock(&r.ctl.tx), &ExecMsg::Moving { to: to.clone() });
+            tracing::info!("job {job} (pid {pid}) is moving to {to}");
+            Ok(Departure {
+                job,
+                to,
+                ctl: r.ctl,
+                ch,
+            })
+        }
+        Err(e) => Err(ExecError::Refused(format!(
+            "process {pid} is job {job}: cannot prepare its stdio on {to}: {e}"
+        ))),
+    })
+}
+
+impl Departure {
+    /// The migration's verdict: `Some(new pid)` if the process runs on the new node.
+    pub fn finish(mut self, new_pid: Option<i32>) {
+        match new_pid {
+            Some(p) => {
+                let _ = self
+                    .ch
+                    .stream()
+                    .set_read_timeout(Some(Duration::from_secs(30)));
+                let b = ExecMsg::Commit { new_pid: p }.encode();
+                let ok = b
+                    .ok()
+                    .map(|b| {
+                        self.ch
+                            .send_with(
+                                &Msg::Service {
+                                    service: service::EXEC,
+                                },
+                                &[&b],
+                            )
+                            .is_ok()
+                            && self.ch.recv_with().is_ok()
+                    })
+                    .unwrap_or(false);
+                if !ok {
+                    tracing::warn!("job {}: {} did not confirm its arrival", self.job, self.to);
+                }
+                self.ctl.set(Move::Moved(self.to.clone()));
+            }
+            None => {
+                self.ctl.set(Move::Staying);
+                let _ = send(&mut lock(&self.ctl.tx), &ExecMsg::Stayed);
+                tracing::info!("job {}: stays here (its migration failed)", self.job);
+            }
+        }
     }
 }

@@ -17,14 +17,14 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 pub(crate) enum JobIo {
     Pty(OwnedFd),
     Pipes {
-        stdin: ChildStdin,
-        stdout: ChildStdout,
-        stderr: ChildStderr,
+        stdin: File,
+        stdout: File,
+        stderr: File,
     },
 }
 
@@ -149,9 +149,9 @@ pub(crate) fn spawn(host: &dyn ExecHost, s: &Start) -> Result<Spawned> {
                 return Err(ExecError::Refused("pipes missing".into()));
             };
             JobIo::Pipes {
-                stdin,
-                stdout,
-                stderr,
+                stdin: File::from(OwnedFd::from(stdin)),
+                stdout: File::from(OwnedFd::from(stdout)),
+                stderr: File::from(OwnedFd::from(stderr)),
             }
         }
     };
