@@ -505,3 +505,123 @@ fn ps_and_kill_across_nodes_and_uids() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "65534\n65534\n65534\n");
 }
+
+impl Env {
+    fn addr(&self, node: &str) -> String {
+        self.c().node(node).unwrap().listen.to_string()
+    }
+
+    /// `pmig migrate` of `pid` from `from` to `to` (stop-copy); the error text if it
+    /// failed.
+    fn migrate(&self, from: &str, pid: i32, to: &str) -> Result<(), String> {
+        let o = self
+            .pmig(from, &["migrate", "--json", "--pid", &pid.to_string(), "--to", &self.addr(to)])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).into_owned())
+        }
+    }
+
+    /// Waits (bounded) until `pmig ps` shows job `id` on `node`; returns its row.
+    fn job_on(&self, id: &str, node: &str) -> serde_json::Value {
+        let end = Instant::now() + WAIT;
+        loop {
+            let ps = self.ps("n1");
+            if let Some(j) = ps["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id) {
+                if j["node"] == node {
+                    return j.clone();
+                }
+            }
+            assert!(Instant::now() < end, "job {id} not on {node}: {ps}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn a_job_keeps_its_home_through_migrations() {
+    if !root() {
+        return;
+    }
+    let _g = pmig_tests::serial(&SERIAL);
+    let mut env = Env::up("e");
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "cat"]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut c = env.spawn(cmd);
+    let mut input = c.stdin.take().unwrap();
+    let out = Output::collect(c.stdout.take().unwrap());
+    input.write_all(b"one\n").unwrap();
+    out.wait_for("one\n", 1);
+    let job = env.job("n3", &["cat"]);
+    let id = job["id"].as_str().unwrap().to_string();
+    // n2 → n3 → n1 (back to the home node itself): input and output follow.
+    let mut pid = job["pid"].as_i64().unwrap() as i32;
+    for (from, to, line) in [("n2", "n3", "two\n"), ("n3", "n1", "three\n")] {
+        env.pids.push(pid);
+        env.migrate(from, pid, to).unwrap_or_else(|e| panic!("{from} → {to}: {e}"));
+        let j = env.job_on(&id, to);
+        assert!(!alive(pid) || pid == j["pid"].as_i64().unwrap() as i32);
+        pid = j["pid"].as_i64().unwrap() as i32;
+        input.write_all(line.as_bytes()).unwrap();
+        out.wait_for(line, 1);
+    }
+    let j = env.job_on(&id, "n1");
+    assert_eq!(j["history"], serde_json::json!(["n2", "n3", "n1"]), "{j}");
+    assert_eq!(j["home"], "n1");
+    drop(input); // EOF reaches cat where it runs now
+    let st = wait_exit(&mut c, "pmig run cat");
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    assert_eq!(out.text(), "one\ntwo\nthree\n");
+
+    // After a move, signals still reach it, and its exit status comes home.
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "cat"]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::null());
+    let mut c = env.spawn(cmd);
+    let _input = c.stdin.take().unwrap();
+    let job = env.job("n1", &["cat"]);
+    let id = job["id"].as_str().unwrap().to_string();
+    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3").unwrap();
+    let j = env.job_on(&id, "n3");
+    let npid = j["pid"].as_i64().unwrap() as i32;
+    env.pids.push(npid);
+    let o = env.pmig("n2", &["kill", "-s", "TERM", &id]).stdin(Stdio::null()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(wait_exit(&mut c, "pmig run cat").code(), Some(128 + libc::SIGTERM));
+
+    // The home goes away after a move: the job is hung up where it runs now.
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "cat"]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::null());
+    let mut c = env.spawn(cmd);
+    let _input = c.stdin.take().unwrap();
+    let job = env.job("n1", &["cat"]);
+    let id = job["id"].as_str().unwrap().to_string();
+    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3").unwrap();
+    let npid = env.job_on(&id, "n3")["pid"].as_i64().unwrap() as i32;
+    env.pids.push(npid);
+    c.kill().unwrap();
+    let _ = c.wait();
+    let end = Instant::now() + WAIT;
+    while alive(npid) {
+        assert!(Instant::now() < end, "job {id} still alive on n3:\n{}", env.log("n3"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A job on a pty cannot move yet: refused with one line, and it runs on.
+    let (master, cmd) = on_pty(env.pmig("n1", &["run", "--on", "n2", "--", "cat"]), 24, 80);
+    let mut c = env.spawn(cmd);
+    let mut w = std::fs::File::from(master.try_clone().unwrap());
+    let out = Output::collect(std::fs::File::from(master.try_clone().unwrap()));
+    let job = env.job("n1", &["cat"]);
+    let e = env
+        .migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3")
+        .unwrap_err();
+    assert!(e.contains("pty") && e.trim().lines().count() == 1, "{e}");
+    w.write_all(b"still\r").unwrap();
+    out.wait_for("still", 2);
+    w.write_all(b"\x04").unwrap(); // ^D: EOF for cat
+    assert_eq!(wait_exit(&mut c, "pmig run cat").code(), Some(0));
+}
