@@ -515,7 +515,17 @@ impl Env {
     /// failed.
     fn migrate(&self, from: &str, pid: i32, to: &str) -> Result<(), String> {
         let o = self
-            .pmig(from, &["migrate", "--json", "--pid", &pid.to_string(), "--to", &self.addr(to)])
+            .pmig(
+                from,
+                &[
+                    "migrate",
+                    "--json",
+                    "--pid",
+                    &pid.to_string(),
+                    "--to",
+                    &self.addr(to),
+                ],
+            )
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -531,7 +541,12 @@ impl Env {
         let end = Instant::now() + WAIT;
         loop {
             let ps = self.ps("n1");
-            if let Some(j) = ps["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id) {
+            if let Some(j) = ps["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|j| j["id"] == id)
+            {
                 if j["node"] == node {
                     return j.clone();
                 }
@@ -562,7 +577,8 @@ fn a_job_keeps_its_home_through_migrations() {
     let mut pid = job["pid"].as_i64().unwrap() as i32;
     for (from, to, line) in [("n2", "n3", "two\n"), ("n3", "n1", "three\n")] {
         env.pids.push(pid);
-        env.migrate(from, pid, to).unwrap_or_else(|e| panic!("{from} → {to}: {e}"));
+        env.migrate(from, pid, to)
+            .unwrap_or_else(|e| panic!("{from} → {to}: {e}"));
         let j = env.job_on(&id, to);
         assert!(!alive(pid) || pid == j["pid"].as_i64().unwrap() as i32);
         pid = j["pid"].as_i64().unwrap() as i32;
@@ -584,13 +600,21 @@ fn a_job_keeps_its_home_through_migrations() {
     let _input = c.stdin.take().unwrap();
     let job = env.job("n1", &["cat"]);
     let id = job["id"].as_str().unwrap().to_string();
-    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3").unwrap();
+    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3")
+        .unwrap();
     let j = env.job_on(&id, "n3");
     let npid = j["pid"].as_i64().unwrap() as i32;
     env.pids.push(npid);
-    let o = env.pmig("n2", &["kill", "-s", "TERM", &id]).stdin(Stdio::null()).output().unwrap();
+    let o = env
+        .pmig("n2", &["kill", "-s", "TERM", &id])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(wait_exit(&mut c, "pmig run cat").code(), Some(128 + libc::SIGTERM));
+    assert_eq!(
+        wait_exit(&mut c, "pmig run cat").code(),
+        Some(128 + libc::SIGTERM)
+    );
 
     // The home goes away after a move: the job is hung up where it runs now.
     let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "cat"]);
@@ -599,14 +623,19 @@ fn a_job_keeps_its_home_through_migrations() {
     let _input = c.stdin.take().unwrap();
     let job = env.job("n1", &["cat"]);
     let id = job["id"].as_str().unwrap().to_string();
-    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3").unwrap();
+    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3")
+        .unwrap();
     let npid = env.job_on(&id, "n3")["pid"].as_i64().unwrap() as i32;
     env.pids.push(npid);
     c.kill().unwrap();
     let _ = c.wait();
     let end = Instant::now() + WAIT;
     while alive(npid) {
-        assert!(Instant::now() < end, "job {id} still alive on n3:\n{}", env.log("n3"));
+        assert!(
+            Instant::now() < end,
+            "job {id} still alive on n3:\n{}",
+            env.log("n3")
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
