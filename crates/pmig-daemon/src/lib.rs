@@ -122,6 +122,9 @@ impl Host for Node {
     fn stdio_for(&self, peer: &str, offer: &pmig_proto::Offer) -> Option<[PathBuf; 3]> {
         pmig_services::exec::remote::stdio_for(self, peer, offer.pid)
     }
+    fn wrap_restore(&self, peer: &str, offer: &pmig_proto::Offer, cmd: &mut Command) {
+        pmig_services::exec::remote::wrap_restore(self, peer, offer.pid, cmd)
+    }
 }
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One

@@ -217,6 +217,12 @@ pub trait Host: Send + Sync {
         let _ = (peer, offer);
         None
     }
+    /// Destination: last changes to the `pmig restore` command of an incoming process
+    /// before it is spawned (e.g. a job's session: the exec service runs the restore
+    /// inside a new session on a new pty).
+    fn wrap_restore(&self, peer: &str, offer: &Offer, cmd: &mut Command) {
+        let _ = (peer, offer, cmd);
+    }
     /// Protocol configuration (node name, timeouts).
     fn proto_config(&self) -> Config {
         Config::new(self.node())

@@ -386,6 +386,7 @@ pub(crate) fn restore_from(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(err_file));
+    d.host.wrap_restore(&d.peer, &d.offer, &mut cmd);
     let mut child = d.host.spawn(&mut cmd).map_err(|e| {
         (
             code::RESTORE_FAILED,

@@ -226,6 +226,26 @@ pub struct Arrival {
     pub started_ms: u64,
     /// The process's pid on the old node (the migration offer's `pid`).
     pub pid: i32,
+    /// Its terminal, if it runs on a pty: the new node makes a new one like it.
+    pub tty: Option<PtyState>,
+}
+
+/// A job's terminal: size and modes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PtyState {
+    pub size: Winsize,
+    /// `termios` flags and control characters (`c_iflag`, `c_oflag`, `c_cflag`,
+    /// `c_lflag`, `c_cc`), if they could be read.
+    pub modes: Option<TermModes>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TermModes {
+    pub iflag: u32,
+    pub oflag: u32,
+    pub cflag: u32,
+    pub lflag: u32,
+    pub cc: Vec<u8>,
 }
 
 impl ExecMsg {
@@ -322,8 +342,8 @@ pub(crate) struct Running {
     pub pgid: i32,
     /// The process the daemon waits for (the session keeper with a pty).
     pub leader: i32,
-    /// It has a pty (and a session keeper).
-    pub tty: bool,
+    /// It has a pty (and a session keeper): the master.
+    pub master: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
     pub ctl: std::sync::Arc<remote::JobCtl>,
 }
 

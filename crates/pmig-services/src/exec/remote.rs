@@ -3,8 +3,8 @@
 
 use super::spawn::{self, JobIo};
 use super::{
-    lock, now_ms, Arrival, ExecError, ExecHost, ExecMsg, ExitKind, JobInfo, Result, Running, Start,
-    CHUNK, VERSION,
+    lock, now_ms, Arrival, ExecError, ExecHost, ExecMsg, ExitKind, JobInfo, PtyState, Result,
+    Running, Start, TermModes, Winsize, CHUNK, VERSION,
 };
 use pmig_proto::blocking::{Channel, Receiver, Sender};
 use pmig_proto::{service, Msg};
@@ -127,15 +127,15 @@ pub fn serve(host: &dyn ExecHost, ch: Channel<TcpStream>, body: &[u8]) {
     }
 }
 
-/// Signals the job's process group, or only its process when it does not lead a
-/// group of its own (a restored process may not).
-fn killpg(pgid: i32, sig: i32) {
+/// Signals the job's process group `pgid`, or only its process `pid` when `pid` is
+/// not in that group (a restored process may have joined another one).
+fn killpg(pid: i32, pgid: i32, sig: i32) {
     // SAFETY: getpgid and kill on a job process of this daemon.
     unsafe {
-        if libc::getpgid(pgid) == pgid {
+        if pgid > 0 && libc::getpgid(pid) == pgid {
             libc::kill(-pgid, sig);
         } else {
-            libc::kill(pgid, sig);
+            libc::kill(pid, sig);
         }
     }
 }
@@ -162,13 +162,13 @@ pub fn kill_here(host: &dyn ExecHost, job: &str, sig: i32, uid: u32) -> Result<b
 /// Delivers `sig` to the job's process group; a stopped job is continued after a
 /// signal that should end it, as a shell's `kill` does.
 fn deliver(r: &Running, sig: i32) {
-    killpg(r.pgid, sig);
+    killpg(r.info.pid, r.pgid, sig);
     let ends = matches!(
         sig,
         libc::SIGTERM | libc::SIGHUP | libc::SIGINT | libc::SIGQUIT | libc::SIGKILL
     );
     if sig == libc::SIGCONT || (ends && r.info.state == "stopped") {
-        killpg(r.pgid, libc::SIGCONT);
+        killpg(r.info.pid, r.pgid, libc::SIGCONT);
         kill(r.leader, libc::SIGCONT);
     }
 }
@@ -271,11 +271,15 @@ fn start_job(host: &dyn ExecHost, tx: Sender<TcpStream>, rx: Receiver<TcpStream>
     );
     // A home already gone is found out by the relay (its hangup ends the job).
     let _ = send(&mut tx, &ExecMsg::Started { pid: pgid });
+    let master = match &sp.io {
+        JobIo::Pty(m) => m.try_clone().ok().map(Arc::new),
+        JobIo::Pipes { .. } => None,
+    };
     let r = Running {
         info,
         pgid,
         leader,
-        tty: s.tty.is_some(),
+        master,
         ctl: JobCtl::new(tx),
     };
     relay_job(host, r, rx, sp.io, t0);
@@ -285,6 +289,7 @@ fn start_job(host: &dyn ExecHost, tx: Sender<TcpStream>, rx: Receiver<TcpStream>
 /// goes away (then hangs it up).
 fn relay_job(host: &dyn ExecHost, r: Running, mut rx: Receiver<TcpStream>, io: JobIo, t0: Instant) {
     let (job, home, leader, pgid) = (r.info.id.clone(), r.info.home.clone(), r.leader, r.pgid);
+    let pid = r.info.pid;
     let ctl = r.ctl.clone();
     lock(&host.exec().running).insert(job.clone(), r);
     let done = Arc::new(AtomicBool::new(false));
@@ -345,7 +350,7 @@ fn relay_job(host: &dyn ExecHost, r: Running, mut rx: Receiver<TcpStream>, io: J
     drop(out_done_tx);
     if !ok {
         tracing::warn!("job {job}: cannot set up its stdio; killing it");
-        killpg(pgid, libc::SIGKILL);
+        killpg(pid, pgid, libc::SIGKILL);
         kill(leader, libc::SIGKILL);
     }
     // Stdin writer: a job that does not read must not block signals and resizes.
@@ -443,7 +448,7 @@ fn relay_job(host: &dyn ExecHost, r: Running, mut rx: Receiver<TcpStream>, io: J
         }
         drop(in_tx);
         if let Some(e) = home_gone {
-            hang_up(&job, &home, pgid, leader, &done, &e);
+            hang_up(&job, &home, pid, pgid, leader, &done, &e);
         }
         waiter.join().ok()
     });
@@ -484,10 +489,18 @@ fn wait_job(leader: i32, tx: &Mutex<Sender<TcpStream>>, set_state: &dyn Fn(&str)
 }
 
 /// The home is gone: SIGHUP (as a hung-up terminal), SIGKILL after a grace.
-fn hang_up(job: &str, home: &str, pgid: i32, leader: i32, done: &AtomicBool, e: &ExecError) {
+fn hang_up(
+    job: &str,
+    home: &str,
+    pid: i32,
+    pgid: i32,
+    leader: i32,
+    done: &AtomicBool,
+    e: &ExecError,
+) {
     tracing::warn!("job {job}: lost its home {home} ({e}); hanging up");
-    killpg(pgid, libc::SIGHUP);
-    killpg(pgid, libc::SIGCONT);
+    killpg(pid, pgid, libc::SIGHUP);
+    killpg(pid, pgid, libc::SIGCONT);
     kill(leader, libc::SIGCONT);
     let deadline = Instant::now() + HANGUP_GRACE;
     while Instant::now() < deadline && !done.load(Ordering::SeqCst) {
@@ -495,7 +508,7 @@ fn hang_up(job: &str, home: &str, pgid: i32, leader: i32, done: &AtomicBool, e: 
     }
     if !done.load(Ordering::SeqCst) {
         tracing::warn!("job {job}: still there {HANGUP_GRACE:?} after SIGHUP; SIGKILL");
-        killpg(pgid, libc::SIGKILL);
+        killpg(pid, pgid, libc::SIGKILL);
         kill(leader, libc::SIGKILL);
     }
 }
@@ -505,10 +518,14 @@ fn hang_up(job: &str, home: &str, pgid: i32, leader: i32, done: &AtomicBool, e: 
 // node, which prepares pipes for its stdio and, once the migration committed,
 // reattaches it to its home.
 
-/// Stdio prepared for an arriving process: the process's ends (stdin read end, stdout
-/// and stderr write ends) for its restore, and ours.
-pub struct Prepared {
-    theirs: [OwnedFd; 3],
+/// Stdio prepared for an arriving process.
+pub enum Prepared {
+    /// The process's ends (stdin read end, stdout and stderr write ends) for its
+    /// restore.
+    Pipes { theirs: [OwnedFd; 3] },
+    /// A new pty: its slave for the restore; the restore runs in a new session on it
+    /// (`spawn::restore_in_session`), whose keeper reports its pid on `pid_wr`.
+    Pty { slave: OwnedFd, pid_wr: OwnedFd },
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -516,17 +533,142 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
         .map_err(|e| super::io_err("create a pipe")(e.into()))
 }
 
+fn fd_path(f: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()))
+}
+
 /// Destination of a migration: the paths the restore should connect fds 0-2 to, if
 /// the process from `peer` with pid `pid` is an announced job.
 pub fn stdio_for(host: &dyn ExecHost, peer: &str, pid: i32) -> Option<[PathBuf; 3]> {
     let t = lock(&host.exec().arriving);
-    let p = t.get(&(peer.to_string(), pid))?;
-    let me = std::process::id();
-    Some(
-        p.theirs
-            .each_ref()
-            .map(|f| PathBuf::from(format!("/proc/{me}/fd/{}", f.as_raw_fd()))),
-    )
+    match t.get(&(peer.to_string(), pid))? {
+        Prepared::Pipes { theirs } => Some(theirs.each_ref().map(fd_path)),
+        Prepared::Pty { slave, .. } => {
+            let p = fd_path(slave);
+            Some([p.clone(), p.clone(), p])
+        }
+    }
+}
+
+/// Destination of a migration: runs the restore of an announced job that had a pty
+/// inside a new session on its new pty.
+pub fn wrap_restore(host: &dyn ExecHost, peer: &str, pid: i32, cmd: &mut std::process::Command) {
+    let t = lock(&host.exec().arriving);
+    if let Some(Prepared::Pty { slave, pid_wr }) = t.get(&(peer.to_string(), pid)) {
+        spawn::restore_in_session(cmd, slave.as_raw_fd(), pid_wr.as_raw_fd());
+    }
+}
+
+/// Sets the size and modes of the pty whose slave is `slave`.
+fn set_pty(slave: &OwnedFd, st: &PtyState) {
+    let ws = libc::winsize {
+        ws_row: st.size.rows,
+        ws_col: st.size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ with a valid winsize on our pty slave.
+    unsafe { libc::ioctl(slave.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+    let Some(m) = &st.modes else { return };
+    let Ok(mut t) = nix::sys::termios::tcgetattr(slave) else {
+        return;
+    };
+    use nix::sys::termios::{ControlFlags, InputFlags, LocalFlags, OutputFlags};
+    t.input_flags = InputFlags::from_bits_truncate(m.iflag as _);
+    t.output_flags = OutputFlags::from_bits_truncate(m.oflag as _);
+    t.control_flags = ControlFlags::from_bits_truncate(m.cflag as _);
+    t.local_flags = LocalFlags::from_bits_truncate(m.lflag as _);
+    for (i, c) in m.cc.iter().enumerate().take(t.control_chars.len()) {
+        t.control_chars[i] = *c;
+    }
+    let _ = nix::sys::termios::tcsetattr(slave, nix::sys::termios::SetArg::TCSANOW, &t);
+}
+
+/// Size and modes of the pty whose master is `master`.
+fn pty_state(master: &OwnedFd) -> PtyState {
+    let mut ws = libc::winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCGWINSZ writes one winsize.
+    unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
+    // On Linux the master's TCGETS reports the slave's modes.
+    let modes = nix::sys::termios::tcgetattr(master)
+        .ok()
+        .map(|t| TermModes {
+            iflag: t.input_flags.bits() as u32,
+            oflag: t.output_flags.bits() as u32,
+            cflag: t.control_flags.bits() as u32,
+            lflag: t.local_flags.bits() as u32,
+            cc: t.control_chars.to_vec(),
+        });
+    PtyState {
+        size: Winsize {
+            rows: ws.ws_row,
+            cols: ws.ws_col,
+        },
+        modes,
+    }
+}
+
+/// What the new node keeps for itself of the prepared stdio.
+enum Ours {
+    Pipes([OwnedFd; 3]),
+    /// The pty master and the pipe on which the restore's keeper reports its pid.
+    Pty(OwnedFd, OwnedFd),
+}
+
+fn prepare(a: &Arrival) -> Result<(Prepared, Ours)> {
+    match &a.tty {
+        None => {
+            let (in_r, in_w) = pipe()?;
+            let (out_r, out_w) = pipe()?;
+            let (err_r, err_w) = pipe()?;
+            Ok((
+                Prepared::Pipes {
+                    theirs: [in_r, out_w, err_w],
+                },
+                Ours::Pipes([in_w, out_r, err_r]),
+            ))
+        }
+        Some(st) => {
+            let p =
+                nix::pty::openpty(None, None).map_err(|e| super::io_err("open a pty")(e.into()))?;
+            for f in [&p.master, &p.slave] {
+                // SAFETY: fcntl on a descriptor we own.
+                unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+            set_pty(&p.slave, st);
+            let (pid_rd, pid_wr) = pipe()?;
+            Ok((
+                Prepared::Pty {
+                    slave: p.slave,
+                    pid_wr,
+                },
+                Ours::Pty(p.master, pid_rd),
+            ))
+        }
+    }
+}
+
+/// Waits (bounded) for a keeper whose restore failed or whose process was killed.
+fn reap_keeper(host: &dyn ExecHost, k: i32) {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let pid = nix::unistd::Pid::from_raw(k);
+    for i in 0..200 {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {
+                if i == 100 {
+                    kill(k, libc::SIGKILL);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => break,
+        }
+    }
+    host.release(k);
 }
 
 /// The new node's side of `Arrival`.
@@ -538,13 +680,7 @@ fn arrive(
     a: Arrival,
 ) {
     let key = (peer.to_string(), a.pid);
-    let made = (|| -> Result<_> {
-        let (in_r, in_w) = pipe()?;
-        let (out_r, out_w) = pipe()?;
-        let (err_r, err_w) = pipe()?;
-        Ok(([in_r, out_w, err_w], [in_w, out_r, err_r]))
-    })();
-    let (theirs, ours) = match made {
+    let (prepared, ours) = match prepare(&a) {
         Ok(x) => x,
         Err(e) => {
             let _ = send(
@@ -556,37 +692,75 @@ fn arrive(
             return;
         }
     };
-    lock(&host.exec().arriving).insert(key.clone(), Prepared { theirs });
+    lock(&host.exec().arriving).insert(key.clone(), prepared);
+    // The restore's keeper (pty) reports its pid as soon as it exists; it is taken
+    // from the reaper at once (it becomes the daemon's child when the restore ends).
+    let keeper = match &ours {
+        Ours::Pty(_, pid_rd) => pid_rd.try_clone().ok().map(File::from),
+        Ours::Pipes(_) => None,
+    };
     tracing::info!(
-        "job {} (process {} of {peer}) announced; stdio prepared",
+        "job {} (process {} of {peer}) announced; {} prepared",
         a.job,
-        a.pid
+        a.pid,
+        if a.tty.is_some() { "a pty" } else { "pipes" }
     );
     let _ = send(&mut tx, &ExecMsg::Ready);
-    let m = recv(&mut rx);
-    // The restored process has its own copies of its ends by now (or there is none).
-    drop(lock(&host.exec().arriving).remove(&key));
+    let (m, k) = std::thread::scope(|sc| {
+        let kh = keeper.map(|mut f| {
+            sc.spawn(move || {
+                let mut b = [0u8; 4];
+                f.read_exact(&mut b).ok().map(|_| {
+                    let k = i32::from_ne_bytes(b);
+                    host.own(k);
+                    k
+                })
+            })
+        });
+        let m = recv(&mut rx);
+        // The restore is over: its descriptors are no longer needed here (and the
+        // keeper's pid pipe reaches EOF if no keeper was started).
+        drop(lock(&host.exec().arriving).remove(&key));
+        let k = kh.and_then(|h| h.join().ok().flatten());
+        (m, k)
+    });
     let new_pid = match m {
         Ok(ExecMsg::Commit { new_pid }) => new_pid,
-        Ok(other) => {
-            tracing::warn!("job {}: {peer} sent {other:?} instead of Commit", a.job);
-            return;
-        }
-        Err(e) => {
-            tracing::info!(
-                "job {}: the migration from {peer} did not complete ({e})",
-                a.job
-            );
+        other => {
+            match other {
+                Ok(o) => tracing::warn!("job {}: {peer} sent {o:?} instead of Commit", a.job),
+                Err(e) => tracing::info!(
+                    "job {}: the migration from {peer} did not complete ({e})",
+                    a.job
+                ),
+            }
+            if let Some(k) = k {
+                reap_keeper(host, k);
+            }
             return;
         }
     };
     let t0 = Instant::now();
-    host.own(new_pid);
-    let [in_w, out_r, err_r] = ours;
-    let io = JobIo::Pipes {
-        stdin: File::from(in_w),
-        stdout: File::from(out_r),
-        stderr: File::from(err_r),
+    let (leader, pgid, io, master) = match ours {
+        Ours::Pipes([in_w, out_r, err_r]) => {
+            host.own(new_pid);
+            (
+                new_pid,
+                new_pid,
+                JobIo::Pipes {
+                    stdin: File::from(in_w),
+                    stdout: File::from(out_r),
+                    stderr: File::from(err_r),
+                },
+                None,
+            )
+        }
+        Ours::Pty(master, _) => {
+            // SAFETY: getpgid on the restored process.
+            let pgid = unsafe { libc::getpgid(new_pid) };
+            let dup = master.try_clone().ok().map(Arc::new);
+            (k.unwrap_or(new_pid), pgid, JobIo::Pty(master), dup)
+        }
     };
     let mut history = a.history.clone();
     history.push(host.node().into());
@@ -612,9 +786,9 @@ fn arrive(
                     history,
                     started_ms: a.started_ms,
                 },
-                pgid: new_pid,
-                leader: new_pid,
-                tty: false,
+                pgid,
+                leader,
+                master,
                 ctl: JobCtl::new(htx),
             };
             relay_job(host, r, hrx, io, t0);
@@ -629,12 +803,13 @@ fn arrive(
             let done = AtomicBool::new(false);
             std::thread::scope(|sc| {
                 sc.spawn(|| {
-                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(new_pid), None);
+                    let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(leader), None);
                     done.store(true, Ordering::SeqCst);
                 });
-                hang_up(&a.job, &a.home, new_pid, new_pid, &done, &e);
+                hang_up(&a.job, &a.home, new_pid, pgid, leader, &done, &e);
             });
-            host.release(new_pid);
+            drop(io);
+            host.release(leader);
         }
     }
 }
@@ -655,11 +830,6 @@ pub fn depart(host: &dyn ExecHost, pid: i32, to: &str) -> Option<Result<Departur
         .find(|r| r.info.pid == pid)
         .cloned()?;
     let job = r.info.id.clone();
-    if r.tty {
-        return Some(Err(ExecError::Refused(format!(
-            "process {pid} is job {job}, which runs on a pty: moving a job with a terminal is not implemented yet"
-        ))));
-    }
     let a = Arrival {
         version: VERSION,
         job: job.clone(),
@@ -669,6 +839,7 @@ pub fn depart(host: &dyn ExecHost, pid: i32, to: &str) -> Option<Result<Departur
         history: r.info.history.clone(),
         started_ms: r.info.started_ms,
         pid,
+        tty: r.master.as_deref().map(pty_state),
     };
     let res = (|| -> Result<Channel<TcpStream>> {
         let mut ch = pmig_proto::blocking::connect(to, host.cluster_key(), &host.proto_config())?;

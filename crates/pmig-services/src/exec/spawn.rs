@@ -222,18 +222,7 @@ unsafe fn keeper(cmd: i32, pid_wr: i32) -> ! {
     libc::write(pid_wr, b.as_ptr().cast(), 4);
     // Nothing of the daemon's stays open here (std's exec-error pipe included).
     libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-    for s in [
-        libc::SIGHUP,
-        libc::SIGINT,
-        libc::SIGQUIT,
-        libc::SIGTERM,
-        libc::SIGTSTP,
-        libc::SIGTTIN,
-        libc::SIGTTOU,
-        libc::SIGPIPE,
-    ] {
-        libc::signal(s, libc::SIG_IGN);
-    }
+    ignore_job_control_signals();
     loop {
         let mut st = 0;
         let r = libc::waitpid(cmd, &mut st, libc::WUNTRACED);
@@ -246,22 +235,185 @@ unsafe fn keeper(cmd: i32, pid_wr: i32) -> ! {
         if libc::WIFSTOPPED(st) {
             // Mirror the stop; the daemon continues us (and the command) with SIGCONT.
             libc::kill(libc::getpid(), libc::SIGSTOP);
-        } else if libc::WIFEXITED(st) {
-            libc::_exit(libc::WEXITSTATUS(st));
-        } else if libc::WIFSIGNALED(st) {
-            let sig = libc::WTERMSIG(st);
-            let no_core = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-            libc::signal(sig, libc::SIG_DFL);
+        } else if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+            mirror_end(st);
+        }
+    }
+}
+
+/// Makes `cmd` (the destination's `pmig restore` of a job that had a pty) run inside
+/// a new session on the new pty, under a session keeper that adopts the restored
+/// process:
+///
+/// * the spawned process **P** (which the strategies wait for and whose stdout they
+///   read) forks the keeper **K**, then waits for the restore's exit status from K
+///   (on a pipe only K writes to: if K dies, P reads EOF) and ends with it;
+/// * **K** makes a new session with `slave` as its controlling terminal, becomes a
+///   child subreaper, reports its pid (`pid_wr`), and forks **R**, which puts itself in
+///   a process group of its own, makes it the terminal's foreground group and execs
+///   `pmig restore`. The restored process is created in R's session and group; when R
+///   exits (`--detach`) it becomes K's child, and K mirrors its stops and its end as
+///   the keeper of [`spawn`] does. R's group has its parent K in the same session, so
+///   it is not orphaned and Ctrl-Z works.
+pub(crate) fn restore_in_session(cmd: &mut Command, slave: i32, pid_wr: i32) {
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls on integers.
+    unsafe {
+        cmd.pre_exec(move || restore_setup(slave, pid_wr));
+    }
+}
+
+/// Closes every descriptor but `keep`.
+///
+/// # Safety
+/// Only in a forked child that owns nothing else.
+unsafe fn close_all_but(keep: i32) {
+    if keep > 0 {
+        libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
+    }
+    libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+}
+
+fn restore_setup(slave: i32, pid_wr: i32) -> std::io::Result<()> {
+    // SAFETY: plain system calls in the forked child (see `restore_in_session`).
+    unsafe {
+        let mut st = [0i32; 2];
+        if libc::pipe2(st.as_mut_ptr(), libc::O_CLOEXEC) < 0 {
+            return Err(last_err());
+        }
+        let (status_rd, status_wr) = (st[0], st[1]);
+        let k = libc::fork();
+        if k < 0 {
+            return Err(last_err());
+        }
+        if k > 0 {
+            // P: end with the restore's status.
+            close_all_but(status_rd);
+            let mut b = [0u8; 4];
+            let mut got = 0usize;
+            while got < 4 {
+                let n = libc::read(status_rd, b.as_mut_ptr().add(got).cast(), 4 - got);
+                if n > 0 {
+                    got += n as usize;
+                } else if n < 0 && *libc::__errno_location() == libc::EINTR {
+                    continue;
+                } else {
+                    libc::_exit(1);
+                }
+            }
+            libc::_exit(i32::from_ne_bytes(b));
+        }
+        // K: the session keeper.
+        if libc::setsid() < 0 || libc::ioctl(slave, libc::TIOCSCTTY, 0) < 0 {
+            libc::_exit(1);
+        }
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        let me = libc::getpid().to_ne_bytes();
+        libc::write(pid_wr, me.as_ptr().cast(), 4);
+        let r = libc::fork();
+        if r < 0 {
+            libc::_exit(1);
+        }
+        if r == 0 {
+            // R: `pmig restore`, in the terminal's foreground group.
+            libc::setpgid(0, 0);
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, sig);
+            libc::sigaddset(&mut set, libc::SIGTTOU);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::tcsetpgrp(slave, libc::getpid());
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::kill(libc::getpid(), sig);
-            libc::_exit(128 + sig);
+            return Ok(());
+        }
+        libc::setpgid(r, r);
+        close_all_but(status_wr);
+        ignore_job_control_signals();
+        restore_keeper(r, status_wr)
+    }
+}
+
+/// # Safety
+/// Only in a forked child.
+unsafe fn ignore_job_control_signals() {
+    for s in [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGTSTP,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+        libc::SIGPIPE,
+    ] {
+        libc::signal(s, libc::SIG_IGN);
+    }
+}
+
+/// Ends the calling process the way a child ended (exit code, or the same signal
+/// without a core file).
+///
+/// # Safety
+/// Only in a forked child.
+unsafe fn mirror_end(st: i32) -> ! {
+    if libc::WIFEXITED(st) {
+        libc::_exit(libc::WEXITSTATUS(st));
+    }
+    let sig = libc::WTERMSIG(st);
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+    libc::signal(sig, libc::SIG_DFL);
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    libc::sigaddset(&mut set, sig);
+    libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    libc::kill(libc::getpid(), sig);
+    libc::_exit(128 + sig)
+}
+
+/// The keeper of a restored job: reports R's status to P, then mirrors the adopted
+/// job process.
+///
+/// # Safety
+/// Only in the forked child of [`restore_setup`].
+unsafe fn restore_keeper(r: i32, status_wr: i32) -> ! {
+    let mut status_wr = status_wr;
+    loop {
+        let mut st = 0;
+        let pid = libc::waitpid(-1, &mut st, libc::WUNTRACED);
+        if pid < 0 {
+            if *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            // No child left: the restore made no process, or it is gone.
+            libc::_exit(255);
+        }
+        if pid == r {
+            if libc::WIFSTOPPED(st) {
+                continue;
+            }
+            let code = if libc::WIFEXITED(st) {
+                libc::WEXITSTATUS(st)
+            } else {
+                128 + libc::WTERMSIG(st)
+            };
+            if status_wr >= 0 {
+                let b = code.to_ne_bytes();
+                libc::write(status_wr, b.as_ptr().cast(), 4);
+                libc::close(status_wr);
+                status_wr = -1;
+            }
+            if code != 0 {
+                libc::_exit(code);
+            }
+            continue;
+        }
+        if libc::WIFSTOPPED(st) {
+            libc::kill(libc::getpid(), libc::SIGSTOP);
+        } else if libc::WIFEXITED(st) || libc::WIFSIGNALED(st) {
+            mirror_end(st);
         }
     }
 }
