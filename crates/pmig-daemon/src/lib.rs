@@ -496,18 +496,6 @@ fn migrate(
             );
         }
     };
-    // Strategies whose residual work lasts as long as the process
-    // (demand-paging) report at the handover; the user's command returns
-    // then and the daemon carries on.
-    let mut handed_over = |o: &pmig_strategies::Outcome| {
-        send_event(
-            s,
-            &Event::Done {
-                outcome: Box::new(o.clone()),
-            },
-        );
-        let _ = s.shutdown(std::net::Shutdown::Both);
-    };
     // A job of the exec service: its stdio is prepared on the destination and it
     // stays attached to its home.
     let departure = match pmig_services::exec::remote::depart(node, m.pid, &m.to) {
@@ -521,8 +509,24 @@ fn migrate(
             return Err(e.to_string());
         }
     };
+    let departure = Mutex::new(departure);
+    // Strategies whose residual work lasts as long as the process
+    // (demand-paging) report at the handover; the user's command returns
+    // then and the daemon carries on. A job's new node takes it over then too.
+    let mut handed_over = |o: &pmig_strategies::Outcome| {
+        if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            d.finish(Some(o.new_pid));
+        }
+        send_event(
+            s,
+            &Event::Done {
+                outcome: Box::new(o.clone()),
+            },
+        );
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    };
     let r = pmig_strategies::migrate_with(node, &req, &mut progress, &mut handed_over);
-    if let Some(d) = departure {
+    if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         d.finish(r.as_ref().ok().map(|o| o.new_pid));
     }
     node.busy

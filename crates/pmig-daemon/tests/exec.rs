@@ -514,12 +514,18 @@ impl Env {
     /// `pmig migrate` of `pid` from `from` to `to` (stop-copy); the error text if it
     /// failed.
     fn migrate(&self, from: &str, pid: i32, to: &str) -> Result<(), String> {
+        self.migrate_with(from, pid, to, "stop-copy")
+    }
+
+    fn migrate_with(&self, from: &str, pid: i32, to: &str, strategy: &str) -> Result<(), String> {
         let o = self
             .pmig(
                 from,
                 &[
                     "migrate",
                     "--json",
+                    "--strategy",
+                    strategy,
                     "--pid",
                     &pid.to_string(),
                     "--to",
@@ -573,11 +579,16 @@ fn a_job_keeps_its_home_through_migrations() {
     out.wait_for("one\n", 1);
     let job = env.job("n3", &["cat"]);
     let id = job["id"].as_str().unwrap().to_string();
-    // n2 → n3 → n1 (back to the home node itself): input and output follow.
+    // n2 → n3 → n1 (back to the home node itself): input and output follow. The
+    // second move takes a process that still owes pages to demand-paging (the
+    // destination daemon then traces it itself to finish the fetch).
     let mut pid = job["pid"].as_i64().unwrap() as i32;
-    for (from, to, line) in [("n2", "n3", "two\n"), ("n3", "n1", "three\n")] {
+    for (from, to, line, strategy) in [
+        ("n2", "n3", "two\n", "demand-paging"),
+        ("n3", "n1", "three\n", "post-copy"),
+    ] {
         env.pids.push(pid);
-        env.migrate(from, pid, to)
+        env.migrate_with(from, pid, to, strategy)
             .unwrap_or_else(|e| panic!("{from} → {to}: {e}"));
         let j = env.job_on(&id, to);
         assert!(!alive(pid) || pid == j["pid"].as_i64().unwrap() as i32);
@@ -639,18 +650,56 @@ fn a_job_keeps_its_home_through_migrations() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // A job on a pty cannot move yet: refused with one line, and it runs on.
-    let (master, cmd) = on_pty(env.pmig("n1", &["run", "--on", "n2", "--", "cat"]), 24, 80);
+    // A job on a pty moves too: a new pty of the same size on the new node; typing,
+    // Ctrl-Z then `fg`, and Ctrl-C work there as before.
+    let (master, cmd) = on_pty(env.pmig("n1", &["run", "--on", "n2", "--", "cat"]), 27, 99);
     let mut c = env.spawn(cmd);
+    let run_pid = c.id() as i32;
     let mut w = std::fs::File::from(master.try_clone().unwrap());
     let out = Output::collect(std::fs::File::from(master.try_clone().unwrap()));
+    w.write_all(b"before\r").unwrap();
+    out.wait_for("before", 2);
     let job = env.job("n1", &["cat"]);
-    let e = env
-        .migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3")
-        .unwrap_err();
-    assert!(e.contains("pty") && e.trim().lines().count() == 1, "{e}");
-    w.write_all(b"still\r").unwrap();
-    out.wait_for("still", 2);
-    w.write_all(b"\x04").unwrap(); // ^D: EOF for cat
-    assert_eq!(wait_exit(&mut c, "pmig run cat").code(), Some(0));
+    let id = job["id"].as_str().unwrap().to_string();
+    env.migrate("n2", job["pid"].as_i64().unwrap() as i32, "n3")
+        .unwrap();
+    let j = env.job_on(&id, "n3");
+    let npid = j["pid"].as_i64().unwrap() as i32;
+    env.pids.push(npid);
+    assert_eq!(j["history"], serde_json::json!(["n2", "n3"]), "{j}");
+    // Its controlling terminal there has the old one's size.
+    let size = env
+        .c()
+        .command("n3", "stty")
+        .unwrap()
+        .args(["-F", &format!("/proc/{npid}/fd/0"), "size"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&size.stdout).trim(), "27 99");
+    w.write_all(b"after\r").unwrap();
+    out.wait_for("after", 2);
+    w.write_all(b"\x1a").unwrap(); // ^Z
+    let end = Instant::now() + WAIT;
+    while proc_state(run_pid) != Some('T') || proc_state(npid) != Some('T') {
+        assert!(
+            Instant::now() < end,
+            "after ^Z: pmig run {:?}, moved cat {:?}",
+            proc_state(run_pid),
+            proc_state(npid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: continuing the pmig run we started (what `fg` does).
+    unsafe { libc::kill(run_pid, libc::SIGCONT) };
+    w.write_all(b"again\r").unwrap();
+    out.wait_for("again", 2);
+    w.write_all(b"\x03").unwrap(); // ^C
+    let st = wait_exit(&mut c, "pmig run cat");
+    assert_eq!(
+        st.code(),
+        Some(128 + libc::SIGINT),
+        "{st:?}: {:?}",
+        out.text()
+    );
+    assert!(!alive(npid));
 }

@@ -11,7 +11,7 @@ use pmig_proto::{service, Msg};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -462,28 +462,72 @@ fn relay_job(host: &dyn ExecHost, r: Running, mut rx: Receiver<TcpStream>, io: J
     }
 }
 
+/// How often the waiter looks at the job's state (for stops and continues).
+const STATE_POLL_MS: i32 = 50;
+
+/// The scheduling state letter of `pid` (`/proc/PID/stat`), if it exists.
+fn proc_state(pid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
+}
+
 /// Waits for the job's leader; reports stops and continues; returns how it ended.
+///
+/// It never blocks in `waitpid`: the daemon may itself be tracing the process
+/// (demand-paging's last fetch runs in a daemon thread), and a `waitpid` from any
+/// thread of the tracer takes that thread's ptrace stops. The exit is seen on a
+/// pidfd, then reaped; stops and continues are read from `/proc/PID/stat` (`T`, not
+/// the tracing stop `t`).
 fn wait_job(leader: i32, tx: &Mutex<Sender<TcpStream>>, set_state: &dyn Fn(&str)) -> ExitKind {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    use nix::sys::wait::{waitpid, WaitStatus};
     let pid = nix::unistd::Pid::from_raw(leader);
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, leader, 0) };
+    // SAFETY: a new descriptor nobody else owns (checked for failure first).
+    let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) });
+    let mut stopped = false;
     loop {
-        match waitpid(pid, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED)) {
-            Ok(WaitStatus::Exited(_, c)) => return ExitKind::Code(c),
-            Ok(WaitStatus::Signaled(_, s, _)) => return ExitKind::Signal(s as i32),
-            Ok(WaitStatus::Stopped(_, s)) => {
+        let exited = match &pidfd {
+            Some(f) => {
+                let mut p = libc::pollfd {
+                    fd: f.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: polling one descriptor we own.
+                unsafe { libc::poll(&mut p, 1, STATE_POLL_MS) > 0 && p.revents != 0 }
+            }
+            None => true,
+        };
+        if exited {
+            loop {
+                match waitpid(pid, None) {
+                    Ok(WaitStatus::Exited(_, c)) => return ExitKind::Code(c),
+                    Ok(WaitStatus::Signaled(_, s, _)) => return ExitKind::Signal(s as i32),
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => {
+                        tracing::warn!("waiting for job process {leader}: {e}");
+                        return ExitKind::Code(255);
+                    }
+                }
+            }
+        }
+        let now = proc_state(leader) == Some('T');
+        if now != stopped {
+            stopped = now;
+            let m = if now {
                 set_state("stopped");
-                let _ = send(&mut lock(tx), &ExecMsg::Stopped { signal: s as i32 });
-            }
-            Ok(WaitStatus::Continued(_)) => {
+                ExecMsg::Stopped { signal: 0 }
+            } else {
                 set_state("running");
-                let _ = send(&mut lock(tx), &ExecMsg::Continued);
-            }
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => {
-                tracing::warn!("waiting for job process {leader}: {e}");
-                return ExitKind::Code(255);
-            }
+                ExecMsg::Continued
+            };
+            let _ = send(&mut lock(tx), &m);
         }
     }
 }
@@ -598,10 +642,10 @@ fn pty_state(master: &OwnedFd) -> PtyState {
     let modes = nix::sys::termios::tcgetattr(master)
         .ok()
         .map(|t| TermModes {
-            iflag: t.input_flags.bits() as u32,
-            oflag: t.output_flags.bits() as u32,
-            cflag: t.control_flags.bits() as u32,
-            lflag: t.local_flags.bits() as u32,
+            iflag: t.input_flags.bits(),
+            oflag: t.output_flags.bits(),
+            cflag: t.control_flags.bits(),
+            lflag: t.local_flags.bits(),
             cc: t.control_chars.to_vec(),
         });
     PtyState {
