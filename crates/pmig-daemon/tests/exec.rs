@@ -490,6 +490,24 @@ fn ps_and_kill_across_nodes_and_uids() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("no job"), "{e}");
 
+    // A node whose daemon is gone is named, the others still listed.
+    let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sleep", "995"]);
+    cmd.stdin(Stdio::null());
+    let mut c = env.spawn(cmd);
+    env.job("n1", &["sleep", "995"]);
+    let d3 = env.c().node("n3").unwrap().daemon_pid.unwrap();
+    // SAFETY: killing the daemon of this test's own cluster.
+    unsafe { libc::kill(d3, libc::SIGKILL) };
+    let ps = env.ps("n1");
+    let unreachable = ps["unreachable"].as_array().unwrap();
+    assert!(
+        unreachable.len() == 1 && unreachable[0].as_str().unwrap().starts_with("n3"),
+        "{ps}"
+    );
+    assert_eq!(ps["jobs"].as_array().unwrap().len(), 1, "{ps}");
+    c.kill().unwrap();
+    let _ = c.wait();
+
     // A non-root caller's job runs with the caller's credentials, not the daemon's.
     let o = env
         .c()
