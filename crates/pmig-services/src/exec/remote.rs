@@ -79,7 +79,8 @@ pub fn serve(host: &dyn ExecHost, ch: Channel<TcpStream>, body: &[u8]) {
         | ExecMsg::Reattach { version, .. } => *version,
         ExecMsg::Arrival(a) => a.version,
         other => {
-            let text = format!("an exec connection cannot start with {other:?}");
+            let what: String = format!("{other:?}").chars().take(40).collect();
+            let text = format!("an exec connection cannot start with {what}");
             let _ = send(&mut tx, &ExecMsg::Refused { text });
             return;
         }
