@@ -391,7 +391,10 @@ fn sigterm_reaches_the_job_and_sigkill_of_the_home_ends_it() {
     let mut env = Env::up("c");
     let script = "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.05; done";
     let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sh", "-c", script]);
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+    // (stderr: the shell's note about its killed `sleep`)
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
     let mut c = env.spawn(cmd);
     let out = Output::collect(c.stdout.take().unwrap());
     out.wait_for("ready", 1);
