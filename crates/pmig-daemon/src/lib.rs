@@ -23,13 +23,14 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use pmig_proto::blocking::Channel;
 use pmig_proto::{code, ClusterKey, Msg, ProtoError};
 use pmig_strategies::{Hooks, Host, Progress, StrategyKind};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -72,6 +73,10 @@ impl Config {
     }
 }
 
+/// A migration waiting for its destination's `Resume`: the destination node
+/// and where to hand the new connection.
+type Waiting = (String, SyncSender<Channel<TcpStream>>);
+
 /// The daemon's shared state; implements [`Host`] for the strategies.
 pub struct Node {
     cfg: Config,
@@ -82,6 +87,10 @@ pub struct Node {
     helpers: Mutex<HashSet<i32>>,
     /// Pids being migrated from this node right now.
     busy: Mutex<HashSet<i32>>,
+    /// Post-copy migrations from this node whose destination vanished,
+    /// waiting for its restarted daemon (`Resume`): id -> (destination node,
+    /// where to hand the new connection).
+    resumable: Mutex<HashMap<u64, Waiting>>,
 }
 
 impl Host for Node {
@@ -116,6 +125,26 @@ impl Host for Node {
     }
     fn hooks(&self) -> Hooks {
         read_hooks(&self.cfg.state_dir)
+    }
+    fn peer_addr(&self, name: &str) -> Option<String> {
+        self.cfg
+            .peers
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.addr.clone())
+    }
+    fn await_resume(&self, id: u64, peer: &str, within: Duration) -> Option<Channel<TcpStream>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.resumable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (peer.to_string(), tx));
+        let r = rx.recv_timeout(within).ok();
+        self.resumable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        r
     }
 }
 
@@ -175,6 +204,7 @@ pub fn run(cfg: Config) -> Result<()> {
         key,
         helpers: Mutex::new(HashSet::new()),
         busy: Mutex::new(HashSet::new()),
+        resumable: Mutex::new(HashMap::new()),
     });
     tracing::info!(
         "pmig daemon {} (pid {}) listening on {} and @{}; state in {}",
@@ -190,6 +220,21 @@ pub fn run(cfg: Config) -> Result<()> {
             .name("reaper".into())
             .spawn(move || reaper(&n))
             .map_err(io_err("start the reaper thread"))?;
+    }
+    for (rec, act) in pmig_strategies::takeover::pending(node.as_ref()) {
+        let n = node.clone();
+        let (id, src) = (rec.id, rec.source_node.clone());
+        tracing::info!(
+            "taking over migration {id} from {src} (process {})",
+            rec.pid
+        );
+        std::thread::Builder::new()
+            .name(format!("takeover-{id}"))
+            .spawn(move || match pmig_strategies::takeover::resume(n.as_ref(), rec, act) {
+                Ok(pid) => tracing::info!("migration {id} from {src} done after the takeover: process runs here as pid {pid}"),
+                Err(e) => tracing::error!("takeover of migration {id} from {src} failed: {e}"),
+            })
+            .map_err(io_err("start a takeover thread"))?;
     }
     {
         let n = node.clone();
@@ -257,6 +302,38 @@ fn serve_peer(node: &Node, s: TcpStream) {
             }
             Ok((Msg::Service { service }, body, att)) => {
                 services::serve(node, ch, service, &body[att..]);
+                return;
+            }
+            Ok((Msg::Resume { id, pid }, _, _)) => {
+                let waiting = node
+                    .resumable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                match waiting {
+                    Some((dest, tx)) if dest == peer => {
+                        tracing::info!("{peer} resumes migration {id} (process {pid} there)");
+                        let _ = tx.send(ch);
+                    }
+                    other => {
+                        if let Some(w) = other {
+                            // Not the node the migration went to: keep waiting.
+                            node.resumable
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(id, w);
+                        }
+                        tracing::warn!(
+                            "{peer} asked to resume migration {id}, which is not waiting for it"
+                        );
+                        let _ = ch.send(&Msg::Error {
+                            code: code::REFUSED,
+                            text: format!(
+                                "no migration {id} to {peer} is waiting to be resumed here"
+                            ),
+                        });
+                    }
+                }
                 return;
             }
             Ok((Msg::MigrateOffer(offer), _, _)) => {

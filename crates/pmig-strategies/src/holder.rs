@@ -211,11 +211,25 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode) -> i32 {
         }
     };
     say(&HolderMsg::Captured(c));
-    let mut line = String::new();
-    let cmd = match std::io::stdin().lock().read_line(&mut line) {
-        Ok(_) => line.trim().to_string(),
-        Err(_) => String::new(),
-    };
+    // `handover`: the destination runs the process now, so if the daemon
+    // vanishes (end of input) the original must not run again next to it.
+    let mut handed_over = false;
+    let mut cmd = String::new();
+    for _ in 0..16 {
+        let mut line = String::new();
+        cmd = match std::io::stdin().lock().read_line(&mut line) {
+            Ok(_) => line.trim().to_string(),
+            Err(_) => String::new(),
+        };
+        if cmd != "handover" {
+            break;
+        }
+        handed_over = true;
+    }
+    if cmd.is_empty() && handed_over {
+        tracing::error!("holder of {pid}: the daemon vanished after the handover; killing the original, which runs elsewhere");
+        cmd = "kill".into();
+    }
     if cmd == "kill" {
         match kill_and_reap(frozen) {
             Ok(()) => {
@@ -253,6 +267,8 @@ pub struct Holder<'h> {
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     pub captured: Captured,
+    /// The destination runs the process (see [`Holder::handed_over`]).
+    handed: bool,
 }
 
 impl<'h> Holder<'h> {
@@ -292,6 +308,7 @@ impl<'h> Holder<'h> {
             child: Some(child),
             stdin,
             stdout,
+            handed: false,
             captured: Captured {
                 frozen_ns: 0,
                 captured_ns: 0,
@@ -362,6 +379,17 @@ impl<'h> Holder<'h> {
         }
     }
 
+    /// The destination runs the process: from now on the original must never
+    /// run again, even if this daemon dies (the holder then kills it).
+    pub fn handed_over(&mut self) {
+        if let Some(s) = self.stdin.as_mut() {
+            if let Err(e) = s.write_all(b"handover\n") {
+                tracing::warn!("tell the holder of {} about the handover: {e}", self.pid);
+            }
+        }
+        self.handed = true;
+    }
+
     /// The destination runs the process: kill the frozen original.
     pub fn kill(mut self) -> Result<()> {
         self.command("kill")
@@ -376,7 +404,8 @@ impl<'h> Holder<'h> {
 impl Drop for Holder<'_> {
     fn drop(&mut self) {
         if self.child.is_some() {
-            if let Err(e) = self.command("resume") {
+            let cmd = if self.handed { "kill" } else { "resume" };
+            if let Err(e) = self.command(cmd) {
                 tracing::error!("{e}");
             }
         }
