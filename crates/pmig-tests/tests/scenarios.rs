@@ -565,6 +565,15 @@ mod session {
             )
         }
 
+        /// No echo, no output processing (as the scenario sets its own).
+        fn quiet(&self) {
+            use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, OutputFlags, SetArg};
+            let mut t = tcgetattr(&self.master).expect("tcgetattr on the master");
+            t.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHOCTL);
+            t.output_flags.remove(OutputFlags::OPOST);
+            tcsetattr(&self.master, SetArg::TCSANOW, &t).expect("tcsetattr on the master");
+        }
+
         fn send(&mut self, bytes: &[u8]) {
             self.master
                 .write_all(bytes)
@@ -814,6 +823,125 @@ mod session {
             Some(0),
             "pmig restore: {st:?}; stderr:\n{}",
             r.stderr()
+        );
+    }
+
+    /// The original pid is taken (the original still runs on its own pty):
+    /// the copy leads a session under its new pid, on a new pty, and Ctrl-C
+    /// there reaches the copy only.
+    #[test]
+    fn pid_taken() {
+        let d = Dirs::new("session-pid");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        let pid = job.0.id() as i32;
+        dump_ok(pid, &d.path("img"), true);
+
+        let mut b = Pty::open();
+        let mut r = restore(
+            "session (restore, pid taken)",
+            &d.path("img"),
+            &d.path("pid"),
+            Some(b.path()),
+            d.tmp.path(),
+        );
+        let rpid = session_json(&mut r, Some(b.path()));
+        guard.track_pid(rpid);
+        b.slave = None;
+        assert_ne!(rpid, pid, "the original still holds pid {pid}");
+        b.check_and_interrupt(1, "copy");
+        a.send(b"sigints\n");
+        a.expect("SIGINTS 0", "original, after Ctrl-C on the copy's terminal");
+        a.check_and_interrupt(1, "original");
+        b.send(b"quit\n");
+        a.send(b"quit\n");
+        let st = r.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st.code(),
+            Some(0),
+            "pmig restore: {st:?}; stderr:\n{}",
+            r.stderr()
+        );
+        let st = wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after quit");
+        assert_eq!(st.code(), Some(0), "original: {st:?}");
+    }
+
+    /// pmig restore's own controlling terminal is never taken from it: the
+    /// process is restored without one, and the note says why.
+    #[test]
+    fn restorer_own_terminal_is_not_taken() {
+        let d = Dirs::new("session-own");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        let pid = job.0.id() as i32;
+        dump_ok(pid, &d.path("img"), false);
+        wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after dump");
+
+        // pmig restore leads a session with pty `b` as its controlling
+        // terminal and stdio; the restored process inherits those fds.
+        let mut b = Pty::open();
+        b.quiet();
+        let mut cmd = Command::new(pmig_bin());
+        cmd.args(["restore", "--json", "--dir"])
+            .arg(d.path("img"))
+            .current_dir(d.tmp.path())
+            .stdin(b.stdio())
+            .stdout(b.stdio())
+            .stderr(b.stdio());
+        only_stdio(&mut cmd);
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut r = Job(cmd.spawn().expect("start pmig restore"));
+        b.slave = None;
+        let mut json = String::new();
+        let mut note = String::new();
+        for _ in 0..2 {
+            let l = b.line(PMIG_TIMEOUT, "pmig restore's output");
+            if l.starts_with('{') {
+                json = l;
+            } else {
+                note = l;
+            }
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{json:?}: {e}"));
+        let rpid = v["pid"].as_i64().unwrap() as i32;
+        guard.track_pid(rpid);
+        assert_eq!(v["session"]["session_leader"], true, "{json}");
+        assert!(v["session"]["ctty"].is_null(), "{json}");
+        assert!(
+            note.contains("without a controlling terminal")
+                && note.contains("own controlling terminal"),
+            "pmig restore should say why: {note:?}"
+        );
+        // Its fds are still the terminal, which stays pmig restore's.
+        b.send(b"sigints\n");
+        b.expect("SIGINTS 0", "restored");
+        b.send(b"check\n");
+        let l = b.line(PMIG_TIMEOUT, "check");
+        assert!(
+            l.starts_with("FAIL session: fd 0 is not the controlling terminal"),
+            "restored on pmig restore's terminal: {l:?}"
+        );
+        b.send(b"quit\n");
+        let st = wait_timeout(&mut r.0, EXIT_TIMEOUT).expect("pmig restore exits");
+        assert_eq!(
+            st.code(),
+            Some(1),
+            "the scenario exits 1 after a failed check: {st:?}"
         );
     }
 
