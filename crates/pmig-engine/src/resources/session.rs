@@ -263,7 +263,8 @@ impl Resource for Session {
         // The terminal may turn out to be another session's controlling
         // terminal (which preflight cannot see): then these calls fail, the
         // process goes on without one, and the report says so (see
-        // `report`), as for a restore without a terminal.
+        // `report`), as for a restore without a terminal. The modes are
+        // still set on it: the user named it as the process's terminal.
         b.syscall(
             0,
             libc::SYS_ioctl,
