@@ -139,6 +139,9 @@ pub struct ClusterOpts {
     pub port: u16,
     /// How long to wait for each daemon to listen.
     pub daemon_timeout: Duration,
+    /// Extra daemon arguments (after `--load-source netns`, which every daemon of
+    /// a local cluster gets: its nodes share one kernel's load average).
+    pub daemon_args: Vec<String>,
 }
 
 impl ClusterOpts {
@@ -153,6 +156,7 @@ impl ClusterOpts {
             daemon_bin: None,
             port: DEFAULT_PORT,
             daemon_timeout: Duration::from_secs(10),
+            daemon_args: Vec::new(),
         }
     }
 }
@@ -477,7 +481,7 @@ impl Cluster {
         write_state(&self.state)?;
         match &opts.daemon_bin {
             Some(bin) if daemon_supported(bin) => {
-                self.start_daemons(bin, opts.daemon_timeout)?;
+                self.start_daemons(bin, opts.daemon_timeout, &opts.daemon_args)?;
                 self.state.daemons_started = true;
             }
             Some(bin) => self.state.notes.push(format!(
@@ -492,7 +496,7 @@ impl Cluster {
         write_state(&self.state)
     }
 
-    fn start_daemons(&mut self, bin: &Path, timeout: Duration) -> Result<()> {
+    fn start_daemons(&mut self, bin: &Path, timeout: Duration, extra: &[String]) -> Result<()> {
         let peers: Vec<String> = self
             .state
             .nodes
@@ -523,6 +527,8 @@ impl Cluster {
                 .arg("--state-dir")
                 .arg(&n.dir)
                 .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
+                .args(["--load-source", "netns"])
+                .args(extra)
                 .stdin(Stdio::null())
                 .stdout(log)
                 .stderr(log2)

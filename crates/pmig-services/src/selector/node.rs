@@ -132,6 +132,7 @@ pub struct Selector {
     next_id: AtomicU64,
     handler: RwLock<Arc<dyn EvictionHandler>>,
     wake: (Mutex<bool>, Condvar),
+    started: Instant,
 }
 
 impl Selector {
@@ -160,6 +161,7 @@ impl Selector {
             next_id: AtomicU64::new(1),
             handler: RwLock::new(Arc::new(LogEvictions::default())),
             wake: (Mutex::new(false), Condvar::new()),
+            started: Instant::now(),
         })
     }
 
@@ -303,7 +305,10 @@ impl Selector {
         if label.is_some() {
             let n = lock(&self.table).remove_client(id);
             if n > 0 {
-                tracing::info!("selector: client {label:?} from {peer} gone; {n} allocations returned");
+                tracing::info!(
+                    "selector: client {} from {peer} gone; {n} allocations returned",
+                    label.as_deref().unwrap_or("?")
+                );
             }
         }
     }
@@ -458,7 +463,10 @@ impl Selector {
             node: self.me.name.clone(),
         });
         self.wake();
-        format!("{}: owner active; foreign processes evicted", self.me.name)
+        format!(
+            "{}: owner active; not idle for the owner threshold; eviction of foreign processes triggered",
+            self.me.name
+        )
     }
 
     /// Evicts this node's foreign processes.
@@ -605,7 +613,11 @@ impl Selector {
         };
         for p in &self.peers {
             if p.name == self.me.name {
-                self.become_serving("no peer before it in --peer order answers");
+                // Right after start, earlier daemons of a cluster being started
+                // may not listen yet: give them two intervals before serving.
+                if self.started.elapsed() >= self.interval * 2 {
+                    self.become_serving("no peer before it in --peer order answers");
+                }
                 return None;
             }
             match self.connect(p, me.clone()) {
@@ -727,6 +739,8 @@ impl Selector {
         if !write_json(&w, &SelMsg::Welcome { selector: sel }) {
             return;
         }
+        // A session may stay quiet for hours.
+        let _ = ch.stream().set_read_timeout(None);
         let (tx, rx) = ch.split();
         let st = Arc::new(Proxy {
             tx: Mutex::new(Some(tx)),
@@ -872,6 +886,9 @@ impl Selector {
                         return;
                     }
                     tracing::info!("hosts session: selector connection lost; reconnecting");
+                    if let Some(tx) = lock(&st.tx).take() {
+                        tx.stream().shutdown_both();
+                    }
                     // Bounded: about 10 s, while the daemons agree on a new selector.
                     let mut got = None;
                     for _ in 0..40 {
@@ -909,6 +926,7 @@ impl Selector {
                         return;
                     };
                     tracing::info!("hosts session: now served by selector {sel}");
+                    let _ = ch.stream().set_read_timeout(None);
                     let (mut tx, nrx) = ch.split();
                     rx = nrx;
                     let held: Vec<_> = lock(&st.held).drain().collect();
