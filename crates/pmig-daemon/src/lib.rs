@@ -408,7 +408,10 @@ fn serve_control(node: &Node, s: UnixStream) {
             Err(e) => error(e.to_string()),
         },
         Request::OwnerActive { node: target } => {
-            let by = format!("pmig owner active, pid {cpid} uid {uid} on {}", node.cfg.node);
+            let by = format!(
+                "pmig owner active, pid {cpid} uid {uid} on {}",
+                node.cfg.node
+            );
             match node.selector.order_node(
                 target.as_deref(),
                 pmig_services::selector::Order::OwnerActive,

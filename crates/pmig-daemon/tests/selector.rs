@@ -181,7 +181,8 @@ impl Env {
     fn busy_loop(&mut self, node: &str) -> usize {
         let mut c = self.c().command(node, "sh").unwrap();
         c.args(["-c", "while :; do :; done"]);
-        self.procs.push(Proc::spawn(&format!("busy loop on {node}"), c));
+        self.procs
+            .push(Proc::spawn(&format!("busy loop on {node}"), c));
         self.procs.len() - 1
     }
 
@@ -227,7 +228,11 @@ fn idle_detection_owner_activity_and_longest_idle_first() {
     let o = env.pmig("n1", &["owner", "active", "--node", "n2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     env.wait_state("n2", "owner");
-    assert!(env.log("n2").contains("owner active on n2"), "{}", env.log("n2"));
+    assert!(
+        env.log("n2").contains("owner active on n2"),
+        "{}",
+        env.log("n2")
+    );
     assert!(env.log("n2").contains("eviction: owner active on n2"));
     let got = env.request_once("n1", &["-n", "2"]).unwrap();
     assert_eq!(got, ["n3"], "n2's owner is active");
@@ -236,7 +241,10 @@ fn idle_detection_owner_activity_and_longest_idle_first() {
     // Longest idle first: n3 has been idle since its load fell, n2 only since
     // its owner threshold passed, later.
     assert_eq!(env.request_once("n1", &["-n", "1"]).unwrap(), ["n3"]);
-    assert!(env.pmig("n1", &["owner", "active", "--node", "n3"]).status.success());
+    assert!(env
+        .pmig("n1", &["owner", "active", "--node", "n3"])
+        .status
+        .success());
     env.wait_state("n3", "owner");
     env.wait_state("n3", "idle");
     assert_eq!(env.request_once("n1", &["-n", "1"]).unwrap(), ["n2"]);
@@ -246,7 +254,11 @@ fn idle_detection_owner_activity_and_longest_idle_first() {
     let o = env.pmig("n1", &["evict", "n3"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("n3: eviction"));
-    assert!(env.log("n3").contains("evict requested on n3"), "{}", env.log("n3"));
+    assert!(
+        env.log("n3").contains("evict requested on n3"),
+        "{}",
+        env.log("n3")
+    );
 }
 
 #[test]
@@ -272,7 +284,11 @@ fn classes_fairness_and_release_when_the_connection_closes() {
     let revoked = env.procs[a].line(LINE, "the revocation");
     assert_eq!(
         revoked,
-        format!("revoked {} short: reclaimed for pid {} uid 0@n1 (fairness)", c_hosts[0], env.procs[2].pid()),
+        format!(
+            "revoked {} short: reclaimed for pid {} uid 0@n1 (fairness)",
+            c_hosts[0],
+            env.procs[2].pid()
+        ),
     );
     // A third short client: one host each, nobody above the fair share.
     let e = env.request_once("n1", &["-n", "1"]).unwrap_err();
@@ -280,7 +296,11 @@ fn classes_fairness_and_release_when_the_connection_closes() {
     assert_eq!(e.lines().count(), 1, "{e}");
     env.wait_table("n1", "A and C hold one short host each", |_, rows| {
         rows.iter()
-            .filter(|r| r["held"].as_array().is_some_and(|h| h.iter().any(|x| x[0] == "short")))
+            .filter(|r| {
+                r["held"]
+                    .as_array()
+                    .is_some_and(|h| h.iter().any(|x| x[0] == "short"))
+            })
             .count()
             == 2
     });
@@ -290,7 +310,11 @@ fn classes_fairness_and_release_when_the_connection_closes() {
     assert!(env.procs[a].wait(LINE).success());
     env.wait_table("n1", "A's host is free again", |_, rows| {
         rows.iter()
-            .filter(|r| r["held"].as_array().is_some_and(|h| h.iter().any(|x| x[0] == "short")))
+            .filter(|r| {
+                r["held"]
+                    .as_array()
+                    .is_some_and(|h| h.iter().any(|x| x[0] == "short"))
+            })
             .count()
             == 1
     });
@@ -301,11 +325,15 @@ fn classes_fairness_and_release_when_the_connection_closes() {
     let _ = env.procs[long].child.kill();
     let _ = env.procs[long].wait(LINE);
     env.wait_table("n1", "no long allocation left", |_, rows| {
-        !rows
-            .iter()
-            .any(|r| r["held"].as_array().is_some_and(|h| h.iter().any(|x| x[0] == "long")))
+        !rows.iter().any(|r| {
+            r["held"]
+                .as_array()
+                .is_some_and(|h| h.iter().any(|x| x[0] == "long"))
+        })
     });
-    let mut got = env.request_once("n1", &["-n", "2", "--class", "long"]).unwrap();
+    let mut got = env
+        .request_once("n1", &["-n", "2", "--class", "long"])
+        .unwrap();
     got.sort();
     assert_eq!(got, ["n2", "n3"]);
 }
@@ -337,13 +365,21 @@ fn selector_failover_and_hand_back_to_a_restarted_earlier_peer() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    env.wait_table("n3", "n2 took over with n2 and n3 reporting", |sel, rows| {
-        sel == "n2"
-            && ["n2", "n3"]
-                .iter()
-                .all(|n| rows.iter().any(|r| r["node"] == *n && r["state"] == "idle"))
-    });
-    assert!(env.log("n2").contains("n2 is now the selector"), "{}", env.log("n2"));
+    env.wait_table(
+        "n3",
+        "n2 took over with n2 and n3 reporting",
+        |sel, rows| {
+            sel == "n2"
+                && ["n2", "n3"]
+                    .iter()
+                    .all(|n| rows.iter().any(|r| r["node"] == *n && r["state"] == "idle"))
+        },
+    );
+    assert!(
+        env.log("n2").contains("n2 is now the selector"),
+        "{}",
+        env.log("n2")
+    );
     // The session on n3 followed: it claimed n2 again at the new selector and
     // was told that n1 is gone.
     env.wait_table("n3", "n2 is held (long) at the new selector", |_, rows| {
@@ -371,14 +407,21 @@ fn selector_failover_and_hand_back_to_a_restarted_earlier_peer() {
         .stderr(log);
     only_stdio(&mut c);
     env.daemons.push(c.spawn().expect("restart n1's daemon"));
-    env.wait_table("n3", "n1 is the selector again with all three reporting", |sel, rows| {
-        sel == "n1" && rows.len() == 3 && rows.iter().all(|r| r["state"] == "idle")
-    });
+    env.wait_table(
+        "n3",
+        "n1 is the selector again with all three reporting",
+        |sel, rows| sel == "n1" && rows.len() == 3 && rows.iter().all(|r| r["state"] == "idle"),
+    );
     assert!(
         env.log("n2").contains("hands the selector role over to n1"),
         "{}",
         env.log("n2")
     );
     env.wait_table("n2", "n2 sees n1 as the selector", |sel, _| sel == "n1");
-    assert_eq!(env.request_once("n2", &["-n", "1", "--class", "long"]).unwrap().len(), 1);
+    assert_eq!(
+        env.request_once("n2", &["-n", "1", "--class", "long"])
+            .unwrap()
+            .len(),
+        1
+    );
 }

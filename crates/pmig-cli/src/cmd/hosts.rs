@@ -47,7 +47,11 @@ struct RequestArgs {
     #[arg(long)]
     json: bool,
     /// Command to run while the hosts are held.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     cmd: Vec<OsString>,
 }
 
@@ -135,7 +139,10 @@ fn request(a: RequestArgs) -> Result<i32> {
                 return Ok(st.code().unwrap_or(128 + st.signal().unwrap_or(0)));
             }
             if let Some(r) = c.wait_revoked(Duration::from_millis(200))? {
-                eprintln!("pmig: host {} ({}) taken back: {}", r.host, r.class, r.reason);
+                eprintln!(
+                    "pmig: host {} ({}) taken back: {}",
+                    r.host, r.class, r.reason
+                );
             }
         }
     }

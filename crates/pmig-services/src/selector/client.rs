@@ -71,9 +71,11 @@ impl Client {
             ),
             source,
         })?;
-        let io = |what: &'static str| move |source| SelectorError::Io {
-            what: what.into(),
-            source,
+        let io = |what: &'static str| {
+            move |source| SelectorError::Io {
+                what: what.into(),
+                source,
+            }
         };
         let mut w = s.try_clone().map_err(io("duplicate the control socket"))?;
         w.write_all(b"\"hosts\"\n")
@@ -82,9 +84,8 @@ impl Client {
         let mut line = String::new();
         r.read_line(&mut line)
             .map_err(io("read the daemon's answer"))?;
-        let v: serde_json::Value = serde_json::from_str(line.trim()).map_err(|_| {
-            SelectorError::Malformed(format!("daemon answered {:?}", line.trim()))
-        })?;
+        let v: serde_json::Value = serde_json::from_str(line.trim())
+            .map_err(|_| SelectorError::Malformed(format!("daemon answered {:?}", line.trim())))?;
         // A daemon error event (e.g. an old daemon): {"event":"error","message":…}
         if let Some(m) = v.get("message").and_then(|m| m.as_str()) {
             return Err(SelectorError::Remote(m.into()));

@@ -218,7 +218,9 @@ fn newest_terminal_input(now: Instant) -> Option<Instant> {
             }
         }
     }
-    let ago = SystemTime::now().duration_since(newest?).unwrap_or_default();
+    let ago = SystemTime::now()
+        .duration_since(newest?)
+        .unwrap_or_default();
     now.checked_sub(ago)
 }
 
@@ -292,7 +294,10 @@ mod tests {
         let r = m.report("n1", "a", t0 + Duration::from_secs(2));
         assert!(r.owner_active && r.idle_for_ms.is_none());
         m.sample(t0 + Duration::from_secs(3));
-        assert_eq!(m.report("n1", "a", t0 + Duration::from_secs(3)).idle_for_ms, None);
+        assert_eq!(
+            m.report("n1", "a", t0 + Duration::from_secs(3)).idle_for_ms,
+            None
+        );
         m.sample(t0 + Duration::from_secs(7));
         let r = m.report("n1", "a", t0 + Duration::from_secs(7));
         assert!(!r.owner_active);

@@ -443,7 +443,12 @@ impl Selector {
         let conns: Vec<SharedSender> = lock(&self.conns).drain().map(|(_, t)| t).collect();
         for c in conns {
             let mut c = lock(&c);
-            let _ = send(&mut c, &SelMsg::Redirect { to: Some(to.clone()) });
+            let _ = send(
+                &mut c,
+                &SelMsg::Redirect {
+                    to: Some(to.clone()),
+                },
+            );
             c.stream().shutdown_both();
         }
         *lock(&self.table) = Table::new(self.stale);
@@ -487,7 +492,12 @@ impl Selector {
     }
 
     /// Carries `o` out on `node` (this one, or another daemon of `--peer`).
-    pub fn order_node(&self, node: Option<&str>, o: Order, by: &str) -> Result<String, SelectorError> {
+    pub fn order_node(
+        &self,
+        node: Option<&str>,
+        o: Order,
+        by: &str,
+    ) -> Result<String, SelectorError> {
         let node = node.unwrap_or(&self.me.name);
         if node == self.me.name {
             return Ok(self.order(o, by));
@@ -575,7 +585,9 @@ impl Selector {
         send(tx, &SelMsg::Status { id: 1 })?;
         match recv(rx)? {
             SelMsg::Table { rows, .. } => Ok((sel, rows)),
-            other => Err(SelectorError::Malformed(format!("{sel} answered {other:?}"))),
+            other => Err(SelectorError::Malformed(format!(
+                "{sel} answered {other:?}"
+            ))),
         }
     }
 
@@ -785,7 +797,13 @@ impl Selector {
                         count,
                         exclude: exclude
                             .into_iter()
-                            .map(|e| if e == "@self" { self.me.name.clone() } else { e })
+                            .map(|e| {
+                                if e == "@self" {
+                                    self.me.name.clone()
+                                } else {
+                                    e
+                                }
+                            })
                             .collect(),
                     }
                 }

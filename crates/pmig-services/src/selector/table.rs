@@ -201,7 +201,7 @@ impl Table {
             .filter(|(n, _)| !self.grants.contains_key(&(n.clone(), class)))
             .collect();
         // Longest idle first; ties by name (BTreeMap order, stable sort).
-        free.sort_by(|a, b| b.1.cmp(&a.1));
+        free.sort_by_key(|b| std::cmp::Reverse(b.1));
         let chosen: Vec<String> = free
             .iter()
             .take(count as usize)
@@ -379,7 +379,12 @@ mod tests {
         let t0 = Instant::now();
         let mut t = table(
             t0,
-            &[("n1", Some(5)), ("n2", None), ("n3", Some(50)), ("n4", Some(20))],
+            &[
+                ("n1", Some(5)),
+                ("n2", None),
+                ("n3", Some(50)),
+                ("n4", Some(20)),
+            ],
         );
         let a = t.request(1, Class::Short, 2, &[], t0).unwrap();
         assert_eq!(names(&a), ["n3", "n4"]);
@@ -395,18 +400,27 @@ mod tests {
     fn one_application_per_class_per_host() {
         let t0 = Instant::now();
         let mut t = table(t0, &[("n2", Some(5)), ("n3", Some(6))]);
-        assert_eq!(names(&t.request(1, Class::Short, 2, &[], t0).unwrap()), ["n3", "n2"]);
+        assert_eq!(
+            names(&t.request(1, Class::Short, 2, &[], t0).unwrap()),
+            ["n3", "n2"]
+        );
         // The same client gets nothing more of the class (no reclaim from itself).
         assert!(t.request(1, Class::Short, 1, &[], t0).is_err());
         // The other class is free on both.
-        assert_eq!(names(&t.request(2, Class::Long, 2, &[], t0).unwrap()), ["n3", "n2"]);
+        assert_eq!(
+            names(&t.request(2, Class::Long, 2, &[], t0).unwrap()),
+            ["n3", "n2"]
+        );
     }
 
     #[test]
     fn fairness_reclaims_from_the_client_holding_the_most() {
         let t0 = Instant::now();
         let mut t = table(t0, &[("n2", Some(5)), ("n3", Some(6)), ("n4", Some(7))]);
-        assert_eq!(t.request(1, Class::Short, 3, &[], t0).unwrap().hosts.len(), 3);
+        assert_eq!(
+            t.request(1, Class::Short, 3, &[], t0).unwrap().hosts.len(),
+            3
+        );
         let a = t.request(2, Class::Short, 1, &[], t0).unwrap();
         // c1 held 3 > fair share 3/2 = 1: its most recent grant (n2) goes to c2.
         assert_eq!(names(&a), ["n2"]);
@@ -445,9 +459,15 @@ mod tests {
         t.request(1, Class::Long, 1, &[], t0).unwrap();
         assert_eq!(t.release(1, &["n3".into()]), 2);
         assert_eq!(t.release(2, &[]), 0);
-        assert_eq!(names(&t.request(2, Class::Short, 1, &[], t0).unwrap()), ["n3"]);
+        assert_eq!(
+            names(&t.request(2, Class::Short, 1, &[], t0).unwrap()),
+            ["n3"]
+        );
         assert_eq!(t.remove_client(1), 1);
-        assert_eq!(names(&t.request(3, Class::Short, 1, &[], t0).unwrap()), ["n2"]);
+        assert_eq!(
+            names(&t.request(3, Class::Short, 1, &[], t0).unwrap()),
+            ["n2"]
+        );
     }
 
     #[test]
@@ -459,12 +479,18 @@ mod tests {
         r.owner_active = true;
         let rv = t.report(r, t0 + S);
         assert_eq!(rv.len(), 1);
-        assert_eq!((rv[0].host.as_str(), &rv[0].reason), ("n2", &RevokeReason::OwnerActive));
+        assert_eq!(
+            (rv[0].host.as_str(), &rv[0].reason),
+            ("n2", &RevokeReason::OwnerActive)
+        );
         assert!(t.expire(t0 + 2 * S).is_empty());
         t.report(rep("n2", Some(0)), t0 + 4 * S);
         let rv = t.expire(t0 + 4 * S + Duration::from_millis(1));
         assert_eq!(rv.len(), 1);
-        assert_eq!((rv[0].host.as_str(), &rv[0].reason), ("n3", &RevokeReason::Lost));
+        assert_eq!(
+            (rv[0].host.as_str(), &rv[0].reason),
+            ("n3", &RevokeReason::Lost)
+        );
         // Lost hosts are not given out; the fresh one is.
         let a = t.request(2, Class::Short, 2, &[], t0 + 4 * S).unwrap();
         assert_eq!(names(&a), ["n2"]);
@@ -479,7 +505,10 @@ mod tests {
         let mut t = table(t0, &[("n2", Some(10))]);
         t.report(rep("n3", Some(9)), t0 + 2 * S);
         // n2 reported 10 s at t0, so it is 12 s idle at t0+2 s; n3 9 s.
-        assert_eq!(names(&t.request(1, Class::Short, 1, &[], t0 + 2 * S).unwrap()), ["n2"]);
+        assert_eq!(
+            names(&t.request(1, Class::Short, 1, &[], t0 + 2 * S).unwrap()),
+            ["n2"]
+        );
     }
 
     #[test]
@@ -487,7 +516,12 @@ mod tests {
         let t0 = Instant::now();
         let mut t = table(t0, &[("n2", Some(5)), ("n3", None), ("n4", Some(1))]);
         t.request(2, Class::Short, 1, &["n2".into()], t0).unwrap();
-        let got = t.claim(1, Class::Short, &["n2".into(), "n3".into(), "n4".into()], t0);
+        let got = t.claim(
+            1,
+            Class::Short,
+            &["n2".into(), "n3".into(), "n4".into()],
+            t0,
+        );
         let got: Vec<_> = got.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(got, ["n2"]);
     }
