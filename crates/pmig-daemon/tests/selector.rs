@@ -223,10 +223,17 @@ fn idle_detection_owner_activity_and_longest_idle_first() {
     env.procs.remove(busy);
     env.wait_state("n3", "idle");
 
+    // A client holds n2 (idle since the start, longer than n3).
+    let (holder, held) = env.hold("n1", &["-n", "1"], 1);
+    assert_eq!(held, ["n2"]);
     // Owner activity on n2 (asked from n1): not idle for the owner threshold,
-    // and the eviction hook fires on n2.
+    // the eviction hook fires on n2, and the holder is told.
     let o = env.pmig("n1", &["owner", "active", "--node", "n2"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        env.procs[holder].line(LINE, "the revocation"),
+        "revoked n2 short: its owner is active"
+    );
     env.wait_state("n2", "owner");
     assert!(
         env.log("n2").contains("owner active on n2"),
