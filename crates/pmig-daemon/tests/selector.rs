@@ -354,6 +354,42 @@ fn selector_failover_and_hand_back_to_a_restarted_earlier_peer() {
     let mut env = Env::up("o");
     env.all_idle();
     env.wait_table("n3", "n1 is the selector", |sel, _| sel == "n1");
+    // Straight over the authenticated channel: n3 is not the selector and
+    // redirects to n1; a selector message version nobody speaks is refused.
+    let key = pmig_proto::load_key(&env.c().state().key_file).unwrap();
+    let addr3 = env.c().node("n3").unwrap().listen.to_string();
+    let (sel, rows, refusal) = env
+        .c()
+        .run_in("n2", move || {
+            let mut c = pmig_services::selector::Client::direct(&addr3, &key, "n2", "direct")
+                .expect("direct client");
+            let rows = c.status().expect("status").len();
+            let mut ch =
+                pmig_proto::blocking::connect(&addr3, &key, &pmig_proto::Config::new("n2"))
+                    .unwrap();
+            let hello = pmig_services::selector::wire::SelMsg::Hello {
+                version: 99,
+                role: pmig_services::selector::wire::Role::Probe,
+            };
+            ch.send_with(
+                &pmig_proto::Msg::Service {
+                    service: pmig_proto::service::SELECTOR,
+                },
+                &[&hello.encode()],
+            )
+            .unwrap();
+            (c.selector().to_string(), rows, ch.recv())
+        })
+        .unwrap();
+    assert_eq!((sel.as_str(), rows), ("n1", 3));
+    match refusal {
+        Ok(pmig_proto::Msg::Error { code, text }) => {
+            assert_eq!(code, pmig_proto::code::REFUSED);
+            assert!(text.contains("version 99"), "{text}");
+        }
+        other => panic!("version 99 not refused: {other:?}"),
+    }
+
     // A client on n3 holds n1 and n2 for long work.
     let (h, mut held) = env.hold("n3", &["-n", "2", "--class", "long"], 2);
     held.sort();

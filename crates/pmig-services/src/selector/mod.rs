@@ -20,7 +20,7 @@ pub mod wire;
 
 pub use client::{Client, Revoked, CONTROL_NAME};
 pub use measure::{LoadSource, Settings};
-pub use node::{EvictionHandler, LogEvictions, NodeEvent, Selector};
+pub use node::{ChannelEvictions, EvictionHandler, LogEvictions, NodeEvent, Selector};
 pub use wire::{Class, HostRow, Order, RevokeReason};
 
 /// Host selection errors: one line each.

@@ -110,6 +110,25 @@ impl EvictionHandler for LogEvictions {
     }
 }
 
+/// A handler that passes every event on to a channel, for code that acts on
+/// them in its own thread.
+#[derive(Debug)]
+pub struct ChannelEvictions(Mutex<std::sync::mpsc::Sender<NodeEvent>>);
+
+impl ChannelEvictions {
+    pub fn new() -> (ChannelEvictions, std::sync::mpsc::Receiver<NodeEvent>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        (ChannelEvictions(Mutex::new(tx)), rx)
+    }
+}
+
+impl EvictionHandler for ChannelEvictions {
+    fn handle(&self, ev: &NodeEvent) {
+        tracing::info!("eviction: {ev:?} passed on to the eviction handler");
+        let _ = lock(&self.0).send(ev.clone());
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum RoleState {
     Serving,
@@ -1021,5 +1040,59 @@ fn keepalive(s: &TcpStream) {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn standalone() -> Arc<Selector> {
+        Selector::standalone(ClusterKey::from_bytes([7; pmig_proto::KEY_LEN]))
+    }
+
+    #[test]
+    fn owner_activity_and_evict_reach_the_handler() {
+        let s = standalone();
+        let (h, rx) = ChannelEvictions::new();
+        s.set_eviction_handler(Arc::new(h));
+        assert!(s.owner_active("test").contains("owner active"));
+        assert!(s.evict("someone").contains("eviction"));
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            NodeEvent::OwnerActive {
+                node: "bench".into()
+            }
+        );
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            NodeEvent::Evict {
+                node: "bench".into(),
+                by: "someone".into()
+            }
+        );
+        let log = Arc::new(LogEvictions::default());
+        s.set_eviction_handler(log.clone());
+        s.order_node(None, Order::Evict, "t").unwrap();
+        assert_eq!(log.take_pending().len(), 1);
+        assert!(s.order_node(Some("nowhere"), Order::Evict, "t").is_err());
+    }
+
+    #[test]
+    fn the_first_peer_serves_from_the_start_others_search() {
+        let k = ClusterKey::from_bytes([7; pmig_proto::KEY_LEN]);
+        let p = |n: &str| Peer {
+            name: n.into(),
+            addr: "127.0.0.1:1".into(),
+        };
+        let peers = vec![p("n1"), p("n2")];
+        let s1 = Selector::new(p("n1"), peers.clone(), k.clone(), Settings::default());
+        let s2 = Selector::new(p("n2"), peers, k, Settings::default());
+        assert!(s1.serving() && s1.current().unwrap().name == "n1");
+        assert!(!s2.serving() && s2.current().is_none());
+        assert!(matches!(
+            s2.welcome_or_redirect(),
+            SelMsg::Redirect { to: None }
+        ));
     }
 }
