@@ -101,11 +101,28 @@ impl Sampler {
         self.idle_since = None;
     }
 
-    /// Measures (at most once per half interval) and updates the idle state.
-    pub fn sample(&mut self, now: Instant) {
+    /// Owner activity seen at `t` (terminal input); true if the owner has just
+    /// become active (was not within the threshold before): eviction time.
+    pub fn observe_owner(&mut self, t: Instant, now: Instant) -> bool {
+        if self.owner.is_some_and(|o| t <= o) {
+            return false;
+        }
+        let was_active = self.owner_idle(now).is_some_and(|d| d < self.s.idle_owner);
+        self.owner = Some(t);
+        let active = now.saturating_duration_since(t) < self.s.idle_owner;
+        if active {
+            self.idle_since = None;
+        }
+        active && !was_active && !first
+    }
+
+    /// Measures (at most once per half interval) and updates the idle state;
+    /// true if terminal input has just made the owner active.
+    pub fn sample(&mut self, now: Instant) -> bool {
+        let mut became_active = false;
         if let Some(t) = self.last_sample {
             if now.saturating_duration_since(t) < self.s.interval / 2 {
-                return;
+                return false;
             }
         }
         let dt = self
@@ -119,9 +136,7 @@ impl Sampler {
                     self.load = l;
                 }
                 if let Some(t) = newest_terminal_input(now) {
-                    if self.owner.is_none_or(|o| t > o) {
-                        self.owner = Some(t);
-                    }
+                    became_active = self.observe_owner(t, now);
                 }
             }
             LoadSource::Netns => {
@@ -130,6 +145,7 @@ impl Sampler {
             }
         }
         self.update_idle(now);
+        became_active
     }
 
     fn owner_idle(&self, now: Instant) -> Option<Duration> {
@@ -276,6 +292,27 @@ mod tests {
         }
         assert!((l - (1.0 - (-1.0f64).exp())).abs() < 1e-9, "{l}");
         assert_eq!(ewma(0.3, 2.0, Duration::from_secs(1), Duration::ZERO), 2.0);
+    }
+
+    #[test]
+    fn terminal_input_after_a_quiet_spell_is_eviction_time() {
+        let s = Settings {
+            idle_owner: Duration::from_secs(5),
+            ..Settings::default()
+        };
+        let mut m = Sampler::new(s);
+        let t0 = Instant::now() + Duration::from_secs(100);
+        // Input seen at start, even recent: history, nothing to evict.
+        assert!(!m.observe_owner(t0 - Duration::from_secs(60), t0));
+        let mut fresh = Sampler::new(m.settings().clone());
+        assert!(!fresh.observe_owner(t0, t0));
+        // Fresh input: the owner has just become active.
+        assert!(m.observe_owner(t0 - Duration::from_secs(1), t0));
+        // More input while active: no new eviction; the same time again: nothing.
+        assert!(!m.observe_owner(t0, t0 + Duration::from_secs(1)));
+        assert!(!m.observe_owner(t0, t0 + Duration::from_secs(2)));
+        // After a quiet spell longer than the threshold: eviction time again.
+        assert!(m.observe_owner(t0 + Duration::from_secs(20), t0 + Duration::from_secs(20)));
     }
 
     #[test]

@@ -669,11 +669,20 @@ impl Selector {
         let mut link: Option<(Channel<TcpStream>, Peer)> = None;
         loop {
             let now = Instant::now();
-            let report = {
+            let (report, owner_came) = {
                 let mut s = lock(&self.sampler);
-                s.sample(now);
-                s.report(&self.me.name, &self.me.addr, now)
+                let came = s.sample(now);
+                (s.report(&self.me.name, &self.me.addr, now), came)
             };
+            if owner_came {
+                tracing::info!(
+                    "owner active on {} (terminal input): evicting foreign processes",
+                    self.me.name
+                );
+                self.handler().handle(&NodeEvent::OwnerActive {
+                    node: self.me.name.clone(),
+                });
+            }
             let mut pause = self.interval;
             if self.serving() {
                 link = None;
