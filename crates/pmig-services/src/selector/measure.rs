@@ -107,6 +107,8 @@ impl Sampler {
         if self.owner.is_some_and(|o| t <= o) {
             return false;
         }
+        // The first sighting (daemon start) is history, not an arrival.
+        let first = self.owner.is_none();
         let was_active = self.owner_idle(now).is_some_and(|d| d < self.s.idle_owner);
         self.owner = Some(t);
         let active = now.saturating_duration_since(t) < self.s.idle_owner;
