@@ -34,6 +34,12 @@ enum Command {
     Daemon(cmd::daemon::Args),
     /// Move a running process of this node to another node.
     Migrate(cmd::migrate::Args),
+    /// Idle hosts from the cluster's selector: `request`, `status`.
+    Hosts(cmd::hosts::HostsArgs),
+    /// Owner activity: `pmig owner active [--node N]`.
+    Owner(cmd::hosts::OwnerArgs),
+    /// Evict the foreign processes of a node (this one by default).
+    Evict(cmd::hosts::EvictArgs),
 }
 
 fn main() {
@@ -64,6 +70,9 @@ fn main() {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Migrate(a) => cmd::migrate::run(a),
+        Command::Hosts(a) => cmd::hosts::hosts(a),
+        Command::Owner(a) => cmd::hosts::owner(a),
+        Command::Evict(a) => cmd::hosts::evict(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

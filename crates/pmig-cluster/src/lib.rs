@@ -139,6 +139,9 @@ pub struct ClusterOpts {
     pub port: u16,
     /// How long to wait for each daemon to listen.
     pub daemon_timeout: Duration,
+    /// Extra daemon arguments (after `--load-source netns`, which every daemon of
+    /// a local cluster gets: its nodes share one kernel's load average).
+    pub daemon_args: Vec<String>,
 }
 
 impl ClusterOpts {
@@ -153,6 +156,7 @@ impl ClusterOpts {
             daemon_bin: None,
             port: DEFAULT_PORT,
             daemon_timeout: Duration::from_secs(10),
+            daemon_args: Vec::new(),
         }
     }
 }
@@ -233,6 +237,8 @@ impl DownReport {
 pub struct Cluster {
     state: ClusterState,
     children: Vec<Child>,
+    /// Extra daemon flags (`ClusterOpts::daemon_args`), for restarts.
+    daemon_args: Vec<String>,
 }
 
 /// Default state directory: `/run/pmig-cluster` for prefix `pmig`, else
@@ -406,6 +412,7 @@ impl Cluster {
                 nodes: Vec::new(),
             },
             children: Vec::new(),
+            daemon_args: Vec::new(),
         };
         match cluster.build(opts) {
             Ok(()) => Ok(cluster),
@@ -477,7 +484,7 @@ impl Cluster {
         write_state(&self.state)?;
         match &opts.daemon_bin {
             Some(bin) if daemon_supported(bin) => {
-                self.start_daemons(bin, opts.daemon_timeout)?;
+                self.start_daemons(bin, opts.daemon_timeout, &opts.daemon_args)?;
                 self.state.daemons_started = true;
             }
             Some(bin) => self.state.notes.push(format!(
@@ -528,6 +535,9 @@ impl Cluster {
             .arg("--state-dir")
             .arg(&n.dir)
             .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
+            // One kernel for every node: load is counted per network namespace.
+            .args(["--load-source", "netns"])
+            .args(&self.daemon_args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -607,7 +617,8 @@ impl Cluster {
             .unwrap_or(0))
     }
 
-    fn start_daemons(&mut self, bin: &Path, timeout: Duration) -> Result<()> {
+    fn start_daemons(&mut self, bin: &Path, timeout: Duration, extra: &[String]) -> Result<()> {
+        self.daemon_args = extra.to_vec();
         for i in 0..self.state.nodes.len() {
             let child = self.spawn_daemon(i, bin, false)?;
             self.children.push(child);
@@ -659,6 +670,7 @@ impl Cluster {
             Some(state) => Ok(Cluster {
                 state,
                 children: Vec::new(),
+                daemon_args: Vec::new(),
             }),
             None => Err(ClusterError::NotUp {
                 prefix: prefix.into(),

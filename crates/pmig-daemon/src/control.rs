@@ -25,6 +25,23 @@ pub enum Request {
     Ping,
     /// Migrate a process of this node.
     Migrate(MigrateRequest),
+    /// Open a host selection session: the connection stays open and carries
+    /// `pmig_services::selector::wire::SelMsg`s as JSON lines both ways
+    /// (docs/protocol.md §8.1); the hosts come back when it closes.
+    Hosts,
+    /// The selector's table (answered by `hosts`).
+    HostsStatus,
+    /// The owner of `node` (default: this one) is active now: not idle for the
+    /// owner threshold, foreign processes evicted. Answered by `ok`.
+    OwnerActive {
+        #[serde(default)]
+        node: Option<String>,
+    },
+    /// Evict the foreign processes of `node` (default: this one); root only.
+    Evict {
+        #[serde(default)]
+        node: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,6 +86,15 @@ pub enum Event {
         outcome: Box<pmig_strategies::Outcome>,
     },
     Error {
+        message: String,
+    },
+    /// The selector's table, from `selector`.
+    Hosts {
+        selector: String,
+        rows: Vec<pmig_services::selector::HostRow>,
+    },
+    /// A request that needs no more than a line in answer.
+    Ok {
         message: String,
     },
 }

@@ -55,6 +55,10 @@ pub struct Config {
     /// Every node of the cluster, this one included (`--peer NAME=ADDR:PORT`), for
     /// the cluster services.
     pub peers: Vec<pmig_services::Peer>,
+    /// Host selection: measuring, thresholds, report interval.
+    pub selector: pmig_services::selector::Settings,
+    /// Acts on owner activity and `pmig evict` (default: log and keep a list).
+    pub eviction: Option<Arc<dyn pmig_services::selector::EvictionHandler>>,
 }
 
 impl Config {
@@ -69,6 +73,8 @@ impl Config {
             control_name: control::CONTROL_NAME.into(),
             staging_root: PathBuf::from("/dev/shm"),
             peers: Vec::new(),
+            selector: Default::default(),
+            eviction: None,
         })
     }
 }
@@ -91,6 +97,8 @@ pub struct Node {
     /// waiting for its restarted daemon (`Resume`): id -> (destination node,
     /// where to hand the new connection).
     resumable: Mutex<HashMap<u64, Waiting>>,
+    /// Host selection (reporting, and the selector role when it is ours).
+    pub(crate) selector: Arc<pmig_services::selector::Selector>,
 }
 
 impl Host for Node {
@@ -199,13 +207,35 @@ pub fn run(cfg: Config) -> Result<()> {
         });
     }
     remove_stale_staging(&cfg.staging_root);
+    let me = pmig_services::Peer {
+        name: cfg.node.clone(),
+        addr: cfg
+            .peers
+            .iter()
+            .find(|p| p.name == cfg.node)
+            .map(|p| p.addr.clone())
+            .unwrap_or_else(|| cfg.listen.clone()),
+    };
+    let selector = pmig_services::selector::Selector::new(
+        me,
+        cfg.peers.clone(),
+        key.clone(),
+        cfg.selector.clone(),
+    );
+    if let Some(h) = &cfg.eviction {
+        selector.set_eviction_handler(h.clone());
+    }
     let node = Arc::new(Node {
         cfg,
         key,
         helpers: Mutex::new(HashSet::new()),
         busy: Mutex::new(HashSet::new()),
         resumable: Mutex::new(HashMap::new()),
+        selector,
     });
+    node.selector
+        .start()
+        .map_err(io_err("start the host selection thread"))?;
     tracing::info!(
         "pmig daemon {} (pid {}) listening on {} and @{}; state in {}",
         node.cfg.node,
@@ -441,6 +471,50 @@ fn serve_control(node: &Node, s: UnixStream) {
                     version: env!("CARGO_PKG_VERSION").into(),
                 },
             );
+        }
+        Request::Hosts => {
+            let _ = s.set_write_timeout(Some(Duration::from_secs(30)));
+            node.selector
+                .clone()
+                .session(s, format!("pid {cpid} uid {uid}"));
+        }
+        Request::HostsStatus => match node.selector.status() {
+            Ok((selector, rows)) => {
+                send_event(&s, &Event::Hosts { selector, rows });
+            }
+            Err(e) => error(e.to_string()),
+        },
+        Request::OwnerActive { node: target } => {
+            let by = format!(
+                "pmig owner active, pid {cpid} uid {uid} on {}",
+                node.cfg.node
+            );
+            match node.selector.order_node(
+                target.as_deref(),
+                pmig_services::selector::Order::OwnerActive,
+                &by,
+            ) {
+                Ok(message) => {
+                    send_event(&s, &Event::Ok { message });
+                }
+                Err(e) => error(e.to_string()),
+            }
+        }
+        Request::Evict { node: target } => {
+            if uid != 0 {
+                return error("permission denied: only root may evict".into());
+            }
+            let by = format!("pmig evict, pid {cpid} on {}", node.cfg.node);
+            match node.selector.order_node(
+                target.as_deref(),
+                pmig_services::selector::Order::Evict,
+                &by,
+            ) {
+                Ok(message) => {
+                    send_event(&s, &Event::Ok { message });
+                }
+                Err(e) => error(e.to_string()),
+            }
         }
         Request::Migrate(m) => {
             let _ = s.set_write_timeout(None);

@@ -10,8 +10,10 @@ use std::net::TcpStream;
 /// Serves one connection whose first message was `Service { service }` with
 /// attachment `body`.
 pub(crate) fn serve(node: &Node, mut ch: Channel<TcpStream>, svc: u16, body: &[u8]) {
+    if svc == service::SELECTOR {
+        return node.selector.serve(ch, body);
+    }
     let peer = ch.peer().node.clone();
-    let _ = (node, body);
     let name = match svc {
         service::EXEC => "remote execution",
         service::SELECTOR => "host selection",

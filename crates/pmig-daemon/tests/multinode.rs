@@ -1567,3 +1567,199 @@ fn source_daemon_crash_during_post_copy_loses_the_process_cleanly() {
         .to_string();
     eprintln!("n2: {lost}");
 }
+
+/// Scenario programs of the engine suite moved between nodes: each holds one
+/// kind of state and checks it itself on every node (bigheap is left to the
+/// local suite: 1 GiB per hop; refuse and ptracer are refusals).
+const MOVED_SCENARIOS: &[&str] = &[
+    "basic",
+    "mem",
+    "threads",
+    "robust",
+    "signals",
+    "fpu",
+    "files",
+    "rseq",
+    "timers",
+    "alarm",
+    "identity",
+    "posix_timers",
+];
+
+/// Waits (bounded) until `out` holds `n` answers to `check`; returns them.
+fn answers(out: &Path, n: usize) -> Vec<String> {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        let got: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+            .map(str::to_string)
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{}: {} answers of {n} after 60 s: {text}",
+            out.display(),
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn command(cmds: &Path, line: &str) {
+    let mut f = std::fs::OpenOptions::new().append(true).open(cmds).unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// Every scenario program, bc and gzip move n1 → n2 → n3 → n1 with
+/// `strategy`; each scenario checks its state on every node, and bc's and
+/// gzip's output must equal an unmigrated run's.
+fn scenarios_move_around(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up(tag);
+    let dir = env.dir.clone();
+    let hops = [("n1", "n2"), ("n2", "n3"), ("n3", "n1")];
+    let migrate = |env: &Env, what: &str, from: &str, pid: i32, to: &str| -> i32 {
+        let rep = env.migrate_with(from, pid, to, strategy).unwrap_or_else(|e| {
+            panic!(
+                "{what}: {strategy} of {pid} {from}→{to} failed: {e}\n{from} log:\n{}\n{to} log:\n{}",
+                env.log(from),
+                env.log(to)
+            )
+        });
+        rep["new_pid"].as_i64().unwrap() as i32
+    };
+
+    // bc and gzip: the reference runs alongside the migrated one.
+    for p in programs(&dir).into_iter().filter(|p| p.name != "python3") {
+        let argv: Vec<&str> = p.argv.iter().map(String::as_str).collect();
+        let reference = dir.join(format!("{}.ref", p.name));
+        let mut r = env.spawn("n1", &argv, p.stdin.as_deref(), &reference);
+        let migrated = dir.join(format!("{}.mig", p.name));
+        let mut child = env.spawn("n1", &argv, p.stdin.as_deref(), &migrated);
+        let mut pid = child.id() as i32;
+        wait_cpu(pid, 100);
+        for (from, to) in hops {
+            pid = migrate(&env, p.name, from, pid, to);
+            env.pids.push(pid);
+        }
+        assert!(r.wait().unwrap().success(), "{}: reference failed", p.name);
+        wait_gone(pid);
+        let _ = child.wait();
+        let (a, b) = (
+            std::fs::read(&reference).unwrap(),
+            std::fs::read(&migrated).unwrap(),
+        );
+        assert!(
+            !a.is_empty() && a == b,
+            "{} with {strategy}: output differs after n1→n2→n3→n1 ({} vs {} bytes)",
+            p.name,
+            a.len(),
+            b.len()
+        );
+    }
+
+    for name in MOVED_SCENARIOS {
+        let cmds = dir.join(format!("{name}.cmd"));
+        std::fs::write(&cmds, "").unwrap();
+        let out = dir.join(format!("{name}.out"));
+        let bin = pmig_tests::scenario(name);
+        let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+        wait_ready(&out);
+        let mut pid = child.id() as i32;
+        for (i, (from, to)) in hops.iter().enumerate() {
+            pid = migrate(&env, name, from, pid, to);
+            env.pids.push(pid);
+            command(&cmds, "check");
+            let got = answers(&out, i + 1);
+            assert_eq!(
+                got[i],
+                format!("PASS {name}"),
+                "{name} with {strategy} on {to}: {got:?}"
+            );
+        }
+        let _ = child.wait();
+        command(&cmds, "quit");
+        wait_gone(pid);
+    }
+    for n in ["n1", "n2", "n3"] {
+        assert!(!env.log(n).contains("panicked"), "{n}:\n{}", env.log(n));
+    }
+    eprintln!(
+        "{strategy}: bc, gzip and {} scenario programs moved n1→n2→n3→n1 and verified",
+        MOVED_SCENARIOS.len()
+    );
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_stop_copy() {
+    if root() {
+        scenarios_move_around("stop-copy", "sa");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_pre_copy() {
+    if root() {
+        scenarios_move_around("pre-copy", "sb");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_queued_pre_copy() {
+    if root() {
+        scenarios_move_around("queued-pre-copy", "sc");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_demand_paging() {
+    if root() {
+        scenarios_move_around("demand-paging", "sd");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_flushing() {
+    if root() {
+        scenarios_move_around("flushing", "se");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_freeze_free() {
+    if root() {
+        scenarios_move_around("freeze-free", "sf");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_post_copy() {
+    if root() {
+        scenarios_move_around("post-copy", "sg");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_assisted_post_copy() {
+    if root() {
+        scenarios_move_around("assisted-post-copy", "sh");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_ampom() {
+    if root() {
+        scenarios_move_around("ampom", "si");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_auto() {
+    if root() {
+        scenarios_move_around("auto", "sj");
+    }
+}

@@ -179,21 +179,31 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
 /// Kills the frozen process and waits (bounded) until every thread is gone, so that
 /// its parent can reap it.
 fn kill_and_reap(frozen: Frozen) -> Result<()> {
-    let tids = frozen.tids();
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    // Other threads first: a traced group leader reports its exit only once
+    // every other thread is gone, so waiting for it first would never end.
+    let mut left = frozen.tids();
+    left.sort_by_key(|&t| t == frozen.pid);
+    let leader = frozen.pid;
     frozen.kill()?;
-    for tid in tids {
-        for _ in 0..1000 {
-            match nix::sys::wait::waitpid(
+    // Bounded: at most about 10 s.
+    for _ in 0..10_000 {
+        left.retain(|&tid| {
+            match waitpid(
                 nix::unistd::Pid::from_raw(tid),
-                Some(nix::sys::wait::WaitPidFlag::__WALL),
+                Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG),
             ) {
-                Ok(nix::sys::wait::WaitStatus::Exited(..))
-                | Ok(nix::sys::wait::WaitStatus::Signaled(..))
-                | Err(_) => break,
-                Ok(_) => continue,
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => false,
+                // Not yet, or a last stop on the way out.
+                Ok(_) => true,
             }
+        });
+        if left.is_empty() {
+            return Ok(());
         }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
+    tracing::warn!("process {leader}: threads {left:?} not reaped 10 s after SIGKILL");
     Ok(())
 }
 

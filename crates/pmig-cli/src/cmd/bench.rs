@@ -24,6 +24,8 @@ enum What {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Host selection: request + return pairs per second and their latency.
+    Selector(super::hosts::BenchArgs),
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -50,5 +52,6 @@ pub fn run(a: Args) -> Result<i32> {
             }
             Ok(0)
         }
+        What::Selector(b) => super::hosts::bench(b),
     }
 }

@@ -4,5 +4,6 @@ pub mod check;
 pub mod cluster;
 pub mod daemon;
 pub mod dump;
+pub mod hosts;
 pub mod migrate;
 pub mod restore;
