@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -151,10 +152,17 @@ typedef int (*scn_check_fn)(void);
 typedef ssize_t (*scn_read_fn)(int fd, void *buf, size_t n);
 SCN_FN ssize_t scn_plain_read(int fd, void *buf, size_t n) { return read(fd, buf, n); }
 
-/* The command loop. Never returns. */
+/* The command loop. Never returns.
+ * If stdin is a regular file (the multi-node tests: a file on a file system
+ * every node shares, which moves with the process), the end of the file is
+ * not the end of the commands: the loop follows the file like `tail -f`,
+ * polling every 10 ms, for at most 10 minutes without a new command. */
 __attribute__((noreturn)) SCN_FN void scn_run(scn_check_fn check, scn_read_fn rd) {
     static char line[256];
     size_t len = 0;
+    struct stat st0;
+    int follow = fstat(0, &st0) == 0 && S_ISREG(st0.st_mode);
+    long idle_polls = 0;
     if (!rd) rd = scn_plain_read;
     scn_puts("READY\n");
     for (;;) {
@@ -163,7 +171,13 @@ __attribute__((noreturn)) SCN_FN void scn_run(scn_check_fn check, scn_read_fn rd
             if (len == sizeof line) len = 0; /* overlong garbage: drop */
             ssize_t r = rd(0, line + len, sizeof line - len);
             if (r < 0 && errno == EINTR) continue;
+            if (r == 0 && follow && idle_polls++ < 60000) {
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+                continue;
+            }
             if (r <= 0) exit(scn_any_failed ? 1 : 0);
+            idle_polls = 0;
             len += (size_t)r;
             continue;
         }

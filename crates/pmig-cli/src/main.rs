@@ -40,6 +40,12 @@ enum Command {
     Ps(cmd::run::PsArgs),
     /// Signal a job wherever it runs.
     Kill(cmd::run::KillArgs),
+    /// Idle hosts from the cluster's selector: `request`, `status`.
+    Hosts(cmd::hosts::HostsArgs),
+    /// Owner activity: `pmig owner active [--node N]`.
+    Owner(cmd::hosts::OwnerArgs),
+    /// Evict the foreign processes of a node (this one by default).
+    Evict(cmd::hosts::EvictArgs),
 }
 
 fn main() {
@@ -73,6 +79,9 @@ fn main() {
         Command::Run(a) => cmd::run::run(a),
         Command::Ps(a) => cmd::run::ps(a),
         Command::Kill(a) => cmd::run::kill(a),
+        Command::Hosts(a) => cmd::hosts::hosts(a),
+        Command::Owner(a) => cmd::hosts::owner(a),
+        Command::Evict(a) => cmd::hosts::evict(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -139,6 +139,9 @@ pub struct ClusterOpts {
     pub port: u16,
     /// How long to wait for each daemon to listen.
     pub daemon_timeout: Duration,
+    /// Extra daemon arguments (after `--load-source netns`, which every daemon of
+    /// a local cluster gets: its nodes share one kernel's load average).
+    pub daemon_args: Vec<String>,
 }
 
 impl ClusterOpts {
@@ -153,6 +156,7 @@ impl ClusterOpts {
             daemon_bin: None,
             port: DEFAULT_PORT,
             daemon_timeout: Duration::from_secs(10),
+            daemon_args: Vec::new(),
         }
     }
 }
@@ -233,6 +237,8 @@ impl DownReport {
 pub struct Cluster {
     state: ClusterState,
     children: Vec<Child>,
+    /// Extra daemon flags (`ClusterOpts::daemon_args`), for restarts.
+    daemon_args: Vec<String>,
 }
 
 /// Default state directory: `/run/pmig-cluster` for prefix `pmig`, else
@@ -406,6 +412,7 @@ impl Cluster {
                 nodes: Vec::new(),
             },
             children: Vec::new(),
+            daemon_args: Vec::new(),
         };
         match cluster.build(opts) {
             Ok(()) => Ok(cluster),
@@ -477,7 +484,7 @@ impl Cluster {
         write_state(&self.state)?;
         match &opts.daemon_bin {
             Some(bin) if daemon_supported(bin) => {
-                self.start_daemons(bin, opts.daemon_timeout)?;
+                self.start_daemons(bin, opts.daemon_timeout, &opts.daemon_args)?;
                 self.state.daemons_started = true;
             }
             Some(bin) => self.state.notes.push(format!(
@@ -492,50 +499,128 @@ impl Cluster {
         write_state(&self.state)
     }
 
-    fn start_daemons(&mut self, bin: &Path, timeout: Duration) -> Result<()> {
+    /// Starts the daemon of node `i` (appending to its log with `append`).
+    fn spawn_daemon(&mut self, i: usize, bin: &Path, append: bool) -> Result<Child> {
         let peers: Vec<String> = self
             .state
             .nodes
             .iter()
             .map(|n| format!("{}={}", n.name, n.listen))
             .collect();
-        for i in 0..self.state.nodes.len() {
+        let n = &self.state.nodes[i];
+        let log_path = n.dir.join("daemon.log");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(&log_path)
+            .map_err(|e| ClusterError::io(format!("creating {}", log_path.display()), e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| ClusterError::io("duplicating log file handle", e))?;
+        let listen = n.listen.to_string();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &n.netns])
+            .arg(bin)
+            .args([
+                "daemon",
+                "--node",
+                &n.name,
+                "--listen",
+                &listen,
+                "--key-file",
+            ])
+            .arg(&self.state.key_file)
+            .arg("--state-dir")
+            .arg(&n.dir)
+            .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
+            // One kernel for every node: load is counted per network namespace.
+            .args(["--load-source", "netns"])
+            .args(&self.daemon_args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            // Own process group: a Ctrl-C at the terminal does not reach it.
+            .process_group(0);
+        let child = cmd.spawn().map_err(|e| ClusterError::Spawn {
+            cmd: format!("ip netns exec {} {} daemon …", n.netns, bin.display()),
+            source: e,
+            hint: "",
+        })?;
+        let n = &mut self.state.nodes[i];
+        n.daemon_pid = Some(child.id() as i32);
+        n.daemon_log = Some(log_path);
+        Ok(child)
+    }
+
+    /// Kills the daemon of `node` (SIGKILL: a crash) and waits until it is gone.
+    pub fn kill_daemon(&mut self, node: &str) -> Result<()> {
+        let i = self.index(node)?;
+        if let Some(pid) = self.state.nodes[i].daemon_pid {
+            // SAFETY: kill(2) on the daemon this cluster started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            match self.children.iter_mut().find(|c| c.id() as i32 == pid) {
+                Some(c) => {
+                    let _ = c.wait();
+                }
+                None => {
+                    for _ in 0..500 {
+                        if !Path::new(&format!("/proc/{pid}")).exists() {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+            self.children.retain(|c| c.id() as i32 != pid);
+        }
+        Ok(())
+    }
+
+    /// Starts the daemon of `node` again (after [`Cluster::kill_daemon`]) and
+    /// waits until it listens.
+    pub fn restart_daemon(&mut self, node: &str, bin: &Path, timeout: Duration) -> Result<()> {
+        let i = self.index(node)?;
+        let mut child = self.spawn_daemon(i, bin, true)?;
+        let t0 = Instant::now();
+        let pid = child.id() as i32;
+        while !sys::listening(pid, self.state.port) {
             let n = &self.state.nodes[i];
-            let log_path = n.dir.join("daemon.log");
-            let log = fs::File::create(&log_path)
-                .map_err(|e| ClusterError::io(format!("creating {}", log_path.display()), e))?;
-            let log2 = log
-                .try_clone()
-                .map_err(|e| ClusterError::io("duplicating log file handle", e))?;
-            let listen = n.listen.to_string();
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &n.netns])
-                .arg(bin)
-                .args([
-                    "daemon",
-                    "--node",
-                    &n.name,
-                    "--listen",
-                    &listen,
-                    "--key-file",
-                ])
-                .arg(&self.state.key_file)
-                .arg("--state-dir")
-                .arg(&n.dir)
-                .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
-                .stdin(Stdio::null())
-                .stdout(log)
-                .stderr(log2)
-                // Own process group: a Ctrl-C at the terminal does not reach it.
-                .process_group(0);
-            let child = cmd.spawn().map_err(|e| ClusterError::Spawn {
-                cmd: format!("ip netns exec {} {} daemon …", n.netns, bin.display()),
-                source: e,
-                hint: "",
-            })?;
-            let n = &mut self.state.nodes[i];
-            n.daemon_pid = Some(child.id() as i32);
-            n.daemon_log = Some(log_path);
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(ClusterError::Daemon {
+                    node: n.name.clone(),
+                    reason: format!("it exited ({}): {}", describe(status), last_line(n)),
+                    log: n.daemon_log.clone().unwrap_or_default(),
+                });
+            }
+            if t0.elapsed() > timeout {
+                return Err(ClusterError::Daemon {
+                    node: n.name.clone(),
+                    reason: format!("not listening after {timeout:?}: {}", last_line(n)),
+                    log: n.daemon_log.clone().unwrap_or_default(),
+                });
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
+        self.children.push(child);
+        write_state(&self.state)
+    }
+
+    fn index(&self, node: &str) -> Result<usize> {
+        self.node(node)?;
+        Ok(self
+            .state
+            .nodes
+            .iter()
+            .position(|n| n.name == node)
+            .unwrap_or(0))
+    }
+
+    fn start_daemons(&mut self, bin: &Path, timeout: Duration, extra: &[String]) -> Result<()> {
+        self.daemon_args = extra.to_vec();
+        for i in 0..self.state.nodes.len() {
+            let child = self.spawn_daemon(i, bin, false)?;
             self.children.push(child);
         }
         // Wait until every daemon listens (seen in its namespace's /proc/PID/net/tcp).
@@ -585,6 +670,7 @@ impl Cluster {
             Some(state) => Ok(Cluster {
                 state,
                 children: Vec::new(),
+                daemon_args: Vec::new(),
             }),
             None => Err(ClusterError::NotUp {
                 prefix: prefix.into(),
@@ -931,6 +1017,12 @@ impl std::ops::Deref for ClusterGuard {
     type Target = Cluster;
     fn deref(&self) -> &Cluster {
         self.0.as_ref().expect("cluster already torn down")
+    }
+}
+
+impl std::ops::DerefMut for ClusterGuard {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        self.0.as_mut().expect("cluster already torn down")
     }
 }
 

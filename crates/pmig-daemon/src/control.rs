@@ -32,6 +32,23 @@ pub enum Request {
     Ps,
     /// Signal a job wherever it runs (`pmig kill`): answered by `killed` or `error`.
     Kill(KillRequest),
+    /// Open a host selection session: the connection stays open and carries
+    /// `pmig_services::selector::wire::SelMsg`s as JSON lines both ways
+    /// (docs/protocol.md §8.1); the hosts come back when it closes.
+    Hosts,
+    /// The selector's table (answered by `hosts`).
+    HostsStatus,
+    /// The owner of `node` (default: this one) is active now: not idle for the
+    /// owner threshold, foreign processes evicted. Answered by `ok`.
+    OwnerActive {
+        #[serde(default)]
+        node: Option<String>,
+    },
+    /// Evict the foreign processes of `node` (default: this one); root only.
+    Evict {
+        #[serde(default)]
+        node: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,6 +114,15 @@ pub enum Event {
     Jobs {
         jobs: Vec<pmig_services::exec::JobInfo>,
         unreachable: Vec<String>,
+    },
+    /// The selector's table, from `selector`.
+    Hosts {
+        selector: String,
+        rows: Vec<pmig_services::selector::HostRow>,
+    },
+    /// A request that needs no more than a line in answer.
+    Ok {
+        message: String,
     },
     /// `kill`: the job was signalled on `node`.
     Killed {

@@ -23,13 +23,14 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use pmig_proto::blocking::Channel;
 use pmig_proto::{code, ClusterKey, Msg, ProtoError};
 use pmig_strategies::{Hooks, Host, Progress, StrategyKind};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,6 +55,10 @@ pub struct Config {
     /// Every node of the cluster, this one included (`--peer NAME=ADDR:PORT`), for
     /// the cluster services.
     pub peers: Vec<pmig_services::Peer>,
+    /// Host selection: measuring, thresholds, report interval.
+    pub selector: pmig_services::selector::Settings,
+    /// Acts on owner activity and `pmig evict` (default: log and keep a list).
+    pub eviction: Option<Arc<dyn pmig_services::selector::EvictionHandler>>,
 }
 
 impl Config {
@@ -68,9 +73,15 @@ impl Config {
             control_name: control::CONTROL_NAME.into(),
             staging_root: PathBuf::from("/dev/shm"),
             peers: Vec::new(),
+            selector: Default::default(),
+            eviction: None,
         })
     }
 }
+
+/// A migration waiting for its destination's `Resume`: the destination node
+/// and where to hand the new connection.
+type Waiting = (String, SyncSender<Channel<TcpStream>>);
 
 /// The daemon's shared state; implements [`Host`] for the strategies.
 pub struct Node {
@@ -84,6 +95,12 @@ pub struct Node {
     busy: Mutex<HashSet<i32>>,
     /// Remote execution: the jobs homed here and the jobs running here.
     exec: pmig_services::exec::Exec,
+    /// Post-copy migrations from this node whose destination vanished,
+    /// waiting for its restarted daemon (`Resume`): id -> (destination node,
+    /// where to hand the new connection).
+    resumable: Mutex<HashMap<u64, Waiting>>,
+    /// Host selection (reporting, and the selector role when it is ours).
+    pub(crate) selector: Arc<pmig_services::selector::Selector>,
 }
 
 impl Host for Node {
@@ -124,6 +141,26 @@ impl Host for Node {
     }
     fn wrap_restore(&self, peer: &str, offer: &pmig_proto::Offer, cmd: &mut Command) {
         pmig_services::exec::remote::wrap_restore(self, peer, offer.pid, cmd)
+    }
+    fn peer_addr(&self, name: &str) -> Option<String> {
+        self.cfg
+            .peers
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.addr.clone())
+    }
+    fn await_resume(&self, id: u64, peer: &str, within: Duration) -> Option<Channel<TcpStream>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.resumable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (peer.to_string(), tx));
+        let r = rx.recv_timeout(within).ok();
+        self.resumable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        r
     }
 }
 
@@ -178,13 +215,36 @@ pub fn run(cfg: Config) -> Result<()> {
         });
     }
     remove_stale_staging(&cfg.staging_root);
+    let me = pmig_services::Peer {
+        name: cfg.node.clone(),
+        addr: cfg
+            .peers
+            .iter()
+            .find(|p| p.name == cfg.node)
+            .map(|p| p.addr.clone())
+            .unwrap_or_else(|| cfg.listen.clone()),
+    };
+    let selector = pmig_services::selector::Selector::new(
+        me,
+        cfg.peers.clone(),
+        key.clone(),
+        cfg.selector.clone(),
+    );
+    if let Some(h) = &cfg.eviction {
+        selector.set_eviction_handler(h.clone());
+    }
     let node = Arc::new(Node {
         cfg,
         key,
         helpers: Mutex::new(HashSet::new()),
         busy: Mutex::new(HashSet::new()),
         exec: pmig_services::exec::Exec::new(),
+        resumable: Mutex::new(HashMap::new()),
+        selector,
     });
+    node.selector
+        .start()
+        .map_err(io_err("start the host selection thread"))?;
     tracing::info!(
         "pmig daemon {} (pid {}) listening on {} and @{}; state in {}",
         node.cfg.node,
@@ -199,6 +259,21 @@ pub fn run(cfg: Config) -> Result<()> {
             .name("reaper".into())
             .spawn(move || reaper(&n))
             .map_err(io_err("start the reaper thread"))?;
+    }
+    for (rec, act) in pmig_strategies::takeover::pending(node.as_ref()) {
+        let n = node.clone();
+        let (id, src) = (rec.id, rec.source_node.clone());
+        tracing::info!(
+            "taking over migration {id} from {src} (process {})",
+            rec.pid
+        );
+        std::thread::Builder::new()
+            .name(format!("takeover-{id}"))
+            .spawn(move || match pmig_strategies::takeover::resume(n.as_ref(), rec, act) {
+                Ok(pid) => tracing::info!("migration {id} from {src} done after the takeover: process runs here as pid {pid}"),
+                Err(e) => tracing::error!("takeover of migration {id} from {src} failed: {e}"),
+            })
+            .map_err(io_err("start a takeover thread"))?;
     }
     {
         let n = node.clone();
@@ -266,6 +341,38 @@ fn serve_peer(node: &Node, s: TcpStream) {
             }
             Ok((Msg::Service { service }, body, att)) => {
                 services::serve(node, ch, service, &body[att..]);
+                return;
+            }
+            Ok((Msg::Resume { id, pid }, _, _)) => {
+                let waiting = node
+                    .resumable
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                match waiting {
+                    Some((dest, tx)) if dest == peer => {
+                        tracing::info!("{peer} resumes migration {id} (process {pid} there)");
+                        let _ = tx.send(ch);
+                    }
+                    other => {
+                        if let Some(w) = other {
+                            // Not the node the migration went to: keep waiting.
+                            node.resumable
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(id, w);
+                        }
+                        tracing::warn!(
+                            "{peer} asked to resume migration {id}, which is not waiting for it"
+                        );
+                        let _ = ch.send(&Msg::Error {
+                            code: code::REFUSED,
+                            text: format!(
+                                "no migration {id} to {peer} is waiting to be resumed here"
+                            ),
+                        });
+                    }
+                }
                 return;
             }
             Ok((Msg::MigrateOffer(offer), _, _)) => {
@@ -409,6 +516,50 @@ fn serve_control(node: &Node, s: UnixStream) {
             }
             Err(e) => error(e.to_string()),
         },
+        Request::Hosts => {
+            let _ = s.set_write_timeout(Some(Duration::from_secs(30)));
+            node.selector
+                .clone()
+                .session(s, format!("pid {cpid} uid {uid}"));
+        }
+        Request::HostsStatus => match node.selector.status() {
+            Ok((selector, rows)) => {
+                send_event(&s, &Event::Hosts { selector, rows });
+            }
+            Err(e) => error(e.to_string()),
+        },
+        Request::OwnerActive { node: target } => {
+            let by = format!(
+                "pmig owner active, pid {cpid} uid {uid} on {}",
+                node.cfg.node
+            );
+            match node.selector.order_node(
+                target.as_deref(),
+                pmig_services::selector::Order::OwnerActive,
+                &by,
+            ) {
+                Ok(message) => {
+                    send_event(&s, &Event::Ok { message });
+                }
+                Err(e) => error(e.to_string()),
+            }
+        }
+        Request::Evict { node: target } => {
+            if uid != 0 {
+                return error("permission denied: only root may evict".into());
+            }
+            let by = format!("pmig evict, pid {cpid} on {}", node.cfg.node);
+            match node.selector.order_node(
+                target.as_deref(),
+                pmig_services::selector::Order::Evict,
+                &by,
+            ) {
+                Ok(message) => {
+                    send_event(&s, &Event::Ok { message });
+                }
+                Err(e) => error(e.to_string()),
+            }
+        }
         Request::Migrate(m) => {
             let _ = s.set_write_timeout(None);
             match migrate(node, &s, uid, &m) {

@@ -43,6 +43,9 @@ impl ExecHost for Node {
 /// Serves one connection whose first message was `Service { service }` with
 /// attachment `body`.
 pub(crate) fn serve(node: &Node, mut ch: Channel<TcpStream>, svc: u16, body: &[u8]) {
+    if svc == service::SELECTOR {
+        return node.selector.serve(ch, body);
+    }
     let peer = ch.peer().node.clone();
     if svc == service::EXEC {
         return pmig_services::exec::remote::serve(node, ch, body);

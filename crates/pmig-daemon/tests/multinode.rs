@@ -54,6 +54,10 @@ struct Env {
 
 impl Env {
     fn up(tag: &str) -> Env {
+        Env::up_link(tag, pmig_cluster::Link::Unlimited)
+    }
+
+    fn up_link(tag: &str, link: pmig_cluster::Link) -> Env {
         // Hooks are read from <node dir>/test-hook only when this is set.
         std::env::set_var(pmig_daemon::TEST_HOOKS_ENV, "1");
         let prefix = format!("pd{tag}{}", std::process::id() % 10000);
@@ -66,6 +70,7 @@ impl Env {
         o.prefix = prefix.clone();
         o.state_dir = Some(dir.join("cluster"));
         o.daemon_bin = Some(pmig_bin());
+        o.link = link;
         let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
         let c = Cluster::up(&o).expect("cluster up").guard();
         assert!(
@@ -139,31 +144,41 @@ impl Env {
         strategy: &str,
         timeout_s: u64,
     ) -> Result<serde_json::Value, String> {
-        let timeout_s = timeout_s.to_string();
         let out = self
-            .c()
-            .command(from, pmig_bin())
-            .unwrap()
-            .args([
-                "migrate",
-                "--json",
-                "--timeout",
-                &timeout_s,
-                "--strategy",
-                strategy,
-            ])
-            .arg("--pid")
-            .arg(pid.to_string())
-            .arg("--to")
-            .arg(self.addr(to))
-            .stdin(Stdio::null())
+            .migrate_cmd(from, pid, to, strategy, timeout_s)
             .output()
             .unwrap();
-        if out.status.success() {
-            Ok(serde_json::from_slice(&out.stdout).expect("one JSON object"))
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+        migrate_result(out)
+    }
+
+    /// The `pmig migrate` command of [`Env::migrate_timeout`], not started.
+    fn migrate_cmd(
+        &self,
+        from: &str,
+        pid: i32,
+        to: &str,
+        strategy: &str,
+        timeout_s: u64,
+    ) -> Command {
+        let timeout_s = timeout_s.to_string();
+        let mut cmd = self.c().command(from, pmig_bin()).unwrap();
+        cmd.args([
+            "migrate",
+            "--json",
+            "--timeout",
+            &timeout_s,
+            "--strategy",
+            strategy,
+        ])
+        .arg("--pid")
+        .arg(pid.to_string())
+        .arg("--to")
+        .arg(self.addr(to))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        only_stdio(&mut cmd);
+        cmd
     }
 
     /// A control request sent from inside `node`.
@@ -203,6 +218,14 @@ impl Drop for Env {
                 eprintln!("tearing the cluster down failed: {e}");
             }
         }
+    }
+}
+
+fn migrate_result(out: std::process::Output) -> Result<serde_json::Value, String> {
+    if out.status.success() {
+        Ok(serde_json::from_slice(&out.stdout).expect("one JSON object"))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
 
@@ -1392,4 +1415,351 @@ fn link_cut_during_pre_copy_rounds_resumes_the_process() {
         return;
     }
     link_cut_during_transfer("pre-copy", "j");
+}
+
+/// Waits (bounded) for a takeover record in `node`'s state directory: the
+/// destination has restored the process and pages are still owed.
+fn wait_record(env: &Env, node: &str) {
+    let dir = env.node_dir(node).join("takeover");
+    let t0 = Instant::now();
+    loop {
+        let found = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "json"));
+        if found {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no takeover record on {node}:\n{}",
+            env.log(node)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Post-copy over a 100 Mbit link (the 64 MiB push takes seconds): n2's
+/// daemon is killed (SIGKILL) while pages are still owed and started again;
+/// it takes the process over, the source serves the rest, the migration
+/// succeeds and the dirtier's result matches an unmigrated run.
+fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(40_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+    let m = env
+        .migrate_cmd("n1", pid, "n2", strategy, 20)
+        .spawn()
+        .unwrap();
+    wait_record(&env, "n2");
+    // The handover is complete once the source has the `Restored` reply.
+    wait_log(&env, "n1", "n2 restored process");
+    let cluster = env.cluster.as_mut().unwrap();
+    cluster.kill_daemon("n2").unwrap();
+    cluster
+        .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
+        .unwrap();
+    let rep = migrate_result(m.wait_with_output().unwrap());
+    let rep = rep.unwrap_or_else(|e| {
+        panic!(
+            "{strategy}: the migration failed after the takeover: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    });
+    let log2 = env.log("n2");
+    assert!(log2.contains("took over migration"), "{log2}");
+    assert!(
+        env.log("n1").contains("took migration"),
+        "{}",
+        env.log("n1")
+    );
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    assert!(
+        !std::fs::read_dir(env.node_dir("n2").join("takeover"))
+            .unwrap()
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "json")),
+        "the takeover record outlived the migration"
+    );
+    wait_gone(new);
+    let _ = child.wait();
+    assert!(r.wait().unwrap().success(), "the reference run failed");
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(want.contains("verify=ok"), "reference: {want}");
+    assert_eq!(
+        got, want,
+        "{strategy}: the dirtier's result differs after the takeover"
+    );
+    eprintln!(
+        "{strategy} with a destination daemon crash: {}; {got}",
+        figures(&[rep])
+    );
+}
+
+#[test]
+fn destination_daemon_crash_during_post_copy_is_taken_over() {
+    if !root() {
+        return;
+    }
+    destination_daemon_crash_is_taken_over("post-copy", "t");
+}
+
+#[test]
+fn destination_daemon_crash_during_ampom_is_taken_over() {
+    if !root() {
+        return;
+    }
+    destination_daemon_crash_is_taken_over("ampom", "u");
+}
+
+/// The source daemon dies (SIGKILL) after the handover of a post-copy
+/// migration: the pages it owed are gone, so the destination reports the
+/// process lost and kills it, and the frozen original is not resumed next to
+/// it (its holder kills it).
+#[test]
+fn source_daemon_crash_during_post_copy_loses_the_process_cleanly() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_link("v", pmig_cluster::Link::Mbit100);
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(40_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+    let m = env
+        .migrate_cmd("n1", pid, "n2", "post-copy", 20)
+        .spawn()
+        .unwrap();
+    wait_record(&env, "n2");
+    wait_log(&env, "n1", "n2 restored process");
+    env.cluster.as_mut().unwrap().kill_daemon("n1").unwrap();
+    let out = m.wait_with_output().unwrap();
+    assert!(
+        !out.status.success(),
+        "the migration reported success without its source"
+    );
+    wait_log(&env, "n2", "the process is lost");
+    // The original (our child) is killed, not resumed.
+    let st = child.wait().unwrap();
+    assert!(!st.success(), "the original ran on: {st:?}");
+    let text = std::fs::read_to_string(&migrated).unwrap_or_default();
+    assert!(!text.contains("DONE"), "a copy finished: {text}");
+    let lost = env
+        .log("n2")
+        .lines()
+        .find(|l| l.contains("the process is lost"))
+        .unwrap_or_default()
+        .to_string();
+    eprintln!("n2: {lost}");
+}
+
+/// Scenario programs of the engine suite moved between nodes: each holds one
+/// kind of state and checks it itself on every node (bigheap is left to the
+/// local suite: 1 GiB per hop; refuse and ptracer are refusals).
+const MOVED_SCENARIOS: &[&str] = &[
+    "basic",
+    "mem",
+    "threads",
+    "robust",
+    "signals",
+    "fpu",
+    "files",
+    "rseq",
+    "timers",
+    "alarm",
+    "identity",
+    "posix_timers",
+];
+
+/// Waits (bounded) until `out` holds `n` answers to `check`; returns them.
+fn answers(out: &Path, n: usize) -> Vec<String> {
+    let t0 = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        let got: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("PASS") || l.starts_with("FAIL"))
+            .map(str::to_string)
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{}: {} answers of {n} after 60 s: {text}",
+            out.display(),
+            got.len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn command(cmds: &Path, line: &str) {
+    let mut f = std::fs::OpenOptions::new().append(true).open(cmds).unwrap();
+    f.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+/// Every scenario program, bc and gzip move n1 → n2 → n3 → n1 with
+/// `strategy`; each scenario checks its state on every node, and bc's and
+/// gzip's output must equal an unmigrated run's.
+fn scenarios_move_around(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up(tag);
+    let dir = env.dir.clone();
+    let hops = [("n1", "n2"), ("n2", "n3"), ("n3", "n1")];
+    let migrate = |env: &Env, what: &str, from: &str, pid: i32, to: &str| -> i32 {
+        let rep = env.migrate_with(from, pid, to, strategy).unwrap_or_else(|e| {
+            panic!(
+                "{what}: {strategy} of {pid} {from}→{to} failed: {e}\n{from} log:\n{}\n{to} log:\n{}",
+                env.log(from),
+                env.log(to)
+            )
+        });
+        rep["new_pid"].as_i64().unwrap() as i32
+    };
+
+    // bc and gzip: the reference runs alongside the migrated one.
+    for p in programs(&dir).into_iter().filter(|p| p.name != "python3") {
+        let argv: Vec<&str> = p.argv.iter().map(String::as_str).collect();
+        let reference = dir.join(format!("{}.ref", p.name));
+        let mut r = env.spawn("n1", &argv, p.stdin.as_deref(), &reference);
+        let migrated = dir.join(format!("{}.mig", p.name));
+        let mut child = env.spawn("n1", &argv, p.stdin.as_deref(), &migrated);
+        let mut pid = child.id() as i32;
+        wait_cpu(pid, 100);
+        for (from, to) in hops {
+            pid = migrate(&env, p.name, from, pid, to);
+            env.pids.push(pid);
+        }
+        assert!(r.wait().unwrap().success(), "{}: reference failed", p.name);
+        wait_gone(pid);
+        let _ = child.wait();
+        let (a, b) = (
+            std::fs::read(&reference).unwrap(),
+            std::fs::read(&migrated).unwrap(),
+        );
+        assert!(
+            !a.is_empty() && a == b,
+            "{} with {strategy}: output differs after n1→n2→n3→n1 ({} vs {} bytes)",
+            p.name,
+            a.len(),
+            b.len()
+        );
+    }
+
+    for name in MOVED_SCENARIOS {
+        let cmds = dir.join(format!("{name}.cmd"));
+        std::fs::write(&cmds, "").unwrap();
+        let out = dir.join(format!("{name}.out"));
+        let bin = pmig_tests::scenario(name);
+        let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+        wait_ready(&out);
+        let mut pid = child.id() as i32;
+        for (i, (from, to)) in hops.iter().enumerate() {
+            pid = migrate(&env, name, from, pid, to);
+            env.pids.push(pid);
+            command(&cmds, "check");
+            let got = answers(&out, i + 1);
+            assert_eq!(
+                got[i],
+                format!("PASS {name}"),
+                "{name} with {strategy} on {to}: {got:?}"
+            );
+        }
+        let _ = child.wait();
+        command(&cmds, "quit");
+        wait_gone(pid);
+    }
+    for n in ["n1", "n2", "n3"] {
+        assert!(!env.log(n).contains("panicked"), "{n}:\n{}", env.log(n));
+    }
+    eprintln!(
+        "{strategy}: bc, gzip and {} scenario programs moved n1→n2→n3→n1 and verified",
+        MOVED_SCENARIOS.len()
+    );
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_stop_copy() {
+    if root() {
+        scenarios_move_around("stop-copy", "sa");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_pre_copy() {
+    if root() {
+        scenarios_move_around("pre-copy", "sb");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_queued_pre_copy() {
+    if root() {
+        scenarios_move_around("queued-pre-copy", "sc");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_demand_paging() {
+    if root() {
+        scenarios_move_around("demand-paging", "sd");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_flushing() {
+    if root() {
+        scenarios_move_around("flushing", "se");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_freeze_free() {
+    if root() {
+        scenarios_move_around("freeze-free", "sf");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_post_copy() {
+    if root() {
+        scenarios_move_around("post-copy", "sg");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_assisted_post_copy() {
+    if root() {
+        scenarios_move_around("assisted-post-copy", "sh");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_ampom() {
+    if root() {
+        scenarios_move_around("ampom", "si");
+    }
+}
+
+#[test]
+fn scenarios_bc_gzip_move_around_with_auto() {
+    if root() {
+        scenarios_move_around("auto", "sj");
+    }
 }

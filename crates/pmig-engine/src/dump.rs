@@ -4,8 +4,8 @@ use crate::error::{EngineError, Result};
 use crate::image::{precheck_all, ProcessImage};
 use crate::ptrace::Frozen;
 use crate::resources::{
-    files::Files, identity::Identity, memory::Memory, process::Process, signals::Signals,
-    threads::Threads, timers::Timers, Capture, Resource,
+    files::Files, identity::Identity, memory::Memory, process::Process, session::Session,
+    signals::Signals, threads::Threads, timers::Timers, Capture, Resource,
 };
 use libc::pid_t;
 use pmig_image::{Image, ImageWriter, Manifest};
@@ -53,6 +53,8 @@ pub fn capture_filtered(
     lap("identity");
     let files = Files::capture(&mut cx)?;
     lap("files");
+    let session = Session::capture(&mut cx)?;
+    lap("session");
     let signals = Signals::capture(&mut cx)?;
     lap("signals");
     let timers = Timers::capture(&mut cx)?;
@@ -69,6 +71,7 @@ pub fn capture_filtered(
         timers,
         threads,
         memory,
+        session: Some(session),
     })
 }
 

@@ -2,8 +2,8 @@
 
 use crate::error::Result;
 use crate::resources::{
-    files::Files, identity::Identity, memory::Memory, process::Process, signals::Signals,
-    threads::Threads, timers::Timers, Resource,
+    files::Files, identity::Identity, memory::Memory, process::Process, session::Session,
+    signals::Signals, threads::Threads, timers::Timers, Resource,
 };
 use pmig_image::{Image, ImageWriter};
 
@@ -17,6 +17,9 @@ pub struct ProcessImage {
     pub timers: <Timers as Resource>::State,
     pub threads: <Threads as Resource>::State,
     pub memory: <Memory as Resource>::State,
+    /// None in images written before the `session` part existed (format
+    /// 1.0): such a process is restored into pmig restore's session.
+    pub session: Option<<Session as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -28,6 +31,9 @@ impl ProcessImage {
         w.put(Timers::PART, &self.timers)?;
         w.put(Threads::PART, &self.threads)?;
         w.put(Memory::PART, &self.memory)?;
+        if let Some(s) = &self.session {
+            w.put(Session::PART, s)?;
+        }
         Ok(())
     }
 
@@ -40,6 +46,10 @@ impl ProcessImage {
             timers: img.get(Timers::PART)?,
             threads: img.get(Threads::PART)?,
             memory: img.get(Memory::PART)?,
+            session: match img.manifest.part(Session::PART) {
+                Some(_) => Some(img.get(Session::PART)?),
+                None => None,
+            },
         })
     }
 }
@@ -53,6 +63,7 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     Identity::precheck(pid)?;
     Signals::precheck(pid)?;
     Threads::precheck(pid)?;
+    Session::precheck(pid)?;
     Ok(())
 }
 
@@ -102,6 +113,46 @@ pub mod tests_support {
                 vdso: None,
                 vdso_text: None,
             },
+            session: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::session::SessionState;
+
+    fn roundtrip(pi: &ProcessImage) -> (ProcessImage, pmig_image::Manifest) {
+        let d = tempfile::tempdir().unwrap();
+        let mut w = ImageWriter::create(d.path()).unwrap();
+        pi.write_parts(&mut w).unwrap();
+        let m = w.finish(crate::dump::manifest_for(1)).unwrap();
+        let img = Image::open_verified(d.path()).unwrap();
+        (ProcessImage::read(&img).unwrap(), m)
+    }
+
+    #[test]
+    fn image_without_session_part_still_reads() {
+        // What a format 1.0 writer produced: no `session` part.
+        let (pi, m) = roundtrip(&tests_support::empty_image());
+        assert!(m.part(Session::PART).is_none());
+        assert!(pi.session.is_none());
+    }
+
+    #[test]
+    fn session_part_round_trips() {
+        let mut pi = tests_support::empty_image();
+        let s = SessionState {
+            pid: 7,
+            sid: 7,
+            pgid: 7,
+            tpgid: 7,
+            ctty: None,
+        };
+        pi.session = Some(s.clone());
+        let (back, m) = roundtrip(&pi);
+        assert!(m.part(Session::PART).is_some());
+        assert_eq!(back.session, Some(s));
     }
 }

@@ -11,6 +11,7 @@
 use crate::error::Result;
 use crate::uffd::{self, Event};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Mutex;
 
@@ -57,6 +58,83 @@ struct State {
     first_install: Option<std::time::Instant>,
     installed_bytes: u64,
     stats: LazyStats,
+    /// Where every change of `owed`/`at` is appended (see [`Journal`]).
+    journal: Option<std::fs::File>,
+    /// Destination ranges memory was moved to (mremap) while pages were owed.
+    remapped: Vec<(u64, u64)>,
+}
+
+/// The journal of a [`LazyMemory`]: what a restarted daemon needs to rebuild
+/// which pages are still owed and where they live now. One record per
+/// change, appended with one `write` right after the change happens (page
+/// cache: it survives the daemon, not the node):
+/// `tag: u8, a: u64, b: u64, c: u64` (little endian), with tag
+/// 1 = pages installed (`a` source page, `b` count), 2 = destination range
+/// `[a, b)` released or unmapped, 3 = `b` bytes moved from `a` to `c` (mremap).
+pub struct Journal;
+
+impl Journal {
+    pub const RECORD: usize = 25;
+    const INSTALLED: u8 = 1;
+    const DROPPED: u8 = 2;
+    const REMAPPED: u8 = 3;
+}
+
+impl State {
+    fn log(&mut self, tag: u8, a: u64, b: u64, c: u64) {
+        if let Some(j) = &mut self.journal {
+            let mut r = [0u8; Journal::RECORD];
+            r[0] = tag;
+            r[1..9].copy_from_slice(&a.to_le_bytes());
+            r[9..17].copy_from_slice(&b.to_le_bytes());
+            r[17..25].copy_from_slice(&c.to_le_bytes());
+            if let Err(e) = j.write_all(&r) {
+                // Without the journal a takeover would go wrong: stop
+                // writing it so that the record is known to be incomplete.
+                tracing::error!("post-copy journal write failed ({e}); a restarted daemon could not take this process over");
+                self.journal = None;
+            }
+        }
+    }
+
+    /// Source pages `src..src + n` are here (or the source copy no longer matters).
+    fn installed(&mut self, src: u64, n: u64) {
+        for k in 0..n {
+            let s = src + k * PAGE;
+            if let Some(d) = self.owed.remove(&s) {
+                self.at.remove(&d);
+            }
+            self.requested.remove(&s);
+        }
+    }
+
+    /// Destination range `[start, end)` was released or unmapped.
+    fn dropped(&mut self, start: u64, end: u64) {
+        let gone: Vec<(u64, u64)> = self.at.range(start..end).map(|(d, s)| (*d, *s)).collect();
+        for (d, s) in gone {
+            self.at.remove(&d);
+            self.owed.remove(&s);
+            self.requested.remove(&s);
+            self.stats.dropped_pages += 1;
+        }
+    }
+
+    fn remapped(&mut self, from: u64, to: u64, len: u64) {
+        let moved: Vec<(u64, u64)> = self
+            .at
+            .range(from..from + len)
+            .map(|(d, s)| (*d, *s))
+            .collect();
+        for (d, _) in &moved {
+            self.at.remove(d);
+        }
+        for (d, s) in moved {
+            let nd = to + (d - from);
+            self.at.insert(nd, s);
+            self.owed.insert(s, nd);
+        }
+        self.remapped.push((to, len));
+    }
 }
 
 pub struct LazyMemory {
@@ -81,6 +159,51 @@ impl LazyMemory {
             uffd,
             registered,
             state: Mutex::new(st),
+        }
+    }
+
+    /// From now on, append every change to `journal` (see [`Journal`]).
+    pub fn set_journal(&self, journal: std::fs::File) {
+        self.state.lock().unwrap().journal = Some(journal);
+    }
+
+    /// Rebuilds the memory of a restarted daemon: the state at the handover
+    /// (`owed`, `registered`) with the journal's changes applied, for the
+    /// process's userfaultfd `uffd`. Returns the memory and whether the
+    /// journal ended in a torn record (ignored: its change is redone).
+    pub fn recover(
+        uffd: OwnedFd,
+        owed: &[(u64, u64)],
+        registered: Vec<(u64, u64)>,
+        journal: &[u8],
+    ) -> (LazyMemory, bool) {
+        let lm = LazyMemory::new(uffd, owed, registered);
+        {
+            let mut st = lm.state.lock().unwrap();
+            let mut recs = journal.chunks_exact(Journal::RECORD);
+            for r in &mut recs {
+                let f = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap());
+                match r[0] {
+                    Journal::INSTALLED => st.installed(f(1), f(9)),
+                    Journal::DROPPED => st.dropped(f(1), f(9)),
+                    Journal::REMAPPED => st.remapped(f(1), f(17), f(9)),
+                    _ => {}
+                }
+            }
+            st.stats = LazyStats::default();
+            let torn = !recs.remainder().is_empty();
+            drop(st);
+            (lm, torn)
+        }
+    }
+
+    /// After a takeover: wake every thread that may wait on a fault the dead
+    /// daemon read but never answered; each faults again if its page is
+    /// still missing, and this time the fault reaches us.
+    pub fn wake_all(&self) {
+        let st = self.state.lock().unwrap();
+        for &(s, l) in self.registered.iter().chain(st.remapped.iter()) {
+            let _ = uffd::wake(&self.uffd, s, l);
         }
     }
 
@@ -125,12 +248,11 @@ impl LazyMemory {
                 dst,
                 &data[(i * PAGE) as usize..(j * PAGE) as usize],
             )?;
+            st.log(Journal::INSTALLED, src + i * PAGE, j - i, 0);
             let now = std::time::Instant::now();
+            st.installed(src + i * PAGE, j - i);
             for k in i..j {
                 let s = src + k * PAGE;
-                st.owed.remove(&s);
-                st.at.remove(&(dst + (k - i) * PAGE));
-                st.requested.remove(&s);
                 if let Some(faulted) = st.prefetched.remove(&s) {
                     if !faulted {
                         st.stats.prefetch_hits += 1;
@@ -224,29 +346,12 @@ impl LazyMemory {
                     }
                 }
                 Event::Remove { start, end } | Event::Unmap { start, end } => {
-                    let gone: Vec<(u64, u64)> =
-                        st.at.range(start..end).map(|(d, s)| (*d, *s)).collect();
-                    for (d, s) in gone {
-                        st.at.remove(&d);
-                        st.owed.remove(&s);
-                        st.requested.remove(&s);
-                        st.stats.dropped_pages += 1;
-                    }
+                    st.log(Journal::DROPPED, start, end, 0);
+                    st.dropped(start, end);
                 }
                 Event::Remap { from, to, len } => {
-                    let moved: Vec<(u64, u64)> = st
-                        .at
-                        .range(from..from + len)
-                        .map(|(d, s)| (*d, *s))
-                        .collect();
-                    for (d, _) in &moved {
-                        st.at.remove(d);
-                    }
-                    for (d, s) in moved {
-                        let nd = to + (d - from);
-                        st.at.insert(nd, s);
-                        st.owed.insert(s, nd);
-                    }
+                    st.log(Journal::REMAPPED, from, len, to);
+                    st.remapped(from, to, len);
                 }
                 Event::Other(_) => {}
             }
@@ -288,4 +393,64 @@ pub fn close_in_process(pid: libc::pid_t, fd: i32) -> Result<()> {
     let r = f.inject(0, libc::SYS_close, &[fd as u64]);
     f.detach()?;
     r.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(tag: u8, a: u64, b: u64, c: u64) -> Vec<u8> {
+        let mut r = vec![tag];
+        for v in [a, b, c] {
+            r.extend_from_slice(&v.to_le_bytes());
+        }
+        r
+    }
+
+    fn any_fd() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn recover_replays_installs_drops_and_moves() {
+        // Eight owed pages at 0x10000.
+        let owed = [(0x10000, 8 * PAGE)];
+        let mut j = Vec::new();
+        // Pages 0 and 1 installed; pages 2-3 moved to 0x80000; the first
+        // moved page released there; page 7 unmapped.
+        j.extend(rec(Journal::INSTALLED, 0x10000, 2, 0));
+        j.extend(rec(Journal::REMAPPED, 0x12000, 2 * PAGE, 0x80000));
+        j.extend(rec(Journal::DROPPED, 0x80000, 0x81000, 0));
+        j.extend(rec(Journal::DROPPED, 0x17000, 0x18000, 0));
+        // A torn last record is ignored.
+        j.extend(&rec(Journal::INSTALLED, 0x14000, 1, 0)[..10]);
+        let (lm, torn) = LazyMemory::recover(any_fd(), &owed, vec![(0x10000, 8 * PAGE)], &j);
+        assert!(torn);
+        assert_eq!(lm.owed_list(), vec![0x13000, 0x14000, 0x15000, 0x16000]);
+        let st = lm.state.lock().unwrap();
+        // Source page 0x13000 now lives at 0x81000.
+        assert_eq!(st.owed.get(&0x13000), Some(&0x81000));
+        assert_eq!(st.at.get(&0x81000), Some(&0x13000));
+        assert_eq!(st.remapped, vec![(0x80000, 2 * PAGE)]);
+    }
+
+    #[test]
+    fn journal_records_what_recover_reads() {
+        let dir = std::env::temp_dir().join(format!("pmig-journal-{}", std::process::id()));
+        let lm = LazyMemory::new(any_fd(), &[(0x10000, 4 * PAGE)], Vec::new());
+        lm.set_journal(std::fs::File::create(&dir).unwrap());
+        {
+            let mut st = lm.state.lock().unwrap();
+            st.log(Journal::DROPPED, 0x11000, 0x12000, 0);
+            st.dropped(0x11000, 0x12000);
+        }
+        let bytes = std::fs::read(&dir).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        assert_eq!(bytes.len(), Journal::RECORD);
+        let (back, torn) =
+            LazyMemory::recover(any_fd(), &[(0x10000, 4 * PAGE)], Vec::new(), &bytes);
+        assert!(!torn);
+        assert_eq!(back.owed_list(), lm.owed_list());
+        assert_eq!(back.owed_list(), vec![0x10000, 0x12000, 0x13000]);
+    }
 }

@@ -19,9 +19,9 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    files::Files, identity::Identity, memory::Memory, memory::TASK_END, process::Process,
-    signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup,
-    Finish, PlanCx, Preflight, Resource, RestoreOptions,
+    files::Files, identity::Identity, memory::Memory, memory::TASK_END, process::Process, session,
+    session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
+    timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
 };
 use crate::{procfs, sys};
 use libc::pid_t;
@@ -51,6 +51,9 @@ pub struct Restored {
     pub uffd: Option<OwnedFd>,
     /// The fd number of the process's own reference to it.
     pub uffd_fd_in_process: Option<i32>,
+    /// Its session, process group and controlling terminal (None for images
+    /// without a `session` part).
+    pub session: Option<session::SessionReport>,
 }
 
 pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
@@ -289,6 +292,10 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     Process::preflight(&pi.process, &mut pf)?;
     Identity::preflight(&pi.identity, &mut pf)?;
     Files::preflight(&pi.files, &mut pf)?;
+    // After Files: decides which of the fds it prepared becomes the ctty.
+    if let Some(s) = &pi.session {
+        Session::preflight(s, &mut pf)?;
+    }
     Signals::preflight(&pi.signals, &mut pf)?;
     Timers::preflight(&pi.timers, &mut pf)?;
     Threads::preflight(&pi.threads, &mut pf)?;
@@ -340,6 +347,10 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         // After the threads: a POSIX timer may signal one of them.
         Timers::plan(&pi.timers, &mut cx)?;
         Files::plan(&pi.files, &mut cx)?;
+        // Before Identity drops privileges; signals are still blocked.
+        if let Some(s) = &pi.session {
+            Session::plan(s, &mut cx)?;
+        }
         Identity::plan(&pi.identity, &mut cx)?;
         Process::plan(&pi.process, &mut cx)?;
     }
@@ -439,7 +450,20 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
             Signals::finish(&pi.signals, &mut fin)?;
             Timers::finish(&pi.timers, &mut fin)?;
             Process::finish(&pi.process, &mut fin)?;
+            if let Some(s) = &pi.session {
+                Session::finish(s, &mut fin)?;
+            }
         }
+        let session = match &pi.session {
+            Some(s) => {
+                let r = session::report(s, pid, &p.pf)?;
+                if let Some(n) = &r.note {
+                    tracing::info!("process {pid}: {n}");
+                }
+                Some(r)
+            }
+            None => None,
+        };
         if let Some(pf) = &opts.pidfile {
             std::fs::write(pf, format!("{pid}\n"))
                 .ctx(|| format!("write pid file {}", pf.display()))?;
@@ -452,6 +476,7 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
         Ok(Restored {
             uffd,
             uffd_fd_in_process: p.pf.uffd_fd,
+            session,
             pid,
             original_pid,
             threads: tids.len(),

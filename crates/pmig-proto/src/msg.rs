@@ -195,6 +195,14 @@ pub enum Msg {
     Service {
         service: u16,
     },
+    /// 19, destination → source, first message on a new connection: the
+    /// destination daemon restarted during the post-copy phase of migration
+    /// `id` and took the process (now `pid` there) over; the source serves
+    /// its owed pages on this connection from now on.
+    Resume {
+        id: u64,
+        pid: i32,
+    },
 }
 
 /// Service numbers carried by [`Msg::Service`].
@@ -269,6 +277,7 @@ impl Msg {
             Msg::PageStore { .. } => "PageStore",
             Msg::Owed { .. } => "Owed",
             Msg::Service { .. } => "Service",
+            Msg::Resume { .. } => "Resume",
         }
     }
 

@@ -44,6 +44,8 @@ enum op_subst {
 	SUBST_NONE = 0,
 	SUBST_PID = 1, /* replaced by getpid() at run time */
 	SUBST_TID = 2, /* replaced by gettid() at run time */
+	SUBST_PID_AT = 3, /* the argument is the address of a 4-byte slot in the plan's
+			     data: getpid() is stored there, the address is passed */
 };
 
 struct op {

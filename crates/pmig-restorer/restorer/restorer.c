@@ -111,6 +111,9 @@ static u64 subst(u64 v, u64 code)
 		return (u64)sys6(__NR_getpid, 0, 0, 0, 0, 0, 0);
 	case SUBST_TID:
 		return (u64)sys6(__NR_gettid, 0, 0, 0, 0, 0, 0);
+	case SUBST_PID_AT:
+		*(volatile u32 *)v = (u32)sys6(__NR_getpid, 0, 0, 0, 0, 0, 0);
+		return v;
 	default:
 		return v;
 	}

@@ -80,6 +80,11 @@ pub enum Arg {
     Pid,
     /// The running thread's tid (resolved by the restorer).
     Tid,
+    /// Address of a slot made with [`PlanBuilder::slot`], into which the
+    /// restorer stores the running process's pid (a 32-bit `pid_t`) just
+    /// before the call: for calls that take a pointer to a pid, such as
+    /// `ioctl(TIOCSPGRP)`, when the pid is known only once the process exists.
+    PidAt(DataRef),
     /// Start address of the restorer area.
     AreaStart,
     /// `limit` minus the end address of the restorer area.
@@ -213,6 +218,17 @@ impl PlanBuilder {
         self.data(bytes)
     }
 
+    /// `len` zeroed bytes of the data area that the restorer may write to
+    /// (never shared with another blob, unlike [`data`](Self::data)).
+    pub fn slot(&mut self, len: usize) -> DataRef {
+        while !self.data.len().is_multiple_of(16) {
+            self.data.push(0);
+        }
+        let r = DataRef(self.data.len() as u64);
+        self.data.resize(self.data.len() + len, 0);
+        r
+    }
+
     /// Like [`data_of`](Self::data_of) for a struct holding, at byte offset
     /// `at`, a pointer to `target` (resolved at layout time).
     pub fn data_with_ptr<T: Copy>(&mut self, v: &T, at: usize, target: DataRef) -> DataRef {
@@ -341,6 +357,7 @@ impl PlanBuilder {
                 Arg::Data(DataRef(o)) => (data_at + o, 0),
                 Arg::Pid => (0, 1),
                 Arg::Tid => (0, 2),
+                Arg::PidAt(DataRef(o)) => (data_at + o, 3),
             }
         };
         let mut raw = Vec::with_capacity(n_ops);
@@ -518,5 +535,29 @@ mod tests {
         let op3 = op0 + 3 * 80;
         let subst = u64::from_le_bytes(a.bytes[op3 + 8..op3 + 16].try_into().unwrap());
         assert_eq!(subst & 0xf, 2);
+    }
+
+    #[test]
+    fn pid_at_points_at_its_own_slot() {
+        let mut b = PlanBuilder::new(vec![0], 0);
+        let zeros = b.data(&[0u8; 4]);
+        let slot = b.slot(4);
+        assert_ne!(slot, zeros, "a slot is never shared with a data blob");
+        assert_ne!(b.slot(4), slot);
+        b.syscall(
+            0,
+            16,
+            &[0i32.into(), 0x540fu64.into(), Arg::PidAt(slot)],
+            Check::None,
+            "ioctl",
+        );
+        let a = b.finish(0x10000000, 9);
+        let op0 = (a.plan - a.base) as usize + 56;
+        let subst = u64::from_le_bytes(a.bytes[op0 + 8..op0 + 16].try_into().unwrap());
+        assert_eq!((subst >> 8) & 0xf, 3, "SUBST_PID_AT on argument 2");
+        let arg2 = u64::from_le_bytes(a.bytes[op0 + 40..op0 + 48].try_into().unwrap());
+        let o = (arg2 - a.base) as usize;
+        assert_eq!(&a.bytes[o..o + 4], &[0u8; 4]);
+        assert!(include_str!("../restorer/plan.h").contains("SUBST_PID_AT = 3"));
     }
 }

@@ -177,7 +177,7 @@ impl Strategy for Flushing {
                 return Err(StrategyError::Other(text));
             }
         };
-        let Lazy { pid, ufd, lm } = start_lazy(d, false)?;
+        let Lazy { pid, ufd, lm, .. } = start_lazy(d, false, None)?;
         let t0 = mono_ns();
         let done = AtomicBool::new(false);
         let failed: Mutex<Option<String>> = Mutex::new(None);

@@ -179,21 +179,31 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
 /// Kills the frozen process and waits (bounded) until every thread is gone, so that
 /// its parent can reap it.
 fn kill_and_reap(frozen: Frozen) -> Result<()> {
-    let tids = frozen.tids();
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    // Other threads first: a traced group leader reports its exit only once
+    // every other thread is gone, so waiting for it first would never end.
+    let mut left = frozen.tids();
+    left.sort_by_key(|&t| t == frozen.pid);
+    let leader = frozen.pid;
     frozen.kill()?;
-    for tid in tids {
-        for _ in 0..1000 {
-            match nix::sys::wait::waitpid(
+    // Bounded: at most about 10 s.
+    for _ in 0..10_000 {
+        left.retain(|&tid| {
+            match waitpid(
                 nix::unistd::Pid::from_raw(tid),
-                Some(nix::sys::wait::WaitPidFlag::__WALL),
+                Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG),
             ) {
-                Ok(nix::sys::wait::WaitStatus::Exited(..))
-                | Ok(nix::sys::wait::WaitStatus::Signaled(..))
-                | Err(_) => break,
-                Ok(_) => continue,
+                Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => false,
+                // Not yet, or a last stop on the way out.
+                Ok(_) => true,
             }
+        });
+        if left.is_empty() {
+            return Ok(());
         }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
+    tracing::warn!("process {leader}: threads {left:?} not reaped 10 s after SIGKILL");
     Ok(())
 }
 
@@ -211,11 +221,25 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode) -> i32 {
         }
     };
     say(&HolderMsg::Captured(c));
-    let mut line = String::new();
-    let cmd = match std::io::stdin().lock().read_line(&mut line) {
-        Ok(_) => line.trim().to_string(),
-        Err(_) => String::new(),
-    };
+    // `handover`: the destination runs the process now, so if the daemon
+    // vanishes (end of input) the original must not run again next to it.
+    let mut handed_over = false;
+    let mut cmd = String::new();
+    for _ in 0..16 {
+        let mut line = String::new();
+        cmd = match std::io::stdin().lock().read_line(&mut line) {
+            Ok(_) => line.trim().to_string(),
+            Err(_) => String::new(),
+        };
+        if cmd != "handover" {
+            break;
+        }
+        handed_over = true;
+    }
+    if cmd.is_empty() && handed_over {
+        tracing::error!("holder of {pid}: the daemon vanished after the handover; killing the original, which runs elsewhere");
+        cmd = "kill".into();
+    }
     if cmd == "kill" {
         match kill_and_reap(frozen) {
             Ok(()) => {
@@ -253,6 +277,8 @@ pub struct Holder<'h> {
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
     pub captured: Captured,
+    /// The destination runs the process (see [`Holder::handed_over`]).
+    handed: bool,
 }
 
 impl<'h> Holder<'h> {
@@ -292,6 +318,7 @@ impl<'h> Holder<'h> {
             child: Some(child),
             stdin,
             stdout,
+            handed: false,
             captured: Captured {
                 frozen_ns: 0,
                 captured_ns: 0,
@@ -362,6 +389,17 @@ impl<'h> Holder<'h> {
         }
     }
 
+    /// The destination runs the process: from now on the original must never
+    /// run again, even if this daemon dies (the holder then kills it).
+    pub fn handed_over(&mut self) {
+        if let Some(s) = self.stdin.as_mut() {
+            if let Err(e) = s.write_all(b"handover\n") {
+                tracing::warn!("tell the holder of {} about the handover: {e}", self.pid);
+            }
+        }
+        self.handed = true;
+    }
+
     /// The destination runs the process: kill the frozen original.
     pub fn kill(mut self) -> Result<()> {
         self.command("kill")
@@ -376,7 +414,8 @@ impl<'h> Holder<'h> {
 impl Drop for Holder<'_> {
     fn drop(&mut self) {
         if self.child.is_some() {
-            if let Err(e) = self.command("resume") {
+            let cmd = if self.handed { "kill" } else { "resume" };
+            if let Err(e) = self.command(cmd) {
                 tracing::error!("{e}");
             }
         }

@@ -30,6 +30,7 @@ pub mod pre_copy;
 pub mod queued_pre_copy;
 pub mod report;
 pub mod stop_copy;
+pub mod takeover;
 
 pub use error::{Result, StrategyError};
 pub use report::{Outcome, PhaseBytes, Report, Residual};
@@ -226,6 +227,21 @@ pub trait Host: Send + Sync {
     /// Protocol configuration (node name, timeouts).
     fn proto_config(&self) -> Config {
         Config::new(self.node())
+    }
+    /// `ADDR:PORT` of node `name`'s daemon, if this host knows the cluster.
+    fn peer_addr(&self, _name: &str) -> Option<String> {
+        None
+    }
+    /// Source of a post-copy migration whose destination vanished: waits up
+    /// to `within` for the restarted destination daemon `peer` to reconnect
+    /// with `Resume { id }`, and returns that connection.
+    fn await_resume(
+        &self,
+        _id: u64,
+        _peer: &str,
+        _within: std::time::Duration,
+    ) -> Option<Channel<TcpStream>> {
+        None
     }
 }
 
@@ -425,6 +441,9 @@ impl Source<'_> {
     pub fn restored(&mut self, pid: i32, since_resume_us: u64) {
         let now = mono_ns();
         self.new_pid = Some(pid);
+        if let Some(h) = self.holder.as_mut() {
+            h.handed_over();
+        }
         self.resumed_ns =
             Some(now.saturating_sub(self.rtt_ns / 2 + since_resume_us.saturating_mul(1000)));
     }

@@ -156,7 +156,34 @@ pub(crate) fn serve_source(
     owed: &[(u64, u64)],
     stash: Option<Stash>,
 ) -> Result<()> {
-    let r = serve_source_inner(m, owed, stash);
+    let mut r = serve_source_inner(m, owed, &stash);
+    // The destination vanished: its daemon may come back and take over.
+    for _ in 0..8 {
+        match &r {
+            Err(StrategyError::Proto(e)) if e.is_disconnect() => {}
+            _ => break,
+        }
+        tracing::warn!(
+            "lost {} during the post-copy of {} ({}); waiting up to {:?} for its daemon to take over",
+            m.peer,
+            m.pid,
+            r.as_ref().err().map(|e| e.to_string()).unwrap_or_default(),
+            crate::takeover::RESUME_GRACE
+        );
+        let Some(ch) = m
+            .host
+            .await_resume(m.id, &m.peer, crate::takeover::RESUME_GRACE)
+        else {
+            break;
+        };
+        tracing::info!(
+            "{} took migration {} over; serving its pages again",
+            m.peer,
+            m.id
+        );
+        m.ch = ch;
+        r = serve_source_inner(m, owed, &stash);
+    }
     if let Err(e) = &r {
         if let Some(h) = m.holder.take() {
             let _ = h.kill();
@@ -170,7 +197,7 @@ pub(crate) fn serve_source(
     r
 }
 
-fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: Option<Stash>) -> Result<()> {
+fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>) -> Result<()> {
     let pages: Vec<u64> = owed
         .iter()
         .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
@@ -303,6 +330,16 @@ pub(crate) struct Lazy {
     /// The number of the userfaultfd inside the process.
     pub ufd: i32,
     pub lm: LazyMemory,
+    /// The takeover record, if one was asked for.
+    pub record: Option<crate::takeover::Active>,
+}
+
+/// How a restarted daemon would serve a lazily restored process (the
+/// takeover record's flags).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Resumable {
+    pub prefetch: bool,
+    pub until_exit: bool,
 }
 
 /// Destination: kills the restored process, which cannot be completed, and
@@ -319,8 +356,13 @@ pub(crate) fn fail_lost(d: &mut Destination, pid: i32, e: String) -> StrategyErr
 
 /// Destination: receive the (small) image, restore it lazily, take a copy of
 /// the process's userfaultfd and reply `Restored`. With `composed`, the
-/// image is already in the staging directory.
-pub(crate) fn start_lazy(d: &mut Destination, composed: bool) -> Result<Lazy> {
+/// image is already in the staging directory. With `resumable` (pages served
+/// by a source daemon), a takeover record is written before `Restored`.
+pub(crate) fn start_lazy(
+    d: &mut Destination,
+    composed: bool,
+    resumable: Option<Resumable>,
+) -> Result<Lazy> {
     if !composed {
         receive_image(d)?;
     }
@@ -352,7 +394,22 @@ pub(crate) fn start_lazy(d: &mut Destination, composed: bool) -> Result<Lazy> {
         }
     };
     let (owed, registered) = owed_of(&pi);
+    let record = match resumable {
+        Some(r) => match begin_record(d, pid, ufd, r, &owed, &registered) {
+            Ok(x) => Some(x),
+            Err(e) => {
+                // The migration goes on; only a takeover would be impossible.
+                tracing::warn!("no takeover record for migration {}: {e}", d.offer.id);
+                None
+            }
+        },
+        None => None,
+    };
     let lm = LazyMemory::new(uffd, &owed, registered);
+    let record = record.map(|(act, journal)| {
+        lm.set_journal(journal);
+        act
+    });
     d.ch.send(&Msg::Restored {
         id: d.offer.id,
         pid,
@@ -360,7 +417,47 @@ pub(crate) fn start_lazy(d: &mut Destination, composed: bool) -> Result<Lazy> {
         restore_us: 0,
         since_resume_us: mono_ns().saturating_sub(started.resumed_ns) / 1000,
     })?;
-    Ok(Lazy { pid, ufd, lm })
+    Ok(Lazy {
+        pid,
+        ufd,
+        lm,
+        record,
+    })
+}
+
+fn begin_record(
+    d: &Destination,
+    pid: i32,
+    ufd: i32,
+    r: Resumable,
+    owed: &[(u64, u64)],
+    registered: &[(u64, u64)],
+) -> Result<(crate::takeover::Active, std::fs::File)> {
+    let source_addr = d.host.peer_addr(&d.offer.source_node).ok_or_else(|| {
+        StrategyError::Other(format!(
+            "the address of {} is unknown (daemon started without --peer)",
+            d.offer.source_node
+        ))
+    })?;
+    let start_time = crate::takeover::start_time(pid)
+        .ok_or_else(|| StrategyError::Other(format!("process {pid} vanished")))?;
+    crate::takeover::begin(
+        d.host,
+        &crate::takeover::Record {
+            version: 1,
+            id: d.offer.id,
+            source_node: d.offer.source_node.clone(),
+            source_addr,
+            pid,
+            start_time,
+            ufd,
+            prefetch: r.prefetch,
+            until_exit: r.until_exit,
+            comm: d.offer.comm.clone(),
+            owed: owed.to_vec(),
+            registered: registered.to_vec(),
+        },
+    )
 }
 
 /// Destination: lazy restore, then serve faults until nothing is owed;
@@ -374,22 +471,97 @@ pub(crate) fn destination_lazy(
     until_exit: bool,
     composed: bool,
 ) -> Result<i32> {
-    let Lazy { pid, ufd, lm } = start_lazy(d, composed)?;
-    let fail = |d: &mut Destination, e: String| fail_lost(d, pid, e);
+    let Lazy {
+        pid,
+        ufd,
+        lm,
+        record,
+    } = start_lazy(
+        d,
+        composed,
+        Some(Resumable {
+            prefetch,
+            until_exit,
+        }),
+    )?;
+    serve_faults(Serve {
+        ch: &mut d.ch,
+        id: d.offer.id,
+        pid,
+        ufd,
+        lm,
+        prefetch,
+        until_exit,
+        comm: d.offer.comm.clone(),
+        node: d.host.node().to_string(),
+        peer: d.peer.clone(),
+        record,
+    })
+}
+
+/// A lazily restored process being served (after the restore, or after a
+/// takeover by a restarted daemon).
+pub(crate) struct Serve<'a> {
+    pub ch: &'a mut pmig_proto::blocking::Channel<std::net::TcpStream>,
+    pub id: u64,
+    pub pid: i32,
+    pub ufd: i32,
+    pub lm: LazyMemory,
+    pub prefetch: bool,
+    pub until_exit: bool,
+    pub comm: String,
+    /// This node's name and the source's, for messages.
+    pub node: String,
+    pub peer: String,
+    pub record: Option<crate::takeover::Active>,
+}
+
+/// Destination: serve faults until nothing is owed; with `prefetch`, each
+/// fault also asks for the pages AMPoM predicts. With `until_exit`
+/// (demand-paging), the migration also ends when the process exits with
+/// pages still owed: `PagesDone` then tells the source.
+pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
+    let Serve {
+        ch,
+        id,
+        pid,
+        ufd,
+        lm,
+        prefetch,
+        until_exit,
+        comm,
+        node,
+        peer,
+        record,
+    } = sv;
+    let end_record = || {
+        if let Some(r) = &record {
+            r.remove();
+        }
+    };
+    let fail = |ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>, e: String| {
+        // SAFETY: killing the process we restored, which cannot be completed.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        end_record();
+        let _ = ch.send(&Msg::Error {
+            code: code::RESTORE_FAILED,
+            text: e.clone(),
+        });
+        StrategyError::Other(e)
+    };
     let watch = if until_exit {
         match crate::demand_paging::Watch::new(pid) {
             Ok(w) => Some(w),
-            Err(e) => return Err(fail(d, format!("watch process {pid}: {e}"))),
+            Err(e) => return Err(fail(ch, format!("watch process {pid}: {e}"))),
         }
     } else {
         None
     };
     let exited = AtomicBool::new(false);
-    let _ = d.ch.stream().set_read_timeout(None);
-    let id = d.offer.id;
+    let _ = ch.stream().set_read_timeout(None);
     let done = AtomicBool::new(false);
     let failed: Mutex<Option<String>> = Mutex::new(None);
-    let (tx, rx) = d.ch.halves();
+    let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
         s.spawn(|| {
@@ -498,29 +670,23 @@ pub(crate) fn destination_lazy(
         done.store(true, Ordering::Release);
     });
     if let Some(e) = failed.lock().unwrap().take() {
-        tracing::error!(
-            "post-copy of {} (pid {pid}): {e}; the process is lost",
-            d.offer.comm
-        );
-        return Err(fail(
-            d,
-            format!("{}: {e}; the process is lost", d.host.node()),
-        ));
+        tracing::error!("post-copy of {comm} (pid {pid}): {e}; the process is lost");
+        return Err(fail(ch, format!("{node}: {e}; the process is lost")));
     }
     let st = lm.stats();
     if exited.load(Ordering::Acquire) {
-        tracing::info!(
-            "demand paging of {} (pid {pid}) ended with its exit: {st:?}",
-            d.offer.comm
-        );
+        end_record();
+        tracing::info!("demand paging of {comm} (pid {pid}) ended with its exit: {st:?}");
         return Ok(pid);
     }
     lm.finish();
     if let Err(e) = close_in_process(pid, ufd) {
         tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
     }
-    tracing::info!("post-copy of {} (pid {pid}) complete: {st:?}", d.offer.comm);
-    d.ch.send(&Msg::PagesDone {
+    // Nothing is owed: a takeover is no longer needed.
+    end_record();
+    tracing::info!("post-copy of {comm} (pid {pid}) complete: {st:?}");
+    ch.send(&Msg::PagesDone {
         id,
         installed: st.installed_pages,
         remote_faults: st.remote_faults,
@@ -529,11 +695,9 @@ pub(crate) fn destination_lazy(
     })?;
     // Answers to requests the source had queued may still be on their way:
     // they are no longer needed.
-    let _ =
-        d.ch.stream()
-            .set_read_timeout(Some(Duration::from_secs(60)));
+    let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(60)));
     loop {
-        match d.ch.recv_with() {
+        match ch.recv_with() {
             Ok(inc) if matches!(inc.msg, Msg::PageData { .. }) => continue,
             Ok(inc) => match inc.msg {
                 Msg::Commit { id: i } if i == id => return Ok(pid),
@@ -543,7 +707,7 @@ pub(crate) fn destination_lazy(
                 }
                 other => {
                     return Err(StrategyError::Protocol {
-                        node: d.peer.clone(),
+                        node: peer.clone(),
                         what: format!("expected Commit, got {}", other.kind()),
                     })
                 }

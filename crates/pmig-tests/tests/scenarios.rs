@@ -516,3 +516,534 @@ fn bad_image_other_arch() {
         &["arch"],
     );
 }
+
+// ---------------------------------------------------------------------------
+// session: a session leader with a pty as stdio and controlling terminal, as
+// `pmig run` starts jobs; restored onto a new pty, or onto no terminal.
+
+mod session {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    use std::path::PathBuf;
+    use std::process::{Child, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// A pty pair; the test talks to the process through the master.
+    struct Pty {
+        master: std::fs::File,
+        slave: Option<OwnedFd>,
+        path: PathBuf,
+        buf: Vec<u8>,
+    }
+
+    impl Pty {
+        fn open() -> Pty {
+            let p = nix::pty::openpty(None, None).expect("openpty");
+            let path = std::fs::read_link(format!("/proc/self/fd/{}", p.slave.as_raw_fd()))
+                .expect("path of the pty slave");
+            Pty {
+                master: std::fs::File::from(p.master),
+                slave: Some(p.slave),
+                path,
+                buf: Vec::new(),
+            }
+        }
+
+        fn path(&self) -> &str {
+            self.path.to_str().unwrap()
+        }
+
+        fn stdio(&self) -> Stdio {
+            Stdio::from(
+                self.slave
+                    .as_ref()
+                    .expect("slave still open")
+                    .try_clone()
+                    .unwrap(),
+            )
+        }
+
+        /// No echo, no output processing (as the scenario sets its own).
+        fn quiet(&self) {
+            use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, OutputFlags, SetArg};
+            let mut t = tcgetattr(&self.master).expect("tcgetattr on the master");
+            t.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHOCTL);
+            t.output_flags.remove(OutputFlags::OPOST);
+            tcsetattr(&self.master, SetArg::TCSANOW, &t).expect("tcsetattr on the master");
+        }
+
+        fn send(&mut self, bytes: &[u8]) {
+            self.master
+                .write_all(bytes)
+                .expect("write to the pty master");
+        }
+
+        /// Next line from the process (bounded); panics with `what` on timeout.
+        fn line(&mut self, timeout: Duration, what: &str) -> String {
+            let end = Instant::now() + timeout;
+            loop {
+                if let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
+                    let l: Vec<u8> = self.buf.drain(..=pos).collect();
+                    return String::from_utf8_lossy(&l[..pos])
+                        .trim_end_matches('\r')
+                        .to_string();
+                }
+                let left = end.saturating_duration_since(Instant::now());
+                let mut pfd = libc::pollfd {
+                    fd: self.master.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: poll on one valid pollfd we own.
+                let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis() as i32) };
+                assert!(
+                    r > 0 || Instant::now() < end,
+                    "{what}: no line from {} within {timeout:?} (partial: {:?})",
+                    self.path.display(),
+                    String::from_utf8_lossy(&self.buf)
+                );
+                if r <= 0 {
+                    continue;
+                }
+                let mut tmp = [0u8; 1024];
+                match std::io::Read::read(&mut self.master, &mut tmp) {
+                    Ok(n) if n > 0 => self.buf.extend_from_slice(&tmp[..n]),
+                    Ok(_) => panic!("{what}: EOF on {}", self.path.display()),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => panic!(
+                        "{what}: reading {}: {e} (partial: {:?})",
+                        self.path.display(),
+                        String::from_utf8_lossy(&self.buf)
+                    ),
+                }
+            }
+        }
+
+        fn expect(&mut self, want: &str, what: &str) {
+            let l = self.line(PMIG_TIMEOUT, what);
+            assert_eq!(l, want, "{what}: from {}", self.path.display());
+        }
+
+        /// `check` answered with PASS, a Ctrl-C caught, the count of SIGINTs.
+        fn check_and_interrupt(&mut self, sigints: u32, what: &str) {
+            self.send(b"check\n");
+            self.expect("PASS session", &format!("{what}: check"));
+            self.send(b"\x03");
+            self.expect("SIGINT received", &format!("{what}: Ctrl-C"));
+            self.send(b"sigints\n");
+            self.expect(&format!("SIGINTS {sigints}"), &format!("{what}: count"));
+        }
+    }
+
+    /// The original job: session leader, `pty` as stdio and controlling terminal.
+    struct Job(Child);
+
+    impl Drop for Job {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = wait_timeout(&mut self.0, EXIT_TIMEOUT);
+        }
+    }
+
+    fn start_job(pty: &Pty, cwd: &Path, guard: &mut Guard) -> Job {
+        let mut cmd = Command::new(scenario("session"));
+        cmd.current_dir(cwd)
+            .stdin(pty.stdio())
+            .stdout(pty.stdio())
+            .stderr(pty.stdio());
+        only_stdio(&mut cmd);
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start the session scenario");
+        guard.track_pid(child.id() as i32);
+        Job(child)
+    }
+
+    /// `pmig restore --json` of `img` with `stdio` (a pty slave path) or,
+    /// when None, pmig restore's own pipes.
+    fn restore(label: &str, img: &Path, pidfile: &Path, stdio: Option<&str>, cwd: &Path) -> Proc {
+        let mut cmd = Command::new(pmig_bin());
+        cmd.args(["restore", "--json", "--dir"])
+            .arg(img)
+            .arg("--pidfile")
+            .arg(pidfile)
+            .current_dir(cwd);
+        if let Some(p) = stdio {
+            cmd.args(["--stdin", p, "--stdout", p, "--stderr", p]);
+        }
+        Proc::spawn_tree(label, cmd)
+    }
+
+    /// The JSON line of `pmig restore --json`, its `session` object checked.
+    fn session_json(r: &mut Proc, ctty: Option<&str>) -> i32 {
+        let line = r.line(PMIG_TIMEOUT, "the JSON line of pmig restore");
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("{}: bad JSON {line:?}: {e}", r.label));
+        let pid = v["pid"].as_i64().unwrap() as i32;
+        let s = &v["session"];
+        assert_eq!(s["session_leader"], true, "{}: {line}", r.label);
+        assert_eq!(s["sid"].as_i64(), Some(pid as i64), "{}: {line}", r.label);
+        assert_eq!(s["pgid"].as_i64(), Some(pid as i64), "{}: {line}", r.label);
+        match ctty {
+            Some(p) => {
+                assert_eq!(s["ctty"].as_str(), Some(p), "{}: {line}", r.label);
+                assert_eq!(s["foreground"], true, "{}: {line}", r.label);
+                assert!(s["note"].is_null(), "{}: {line}", r.label);
+            }
+            None => {
+                assert!(s["ctty"].is_null(), "{}: {line}", r.label);
+                assert_eq!(s["foreground"], false, "{}: {line}", r.label);
+            }
+        }
+        pid
+    }
+
+    /// The job moves to a new pty twice; Ctrl-C typed on the new one reaches it.
+    #[test]
+    fn new_pty_twice() {
+        let d = Dirs::new("session");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        a.check_and_interrupt(1, "original");
+        let pid = job.0.id() as i32;
+
+        dump_ok(pid, &d.path("img1"), false);
+        let st = wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after dump");
+        assert_eq!(
+            st.signal(),
+            Some(libc::SIGKILL),
+            "original after dump: {st:?}"
+        );
+
+        let mut b = Pty::open();
+        let mut r1 = restore(
+            "session (restore #1)",
+            &d.path("img1"),
+            &d.path("pid1"),
+            Some(b.path()),
+            d.tmp.path(),
+        );
+        let pid1 = session_json(&mut r1, Some(b.path()));
+        guard.track_pid(pid1);
+        b.slave = None;
+        b.check_and_interrupt(2, "restore #1");
+        assert_eq!(restored_pid(&r1), pid1);
+
+        dump_ok(pid1, &d.path("img2"), false);
+        let st1 = r1.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st1.code(),
+            Some(128 + libc::SIGKILL),
+            "pmig restore #1: {st1:?}"
+        );
+
+        let mut c = Pty::open();
+        let mut r2 = restore(
+            "session (restore #2)",
+            &d.path("img2"),
+            &d.path("pid2"),
+            Some(c.path()),
+            d.tmp.path(),
+        );
+        let pid2 = session_json(&mut r2, Some(c.path()));
+        guard.track_pid(pid2);
+        c.slave = None;
+        c.check_and_interrupt(3, "restore #2");
+        c.send(b"quit\n");
+        let st2 = r2.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st2.code(),
+            Some(0),
+            "pmig restore #2: {st2:?}; stderr:\n{}",
+            r2.stderr()
+        );
+        assert!(
+            !r1.stderr_final().contains("controlling terminal")
+                && !r2.stderr_final().contains("controlling terminal"),
+            "no note expected: {}{}",
+            r1.stderr(),
+            r2.stderr()
+        );
+        assert_eq!(
+            pid1, pid,
+            "restore #1 did not get the original pid {pid}, which was free"
+        );
+        assert_eq!(
+            pid2, pid,
+            "restore #2 did not get the original pid {pid}, which was free"
+        );
+    }
+
+    /// Dumped with --leave-running: the original keeps its terminal; the
+    /// image restores onto a new pty afterwards.
+    #[test]
+    fn leave_running() {
+        let d = Dirs::new("session-lr");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        let pid = job.0.id() as i32;
+        dump_ok(pid, &d.path("img"), true);
+        a.check_and_interrupt(1, "original after dump --leave-running");
+        a.send(b"quit\n");
+        let st = wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after quit");
+        assert_eq!(st.code(), Some(0), "original: {st:?}");
+
+        let mut b = Pty::open();
+        let mut r = restore(
+            "session (restore)",
+            &d.path("img"),
+            &d.path("pid"),
+            Some(b.path()),
+            d.tmp.path(),
+        );
+        let rpid = session_json(&mut r, Some(b.path()));
+        guard.track_pid(rpid);
+        b.slave = None;
+        // The image was taken before the original's first Ctrl-C.
+        b.check_and_interrupt(1, "restored");
+        b.send(b"quit\n");
+        let st = r.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st.code(),
+            Some(0),
+            "pmig restore: {st:?}; stderr:\n{}",
+            r.stderr()
+        );
+    }
+
+    /// The original pid is taken (the original still runs on its own pty):
+    /// the copy leads a session under its new pid, on a new pty, and Ctrl-C
+    /// there reaches the copy only.
+    #[test]
+    fn pid_taken() {
+        let d = Dirs::new("session-pid");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        let pid = job.0.id() as i32;
+        dump_ok(pid, &d.path("img"), true);
+
+        let mut b = Pty::open();
+        let mut r = restore(
+            "session (restore, pid taken)",
+            &d.path("img"),
+            &d.path("pid"),
+            Some(b.path()),
+            d.tmp.path(),
+        );
+        let rpid = session_json(&mut r, Some(b.path()));
+        guard.track_pid(rpid);
+        b.slave = None;
+        assert_ne!(rpid, pid, "the original still holds pid {pid}");
+        b.check_and_interrupt(1, "copy");
+        a.send(b"sigints\n");
+        a.expect("SIGINTS 0", "original, after Ctrl-C on the copy's terminal");
+        a.check_and_interrupt(1, "original");
+        b.send(b"quit\n");
+        a.send(b"quit\n");
+        let st = r.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st.code(),
+            Some(0),
+            "pmig restore: {st:?}; stderr:\n{}",
+            r.stderr()
+        );
+        let st = wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after quit");
+        assert_eq!(st.code(), Some(0), "original: {st:?}");
+    }
+
+    /// pmig restore's own controlling terminal is never taken from it: the
+    /// process is restored without one, and the note says why.
+    #[test]
+    fn restorer_own_terminal_is_not_taken() {
+        let d = Dirs::new("session-own");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        let pid = job.0.id() as i32;
+        dump_ok(pid, &d.path("img"), false);
+        wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after dump");
+
+        // pmig restore leads a session with pty `b` as its controlling
+        // terminal and stdio; the restored process inherits those fds.
+        let mut b = Pty::open();
+        b.quiet();
+        let mut cmd = Command::new(pmig_bin());
+        cmd.args(["restore", "--json", "--dir"])
+            .arg(d.path("img"))
+            .current_dir(d.tmp.path())
+            .stdin(b.stdio())
+            .stdout(b.stdio())
+            .stderr(b.stdio());
+        only_stdio(&mut cmd);
+        // SAFETY: setsid and ioctl are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut r = Job(cmd.spawn().expect("start pmig restore"));
+        b.slave = None;
+        let mut json = String::new();
+        let mut note = String::new();
+        for _ in 0..2 {
+            let l = b.line(PMIG_TIMEOUT, "pmig restore's output");
+            if l.starts_with('{') {
+                json = l;
+            } else {
+                note = l;
+            }
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&json).unwrap_or_else(|e| panic!("{json:?}: {e}"));
+        let rpid = v["pid"].as_i64().unwrap() as i32;
+        guard.track_pid(rpid);
+        assert_eq!(v["session"]["session_leader"], true, "{json}");
+        assert!(v["session"]["ctty"].is_null(), "{json}");
+        assert!(
+            note.contains("without a controlling terminal")
+                && note.contains("own controlling terminal"),
+            "pmig restore should say why: {note:?}"
+        );
+        // Its fds are still the terminal, which stays pmig restore's.
+        b.send(b"sigints\n");
+        b.expect("SIGINTS 0", "restored");
+        b.send(b"check\n");
+        let l = b.line(PMIG_TIMEOUT, "check");
+        assert!(
+            l.starts_with("FAIL session: fd 0 is not the controlling terminal"),
+            "restored on pmig restore's terminal: {l:?}"
+        );
+        b.send(b"quit\n");
+        let st = wait_timeout(&mut r.0, EXIT_TIMEOUT).expect("pmig restore exits");
+        assert_eq!(
+            st.code(),
+            Some(1),
+            "the scenario exits 1 after a failed check: {st:?}"
+        );
+    }
+
+    /// Restored onto pipes: a session leader without a controlling terminal,
+    /// and pmig restore says so; the same again from that state.
+    #[test]
+    fn no_terminal_twice() {
+        let d = Dirs::new("session-notty");
+        let mut guard = Guard::new();
+        let mut a = Pty::open();
+        let mut job = start_job(&a, &d.work(), &mut guard);
+        a.slave = None;
+        a.expect("READY", "original");
+        a.check_and_interrupt(1, "original");
+        let pid = job.0.id() as i32;
+        dump_ok(pid, &d.path("img1"), false);
+        wait_timeout(&mut job.0, EXIT_TIMEOUT).expect("original exits after dump");
+
+        let mut r1 = restore(
+            "session notty (restore #1)",
+            &d.path("img1"),
+            &d.path("pid1"),
+            None,
+            d.tmp.path(),
+        );
+        let pid1 = session_json(&mut r1, None);
+        guard.track_pid(pid1);
+        r1.send("notty");
+        let l = r1.line(PMIG_TIMEOUT, "the answer to notty");
+        assert_eq!(l, "PASS session", "restore #1; stderr:\n{}", r1.stderr());
+        r1.send("sigints");
+        assert_eq!(r1.line(CHECK_TIMEOUT, "sigints"), "SIGINTS 1");
+        // Not an error, but said on stderr.
+        let note = r1.stderr();
+        assert!(
+            note.contains("without a controlling terminal") && note.contains("no terminal"),
+            "restore #1 should say the process lost its controlling terminal; stderr:\n{note}"
+        );
+
+        dump_ok(pid1, &d.path("img2"), false);
+        let st1 = r1.wait(EXIT_TIMEOUT);
+        assert_eq!(
+            st1.code(),
+            Some(128 + libc::SIGKILL),
+            "pmig restore #1: {st1:?}"
+        );
+
+        let mut r2 = restore(
+            "session notty (restore #2)",
+            &d.path("img2"),
+            &d.path("pid2"),
+            None,
+            d.tmp.path(),
+        );
+        let pid2 = session_json(&mut r2, None);
+        guard.track_pid(pid2);
+        r2.send("notty");
+        let l = r2.line(PMIG_TIMEOUT, "the answer to notty");
+        assert_eq!(l, "PASS session", "restore #2; stderr:\n{}", r2.stderr());
+        r2.quit_ok();
+        assert!(
+            !r2.stderr_final().contains("controlling terminal"),
+            "restore #2: the process had no controlling terminal to lose; stderr:\n{}",
+            r2.stderr()
+        );
+    }
+
+    /// A session leader with another process in its session (not its
+    /// child) is refused, and goes on as it was.
+    #[test]
+    fn refuse_leader_with_session_members() {
+        let d = Dirs::new("session-member");
+        let mut guard = Guard::new();
+        let mut cmd = Command::new(scenario("session"));
+        cmd.arg("member").current_dir(d.work());
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut p = Proc::spawn("session member", cmd);
+        p.expect_ready();
+        let sid = p.pid();
+        let members: Vec<i32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&q| q != sid && unsafe { libc::getsid(q) } == sid)
+            .collect();
+        for &m in &members {
+            guard.track_pid(m);
+        }
+        assert_eq!(members.len(), 1, "session {sid}: members {members:?}");
+        p.check("session", CHECK_TIMEOUT);
+        let what = "refuse session leader with session members";
+        super::dump_refused(what, sid, &d.path("img"), &["session"]);
+        assert_running_untraced(what, sid);
+        p.check("session", CHECK_TIMEOUT);
+        p.quit_ok();
+    }
+}

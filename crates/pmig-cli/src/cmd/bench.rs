@@ -27,6 +27,8 @@ enum What {
     /// Remote execution overhead: `pmig run` of a null program against a local
     /// fork+exec+wait (run inside a node: `pmig cluster exec n1 -- pmig bench exec`).
     Exec(super::exec_bench::Args),
+    /// Host selection: request + return pairs per second and their latency.
+    Selector(super::hosts::BenchArgs),
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -54,5 +56,6 @@ pub fn run(a: Args) -> Result<i32> {
             }
             Ok(0)
         }
+        What::Selector(b) => super::hosts::bench(b),
     }
 }

@@ -53,6 +53,10 @@ struct UpArgs {
     /// Port the daemons listen on.
     #[arg(long, default_value_t = pmig_cluster::DEFAULT_PORT)]
     port: u16,
+    /// An extra argument for every daemon, e.g. `--daemon-arg=--idle-owner-secs=5`
+    /// (repeat).
+    #[arg(long = "daemon-arg", value_name = "ARG", allow_hyphen_values = true)]
+    daemon_args: Vec<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -103,6 +107,7 @@ fn up(a: UpArgs) -> Result<i32> {
     o.state_dir = a.common.state_dir;
     o.key_file = a.key_file;
     o.port = a.port;
+    o.daemon_args = a.daemon_args;
     if !a.no_daemons {
         o.daemon_bin = Some(std::env::current_exe()?);
     }

@@ -5,6 +5,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod dump;
 pub mod exec_bench;
+pub mod hosts;
 pub mod migrate;
 pub mod restore;
 pub mod run;

@@ -50,6 +50,15 @@ pub fn run(a: Args) -> Result<i32> {
             r.original_pid, r.pid
         );
     }
+    if let Some(s) = &r.session {
+        // A job that had a controlling terminal and lost it is worth a line
+        // even without --report (Ctrl-C no longer reaches it).
+        if s.session_leader && s.ctty.is_none() {
+            if let Some(n) = &s.note {
+                eprintln!("pmig: process {}: {n}", r.pid);
+            }
+        }
+    }
     if a.report {
         eprintln!(
             "pmig: restored pid {} ({} threads) in {:.1} ms (verify {:.1} ms)",
@@ -58,6 +67,24 @@ pub fn run(a: Args) -> Result<i32> {
             r.total.as_secs_f64() * 1e3,
             r.verify.as_secs_f64() * 1e3
         );
+        if let Some(s) = &r.session {
+            eprintln!(
+                "pmig: session {} (leader: {}), process group {}, controlling terminal {}{}{}",
+                s.sid,
+                if s.session_leader { "yes" } else { "no" },
+                s.pgid,
+                s.ctty.as_deref().unwrap_or("none"),
+                if s.foreground {
+                    ", in the foreground"
+                } else {
+                    ""
+                },
+                s.note
+                    .as_deref()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            );
+        }
     }
     if a.json {
         println!(
@@ -66,6 +93,7 @@ pub fn run(a: Args) -> Result<i32> {
                 "pid": r.pid, "original_pid": r.original_pid, "threads": r.threads,
                 "verify_ms": r.verify.as_secs_f64() * 1e3, "total_ms": r.total.as_secs_f64() * 1e3,
                 "uffd_fd": r.uffd_fd_in_process,
+                "session": r.session,
             })
         );
     }

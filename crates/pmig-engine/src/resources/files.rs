@@ -15,7 +15,7 @@ use crate::procfs;
 use libc::pid_t;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 
 pub struct Files;
 
@@ -265,10 +265,14 @@ impl Resource for Files {
                         } else {
                             libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND
                         };
+                        // O_NOCTTY: were pmig a session leader without a
+                        // controlling terminal, opening a terminal would
+                        // make it ours, and the process could not take it.
                         let file = std::fs::OpenOptions::new()
                             .read(f.fd == 0)
                             .append(f.fd != 0)
                             .create(f.fd != 0)
+                            .custom_flags(libc::O_NOCTTY)
                             .open(path)
                             .ctx(|| {
                                 format!(

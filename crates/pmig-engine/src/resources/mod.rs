@@ -16,6 +16,7 @@ pub mod files;
 pub mod identity;
 pub mod memory;
 pub mod process;
+pub mod session;
 pub mod signals;
 pub mod threads;
 pub mod timers;
@@ -170,6 +171,8 @@ pub struct Preflight {
     pub uffd_fd: Option<i32>,
     /// Path → helper fd for mapped files, so each file is opened once.
     pub mapped_files: std::collections::HashMap<String, i32>,
+    /// Which stdio fd becomes the controlling terminal (see `session`).
+    pub ctty: session::CttyPlan,
 }
 
 impl Preflight {
@@ -186,6 +189,7 @@ impl Preflight {
             owned: Vec::new(),
             child: ChildSetup::default(),
             mapped_files: Default::default(),
+            ctty: Default::default(),
         }
     }
 

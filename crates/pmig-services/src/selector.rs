@@ -1,1 +1,0 @@
-//! Host selection: Sprite's central migration server, with failover (issue 5).

@@ -1,0 +1,237 @@
+//! Taking a post-copy migration over after the destination daemon died.
+//!
+//! While pages are owed, the restored process keeps its own userfaultfd, so a
+//! fault waits instead of reading zeros when the daemon serving it dies. For
+//! a restarted daemon to carry on, the destination writes, before the process
+//! may fault at all, a *record* of the migration (`<state dir>/takeover/
+//! <source>-<id>.json`: which pages the source owed at the handover, the
+//! registered ranges, where the process's userfaultfd is) and keeps a
+//! *journal* (`….journal`, see [`pmig_engine::lazy::Journal`]) of every page
+//! installed, released or moved since.
+//!
+//! A restarted daemon ([`pending`] + [`resume`]): checks that the process is
+//! still the same (pid and start time), takes its userfaultfd again with
+//! `pidfd_getfd`, rebuilds the owed pages from the record and the journal,
+//! connects to the source and sends `Resume { id, pid }`, wakes every thread
+//! that may wait on a fault the dead daemon had read, and serves faults as
+//! before. The source, which kept the frozen original while it waited for the
+//! resume (up to [`RESUME_GRACE`]), pushes every page it owed again; pages
+//! already here are skipped.
+
+use crate::error::{io_err, Result, StrategyError};
+use crate::Host;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long a source keeps the frozen original of a post-copy migration whose
+/// destination vanished, waiting for a restarted destination daemon.
+pub const RESUME_GRACE: Duration = Duration::from_secs(60);
+const RECORD_VERSION: u32 = 1;
+
+/// What a restarted daemon needs to take a lazily restored process over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    pub version: u32,
+    pub id: u64,
+    pub source_node: String,
+    /// `ADDR:PORT` of the source daemon.
+    pub source_addr: String,
+    pub pid: i32,
+    /// Field 22 of `/proc/PID/stat`: tells a reused pid apart.
+    pub start_time: u64,
+    /// The userfaultfd's number inside the process.
+    pub ufd: i32,
+    pub prefetch: bool,
+    pub until_exit: bool,
+    pub comm: String,
+    /// Source page ranges owed at the handover.
+    pub owed: Vec<(u64, u64)>,
+    /// Ranges registered with the userfaultfd at the restore.
+    pub registered: Vec<(u64, u64)>,
+}
+
+/// The files of one active record; removed when the migration ends.
+#[derive(Debug)]
+pub struct Active {
+    pub json: PathBuf,
+    pub journal: PathBuf,
+}
+
+impl Active {
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.json);
+        let _ = std::fs::remove_file(&self.journal);
+    }
+}
+
+fn dir(host: &dyn Host) -> PathBuf {
+    host.state_dir().join("takeover")
+}
+
+/// Field 22 (start time) of `/proc/PID/stat`.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Writes the record (atomically) and creates the empty journal; returns the
+/// journal opened for appending.
+pub fn begin(host: &dyn Host, rec: &Record) -> Result<(Active, std::fs::File)> {
+    let d = dir(host);
+    std::fs::create_dir_all(&d).map_err(io_err(format!("create {}", d.display())))?;
+    let base = format!("{}-{}", rec.source_node, rec.id);
+    let act = Active {
+        json: d.join(format!("{base}.json")),
+        journal: d.join(format!("{base}.journal")),
+    };
+    let journal = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&act.journal)
+        .map_err(io_err(format!("create {}", act.journal.display())))?;
+    let tmp = d.join(format!(".{base}.tmp"));
+    let text = serde_json::to_vec(rec).map_err(|e| StrategyError::Other(e.to_string()))?;
+    std::fs::write(&tmp, text).map_err(io_err(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, &act.json).map_err(io_err(format!("write {}", act.json.display())))?;
+    Ok((act, journal))
+}
+
+/// Records left by a daemon that died during post-copy migrations.
+pub fn pending(host: &dyn Host) -> Vec<(Record, Active)> {
+    let Ok(rd) = std::fs::read_dir(dir(host)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("json") {
+            continue;
+        }
+        let act = Active {
+            journal: p.with_extension("journal"),
+            json: p.clone(),
+        };
+        match std::fs::read(&p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+        {
+            Some(r) if r.version == RECORD_VERSION => out.push((r, act)),
+            _ => {
+                tracing::error!("unreadable takeover record {}; removing it", p.display());
+                act.remove();
+            }
+        }
+    }
+    out
+}
+
+/// Kills a process that cannot be completed.
+fn lose(pid: i32, start: u64, act: &Active, why: &str) -> StrategyError {
+    if start_time(pid) == Some(start) {
+        // SAFETY: kill(2) on the process we restored, checked by start time.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    act.remove();
+    StrategyError::Other(format!("{why}; the process {pid} is lost"))
+}
+
+/// Takes the migration of `rec` over (see the module documentation) and
+/// serves it to the end. Returns the process's pid.
+pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
+    let pid = rec.pid;
+    if start_time(pid) != Some(rec.start_time) {
+        act.remove();
+        return Err(StrategyError::Other(format!(
+            "process {pid} of migration {} from {} is gone; nothing to take over",
+            rec.id, rec.source_node
+        )));
+    }
+    let uffd = pmig_engine::dirty::take_fd(pid, rec.ufd).map_err(|e| {
+        lose(
+            pid,
+            rec.start_time,
+            &act,
+            &format!("cannot take its userfaultfd back: {e}"),
+        )
+    })?;
+    let journal = std::fs::read(&act.journal).unwrap_or_default();
+    let (lm, torn) =
+        pmig_engine::lazy::LazyMemory::recover(uffd, &rec.owed, rec.registered.clone(), &journal);
+    if torn {
+        tracing::warn!(
+            "the journal of migration {} ends in a torn record (ignored)",
+            rec.id
+        );
+    }
+    let append = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&act.journal)
+        .map_err(|e| {
+            lose(
+                pid,
+                rec.start_time,
+                &act,
+                &format!("reopen the journal: {e}"),
+            )
+        })?;
+    lm.set_journal(append);
+    let mut ch = connect(host, &rec.source_addr).map_err(|e| {
+        lose(
+            pid,
+            rec.start_time,
+            &act,
+            &format!(
+                "cannot reach the source {} ({}): {e}",
+                rec.source_node, rec.source_addr
+            ),
+        )
+    })?;
+    ch.send(&pmig_proto::Msg::Resume { id: rec.id, pid })
+        .map_err(|e| {
+            lose(
+                pid,
+                rec.start_time,
+                &act,
+                &format!("resume at the source: {e}"),
+            )
+        })?;
+    tracing::info!(
+        "took over migration {} of {} (pid {pid}) from {}: {} pages still owed",
+        rec.id,
+        rec.comm,
+        rec.source_node,
+        lm.owed_pages()
+    );
+    lm.wake_all();
+    crate::post_copy::serve_faults(crate::post_copy::Serve {
+        ch: &mut ch,
+        id: rec.id,
+        pid,
+        ufd: rec.ufd,
+        lm,
+        prefetch: rec.prefetch,
+        until_exit: rec.until_exit,
+        comm: rec.comm.clone(),
+        node: host.node().to_string(),
+        peer: rec.source_node.clone(),
+        record: Some(act),
+    })
+}
+
+fn connect(
+    host: &dyn Host,
+    addr: &str,
+) -> Result<pmig_proto::blocking::Channel<std::net::TcpStream>> {
+    Ok(pmig_proto::blocking::connect(
+        addr,
+        host.cluster_key(),
+        &host.proto_config(),
+    )?)
+}
