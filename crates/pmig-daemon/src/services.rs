@@ -29,6 +29,9 @@ impl ExecHost for Node {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&pid);
     }
+    fn selector(&self) -> Option<Peer> {
+        self.selector.current()
+    }
     fn own(&self, pid: i32) {
         self.helpers
             .lock()

@@ -49,6 +49,11 @@ struct Env {
 
 impl Env {
     fn up(tag: &str) -> Env {
+        Env::up_with(tag, &[])
+    }
+
+    /// With extra daemon flags.
+    fn up_with(tag: &str, daemon_args: &[&str]) -> Env {
         let prefix = format!("px{tag}{}", std::process::id() % 10000);
         let d = tempfile::Builder::new()
             .prefix("pmig-exec-")
@@ -59,6 +64,7 @@ impl Env {
         o.prefix = prefix;
         o.state_dir = Some(dir.join("cluster"));
         o.daemon_bin = Some(pmig_bin());
+        o.daemon_args = daemon_args.iter().map(|s| s.to_string()).collect();
         let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
         let c = Cluster::up(&o).expect("cluster up").guard();
         assert!(
@@ -723,4 +729,90 @@ fn a_job_keeps_its_home_through_migrations() {
         out.text()
     );
     assert!(!alive(npid));
+}
+
+/// The selector's table seen from `node` (`pmig hosts status --json`).
+fn hosts(env: &Env, node: &str) -> Option<serde_json::Value> {
+    let o = env
+        .pmig(node, &["hosts", "status", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&o.stdout).ok()
+}
+
+#[test]
+fn idle_runs_on_an_idle_host_it_holds_until_the_end() {
+    if !root() {
+        return;
+    }
+    let _g = pmig_tests::serial(&SERIAL);
+    // Short load and owner thresholds, as in the selector's own tests.
+    let mut env = Env::up_with(
+        "f",
+        &[
+            "--report-interval-ms",
+            "250",
+            "--load-tau-secs",
+            "2",
+            "--idle-load",
+            "0.5",
+            "--idle-owner-secs",
+            "3",
+        ],
+    );
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let h = hosts(&env, "n1");
+        let idle = h.as_ref().and_then(|h| h["hosts"].as_array()).map(|rows| {
+            rows.iter()
+                .filter(|r| r["node"] != "n1" && r["state"] == "idle")
+                .count()
+        });
+        if idle.unwrap_or(0) >= 1 {
+            break;
+        }
+        assert!(Instant::now() < end, "no idle host: {h:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let script = "ip -4 -o addr show dev eth0 | grep -o 'inet [0-9.]*'; cat";
+    let mut cmd = env.pmig(
+        "n1",
+        &["run", "--idle", "--class", "long", "--", "sh", "-c", script],
+    );
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut c = env.spawn(cmd);
+    let input = c.stdin.take().unwrap();
+    let out = Output::collect(c.stdout.take().unwrap());
+    out.wait_for("inet ", 1);
+    let text = out.text();
+    let on = ["n2", "n3"]
+        .into_iter()
+        .find(|n| text.contains(&format!("inet {}", env.c().node(n).unwrap().addr)))
+        .unwrap_or_else(|| panic!("not run on n2 or n3: {text:?}"));
+    assert_eq!(env.job("n1", &["sh", "-c", script])["node"], on);
+    // The selector shows the host held by this job's home while it runs.
+    let held = |env: &Env| {
+        hosts(env, "n1")
+            .and_then(|h| h["hosts"].as_array().cloned())
+            .and_then(|rows| rows.into_iter().find(|r| r["node"] == on))
+            .map(|r| r["held"].as_array().map(|a| a.len()).unwrap_or(0))
+            .unwrap_or(0)
+    };
+    assert_eq!(held(&env), 1);
+    drop(input);
+    assert_eq!(wait_exit(&mut c, "pmig run --idle").code(), Some(0));
+    // Returned at the end.
+    let end = Instant::now() + WAIT;
+    while held(&env) != 0 {
+        assert!(
+            Instant::now() < end,
+            "{on} still held: {:?}",
+            hosts(&env, "n1")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -99,6 +99,8 @@ pub struct Job {
     pub pid: i32,
     ch: Channel<TcpStream>,
     t0: Instant,
+    /// `--idle`: the selector session that holds the host until the job ends.
+    lease: Option<crate::selector::Client>,
 }
 
 fn peer_by_name<'a>(host: &'a dyn ExecHost, name: &str) -> Result<&'a Peer> {
@@ -152,9 +154,14 @@ pub fn start(host: &dyn ExecHost, caller: &Caller, req: &RunRequest) -> Result<J
             )));
         }
     }
+    let mut lease = None;
     let peer = match (&req.on, req.idle) {
         (Some(n), false) => peer_by_name(host, n)?.clone(),
-        (None, true) => pick_idle_host(host.peers(), req.class.as_deref())?,
+        (None, true) => {
+            let (p, c) = pick_idle_host(host, req.class.as_deref())?;
+            lease = Some(c);
+            p
+        }
         _ => {
             return Err(ExecError::Refused(
                 "give exactly one of --on NODE and --idle".into(),
@@ -219,6 +226,7 @@ pub fn start(host: &dyn ExecHost, caller: &Caller, req: &RunRequest) -> Result<J
                 pid,
                 ch,
                 t0,
+                lease,
             })
         }
         ExecMsg::Refused { text } => Err(ExecError::Refused(text)),
@@ -297,6 +305,7 @@ pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
         mut node,
         ch,
         t0,
+        lease,
         ..
     } = job;
     let _ = s.set_read_timeout(None);
@@ -429,6 +438,8 @@ pub fn relay(host: &dyn ExecHost, job: Job, s: UnixStream) {
     });
     lock(&host.exec().reattach).remove(&id);
     lock(table).remove(&id);
+    // The idle host goes back to the selector.
+    drop(lease);
 }
 
 /// Asks every node (in parallel) for `m`; `(node, answer)` for each.

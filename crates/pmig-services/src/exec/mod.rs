@@ -47,7 +47,7 @@ pub enum ExecError {
     Malformed(String),
     #[error("{0}")]
     Refused(String),
-    #[error("no host selector available yet: use --on NODE")]
+    #[error("no host selector is known to this daemon yet: use --on NODE")]
     NoSelector,
 }
 
@@ -328,6 +328,10 @@ pub trait ExecHost: Send + Sync {
     /// waits for it and then calls [`ExecHost::release`].
     fn spawn_owned(&self, cmd: &mut Command) -> io::Result<Child>;
     fn release(&self, pid: i32);
+    /// The cluster's host selector, if one is known (for `--idle`).
+    fn selector(&self) -> Option<Peer> {
+        None
+    }
     /// Takes `pid` (a child of the daemon, e.g. a migrated job) away from the reaper.
     fn own(&self, pid: i32);
     /// The job tables.
@@ -401,11 +405,31 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// The boundary to the host selector (`--idle`, branch `sel`): picks an idle node
-/// for a job of class `class`. Until the selector is merged it refuses with one line.
-pub fn pick_idle_host(peers: &[Peer], class: Option<&str>) -> Result<Peer> {
-    let _ = (peers, class);
-    Err(ExecError::NoSelector)
+/// `--idle`: asks the cluster's host selector (Sprite's migration server,
+/// `crate::selector`) for one idle node other than this one, for a job of class
+/// `class` (`short` by default). The returned client holds the host until it is
+/// dropped (the job's end).
+pub fn pick_idle_host(
+    host: &dyn ExecHost,
+    class: Option<&str>,
+) -> Result<(Peer, crate::selector::Client)> {
+    use crate::selector::{Class, Client};
+    let sel = host.selector().ok_or(ExecError::NoSelector)?;
+    let label = format!("pmig run on {}", host.node());
+    let mut c = Client::direct(&sel.addr, host.cluster_key(), host.node(), &label)
+        .map_err(|e| ExecError::Refused(format!("host selector on {}: {e}", sel.name)))?;
+    let class = match class {
+        Some("long") => Class::Long,
+        _ => Class::Short,
+    };
+    let hosts = c
+        .request_excluding(class, 1, &[host.node().to_string()])
+        .map_err(|e| ExecError::Refused(format!("no idle host: {e}")))?;
+    let p = hosts
+        .into_iter()
+        .next()
+        .ok_or_else(|| ExecError::Refused("no idle host: the selector granted none".into()))?;
+    Ok((p, c))
 }
 
 /// Merges the job lists of every node (`(reporting node, its jobs)`): one row per job
@@ -532,11 +556,5 @@ mod tests {
         // Home unreachable: the running node's record is shown.
         let m = merge(vec![("n3".into(), vec![j("n3", 77, "running", &["n3"])])]);
         assert_eq!(m.len(), 1);
-    }
-
-    #[test]
-    fn idle_refuses_until_the_selector_is_there() {
-        let e = pick_idle_host(&[], None).unwrap_err().to_string();
-        assert!(e.contains("no host selector available yet"), "{e}");
     }
 }
