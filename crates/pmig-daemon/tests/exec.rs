@@ -259,13 +259,9 @@ fn run_carries_cwd_env_stdio_and_exit_status() {
         .status()
         .unwrap();
     assert_eq!(st.code(), Some(128 + libc::SIGTERM), "{st:?}");
-    // Unknown node, --idle without a selector, missing program: one line each.
+    // Unknown node, missing program: one line each.
     for (args, want) in [
         (vec!["run", "--on", "n9", "--", "true"], "unknown node `n9`"),
-        (
-            vec!["run", "--idle", "--", "true"],
-            "no host selector available yet",
-        ),
         (
             vec!["run", "--on", "n2", "--", "/nonexistent-cmd"],
             "cannot run `/nonexistent-cmd` on n2",
