@@ -515,7 +515,11 @@ mod tests {
         assert_eq!(b.decide("n2", &l, &c, t).reason, Reason::Imbalanced);
         let v = b.decide("n2", &l, &c, t);
         assert_eq!(v.reason, Reason::Overloaded);
-        assert_eq!(v.chosen.unwrap().pid, 11, "oldest CPU-bound, not the idle one");
+        assert_eq!(
+            v.chosen.unwrap().pid,
+            11,
+            "oldest CPU-bound, not the idle one"
+        );
         assert_eq!(v.target.unwrap().0, "n1");
         b.moved(t);
         let later = t + Duration::from_secs(5);
@@ -578,7 +582,7 @@ mod tests {
                     "margin {m}: b moved back at a {la} b {lb}"
                 );
             }
-            assert!(moves >= 1 && moves <= 2, "margin {m}: {moves} moves");
+            assert!((1..=2).contains(&moves), "margin {m}: {moves} moves");
         }
     }
 
