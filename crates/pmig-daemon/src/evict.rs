@@ -131,7 +131,7 @@ pub(crate) struct Foreign {
 pub(crate) fn movable(node: &Node, foreign_only: bool) -> Vec<Foreign> {
     let me = node.cfg.node.as_str();
     let busy = lock(&node.busy).clone();
-    let now_ms = pmig_services_now_ms();
+    let now_ms = now_ms();
     let mut out: Vec<Foreign> = Vec::new();
     for j in node.exec.running_here() {
         if j.pid <= 0 || busy.contains(&j.pid) || !alive(j.pid) {
@@ -162,7 +162,7 @@ pub(crate) fn movable(node: &Node, foreign_only: bool) -> Vec<Foreign> {
     out
 }
 
-fn pmig_services_now_ms() -> u64 {
+fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -174,7 +174,7 @@ fn pmig_services_now_ms() -> u64 {
 pub(crate) fn evict(node: &Node, reason: &str) -> EvictReport {
     let _one = lock(&node.evictions.running);
     let t0 = Instant::now();
-    let started_ms = pmig_services_now_ms();
+    let started_ms = now_ms();
     let me = node.cfg.node.clone();
     let foreign = movable(node, true);
     tracing::info!(
