@@ -46,6 +46,8 @@ enum Command {
     Owner(cmd::hosts::OwnerArgs),
     /// Evict the foreign processes of a node (this one by default).
     Evict(cmd::hosts::EvictArgs),
+    /// Load balancing: `pmig balance status`.
+    Balance(cmd::hosts::BalanceArgs),
 }
 
 fn main() {
@@ -82,6 +84,7 @@ fn main() {
         Command::Hosts(a) => cmd::hosts::hosts(a),
         Command::Owner(a) => cmd::hosts::owner(a),
         Command::Evict(a) => cmd::hosts::evict(a),
+        Command::Balance(a) => cmd::hosts::balance(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -45,10 +45,14 @@ pub enum Request {
         node: Option<String>,
     },
     /// Evict the foreign processes of `node` (default: this one); root only.
+    /// Answered by `evicted` once every process has moved or failed.
     Evict {
         #[serde(default)]
         node: Option<String>,
     },
+    /// The load balancer's recent decisions and the evictions of every node
+    /// (answered by `balance`).
+    BalanceStatus,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,6 +132,15 @@ pub enum Event {
     Killed {
         job: String,
         node: String,
+    },
+    /// `evict`: what moved where, and how long each move took.
+    Evicted {
+        report: pmig_services::balance::EvictReport,
+    },
+    /// `balance_status`: every node's decisions and evictions.
+    Balance {
+        nodes: Vec<pmig_services::balance::NodeDecisions>,
+        unreachable: Vec<String>,
     },
 }
 

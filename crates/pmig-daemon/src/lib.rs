@@ -11,8 +11,10 @@
 //!   helper exits; the reaper collects them (never with `waitpid(-1)`, which would steal
 //!   the helpers' statuses).
 
+mod balance;
 pub mod control;
 pub mod error;
+pub mod evict;
 mod services;
 
 pub use error::{DaemonError, Result};
@@ -57,8 +59,13 @@ pub struct Config {
     pub peers: Vec<pmig_services::Peer>,
     /// Host selection: measuring, thresholds, report interval.
     pub selector: pmig_services::selector::Settings,
-    /// Acts on owner activity and `pmig evict` (default: log and keep a list).
+    /// Acts on owner activity and `pmig evict` orders from the selector's admin
+    /// connections (default: the daemon evicts, see [`evict`]).
     pub eviction: Option<Arc<dyn pmig_services::selector::EvictionHandler>>,
+    /// Where evicted processes go and how (`--evict-to`, `--evict-strategy`).
+    pub evict: evict::Settings,
+    /// Load balancing (`--balance`); `None`: off.
+    pub balance: Option<pmig_services::balance::Settings>,
 }
 
 impl Config {
@@ -75,6 +82,8 @@ impl Config {
             peers: Vec::new(),
             selector: Default::default(),
             eviction: None,
+            evict: Default::default(),
+            balance: None,
         })
     }
 }
@@ -101,6 +110,11 @@ pub struct Node {
     resumable: Mutex<HashMap<u64, Waiting>>,
     /// Host selection (reporting, and the selector role when it is ours).
     pub(crate) selector: Arc<pmig_services::selector::Selector>,
+    /// Processes migrated here from other nodes, by pid (eviction, balancing).
+    pub(crate) arrived: Mutex<HashMap<i32, evict::Arrived>>,
+    pub(crate) evictions: evict::Evictions,
+    /// The load balancer's decisions.
+    pub(crate) decisions: balance::Decisions,
 }
 
 impl Host for Node {
@@ -241,7 +255,21 @@ pub fn run(cfg: Config) -> Result<()> {
         exec: pmig_services::exec::Exec::new(),
         resumable: Mutex::new(HashMap::new()),
         selector,
+        arrived: Mutex::new(HashMap::new()),
+        evictions: Default::default(),
+        decisions: Default::default(),
     });
+    if node.cfg.eviction.is_none() {
+        node.selector
+            .set_eviction_handler(Arc::new(evict::DaemonEvictions(Arc::downgrade(&node))));
+    }
+    if let Some(b) = node.cfg.balance.clone() {
+        let n = node.clone();
+        std::thread::Builder::new()
+            .name("balance".into())
+            .spawn(move || balance::run(n, b))
+            .map_err(io_err("start the load balancing thread"))?;
+    }
     node.selector
         .start()
         .map_err(io_err("start the host selection thread"))?;
@@ -378,9 +406,12 @@ fn serve_peer(node: &Node, s: TcpStream) {
             Ok((Msg::MigrateOffer(offer), _, _)) => {
                 let (id, pid) = (offer.id, offer.pid);
                 match pmig_strategies::serve_offer(node, ch, offer) {
-                    Ok(Some(new)) => tracing::info!(
-                        "migration {id} from {peer} done: process {pid} runs here as pid {new}"
-                    ),
+                    Ok(Some(new)) => {
+                        node.record_arrival(new, &peer);
+                        tracing::info!(
+                            "migration {id} from {peer} done: process {pid} runs here as pid {new}"
+                        )
+                    }
                     Ok(None) => {}
                     Err(e) => {
                         tracing::warn!("migration {id} of process {pid} from {peer} failed: {e}")
@@ -548,17 +579,19 @@ fn serve_control(node: &Node, s: UnixStream) {
             if uid != 0 {
                 return error("permission denied: only root may evict".into());
             }
+            let _ = s.set_write_timeout(None);
             let by = format!("pmig evict, pid {cpid} on {}", node.cfg.node);
-            match node.selector.order_node(
-                target.as_deref(),
-                pmig_services::selector::Order::Evict,
-                &by,
-            ) {
-                Ok(message) => {
-                    send_event(&s, &Event::Ok { message });
+            match node.evict_node(target.as_deref(), &by) {
+                Ok(report) => {
+                    send_event(&s, &Event::Evicted { report });
                 }
-                Err(e) => error(e.to_string()),
+                Err(e) => error(e),
             }
+        }
+        Request::BalanceStatus => {
+            let _ = s.set_write_timeout(None);
+            let (nodes, unreachable) = node.balance_status();
+            send_event(&s, &Event::Balance { nodes, unreachable });
         }
         Request::Migrate(m) => {
             let _ = s.set_write_timeout(None);
@@ -610,6 +643,46 @@ fn migrate(
     uid: u32,
     m: &MigrateRequest,
 ) -> std::result::Result<pmig_strategies::Outcome, String> {
+    let mut last = (0u64, 0u64);
+    let mut progress = |p: Progress| {
+        // At most one event per 1 % (and the last).
+        if p.done == p.total || p.done >= last.0 + p.total / 100 || p.total != last.1 {
+            last = (p.done, p.total);
+            send_event(
+                s,
+                &Event::Progress {
+                    phase: p.phase.into(),
+                    done: p.done,
+                    total: p.total,
+                },
+            );
+        }
+    };
+    // Strategies whose residual work lasts as long as the process
+    // (demand-paging) report at the handover; the user's command returns
+    // then and the daemon carries on.
+    let mut handed_over = |o: &pmig_strategies::Outcome| {
+        send_event(
+            s,
+            &Event::Done {
+                outcome: Box::new(o.clone()),
+            },
+        );
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    };
+    migrate_core(node, uid, m, &mut progress, &mut handed_over)
+}
+
+/// The daemon's one migrate path (control requests, eviction, balancing):
+/// authorizes, marks the process busy, keeps a job attached to its home
+/// (its stdio is prepared on the destination), runs the strategy.
+pub(crate) fn migrate_core(
+    node: &Node,
+    uid: u32,
+    m: &MigrateRequest,
+    progress: &mut dyn FnMut(Progress),
+    handed_over: &mut dyn FnMut(&pmig_strategies::Outcome),
+) -> std::result::Result<pmig_strategies::Outcome, String> {
     let strategy = StrategyKind::implemented(&m.strategy).map_err(|e| e.to_string())?;
     let precopy = pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction)
         .map_err(|e| e.to_string())?;
@@ -632,21 +705,6 @@ fn migrate(
             .clone()
             .unwrap_or_else(|| pmig_strategies::DEFAULT_PAGE_STORE.into()),
     };
-    let mut last = (0u64, 0u64);
-    let mut progress = |p: Progress| {
-        // At most one event per 1 % (and the last).
-        if p.done == p.total || p.done >= last.0 + p.total / 100 || p.total != last.1 {
-            last = (p.done, p.total);
-            send_event(
-                s,
-                &Event::Progress {
-                    phase: p.phase.into(),
-                    done: p.done,
-                    total: p.total,
-                },
-            );
-        }
-    };
     // A job of the exec service: its stdio is prepared on the destination and it
     // stays attached to its home.
     let departure = match pmig_services::exec::remote::depart(node, m.pid, &m.to) {
@@ -661,22 +719,14 @@ fn migrate(
         }
     };
     let departure = Mutex::new(departure);
-    // Strategies whose residual work lasts as long as the process
-    // (demand-paging) report at the handover; the user's command returns
-    // then and the daemon carries on. A job's new node takes it over then too.
-    let mut handed_over = |o: &pmig_strategies::Outcome| {
+    // A job's new node takes it over at the handover too.
+    let mut at_handover = |o: &pmig_strategies::Outcome| {
         if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
             d.finish(Some(o.new_pid));
         }
-        send_event(
-            s,
-            &Event::Done {
-                outcome: Box::new(o.clone()),
-            },
-        );
-        let _ = s.shutdown(std::net::Shutdown::Both);
+        handed_over(o);
     };
-    let r = pmig_strategies::migrate_with(node, &req, &mut progress, &mut handed_over);
+    let r = pmig_strategies::migrate_with(node, &req, progress, &mut at_handover);
     if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         d.finish(r.as_ref().ok().map(|o| o.new_pid));
     }
@@ -684,6 +734,12 @@ fn migrate(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&m.pid);
+    if r.is_ok() {
+        node.arrived
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&m.pid);
+    }
     r.map_err(|e| e.to_string())
 }
 

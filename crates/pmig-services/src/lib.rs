@@ -4,10 +4,13 @@
 //!
 //! * [`exec`]: remote execution with a home node (`pmig run`, `pmig ps`, `pmig kill`).
 //! * [`selector`]: host selection (Sprite's central migration server), with failover.
+//! * [`balance`]: eviction and load balancing: messages, reports and the
+//!   balancing policy (the daemon moves the processes).
 //!
 //! Each service encodes its own messages (postcard) into the attachment of
 //! `Msg::Service { service }` and versions them itself.
 
+pub mod balance;
 pub mod exec;
 pub mod selector;
 

@@ -41,6 +41,43 @@ pub struct Args {
     /// Host selection: never offer this node for foreign work.
     #[arg(long)]
     no_foreign_work: bool,
+    /// Eviction: where foreign processes go when the owner becomes active or on
+    /// `pmig evict`: `home` (a job's home, or the node a process came from) or
+    /// `idle` (an idle host from the selector, else home).
+    #[arg(long, default_value = "home", value_name = "home|idle")]
+    evict_to: String,
+    /// Eviction: the migration strategy (pre-copy: nothing is left behind on
+    /// this node, and the freeze is short).
+    #[arg(long, default_value = "pre-copy", value_name = "S")]
+    evict_strategy: String,
+    /// Load balancing (openMosix): move long-running CPU-bound jobs and
+    /// migrated processes from this node to the least-loaded one.
+    #[arg(long)]
+    balance: bool,
+    /// Load balancing: how often the policy runs.
+    #[arg(long, default_value_t = 2000, value_name = "MS")]
+    balance_interval_ms: u64,
+    /// Load balancing: processes younger than this never move.
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    balance_min_age_secs: f64,
+    /// Load balancing: a candidate must have used at least this share of a CPU
+    /// over the last interval.
+    #[arg(long, default_value_t = 0.5, value_name = "SHARE")]
+    balance_min_cpu: f32,
+    /// Load balancing: move only when this node's load exceeds the least-loaded
+    /// node's by more than this (at least 1: one move then never invites a move
+    /// back) …
+    #[arg(long, default_value_t = 1.5, value_name = "LOAD")]
+    balance_margin: f32,
+    /// … for this many consecutive intervals.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    balance_patience: u32,
+    /// Load balancing: no decision for this long after a move.
+    #[arg(long, default_value_t = 30.0, value_name = "S")]
+    balance_cooldown_secs: f64,
+    /// Load balancing: the migration strategy of its moves.
+    #[arg(long, default_value = "pre-copy", value_name = "S")]
+    balance_strategy: String,
     /// Internal: hold process PID frozen after capturing it into --image-dir (the
     /// daemon's helper; reads `kill` or `resume` on stdin).
     #[arg(long, hide = true, value_name = "PID", requires = "image_dir")]
@@ -85,6 +122,35 @@ pub fn run(a: Args) -> Result<i32> {
         load_tau: secs("load-tau-secs", a.load_tau_secs)?,
         accepts: !a.no_foreign_work,
     };
+    let strategy = |s: &str| {
+        pmig_strategies::StrategyKind::implemented(s)
+            .map(|_| s.to_string())
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    };
+    cfg.evict = pmig_daemon::evict::Settings {
+        to: a.evict_to.parse().map_err(anyhow::Error::msg)?,
+        strategy: strategy(&a.evict_strategy)?,
+    };
+    if a.balance {
+        if !(a.balance_margin.is_finite() && a.balance_margin >= 1.0) {
+            anyhow::bail!(
+                "--balance-margin must be at least 1 (one move shifts the difference by 2), not {}",
+                a.balance_margin
+            );
+        }
+        if !(a.balance_min_cpu.is_finite() && (0.0..=64.0).contains(&a.balance_min_cpu)) {
+            anyhow::bail!("--balance-min-cpu must be between 0 and 64");
+        }
+        cfg.balance = Some(pmig_services::balance::Settings {
+            interval: std::time::Duration::from_millis(a.balance_interval_ms.clamp(100, 600_000)),
+            min_age: secs("balance-min-age-secs", a.balance_min_age_secs)?,
+            min_cpu: a.balance_min_cpu,
+            margin: a.balance_margin,
+            patience: a.balance_patience.max(1),
+            cooldown: secs("balance-cooldown-secs", a.balance_cooldown_secs)?,
+            strategy: strategy(&a.balance_strategy)?,
+        });
+    }
     pmig_daemon::run(cfg)?;
     Ok(0)
 }

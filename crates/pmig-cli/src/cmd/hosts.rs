@@ -1,4 +1,4 @@
-//! `pmig hosts request|status`, `pmig owner active`, `pmig evict`,
+//! `pmig hosts request|status`, `pmig owner active`, `pmig evict`, `pmig balance status`,
 //! `pmig bench selector`: host selection (pmig-services::selector).
 
 use anyhow::{bail, Context, Result};
@@ -76,6 +76,28 @@ enum OwnerCmd {
 pub struct EvictArgs {
     /// Node (default: this one).
     node: Option<String>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct BalanceArgs {
+    #[command(subcommand)]
+    cmd: BalanceCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum BalanceCmd {
+    /// Every node's recent load-balancing decisions and evictions.
+    Status {
+        /// Print them as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Show this many decisions per node (newest).
+        #[arg(long, default_value_t = 10)]
+        last: usize,
+    },
 }
 
 #[derive(clap::Args)]
@@ -246,7 +268,73 @@ pub fn owner(a: OwnerArgs) -> Result<i32> {
 }
 
 pub fn evict(a: EvictArgs) -> Result<i32> {
-    one_line(Request::Evict { node: a.node })
+    match control::request(
+        control::CONTROL_NAME,
+        &Request::Evict { node: a.node },
+        |_| {},
+    )? {
+        Event::Evicted { report } => {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for l in report.lines() {
+                    println!("{l}");
+                }
+            }
+            // Some process could not be moved: it runs on, and the status says so.
+            Ok(if report.moved.iter().any(|m| m.error.is_some()) {
+                1
+            } else {
+                0
+            })
+        }
+        Event::Error { message } => bail!("{message}"),
+        other => bail!("unexpected answer from the daemon: {other:?}"),
+    }
+}
+
+pub fn balance(a: BalanceArgs) -> Result<i32> {
+    let BalanceCmd::Status { json, last } = a.cmd;
+    match control::request(control::CONTROL_NAME, &Request::BalanceStatus, |_| {})? {
+        Event::Balance { nodes, unreachable } => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "nodes": nodes, "unreachable": unreachable })
+                    )?
+                );
+                return Ok(0);
+            }
+            for n in &nodes {
+                println!(
+                    "{}: balancing {}",
+                    n.node,
+                    if n.enabled { "on" } else { "off" }
+                );
+                let skip = n.decisions.len().saturating_sub(last);
+                for d in &n.decisions[skip..] {
+                    let rep = if d.repeat > 1 {
+                        format!(" (×{})", d.repeat)
+                    } else {
+                        String::new()
+                    };
+                    println!("  {:?} {:?}{rep}: {}", d.action, d.reason, d.text);
+                }
+                for e in &n.evictions {
+                    for l in e.lines() {
+                        println!("  eviction: {l}");
+                    }
+                }
+            }
+            for u in unreachable {
+                println!("unreachable: {u}");
+            }
+            Ok(0)
+        }
+        Event::Error { message } => bail!("{message}"),
+        other => bail!("unexpected answer from the daemon: {other:?}"),
+    }
 }
 
 pub fn bench(a: BenchArgs) -> Result<i32> {

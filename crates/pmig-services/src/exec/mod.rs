@@ -386,6 +386,15 @@ impl Exec {
         format!("{node}:{}", self.next.fetch_add(1, Ordering::SeqCst))
     }
 
+    /// The jobs running on this node (wherever their home is), as `pmig ps`
+    /// shows them: eviction and load balancing pick their candidates here.
+    pub fn running_here(&self) -> Vec<JobInfo> {
+        lock(&self.running)
+            .values()
+            .map(|r| r.info.clone())
+            .collect()
+    }
+
     /// Every job this node knows: the ones homed here and the ones running here.
     pub fn list(&self) -> Vec<JobInfo> {
         let mut v: Vec<JobInfo> = lock(&self.homed).values().cloned().collect();
