@@ -485,11 +485,35 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
         })
     })();
     if result.is_err() {
-        // SAFETY: killing the half-built process we created.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        let _ = waitpid(Pid::from_raw(pid), None);
+        kill_and_reap(pid);
     }
     result
+}
+
+/// Kills the half-built process `pid` and reaps it, its other threads first:
+/// a traced group leader is reported only once every other traced thread is
+/// reaped, so a blocking wait for the leader alone could wait forever.
+fn kill_and_reap(pid: pid_t) {
+    // SAFETY: killing the half-built process we created.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+    // Bounded: about 10 s.
+    for _ in 0..10_000 {
+        if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for e in rd.flatten() {
+                if let Some(t) = e.file_name().to_str().and_then(|t| t.parse::<pid_t>().ok()) {
+                    if t != pid {
+                        let _ = waitpid(Pid::from_raw(t), flags);
+                    }
+                }
+            }
+        }
+        match waitpid(Pid::from_raw(pid), flags) {
+            Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) | Err(_) => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    tracing::warn!("the half-built process {pid} was not reaped 10 s after SIGKILL");
 }
 
 /// The new process inherited our rseq registration, whose area the restorer
@@ -543,6 +567,53 @@ fn unregister_inherited_rseq(pid: pid_t) -> Result<()> {
     Ok(())
 }
 
+/// The next state change of thread `t` of the new process `pid`, or `None`
+/// if another of its threads died meanwhile: then the process is dying, and
+/// a blocking wait for `t` could wait forever (a traced thread that has
+/// exited holds its group leader's report back until it is reaped).
+/// Polls without blocking: 50 µs between tries, the threads checked every
+/// 5 ms, at most 60 s.
+fn wait_thread(pid: pid_t, t: Pid) -> Result<Option<WaitStatus>> {
+    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+    for i in 0..1_200_000u32 {
+        match waitpid(t, flags) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(s) => return Ok(Some(s)),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).ctx(|| format!("wait for thread {t} of the new process")),
+        }
+        if i % 100 == 99 && other_thread_dead(pid, t.as_raw()) {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    Err(EngineError::Restore(format!(
+        "thread {t} of the new process did not stop within 60 s"
+    )))
+}
+
+/// True if a thread of `pid` other than `tid` has exited (zombie or dead).
+fn other_thread_dead(pid: pid_t, tid: pid_t) -> bool {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    rd.flatten().any(|e| {
+        let name = e.file_name();
+        let Some(t) = name.to_str().and_then(|t| t.parse::<pid_t>().ok()) else {
+            return false;
+        };
+        t != tid
+            && std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat"))
+                .ok()
+                .and_then(|st| {
+                    st.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with(['Z', 'X']))
+                })
+                .unwrap_or(false)
+    })
+}
+
 /// Run the new process until every thread sits on its final int3; returns
 /// the tids by thread index.
 fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
@@ -559,12 +630,9 @@ fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
     while let Some(tid) = queue.pop_front() {
         let t = Pid::from_raw(tid);
         loop {
-            let st = match waitpid(t, Some(WaitPidFlag::__WALL)) {
-                Ok(s) => s,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    return Err(e).ctx(|| format!("wait for thread {tid} of the new process"))
-                }
+            let st = match wait_thread(pid, t)? {
+                Some(s) => s,
+                None => return Err(failed("the new process died while being restored".into())),
             };
             match st {
                 WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP) => {
