@@ -36,6 +36,11 @@ enum Command {
     Migrate(cmd::migrate::Args),
     /// Run a command on another node; this terminal stays its home.
     Run(cmd::run::Args),
+    /// A shell for make: `pmig sh -c CMD` runs `/bin/sh -c CMD` on an idle node
+    /// (here when there is none).
+    Sh(cmd::pmake::ShArgs),
+    /// Parallel make on idle nodes: `make -jN SHELL=pmig .SHELLFLAGS='sh -c'`.
+    Make(cmd::pmake::MakeArgs),
     /// The cluster's jobs (started with `pmig run`): home, node, history.
     Ps(cmd::run::PsArgs),
     /// Signal a job wherever it runs.
@@ -77,6 +82,8 @@ fn main() {
         Command::Daemon(a) => cmd::daemon::run(a),
         Command::Migrate(a) => cmd::migrate::run(a),
         Command::Run(a) => cmd::run::run(a),
+        Command::Sh(a) => cmd::pmake::sh(a),
+        Command::Make(a) => cmd::pmake::make(a),
         Command::Ps(a) => cmd::run::ps(a),
         Command::Kill(a) => cmd::run::kill(a),
         Command::Hosts(a) => cmd::hosts::hosts(a),
