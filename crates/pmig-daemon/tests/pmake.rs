@@ -402,10 +402,15 @@ fn pmig_sh_runs_here_when_no_node_is_idle() {
         err.contains("pmig sh: running recipes on this node"),
         "no note of the fallback: {err:?}"
     );
-    // Quietly with -q.
+    // Quietly with --quiet.
     let o = run(
-        env.command("n1", &pmig_bin(), &["sh", "-q", "-c", "true"], &env.dir),
-        "pmig sh -q",
+        env.command(
+            "n1",
+            &pmig_bin(),
+            &["sh", "--quiet", "-c", "true"],
+            &env.dir,
+        ),
+        "pmig sh --quiet",
     );
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&o.stderr), "");

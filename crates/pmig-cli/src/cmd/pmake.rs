@@ -4,8 +4,9 @@
 //! through the remote-execution service (the path of `pmig run --idle --class
 //! short`: cwd and environment carried, stdout and stderr streamed, exit status
 //! returned) and runs it here when no idle node can be had. `pmig make` runs GNU make
-//! with `SHELL=<this binary>` and `.SHELLFLAGS=sh -c`, and reports at the end where
-//! the recipes ran.
+//! with `SHELL=<dir>/pmig-sh` (a link to this binary: `main` treats that name as
+//! `pmig sh`, so the Makefile's own `.SHELLFLAGS` still apply), and reports at the end
+//! where the recipes ran.
 //!
 //! Every node must see the build's files at the same path (a shared file system:
 //! Sprite had one; the local test cluster's nodes share the root file system).
@@ -15,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use pmig_daemon::control::{self, Event, Request};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,38 +29,108 @@ pub const QUIET_ENV: &str = "PMIG_SH_QUIET";
 /// What the log says for a recipe that ran on the calling node.
 pub const LOCAL: &str = "local";
 
+/// `pmig sh`'s arguments: as sh's own (what make passes: `.SHELLFLAGS` then the
+/// recipe), plus three of pmig's. Parsed by hand: make starts one `pmig sh` per
+/// recipe line, and sh options such as `-eu` or `-o pipefail` pass through to
+/// `/bin/sh` unchanged.
 #[derive(clap::Args)]
-pub struct ShArgs {
-    /// Stop at the first failing command (passed on to /bin/sh, as `sh -e`).
-    #[arg(short = 'e')]
-    errexit: bool,
-    /// The command line, as for `sh -c`.
-    #[arg(short = 'c', value_name = "CMD", allow_hyphen_values = true)]
-    command: String,
-    /// Expected length of each recipe, for the host selector.
-    #[arg(long, value_parser = ["short", "long"], default_value = "short")]
-    class: String,
-    /// Always run here (make's SHELL still works, nothing leaves this node).
-    #[arg(long)]
-    local: bool,
-    /// Say nothing when a recipe runs here for want of an idle node (also
-    /// PMIG_SH_QUIET=1).
-    #[arg(short, long)]
-    quiet: bool,
-    /// `$0`, `$1`, … for the command, as with `sh -c CMD NAME ARGS…`.
+#[command(disable_help_flag = true)]
+pub struct ShCli {
+    /// `[--local] [--quiet] [--class short|long] [SH OPTIONS] -c CMD [NAME [ARGS…]]`:
+    /// sh options (`-e`, `-u`, `-x`, `-o pipefail`, …) go to /bin/sh; `--local` always
+    /// runs here; `--quiet` (or PMIG_SH_QUIET=1) says nothing when a recipe runs here
+    /// for want of an idle node; `--class` is the expected length, for the host
+    /// selector (short).
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "ARGS"
     )]
+    pub args: Vec<String>,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct ShArgs {
+    /// `/bin/sh`'s options other than `-c`.
+    sh_opts: Vec<String>,
+    command: String,
+    /// `$0`, `$1`, …
     args: Vec<String>,
+    class: String,
+    local: bool,
+    quiet: bool,
+}
+
+const SH_USAGE: &str =
+    "usage: pmig sh [--local] [--quiet] [--class short|long] [SH OPTIONS] -c CMD [NAME [ARGS...]]";
+
+/// Parses `pmig sh`'s arguments (those after `sh`).
+pub fn parse_sh(argv: &[String]) -> Result<ShArgs> {
+    let mut a = ShArgs {
+        sh_opts: Vec::new(),
+        command: String::new(),
+        args: Vec::new(),
+        class: "short".into(),
+        local: false,
+        quiet: false,
+    };
+    let mut cmd_mode = false;
+    let mut i = 0;
+    while let Some(x) = argv.get(i) {
+        i += 1;
+        match x.as_str() {
+            "--" => break,
+            "--local" => a.local = true,
+            "--quiet" => a.quiet = true,
+            "--help" => bail!("{SH_USAGE}"),
+            "--class" => {
+                a.class = argv
+                    .get(i)
+                    .cloned()
+                    .context("--class needs short or long")?;
+                i += 1;
+            }
+            _ if x.starts_with("--class=") => a.class = x["--class=".len()..].to_string(),
+            "-o" | "+o" => {
+                let name = argv
+                    .get(i)
+                    .with_context(|| format!("{x} needs an option name"))?;
+                a.sh_opts.push(x.clone());
+                a.sh_opts.push(name.clone());
+                i += 1;
+            }
+            _ if x.starts_with("--") => bail!("unknown option {x}; {SH_USAGE}"),
+            _ if x.len() > 1 && x.starts_with('-') => {
+                let rest: String = x[1..].chars().filter(|&c| c != 'c').collect();
+                cmd_mode |= rest.len() + 1 < x.len();
+                if !rest.is_empty() {
+                    a.sh_opts.push(format!("-{rest}"));
+                }
+            }
+            _ if x.len() > 1 && x.starts_with('+') => a.sh_opts.push(x.clone()),
+            _ => {
+                i -= 1;
+                break;
+            }
+        }
+    }
+    if a.class != "short" && a.class != "long" {
+        bail!("--class {}: short or long", a.class);
+    }
+    if !cmd_mode {
+        bail!("only `-c CMD` is supported (not a script file or stdin); {SH_USAGE}");
+    }
+    a.command = argv
+        .get(i)
+        .cloned()
+        .with_context(|| format!("-c needs a command; {SH_USAGE}"))?;
+    a.args = argv[i + 1..].to_vec();
+    Ok(a)
 }
 
 fn sh_argv(a: &ShArgs) -> Vec<String> {
     let mut v = vec!["/bin/sh".to_string()];
-    if a.errexit {
-        v.push("-e".into());
-    }
+    v.extend(a.sh_opts.iter().cloned());
     v.push("-c".into());
     v.push(a.command.clone());
     v.extend(a.args.iter().cloned());
@@ -99,7 +170,9 @@ fn first_fallback() -> bool {
         .is_ok()
 }
 
-pub fn sh(a: ShArgs) -> Result<i32> {
+/// `pmig sh ARGS` (also `pmig-sh ARGS`, a link to pmig by that name).
+pub fn sh(argv: &[String]) -> Result<i32> {
+    let a = parse_sh(argv)?;
     let argv = sh_argv(&a);
     if !a.local {
         let mut req = run::request(argv.clone())?;
@@ -169,6 +242,15 @@ fn idle_nodes() -> Result<(String, Vec<String>)> {
     }
 }
 
+/// Removes a directory and its contents when dropped.
+struct RemoveDir(PathBuf);
+
+impl Drop for RemoveDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// Recipes per node, from the log's lines.
 fn count(log: &str) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
@@ -180,7 +262,47 @@ fn count(log: &str) -> BTreeMap<String, u64> {
     m
 }
 
-pub fn make(a: MakeArgs) -> Result<i32> {
+/// Takes make's own `-j N`, `-jN`, `--jobs N`, `--jobs=N` out of the make
+/// arguments (the last one wins): `pmig make` sets make's -j itself.
+fn take_jobs(args: &mut Vec<String>) -> Result<Option<u32>> {
+    let num = |v: &str| -> Result<u32> {
+        v.parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .with_context(|| format!("-j {v}: give a number of jobs, at least 1"))
+    };
+    let mut jobs = None;
+    let mut out = Vec::with_capacity(args.len());
+    let mut i = 0;
+    while i < args.len() {
+        let x = args[i].as_str();
+        if x == "--" {
+            out.extend(args[i..].iter().cloned());
+            break;
+        }
+        if x == "-j" || x == "--jobs" {
+            let v = args.get(i + 1).context("-j needs a number of jobs")?;
+            jobs = Some(num(v)?);
+            i += 2;
+            continue;
+        }
+        if let Some(v) = x.strip_prefix("--jobs=") {
+            jobs = Some(num(v)?);
+        } else if let Some(v) = x.strip_prefix("-j").filter(|v| !v.is_empty()) {
+            jobs = Some(num(v)?);
+        } else {
+            out.push(args[i].clone());
+        }
+        i += 1;
+    }
+    *args = out;
+    Ok(jobs)
+}
+
+pub fn make(mut a: MakeArgs) -> Result<i32> {
+    if let Some(j) = take_jobs(&mut a.args)? {
+        a.jobs = Some(j);
+    }
     let jobs = match a.jobs {
         Some(0) => bail!("-j 0: give at least 1"),
         Some(n) => n,
@@ -196,34 +318,34 @@ pub fn make(a: MakeArgs) -> Result<i32> {
         },
     };
     let exe = std::env::current_exe().context("find the pmig binary")?;
-    let exe = exe
+    // A private directory: the build's log (unless --log) and `pmig-sh`, a link to
+    // this binary that make uses as its SHELL with the Makefile's own .SHELLFLAGS.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("pmig-make-{}-{nanos}", std::process::id()));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("create {}", dir.display()))?;
+    let _cleanup = RemoveDir(dir.clone());
+    let shell = dir.join("pmig-sh");
+    std::os::unix::fs::symlink(&exe, &shell)
+        .with_context(|| format!("link {} to {}", shell.display(), exe.display()))?;
+    let shell = shell
         .to_str()
-        .context("the path of the pmig binary is not UTF-8")?
+        .context("the temporary directory's path is not UTF-8")?
         .to_string();
-    if exe.contains(char::is_whitespace) {
-        bail!("make cannot use {exe} as its SHELL: the path contains white space");
+    if shell.contains(char::is_whitespace) {
+        bail!("make cannot use {shell} as its SHELL: the path contains white space (TMPDIR)");
     }
-    // The log: the one asked for, else a private file, removed at the end.
-    let (log, remove) = match &a.log {
+    let log = match &a.log {
         Some(p) => {
             std::fs::write(p, b"").with_context(|| format!("create {}", p.display()))?;
-            (p.clone(), false)
+            p.clone()
         }
-        None => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let p =
-                std::env::temp_dir().join(format!("pmig-make-{}-{nanos}.log", std::process::id()));
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&p)
-                .with_context(|| format!("create the build's log {}", p.display()))?;
-            (p, true)
-        }
+        None => dir.join("log"),
     };
     let mut marker = log.clone().into_os_string();
     marker.push(".local");
@@ -235,8 +357,7 @@ pub fn make(a: MakeArgs) -> Result<i32> {
         .unwrap_or_else(|| "make".into());
     let mut cmd = Command::new(&prog);
     cmd.arg(format!("-j{jobs}"))
-        .arg(format!("SHELL={exe}"))
-        .arg(".SHELLFLAGS=sh -c")
+        .arg(format!("SHELL={shell}"))
         .args(&a.args)
         .env(LOG_ENV, &log);
     let t0 = std::time::Instant::now();
@@ -262,9 +383,6 @@ pub fn make(a: MakeArgs) -> Result<i32> {
     let secs = t0.elapsed().as_secs_f64();
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&marker);
-    if remove {
-        let _ = std::fs::remove_file(&log);
-    }
     let per = count(&text);
     let total: u64 = per.values().sum();
     if a.json {
@@ -300,6 +418,48 @@ pub fn make(a: MakeArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn takes_make_job_counts() {
+        let mut a = v(&["-j3", "-f", "M", "all"]);
+        assert_eq!(take_jobs(&mut a).unwrap(), Some(3));
+        assert_eq!(a, v(&["-f", "M", "all"]));
+        let mut a = v(&["-C", "d", "--jobs", "5", "x"]);
+        assert_eq!(take_jobs(&mut a).unwrap(), Some(5));
+        assert_eq!(a, v(&["-C", "d", "x"]));
+        let mut a = v(&["--jobs=2", "--", "-j4"]);
+        assert_eq!(take_jobs(&mut a).unwrap(), Some(2));
+        assert_eq!(a, v(&["--", "-j4"]));
+        assert!(take_jobs(&mut v(&["-j", "all"])).is_err());
+        assert!(take_jobs(&mut v(&["-j0"])).is_err());
+    }
+
+    #[test]
+    fn parses_what_make_passes() {
+        let a = parse_sh(&v(&["-c", "cc -c x.c"])).unwrap();
+        assert_eq!(sh_argv(&a), v(&["/bin/sh", "-c", "cc -c x.c"]));
+        let a = parse_sh(&v(&["-ec", "false; true", "zero", "one"])).unwrap();
+        assert_eq!(
+            sh_argv(&a),
+            v(&["/bin/sh", "-e", "-c", "false; true", "zero", "one"])
+        );
+        // As sh: options may follow -c; `--` ends them.
+        let a = parse_sh(&v(&["-o", "pipefail", "-c", "-eu", "--", "-x"])).unwrap();
+        assert_eq!(
+            sh_argv(&a),
+            v(&["/bin/sh", "-o", "pipefail", "-eu", "-c", "-x"])
+        );
+        let a = parse_sh(&v(&["--local", "--class", "long", "--quiet", "-c", "t"])).unwrap();
+        assert!(a.local && a.quiet);
+        assert_eq!(a.class, "long");
+        assert!(parse_sh(&v(&["script.sh"])).is_err());
+        assert!(parse_sh(&v(&["-c"])).is_err());
+        assert!(parse_sh(&v(&["--class", "medium", "-c", "t"])).is_err());
+    }
 
     #[test]
     fn counts_recipes_per_node() {
