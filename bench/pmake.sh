@@ -2,7 +2,11 @@
 # pmake benchmark (BENCHMARKS.md, "Parallel make on idle hosts"): Lua 5.4's C
 # sources (from the lua-src crate in the cargo registry) built with our test
 # Makefile inside n1 of a fresh 3-node local cluster, plain `make -jN` against
-# `pmig make -jN`, interleaved, REPS times each; then the cost of one recipe:
+# `pmig make -jN`, interleaved, REPS times each, and a third build, plain make with
+# every recipe in a new session (`setsid -w`), as pmig's remote jobs are: with the
+# kernel's autogroup scheduling each session is one scheduling group, so on a machine
+# shared with other work a build whose recipes run in many sessions gets more of the
+# CPU than one whose recipes share the caller's session. Then the cost of one recipe:
 # `/bin/sh -c true`, `pmig sh --local -c true` and `pmig sh -c true` (on an idle
 # node), 100 each. Prints medians (seconds for builds, ms per recipe). As root,
 # after `cargo build --release --workspace` (and `cargo fetch`).
@@ -41,11 +45,13 @@ echo "lua sources: $SRC; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A T
 for r in $(seq "$REPS"); do
   for j in $JOBS; do
-    for how in plain pmig; do
+    for how in plain setsid pmig; do
       d=$STATE/$how; rm -rf "$d"; mkdir -p "$d"; cd "$d"
       t0=$(now)
       if [ $how = plain ]; then
         "${X[@]}" make -s "-j$j" -f "$MK" "SRC=$SRC"
+      elif [ $how = setsid ]; then
+        "${X[@]}" make -s "-j$j" -f "$MK" "SRC=$SRC" SHELL=/usr/bin/setsid ".SHELLFLAGS=-w /bin/sh -ec"
       else
         "${X[@]}" "$PMIG" make -j "$j" -- -s -f "$MK" "SRC=$SRC" 2>"$STATE/err"
         echo "  rep $r: $(tail -1 "$STATE/err")" >&2
@@ -58,13 +64,14 @@ for r in $(seq "$REPS"); do
     done
   done
 done
-echo "| jobs | plain make (s), median of $REPS | pmig make (s), median of $REPS | all runs plain | all runs pmig |"
-echo "|---:|---:|---:|---|---|"
+echo "| jobs | plain make (s) | plain make, a session per recipe (s) | pmig make (s) | runs: plain | runs: sessions | runs: pmig |"
+echo "|---:|---:|---:|---:|---|---|---|"
 for j in $JOBS; do
-  p=$(echo "${T[plain-$j]}" | tr ' ' '\n' | grep . | median)
-  q=$(echo "${T[pmig-$j]}" | tr ' ' '\n' | grep . | median)
-  echo "| $j | $p | $q | ${T[plain-$j]}| ${T[pmig-$j]}|"
+  m() { echo "${T[$1-$j]}" | tr ' ' '\n' | grep . | median | awk '{printf "%.2f", $1}'; }
+  r() { echo "${T[$1-$j]}" | tr ' ' '\n' | grep . | awk '{printf "%.1f ", $1}'; }
+  echo "| $j | $(m plain) | $(m setsid) | $(m pmig) | $(r plain)| $(r setsid)| $(r pmig)|"
 done
+echo "(medians of $REPS)"
 # One recipe's cost, as make pays it.
 per() {
   local xs=""
