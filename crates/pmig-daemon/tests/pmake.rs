@@ -286,6 +286,31 @@ fn lua_builds_with_pmig_make_on_idle_hosts() {
         stderr.contains("pmig make: -j4"),
         "no summary line: {stderr}"
     );
+    // It held both idle nodes for the build (Sprite's pmake), and gave them back.
+    let mut held: Vec<&str> = summary["held"]
+        .as_array()
+        .expect("held")
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    held.sort();
+    assert_eq!(held, ["n2", "n3"], "summary: {summary}");
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let h = env.hosts();
+        let any_held = h.as_ref().and_then(|h| h["hosts"].as_array()).map(|rows| {
+            rows.iter()
+                .any(|r| r["held"].as_array().is_some_and(|a| !a.is_empty()))
+        });
+        if any_held == Some(false) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "hosts still held after the build: {h:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // Both interpreters compute what they must.
     let (chunk, want) = computation();

@@ -24,6 +24,9 @@ use std::process::Command;
 /// The per-build log `pmig make` hands its recipes: one line per recipe,
 /// `<node>\t<job id or ->`, appended by each `pmig sh`.
 pub const LOG_ENV: &str = "PMIG_MAKE_LOG";
+/// The build's host pool (a directory with one file per host `pmig make` holds):
+/// a recipe takes a host by locking its file for as long as it runs there.
+pub const HOSTS_ENV: &str = "PMIG_MAKE_HOSTS";
 /// Set (to anything but empty) to keep `pmig sh` quiet when it runs a recipe here.
 pub const QUIET_ENV: &str = "PMIG_SH_QUIET";
 /// What the log says for a recipe that ran on the calling node.
@@ -170,14 +173,66 @@ fn first_fallback() -> bool {
         .is_ok()
 }
 
+/// A host of the build's pool, taken: its file stays locked (`flock`) while this
+/// lives, so no other recipe of the build gets it; the lock goes with the process.
+struct PoolHost {
+    name: String,
+    _lock: std::fs::File,
+}
+
+/// Takes a free host of the build's pool (`Some(None)`: there is a pool and every
+/// host in it is busy; `None`: no pool).
+fn take_pool_host() -> Option<Option<PoolHost>> {
+    let dir = std::env::var_os(HOSTS_ENV).filter(|d| !d.is_empty())?;
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    // Start at a different host in each recipe: fewer collisions between recipes
+    // that look at the same moment.
+    let start = std::process::id() as usize % names.len().max(1);
+    names.rotate_left(start);
+    for name in names {
+        let Ok(f) = std::fs::File::open(Path::new(&dir).join(&name)) else {
+            continue; // taken back from the build meanwhile
+        };
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        } == 0
+        {
+            return Some(Some(PoolHost { name, _lock: f }));
+        }
+    }
+    Some(None)
+}
+
 /// `pmig sh ARGS` (also `pmig-sh ARGS`, a link to pmig by that name).
 pub fn sh(argv: &[String]) -> Result<i32> {
     let a = parse_sh(argv)?;
     let argv = sh_argv(&a);
-    if !a.local {
+    // Under `pmig make`: a host of the build's pool, or here when all are busy
+    // (that is the build's own slot). Otherwise: ask the selector for an idle node.
+    let pool = if a.local { None } else { take_pool_host() };
+    let busy = matches!(pool, Some(None));
+    if !a.local && !busy {
         let mut req = run::request(argv.clone())?;
-        req.idle = true;
-        req.class = Some(a.class.clone());
+        let _held = match pool.flatten() {
+            Some(h) => {
+                req.on = Some(h.name.clone());
+                Some(h)
+            }
+            None => {
+                req.idle = true;
+                req.class = Some(a.class.clone());
+                None
+            }
+        };
         match run::start_job(&req) {
             Ok(st) => {
                 note(&st.node, &st.job);
@@ -242,6 +297,72 @@ fn idle_nodes() -> Result<(String, Vec<String>)> {
     }
 }
 
+/// Keeps the build's selector session (and so its hosts) and takes revoked hosts
+/// out of the pool.
+struct Watcher {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Ends the session: the selector takes the hosts back.
+    fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.thread.join();
+    }
+}
+
+/// Asks this node's daemon for `want` idle hosts of class short and puts one file
+/// per host granted in `pool`; the returned watcher holds them.
+fn hold_hosts(want: u32, pool: &Path) -> (Vec<String>, Option<Watcher>) {
+    use pmig_services::selector::{Class, Client};
+    if want == 0 {
+        return (Vec::new(), None);
+    }
+    let got = Client::local().and_then(|mut c| {
+        let hosts = c.request(Class::Short, want)?;
+        Ok((c, hosts))
+    });
+    let (mut c, hosts) = match got {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("pmig make: no host held ({e}); each recipe asks for an idle node");
+            return (Vec::new(), None);
+        }
+    };
+    let mut held = Vec::new();
+    for h in hosts {
+        match std::fs::write(pool.join(&h.name), b"") {
+            Ok(()) => held.push(h.name),
+            Err(e) => eprintln!("pmig make: {}: {e}", pool.join(&h.name).display()),
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let pool = pool.to_path_buf();
+    let thread = std::thread::spawn(move || {
+        while !stop2.load(std::sync::atomic::Ordering::SeqCst) {
+            match c.wait_revoked(std::time::Duration::from_millis(200)) {
+                Ok(Some(r)) => {
+                    // Recipes running there go on; no new one starts there.
+                    let _ = std::fs::remove_file(pool.join(&r.host));
+                    eprintln!("pmig make: {} taken back ({})", r.host, r.reason);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // The session is gone, and the hosts with it.
+                    eprintln!("pmig make: selector session lost ({e}); recipes run here");
+                    for e in std::fs::read_dir(&pool).into_iter().flatten().flatten() {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    (held, Some(Watcher { stop, thread }))
+}
+
 /// Removes a directory and its contents when dropped.
 struct RemoveDir(PathBuf);
 
@@ -303,20 +424,6 @@ pub fn make(mut a: MakeArgs) -> Result<i32> {
     if let Some(j) = take_jobs(&mut a.args)? {
         a.jobs = Some(j);
     }
-    let jobs = match a.jobs {
-        Some(0) => bail!("-j 0: give at least 1"),
-        Some(n) => n,
-        None => match idle_nodes() {
-            Ok((me, idle)) => {
-                tracing::info!("{me}: idle nodes {idle:?}");
-                idle.len() as u32 + 1
-            }
-            Err(e) => {
-                eprintln!("pmig make: no idle nodes known ({e:#}); -j 1");
-                1
-            }
-        },
-    };
     let exe = std::env::current_exe().context("find the pmig binary")?;
     // A private directory: the build's log (unless --log) and `pmig-sh`, a link to
     // this binary that make uses as its SHELL with the Makefile's own .SHELLFLAGS.
@@ -350,6 +457,25 @@ pub fn make(mut a: MakeArgs) -> Result<i32> {
     let mut marker = log.clone().into_os_string();
     marker.push(".local");
     let _ = std::fs::remove_file(&marker);
+    // Hold idle hosts for the whole build (Sprite's pmake): one recipe at a time on
+    // each, the build's own slot here.
+    let want = match a.jobs {
+        Some(n) => n.saturating_sub(1).max(1),
+        None => match idle_nodes() {
+            Ok((me, idle)) => {
+                tracing::info!("{me}: idle nodes {idle:?}");
+                idle.len() as u32
+            }
+            Err(e) => {
+                eprintln!("pmig make: no idle nodes known: {e:#}");
+                0
+            }
+        },
+    };
+    let pool = dir.join("hosts");
+    std::fs::create_dir(&pool).with_context(|| format!("create {}", pool.display()))?;
+    let (held, watcher) = hold_hosts(want, &pool);
+    let jobs = a.jobs.unwrap_or(held.len() as u32 + 1);
     let prog = a
         .make
         .clone()
@@ -360,6 +486,12 @@ pub fn make(mut a: MakeArgs) -> Result<i32> {
         .arg(format!("SHELL={shell}"))
         .args(&a.args)
         .env(LOG_ENV, &log);
+    if held.is_empty() {
+        // Every recipe asks the selector itself.
+        cmd.env_remove(HOSTS_ENV);
+    } else {
+        cmd.env(HOSTS_ENV, &pool);
+    }
     let t0 = std::time::Instant::now();
     // Ctrl-C reaches make and its recipes (one process group); this process stays
     // to report what ran.
@@ -381,6 +513,9 @@ pub fn make(mut a: MakeArgs) -> Result<i32> {
         .status()
         .with_context(|| format!("run {prog} (GNU make)"))?;
     let secs = t0.elapsed().as_secs_f64();
+    if let Some(w) = watcher {
+        w.stop();
+    }
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&marker);
     let per = count(&text);
@@ -390,6 +525,7 @@ pub fn make(mut a: MakeArgs) -> Result<i32> {
             "{}",
             serde_json::json!({
                 "jobs": jobs,
+                "held": held,
                 "recipes": total,
                 "per_node": per,
                 "seconds": secs,
@@ -398,8 +534,13 @@ pub fn make(mut a: MakeArgs) -> Result<i32> {
         );
     }
     let list: Vec<String> = per.iter().map(|(n, c)| format!("{n} {c}")).collect();
+    let held_s = if held.is_empty() {
+        "no host held".to_string()
+    } else {
+        format!("held {}", held.join(" "))
+    };
     eprintln!(
-        "pmig make: -j{jobs}, {total} recipes in {secs:.1} s: {}",
+        "pmig make: -j{jobs} ({held_s}), {total} recipes in {secs:.1} s: {}",
         if list.is_empty() {
             "none".to_string()
         } else {
