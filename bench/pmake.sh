@@ -86,7 +86,9 @@ cat >"$STATE/per.sh" <<EOF
 $(declare -f median per)
 echo "| /bin/sh -c true | \$(per /bin/sh -c true) |"
 echo "| pmig sh --local -c true | \$(per $PMIG sh --local -c true) |"
-echo "| pmig sh -c true (idle node) | \$(per $PMIG sh -c true) |"
+echo "| pmig sh -c true (asks the selector for an idle node each time) | \$(per $PMIG sh -c true) |"
+mkdir -p \$(dirname \$0)/pool && touch \$(dirname \$0)/pool/n2
+echo "| pmig sh -c true (a host of the pmig make pool, as --on n2) | \$(PMIG_MAKE_HOSTS=\$(dirname \$0)/pool per $PMIG sh -c true) |"
 EOF
 chmod +x "$STATE/per.sh"
 echo

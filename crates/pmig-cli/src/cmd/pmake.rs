@@ -5,8 +5,10 @@
 //! short`: cwd and environment carried, stdout and stderr streamed, exit status
 //! returned) and runs it here when no idle node can be had. `pmig make` runs GNU make
 //! with `SHELL=<dir>/pmig-sh` (a link to this binary: `main` treats that name as
-//! `pmig sh`, so the Makefile's own `.SHELLFLAGS` still apply), and reports at the end
-//! where the recipes ran.
+//! `pmig sh`, so the Makefile's own `.SHELLFLAGS` still apply), holds idle hosts for
+//! the whole build as Sprite's pmake did (a pool of lock files, one per host: a
+//! recipe runs on a host it locked, with `--on`, or here when every host is busy),
+//! and reports at the end where the recipes ran.
 //!
 //! Every node must see the build's files at the same path (a shared file system:
 //! Sprite had one; the local test cluster's nodes share the root file system).
