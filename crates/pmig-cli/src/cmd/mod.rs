@@ -7,5 +7,6 @@ pub mod dump;
 pub mod exec_bench;
 pub mod hosts;
 pub mod migrate;
+pub mod pmake;
 pub mod restore;
 pub mod run;

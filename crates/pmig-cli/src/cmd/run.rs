@@ -54,6 +54,18 @@ pub struct RunOutcome {
 
 pub fn run(a: Args) -> Result<i32> {
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let mut req = request(a.cmd)?;
+    req.on = a.on;
+    req.idle = a.idle;
+    req.class = a.class;
+    req.tty = if tty { Some(winsize(1)) } else { None };
+    let o = run_job(&req, true)?;
+    Ok(o.status.shell_status())
+}
+
+/// A request to run `argv` with this process's working directory and environment
+/// (no node chosen, no terminal): what `pmig run` and `pmig sh` fill in.
+pub fn request(argv: Vec<String>) -> Result<RunRequest> {
     let cwd = std::env::current_dir().context("find the working directory")?;
     let cwd = cwd
         .to_str()
@@ -62,17 +74,15 @@ pub fn run(a: Args) -> Result<i32> {
     let env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let req = RunRequest {
-        argv: a.cmd,
+    Ok(RunRequest {
+        argv,
         env,
         cwd,
-        on: a.on,
-        idle: a.idle,
-        class: a.class,
-        tty: if tty { Some(winsize(1)) } else { None },
-    };
-    let o = run_job(&req, true)?;
-    Ok(o.status.shell_status())
+        on: None,
+        idle: false,
+        class: None,
+        tty: None,
+    })
 }
 
 /// The terminal size of `fd` (80×24 if it has none).
@@ -127,10 +137,45 @@ fn send(s: &UnixStream, m: &ExecMsg) -> Result<()> {
     Ok(())
 }
 
+/// What this process relays between its own stdio and signals and the job's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relay {
+    /// stdin, stdout, stderr and signals (`pmig run`).
+    All,
+    /// stdout, stderr and signals; the job's stdin is empty (`pmig sh`: recipes run
+    /// side by side and must not take the terminal's input).
+    Output,
+    /// Nothing: empty stdin, output discarded (the benchmark).
+    Nothing,
+}
+
+/// A job the home daemon started: its connection, id and node.
+pub struct Started {
+    s: UnixStream,
+    fr: FrameReader,
+    pub job: String,
+    pub node: String,
+}
+
 /// Runs `req` and relays until it ends. `interactive`: this process's stdio and
 /// signals are the job's (else stdin is empty and the output is discarded: the
 /// benchmark).
 pub fn run_job(req: &RunRequest, interactive: bool) -> Result<RunOutcome> {
+    let st = start_job(req)?;
+    relay(
+        st,
+        req,
+        if interactive {
+            Relay::All
+        } else {
+            Relay::Nothing
+        },
+    )
+}
+
+/// Asks this node's daemon to start `req`. An error here means the job did not
+/// start (nothing of it ran).
+pub fn start_job(req: &RunRequest) -> Result<Started> {
     let s = UnixStream::connect_addr(&control::address(control::CONTROL_NAME)?).map_err(|e| {
         anyhow!(
             "cannot reach the pmig daemon of this node (@{}): {e}; is `pmig daemon` running here?",
@@ -158,8 +203,19 @@ pub fn run_job(req: &RunRequest, interactive: bool) -> Result<RunOutcome> {
     fr.push(br.buffer());
     drop(br);
     tracing::info!("job {job} runs on {node}");
+    Ok(Started { s, fr, job, node })
+}
 
-    let tty = interactive && req.tty.is_some();
+/// Relays between this process and the started job until it ends.
+pub fn relay(st: Started, req: &RunRequest, mode: Relay) -> Result<RunOutcome> {
+    let Started {
+        s,
+        mut fr,
+        job,
+        node,
+    } = st;
+    let interactive = mode != Relay::Nothing;
+    let tty = mode == Relay::All && req.tty.is_some();
     let sigfd = if interactive {
         let mut mask = SigSet::empty();
         for s in [
@@ -179,8 +235,8 @@ pub fn run_job(req: &RunRequest, interactive: bool) -> Result<RunOutcome> {
         None
     };
     let mut raw = if tty { Some(RawMode::enter()?) } else { None };
-    let mut stdin_open = interactive;
-    if !interactive {
+    let mut stdin_open = mode == Relay::All;
+    if !stdin_open {
         send(&s, &ExecMsg::StdinEof)?;
     }
     let mut buf = vec![0u8; CHUNK];

@@ -73,6 +73,9 @@ pub(crate) fn spawn(host: &dyn ExecHost, s: &Start) -> Result<Spawned> {
         }
         cmd.env(k, v);
     }
+    // Where the job runs and which job it is (the carried environment may name the
+    // home node: these win). pmake's recipes and the tests read them.
+    cmd.env("PMIG_NODE", &node).env("PMIG_JOB", &s.job);
     let pty = match s.tty {
         Some(w) => {
             let ws = nix::pty::Winsize {
