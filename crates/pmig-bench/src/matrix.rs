@@ -86,9 +86,9 @@ impl Cell {
 
 pub fn size_label(workload: &str, kib: u64) -> String {
     if kib == 0 {
-        return format!("{workload}");
+        return workload.to_string();
     }
-    if kib % 1024 == 0 {
+    if kib & 1023 == 0 {
         format!("{workload} {} MiB", kib / 1024)
     } else {
         format!("{workload} {kib} KiB")
@@ -116,9 +116,9 @@ impl Options {
     /// Shortest unmigrated run of a workload, in seconds.
     pub fn min_run_s(&self) -> f64 {
         if self.quick {
-            0.6
-        } else {
             1.0
+        } else {
+            1.5
         }
     }
     pub fn tcp_secs(&self) -> f64 {
@@ -160,10 +160,15 @@ fn default_cells(quick: bool) -> Vec<Cell> {
         for s in ALL_STRATEGIES {
             v.push(Cell::new("getpid", 0, link, s));
             v.push(Cell::new("reference", 100, link, s));
-            v.push(Cell::new("rma", 4096, link, s));
+            v.push(Cell::new(
+                "rma",
+                per_link_size(link, [1024, 4096, 4096, 4096]),
+                link,
+                s,
+            ));
             v.push(Cell::new(
                 "dirtier",
-                per_link_size(link, [2048, 16 << 10, 64 << 10, 64 << 10]),
+                per_link_size(link, [1024, 8 << 10, 64 << 10, 64 << 10]),
                 link,
                 s,
             ));
@@ -179,9 +184,9 @@ fn default_cells(quick: bool) -> Vec<Cell> {
         }
         for k in KERNELS {
             let sizes = if k == "dgemm_sparse" {
-                [5 << 10, 40 << 10, 160 << 10, 160 << 10]
+                [5 << 9, 40 << 10, 160 << 10, 160 << 10]
             } else {
-                [2 << 10, 16 << 10, 64 << 10, 64 << 10]
+                [1 << 10, 16 << 10, 64 << 10, 64 << 10]
             };
             for s in AMPOM_STRATEGIES {
                 v.push(Cell::new(k, per_link_size(link, sizes), link, s));
@@ -432,7 +437,10 @@ impl Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let cpu_model = cpuinfo
             .lines()
-            .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':']).trim().to_string()))
+            .find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|r| r.trim_start_matches([' ', '\t', ':']).trim().to_string())
+            })
             .unwrap_or_default();
         let mem_gib = std::fs::read_to_string("/proc/meminfo")
             .ok()
@@ -444,7 +452,9 @@ impl Machine {
             .map(|kb| kb / (1024.0 * 1024.0))
             .unwrap_or(f64::NAN);
         Machine {
-            cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(0),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .unwrap_or_default()
                 .trim()
@@ -550,7 +560,14 @@ impl Run<'_> {
         self.g.up = true;
         let out = self
             .pmig()
-            .args(["cluster", "up", "--nodes", &self.o.nodes.to_string(), "--link", link])
+            .args([
+                "cluster",
+                "up",
+                "--nodes",
+                &self.o.nodes.to_string(),
+                "--link",
+                link,
+            ])
             .args(["--prefix", &self.o.prefix, "--state-dir"])
             .arg(&self.g.state_dir)
             .output()
@@ -577,7 +594,10 @@ impl Run<'_> {
         let mut v = Vec::new();
         let r = (|| -> Result<Vec<TcpRecord>> {
             let c = self.cluster()?;
-            let addr = c.node("n2").map_err(|e| BenchError::Failed(e.to_string()))?.addr;
+            let addr = c
+                .node("n2")
+                .map_err(|e| BenchError::Failed(e.to_string()))?
+                .addr;
             let port = 7199u16;
             let mut srv = self
                 .exec_cmd(
@@ -667,7 +687,9 @@ impl Run<'_> {
     fn workload_args(w: &str, kib: u64) -> Vec<String> {
         let mut a = Vec::new();
         match w {
-            "getpid" => {}
+            // pmig restores under the original pid only when it is free on the
+            // destination; in a local cluster the frozen original still holds it.
+            "getpid" => a.push("--allow-pid-change".into()),
             "reference" => a.extend(["--kib".into(), kib.to_string()]),
             _ => a.extend(["--mib".into(), format!("{}", kib as f64 / 1024.0)]),
         }
@@ -705,7 +727,13 @@ impl Run<'_> {
     }
 
     /// Waits (bounded) until the workload's file has a line starting with `what`.
-    fn wait_for(&mut self, file: &Path, what: &str, child: usize, limit: Duration) -> Result<RunOutput> {
+    fn wait_for(
+        &mut self,
+        file: &Path,
+        what: &str,
+        child: usize,
+        limit: Duration,
+    ) -> Result<RunOutput> {
         let t = Instant::now();
         let mut exited_at: Option<Instant> = None;
         loop {
@@ -754,11 +782,20 @@ impl Run<'_> {
         let r = r?;
         match (r.iter, r.elapsed_ms) {
             (Some(i), Some(ms)) if ms > 0.0 && i > 0 => Ok(i as f64 / (ms / 1000.0)),
-            _ => Err(BenchError::Failed(format!("{w}: calibration run gave no DONE figures"))),
+            _ => Err(BenchError::Failed(format!(
+                "{w}: calibration run gave no DONE figures"
+            ))),
         }
     }
 
-    fn baseline(&mut self, w: &str, kib: u64, link: &str, iters: u64, rep: usize) -> BaselineRecord {
+    fn baseline(
+        &mut self,
+        w: &str,
+        kib: u64,
+        link: &str,
+        iters: u64,
+        rep: usize,
+    ) -> BaselineRecord {
         let mut b = BaselineRecord {
             workload: w.into(),
             kib,
@@ -781,7 +818,10 @@ impl Run<'_> {
             Ok(r) if r.verify_ok => {
                 b.ok = true;
                 b.elapsed_ms = r.elapsed_ms.unwrap_or(f64::NAN);
-                b.max_pause_ms = r.max_pause_us.map(|u| u as f64 / 1000.0).unwrap_or(f64::NAN);
+                b.max_pause_ms = r
+                    .max_pause_us
+                    .map(|u| u as f64 / 1000.0)
+                    .unwrap_or(f64::NAN);
                 b.checksum = r.checksum;
             }
             Ok(_) => b.error = Some("the unmigrated run failed its own verification".into()),
@@ -790,7 +830,15 @@ impl Run<'_> {
         b
     }
 
-    fn migrate(&mut self, cell: &Cell, rep: usize, iters: u64, base: &[&BaselineRecord], tcp: f64, xfer_s: f64) -> Record {
+    fn migrate(
+        &mut self,
+        cell: &Cell,
+        rep: usize,
+        iters: u64,
+        base: &[&BaselineRecord],
+        tcp: f64,
+        xfer_s: f64,
+    ) -> Record {
         let mut r = Record {
             workload: cell.workload.clone(),
             kib: cell.kib,
@@ -836,10 +884,23 @@ impl Run<'_> {
         r
     }
 
-    fn migrate_inner(&mut self, cell: &Cell, iters: u64, r: &mut Record, base: &[&BaselineRecord], xfer_s: f64) -> Result<()> {
-        let (f, ch) = self.start(&cell.workload, cell.kib, &["--iterations".into(), iters.to_string()])?;
+    fn migrate_inner(
+        &mut self,
+        cell: &Cell,
+        iters: u64,
+        r: &mut Record,
+        base: &[&BaselineRecord],
+        xfer_s: f64,
+    ) -> Result<()> {
+        let (f, ch) = self.start(
+            &cell.workload,
+            cell.kib,
+            &["--iterations".into(), iters.to_string()],
+        )?;
         let ready = self.wait_for(&f, "READY", ch, Duration::from_secs(120))?;
-        let pid = ready.pid.ok_or_else(|| BenchError::Failed("READY without pid".into()))?;
+        let pid = ready
+            .pid
+            .ok_or_else(|| BenchError::Failed("READY without pid".into()))?;
         r.rss_kib = ready.rss_kib.map(|k| k as f64).unwrap_or(f64::NAN);
         let out = self
             .exec_cmd(
@@ -868,13 +929,20 @@ impl Run<'_> {
             self.reap(ch);
             return Err(BenchError::Failed(format!(
                 "pmig migrate: {}",
-                String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("failed")
+                String::from_utf8_lossy(&out.stderr)
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or("failed")
             )));
         }
         let j: serde_json::Value = serde_json::from_slice(&out.stdout)
             .map_err(|e| BenchError::Failed(format!("pmig migrate --json: {e}")))?;
         let num = |k: &str| j.get(k).and_then(|v| v.as_f64()).unwrap_or(f64::NAN);
-        r.chosen = j.get("strategy").and_then(|v| v.as_str()).map(str::to_string);
+        r.chosen = j
+            .get("strategy")
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
         r.preparation_ms = num("preparation_ms");
         r.down_ms = num("down_ms");
         r.post_ms = num("post_ms");
@@ -893,7 +961,8 @@ impl Run<'_> {
         let new_pid = j.get("new_pid").and_then(|v| v.as_i64());
         // Wait for the migrated workload to finish (it writes to the same file,
         // reopened on n2 at its offset).
-        let limit = Duration::from_secs_f64(60.0 + 4.0 * xfer_s + 4.0 * iters as f64 / 1e9_f64.max(1.0));
+        let limit =
+            Duration::from_secs_f64(60.0 + 4.0 * xfer_s + 4.0 * iters as f64 / 1e9_f64.max(1.0));
         let done = self.wait_for(&f, "DONE", ch, limit.max(Duration::from_secs(120)));
         self.reap(ch);
         let done = match done {
@@ -918,7 +987,10 @@ impl Run<'_> {
             }
         }
         r.elapsed_ms = done.elapsed_ms.unwrap_or(f64::NAN);
-        r.max_pause_ms = done.max_pause_us.map(|u| u as f64 / 1000.0).unwrap_or(f64::NAN);
+        r.max_pause_ms = done
+            .max_pause_us
+            .map(|u| u as f64 / 1000.0)
+            .unwrap_or(f64::NAN);
         let mut p = done.pauses_us.clone();
         p.sort_unstable_by(|a, b| b.cmp(a));
         r.stall_ms = p.get(1).map(|u| *u as f64 / 1000.0).unwrap_or(0.0);
@@ -939,9 +1011,15 @@ impl Run<'_> {
             f64::NAN
         };
         let would = r.remote_faults + r.prefetch_hits;
-        r.prefetch_share = if would > 0.0 { r.prefetch_hits / would } else { f64::NAN };
+        r.prefetch_share = if would > 0.0 {
+            r.prefetch_hits / would
+        } else {
+            f64::NAN
+        };
         if !done.verify_ok {
-            return Err(BenchError::Failed("the migrated workload failed its own verification".into()));
+            return Err(BenchError::Failed(
+                "the migrated workload failed its own verification".into(),
+            ));
         }
         if !r.self_check {
             return Err(BenchError::Failed(format!(
@@ -968,7 +1046,11 @@ impl Run<'_> {
                         .and_then(|r| r.split([',', ' ', '}']).next())
                         .and_then(|v| v.parse::<f64>().ok())
                 };
-                return Some((g("remote_faults")?, g("prefetched").unwrap_or(0.0), g("prefetch_hits").unwrap_or(0.0)));
+                return Some((
+                    g("remote_faults")?,
+                    g("prefetched").unwrap_or(0.0),
+                    g("prefetch_hits").unwrap_or(0.0),
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -1035,7 +1117,8 @@ pub fn run(o: &Options, cells: &[Cell], command: &str, progress: &dyn Progress) 
         let tcp_med = crate::stats::summarize(&tcp_ok).median;
         res.tcp.extend(tcp);
         // Unmigrated runs: as long as the migration takes, at least min_run.
-        let mut groups: Vec<(String, u64)> = lc.iter().map(|c| (c.workload.clone(), c.kib)).collect();
+        let mut groups: Vec<(String, u64)> =
+            lc.iter().map(|c| (c.workload.clone(), c.kib)).collect();
         groups.dedup();
         groups.sort();
         groups.dedup();
@@ -1047,15 +1130,30 @@ pub fn run(o: &Options, cells: &[Cell], command: &str, progress: &dyn Progress) 
                 let r = run.calibrate(w, *kib).map_err(|e| e.to_string());
                 rates.insert(key.clone(), r);
             }
+            // Pre-copy rounds of a workload that dirties everything run up to
+            // 7 times the transfer: the run must outlast them.
+            let rounds = lc.iter().any(|c| {
+                &c.workload == w
+                    && c.kib == *kib
+                    && matches!(
+                        c.strategy.as_str(),
+                        "pre-copy" | "queued-pre-copy" | "assisted-post-copy" | "auto"
+                    )
+            });
             let xfer = xfer_secs(*kib, tcp_med);
-            let secs = (1.5 * xfer).max(o.min_run_s()).min(60.0);
+            let secs = (if rounds { 8.0 } else { 1.5 } * xfer)
+                .max(o.min_run_s())
+                .min(30.0);
             if let Some(Ok(rate)) = rates.get(&key) {
                 iters_of.insert(key.clone(), ((rate * secs).ceil() as u64).max(1));
             }
             for rep in 0..o.reps {
                 match (rates.get(&key), iters_of.get(&key)) {
                     (_, Some(&n)) => {
-                        progress.phase(&format!("{link}: unmigrated {} ({rep})", size_label(w, *kib)));
+                        progress.phase(&format!(
+                            "{link}: unmigrated {} ({rep})",
+                            size_label(w, *kib)
+                        ));
                         let b = run.baseline(w, *kib, link, n, rep);
                         res.baselines.push(b);
                     }
@@ -1081,15 +1179,25 @@ pub fn run(o: &Options, cells: &[Cell], command: &str, progress: &dyn Progress) 
         }
         for c in &lc {
             for rep in 0..o.reps {
-                progress.phase(&format!("{link}: {} {} ({rep})", c.size_label(), c.strategy));
+                progress.phase(&format!(
+                    "{link}: {} {} ({rep})",
+                    c.size_label(),
+                    c.strategy
+                ));
                 let key = (c.workload.clone(), c.kib);
                 let rec = match iters_of.get(&key) {
-                    None => failed(c, rep, "no calibration: the workload did not run unmigrated"),
+                    None => failed(
+                        c,
+                        rep,
+                        "no calibration: the workload did not run unmigrated",
+                    ),
                     Some(&n) => {
                         let base: Vec<BaselineRecord> = res
                             .baselines
                             .iter()
-                            .filter(|b| b.workload == c.workload && b.kib == c.kib && b.link == link)
+                            .filter(|b| {
+                                b.workload == c.workload && b.kib == c.kib && b.link == link
+                            })
                             .cloned()
                             .collect();
                         let br: Vec<&BaselineRecord> = base.iter().collect();
@@ -1123,11 +1231,13 @@ pub fn run(o: &Options, cells: &[Cell], command: &str, progress: &dyn Progress) 
     Ok(res)
 }
 
-/// Seconds to move `kib` at `bytes_per_s` (a planning figure, not reported).
+/// Seconds to move `kib` at `bytes_per_s`, or at 300 MB/s if that is less
+/// (about what a migration moves on this kind of machine): a planning
+/// figure for run lengths and time limits, never reported.
 fn xfer_secs(kib: u64, bytes_per_s: f64) -> f64 {
     let b = (kib.max(64) * 1024) as f64;
     if bytes_per_s.is_finite() && bytes_per_s > 0.0 {
-        b / bytes_per_s
+        b / bytes_per_s.min(300e6)
     } else {
         b / 1e6
     }
@@ -1212,14 +1322,21 @@ mod tests {
     fn plans() {
         let q = plan(&opts(true)).unwrap();
         // Every table of the report has its cells in quick mode.
-        assert!(q.iter().any(|c| c.workload == "getpid" && c.link == "1gbit"));
+        assert!(q
+            .iter()
+            .any(|c| c.workload == "getpid" && c.link == "1gbit"));
         assert!(q.iter().any(|c| c.workload == "rma" && c.link == "1gbit"));
-        assert!(q.iter().any(|c| c.workload == "reference" && c.link == "10mbit"));
+        assert!(q
+            .iter()
+            .any(|c| c.workload == "reference" && c.link == "10mbit"));
         assert!(q.iter().any(|c| c.strategy == "demand-paging"));
         let full = plan(&opts(false)).unwrap();
         for s in ALL_STRATEGIES {
             for l in ALL_LINKS {
-                assert!(full.iter().any(|c| c.strategy == s && c.link == l), "{s} {l}");
+                assert!(
+                    full.iter().any(|c| c.strategy == s && c.link == l),
+                    "{s} {l}"
+                );
             }
         }
         for w in ALL_WORKLOADS {
@@ -1230,7 +1347,9 @@ mod tests {
         o.links = Some(vec!["unlimited".into()]);
         o.sizes_mib = Some(vec![2.0, 4.0]);
         let p = plan(&o).unwrap();
-        assert!(p.iter().all(|c| c.strategy == "ampom" && c.link == "unlimited"));
+        assert!(p
+            .iter()
+            .all(|c| c.strategy == "ampom" && c.link == "unlimited"));
         assert!(p.iter().any(|c| c.kib == 4096) && p.iter().any(|c| c.kib == 2048));
         o.links = Some(vec!["2mbit".into()]);
         assert!(plan(&o).is_err());

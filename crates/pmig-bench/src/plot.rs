@@ -74,7 +74,10 @@ fn label(v: f64, log: bool) -> String {
     crate::report::fmt_sig(x)
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::result::Result<(), String> {
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    c: &Chart,
+) -> std::result::Result<(), String> {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     root.fill(&WHITE).map_err(e)?;
     let pts: Vec<(f64, f64)> = c
@@ -85,7 +88,12 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::res
         .map(|p| (tr(p.0, c.log_x), tr(p.1, c.log_y)))
         .collect();
     let (mut x0, mut x1, mut y0, mut y1) = pts.iter().fold(
-        (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY),
+        (
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        ),
         |a, p| (a.0.min(p.0), a.1.max(p.0), a.2.min(p.1), a.3.max(p.1)),
     );
     if pts.is_empty() {
@@ -94,9 +102,15 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::res
     if c.bars || !c.log_y {
         y0 = y0.min(0.0);
     }
-    let padx = ((x1 - x0) * 0.08).max(0.5);
-    let pady = ((y1 - y0) * 0.08).max(if c.log_y { 0.2 } else { 1e-3 });
-    let (x0, x1, y0, y1) = (x0 - padx, x1 + padx, y0 - if c.bars { 0.0 } else { pady }, y1 + pady);
+    let padx = ((x1 - x0) * 0.08).max(if c.log_x { 0.1 } else { 0.5 });
+    // Room at the top for the legend.
+    let pady = ((y1 - y0) * if c.bars { 0.3 } else { 0.08 }).max(if c.log_y { 0.2 } else { 1e-3 });
+    let (x0, x1, y0, y1) = (
+        x0 - padx,
+        x1 + padx,
+        y0 - if c.bars { 0.0 } else { pady },
+        y1 + pady,
+    );
     let mut ch = ChartBuilder::on(&root)
         .caption(&c.title, ("sans-serif", 22))
         .margin(12)
@@ -150,7 +164,9 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, c: &Chart) -> std::res
             ch.draw_series(LineSeries::new(p.clone(), color.stroke_width(2)))
                 .map_err(e)?
                 .label(s.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
             ch.draw_series(p.iter().map(|pt| Circle::new(*pt, 4, color.filled())))
                 .map_err(e)?;
         }
@@ -197,7 +213,10 @@ fn sweep(s: &Summaries) -> Option<(String, String)> {
     best.map(|b| (b.1, b.2))
 }
 
-fn by_strategy<'a>(cs: impl Iterator<Item = &'a Combo>, f: impl Fn(&Combo) -> Option<(f64, f64)>) -> Vec<Series> {
+fn by_strategy<'a>(
+    cs: impl Iterator<Item = &'a Combo>,
+    f: impl Fn(&Combo) -> Option<(f64, f64)>,
+) -> Vec<Series> {
     let mut v: Vec<Series> = Vec::new();
     for c in cs {
         if c.n_ok == 0 {
@@ -222,7 +241,11 @@ fn by_strategy<'a>(cs: impl Iterator<Item = &'a Combo>, f: impl Fn(&Combo) -> Op
 pub fn all(dir: &Path, s: &Summaries) -> Result<Vec<String>> {
     let mut names = Vec::new();
     if let Some((w, link)) = sweep(s) {
-        let sel = || s.combos.iter().filter(|c| c.workload == w && c.link == link);
+        let sel = || {
+            s.combos
+                .iter()
+                .filter(|c| c.workload == w && c.link == link)
+        };
         let mib = |c: &Combo| c.rss_kib.median / 1024.0;
         for (name, title, ydesc, f) in [
             (
@@ -231,8 +254,18 @@ pub fn all(dir: &Path, s: &Summaries) -> Result<Vec<String>> {
                 "down time (ms, log)",
                 (|c: &Combo| c.down_ms.median) as fn(&Combo) -> f64,
             ),
-            ("total_vs_size", "total time", "total time (ms, log)", |c: &Combo| c.total_ms.median),
-            ("bytes_vs_size", "data sent", "MiB sent (log)", |c: &Combo| c.bytes_total.median / 1048576.0),
+            (
+                "total_vs_size",
+                "total time",
+                "total time (ms, log)",
+                |c: &Combo| c.total_ms.median,
+            ),
+            (
+                "bytes_vs_size",
+                "data sent",
+                "MiB sent (log)",
+                |c: &Combo| c.bytes_total.median / 1048576.0,
+            ),
         ] {
             let series = by_strategy(sel(), |c| Some((mib(c), f(c))));
             render(
@@ -308,7 +341,13 @@ pub fn all(dir: &Path, s: &Summaries) -> Result<Vec<String>> {
     let kernels: Vec<String> = s
         .ampom
         .iter()
-        .map(|r| format!("{} {}", crate::matrix::size_label(&r.workload, r.kib), r.link))
+        .map(|r| {
+            format!(
+                "{} {}",
+                crate::matrix::size_label(&r.workload, r.kib),
+                r.link
+            )
+        })
         .collect();
     let mut series: Vec<Series> = Vec::new();
     for st in ["post-copy", "ampom"] {

@@ -72,6 +72,8 @@ pub struct Target {
 #[derive(Debug, Clone, Serialize)]
 pub struct Summaries {
     pub tcp: Vec<(String, Summary)>,
+    /// Longest pause of the unmigrated runs: the machine's noise floor.
+    pub baseline_pause_ms: Summary,
     pub combos: Vec<Combo>,
     pub ampom: Vec<AmpomRow>,
     pub targets: Vec<Target>,
@@ -85,7 +87,12 @@ fn col(rs: &[&Record], f: impl Fn(&Record) -> f64) -> Summary {
 pub fn summarize_all(res: &Results) -> Summaries {
     let mut keys: Vec<(String, u64, String, String)> = Vec::new();
     for c in &res.plan {
-        let k = (c.workload.clone(), c.kib, c.link.clone(), c.strategy.clone());
+        let k = (
+            c.workload.clone(),
+            c.kib,
+            c.link.clone(),
+            c.strategy.clone(),
+        );
         if !keys.contains(&k) {
             keys.push(k);
         }
@@ -144,9 +151,17 @@ pub fn summarize_all(res: &Results) -> Summaries {
         })
         .collect();
     let ampom = ampom_rows(&combos);
-    let targets = targets(&combos);
+    let bp: Vec<f64> = res
+        .baselines
+        .iter()
+        .filter(|b| b.ok)
+        .map(|b| b.max_pause_ms)
+        .collect();
+    let baseline_pause_ms = summarize(&bp);
+    let targets = targets(&combos, &baseline_pause_ms);
     Summaries {
         tcp,
+        baseline_pause_ms,
         combos,
         ampom,
         targets,
@@ -154,8 +169,9 @@ pub fn summarize_all(res: &Results) -> Summaries {
 }
 
 fn find<'a>(cs: &'a [Combo], w: &str, kib: u64, link: &str, s: &str) -> Option<&'a Combo> {
-    cs.iter()
-        .find(|c| c.workload == w && c.kib == kib && c.link == link && c.strategy == s && c.n_ok > 0)
+    cs.iter().find(|c| {
+        c.workload == w && c.kib == kib && c.link == link && c.strategy == s && c.n_ok > 0
+    })
 }
 
 fn ampom_rows(cs: &[Combo]) -> Vec<AmpomRow> {
@@ -215,7 +231,7 @@ fn ampom_rows(cs: &[Combo]) -> Vec<AmpomRow> {
         .collect()
 }
 
-fn targets(cs: &[Combo]) -> Vec<Target> {
+fn targets(cs: &[Combo], noise: &Summary) -> Vec<Target> {
     let mut t = Vec::new();
     // 1. post-copy / ampom down time ≤ 2 ms, flat over sizes.
     for s in ["post-copy", "ampom"] {
@@ -233,7 +249,13 @@ fn targets(cs: &[Combo]) -> Vec<Target> {
             target: format!("{s}: down_ms ≤ 2 ms at every size (dirtier)"),
             measured: pts
                 .iter()
-                .map(|(k, d, l)| format!("{} MiB/{l}: {} ms", fmt_sig(*k as f64 / 1024.0), fmt_sig(*d)))
+                .map(|(k, d, l)| {
+                    format!(
+                        "{} MiB/{l}: {} ms",
+                        fmt_sig(*k as f64 / 1024.0),
+                        fmt_sig(*d)
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join("; "),
             met: Some(worst <= 2.0),
@@ -282,13 +304,15 @@ fn targets(cs: &[Combo]) -> Vec<Target> {
         t.push(Target {
             target: format!("{s}: no pause > 10 ms besides the freeze"),
             measured: format!(
-                "longest other pause {} ms ({}, {}); longest pause incl. the freeze {} ms ({}, {})",
+                "longest other pause {} ms ({}, {}); longest pause incl. the freeze {} ms ({}, {}); \
+                 unmigrated runs' longest pause {} ms",
                 fmt_sig(worst.stall_ms.max),
                 size_label(&worst.workload, worst.kib),
                 worst.link,
                 fmt_sig(freeze.max_pause_ms.max),
                 size_label(&freeze.workload, freeze.kib),
-                freeze.link
+                freeze.link,
+                fmt_summary(noise)
             ),
             met: Some(worst.stall_ms.max <= 10.0),
         });
@@ -399,7 +423,11 @@ fn groups(cs: &[Combo]) -> Vec<(String, u64, String)> {
 /// The Markdown report.
 pub fn markdown(res: &Results, s: &Summaries, plots: &[String]) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "# pmig bench{}\n", if res.quick { " (quick)" } else { "" });
+    let _ = writeln!(
+        o,
+        "# pmig bench{}\n",
+        if res.quick { " (quick)" } else { "" }
+    );
     let failed = res.records.iter().filter(|r| !r.ok).count();
     let _ = writeln!(
         o,
@@ -423,7 +451,12 @@ pub fn markdown(res: &Results, s: &Summaries, plots: &[String]) -> String {
     o.push_str("## Raw TCP throughput per link (n1 → n2, measured in this run)\n\n");
     o.push_str("| link | MB/s | Mbit/s |\n|---|---|---|\n");
     for (l, t) in &s.tcp {
-        let _ = writeln!(o, "| {l} | {} | {} |", fmt_scaled(t, 1e-6), fmt_scaled(t, 8e-6));
+        let _ = writeln!(
+            o,
+            "| {l} | {} | {} |",
+            fmt_scaled(t, 1e-6),
+            fmt_scaled(t, 8e-6)
+        );
     }
     o.push('\n');
 
@@ -482,13 +515,21 @@ pub fn markdown(res: &Results, s: &Summaries, plots: &[String]) -> String {
         let _ = writeln!(o, "### {w}{t}\n");
         o.push_str("| strategy |");
         for (l, k) in &cols {
-            let _ = write!(o, " {l} ({}) |", size_label("", *k).trim());
+            if *k == 0 {
+                let _ = write!(o, " {l} |");
+            } else {
+                let _ = write!(o, " {l} ({}) |", size_label("", *k).trim());
+            }
         }
         o.push_str("\n|---|");
         o.push_str(&"---|".repeat(cols.len()));
         o.push('\n');
         for st in ALL_STRATEGIES {
-            if !s.combos.iter().any(|c| &c.workload == w && c.strategy == st) {
+            if !s
+                .combos
+                .iter()
+                .any(|c| &c.workload == w && c.strategy == st)
+            {
                 continue;
             }
             let _ = write!(o, "| {st} |");
@@ -820,7 +861,7 @@ mod tests {
     #[test]
     fn csv_quotes() {
         assert_eq!(csv_s("a,b"), "\"a,b\"");
-        assert_eq!(csv_s("say \"x\""), "say \"x\"");
+        assert_eq!(csv_s("say \"x\""), "\"say \"\"x\"\"\"");
         assert_eq!(csv_s("q\",x"), "\"q\"\",x\"");
         assert_eq!(csv_f(f64::NAN), "");
     }

@@ -197,8 +197,10 @@ fn matrix(a: RunArgs) -> Result<i32> {
     );
     let bar = indicatif::ProgressBar::new((cells.len() * o.reps) as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} eta {eta} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "[{elapsed_precise}] {bar:30} {pos}/{len} eta {eta} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(250));
     let res = pmig_bench::matrix::run(&o, &cells, &cmd, &Bar(bar.clone()));
