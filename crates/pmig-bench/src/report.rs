@@ -858,6 +858,100 @@ mod tests {
         assert_eq!(fmt_scaled(&summarize(&[62208.0]), 1e-3), "62.2");
     }
 
+    fn rec(w: &str, link: &str, s: &str, rep: usize, down: f64, faults: f64) -> Record {
+        Record {
+            workload: w.into(),
+            kib: 4096,
+            link: link.into(),
+            strategy: s.into(),
+            rep,
+            ok: true,
+            rss_kib: 4200.0,
+            preparation_ms: 1.0,
+            down_ms: down,
+            post_ms: 2.0,
+            total_ms: 3.0 + down,
+            bytes_total: 4.3e6,
+            bytes_per_rss: 1.0,
+            rate_frac_tcp: 0.5,
+            post_rate_frac_tcp: f64::NAN,
+            remote_faults: faults,
+            prefetch_share: f64::NAN,
+            baseline_ms: 1000.0,
+            elapsed_ms: 1100.0,
+            delay_ms: 100.0,
+            max_pause_ms: down,
+            stall_ms: 0.0,
+            self_check: true,
+            ..Record::default()
+        }
+    }
+
+    fn results(records: Vec<Record>) -> Results {
+        let mut plan: Vec<crate::matrix::Cell> = Vec::new();
+        for r in &records {
+            let c = crate::matrix::Cell {
+                workload: r.workload.clone(),
+                kib: r.kib,
+                link: r.link.clone(),
+                strategy: r.strategy.clone(),
+            };
+            if !plan.contains(&c) {
+                plan.push(c);
+            }
+        }
+        Results {
+            command: "pmig bench".into(),
+            started: "now".into(),
+            machine: crate::matrix::Machine::read(),
+            quick: true,
+            reps: 3,
+            plan,
+            tcp: Vec::new(),
+            baselines: Vec::new(),
+            records,
+            wall_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn tables_show_the_medians_of_the_records() {
+        let mut v = Vec::new();
+        for (i, d) in [7.0, 3.0, 5.0].into_iter().enumerate() {
+            v.push(rec("rma", "1gbit", "post-copy", i, d, 10.0));
+            v.push(rec("stream", "1gbit", "demand-paging", i, d, 200.0));
+            v.push(rec("stream", "1gbit", "ampom", i, d, 4.0 + i as f64));
+        }
+        let mut failed = rec("rma", "1gbit", "stop-copy", 0, 1.0, 0.0);
+        failed.ok = false;
+        failed.error = Some("boom".into());
+        v.push(failed);
+        let res = results(v);
+        let s = summarize_all(&res);
+        let pc = s.combos.iter().find(|c| c.strategy == "post-copy").unwrap();
+        assert_eq!(
+            (pc.down_ms.median, pc.down_ms.min, pc.down_ms.max),
+            (5.0, 3.0, 7.0)
+        );
+        let sc = s.combos.iter().find(|c| c.strategy == "stop-copy").unwrap();
+        assert_eq!((sc.n, sc.n_ok, sc.down_ms.n), (1, 0, 0));
+        let md = markdown(&res, &s, &[]);
+        assert!(md.contains("layout of Noack's Table 5.3"));
+        assert!(md.contains("| post-copy | 1.00 | 5.00 (3.00–7.00) | 2.00 | 8.00 (6.00–10.0) |"));
+        assert!(md.contains(&every_row(pc)));
+        assert!(md.contains("boom"));
+        // AMPoM: 1 − 5 / 200 of the faults prevented.
+        let a = &s.ampom[0];
+        let p = a.prevented.iter().find(|p| p.0 == "ampom").unwrap().1;
+        assert!((p - 0.975).abs() < 1e-12);
+        assert!(md.contains("97.5%"));
+        // The target rows name what was measured.
+        assert!(s
+            .targets
+            .iter()
+            .any(|t| t.target.starts_with("post-copy: no pause")));
+    }
+
     #[test]
     fn csv_quotes() {
         assert_eq!(csv_s("a,b"), "\"a,b\"");
