@@ -120,7 +120,8 @@ pub fn run(a: Args) -> Result<i32> {
     }
 }
 
-struct Bar(indicatif::ProgressBar);
+/// A progress bar on a terminal; one line per migration otherwise (CI logs).
+struct Bar(indicatif::ProgressBar, bool);
 
 impl pmig_bench::matrix::Progress for Bar {
     fn phase(&self, msg: &str) {
@@ -128,7 +129,14 @@ impl pmig_bench::matrix::Progress for Bar {
     }
     fn cell_done(&self, msg: &str) {
         self.0.inc(1);
-        if msg.contains("FAILED") {
+        if !self.1 {
+            eprintln!(
+                "[{}/{} {:.0} s] {msg}",
+                self.0.position(),
+                self.0.length().unwrap_or(0),
+                self.0.elapsed().as_secs_f64()
+            );
+        } else if msg.contains("FAILED") {
             self.0.println(msg);
         }
     }
@@ -203,7 +211,15 @@ fn matrix(a: RunArgs) -> Result<i32> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     bar.enable_steady_tick(std::time::Duration::from_millis(250));
-    let res = pmig_bench::matrix::run(&o, &cells, &cmd, &Bar(bar.clone()));
+    let res = pmig_bench::matrix::run(
+        &o,
+        &cells,
+        &cmd,
+        &Bar(
+            bar.clone(),
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ),
+    );
     bar.finish_and_clear();
     let res = res?;
     let report = pmig_bench::report::write_all(&out, &res)?;
