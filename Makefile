@@ -4,9 +4,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 PMIG := target/release/pmig
-APT_PKGS := build-essential binutils iproute2 bc python3 strace iputils-ping gzip coreutils
+APT_PKGS := build-essential binutils iproute2 bc python3 strace iputils-ping gzip coreutils fonts-dejavu-core
 
-.PHONY: all build test deps demo bench fmt clippy clean
+.PHONY: all build test deps demo bench bench-quick fmt clippy clean
 
 all: build
 
@@ -17,6 +17,7 @@ deps:
 	  command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 	done; \
 	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing="$$missing libc6-dev"; \
+	[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || missing="$$missing fonts-dejavu-core"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
@@ -32,11 +33,17 @@ test: build
 demo: build
 	./scripts/demo.sh
 
-# The engine's throughput against its limits (BENCHMARKS.md). The
-# strategy comparison of the evaluation issue will join it here.
+# The engine's throughput against its limits, then every strategy × link ×
+# workload on a local cluster (BENCHMARKS.md; report in bench-results/<time>/).
 bench: build
 	$(MAKE) -s -C bench/workloads
 	$(PMIG) bench engine --sizes 64,1024,4096 --reps 3
+	$(PMIG) bench
+
+# The strategy comparison's small matrix (under 2 minutes; what CI runs).
+bench-quick: build
+	$(MAKE) -s -C bench/workloads
+	$(PMIG) bench --quick
 
 fmt:
 	$(CARGO) fmt --all

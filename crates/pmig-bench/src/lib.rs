@@ -1,9 +1,17 @@
 //! Benchmarks. Every figure comes from a measurement made in the same run;
 //! limits (disk write bandwidth, first-touch bandwidth) are measured next to
 //! what they bound.
+//!
+//! `engine`: dump and restore throughput. `matrix`: every strategy × link ×
+//! workload on a local cluster (`pmig bench`), reported by `report` and `plot`;
+//! `tcp`: the raw TCP throughput each link is compared with.
 
 pub mod engine;
+pub mod matrix;
+pub mod plot;
+pub mod report;
 pub mod stats;
+pub mod tcp;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
