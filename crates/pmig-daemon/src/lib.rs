@@ -676,6 +676,32 @@ fn migrate(
 /// The daemon's one migrate path (control requests, eviction, balancing):
 /// authorizes, marks the process busy, keeps a job attached to its home
 /// (its stdio is prepared on the destination), runs the strategy.
+/// A process that arrived here by a lazy strategy may still be briefly
+/// traced by this daemon while its arrival completes (the last pages are
+/// installed, then its userfaultfd is closed from inside it). Waits (at most
+/// 30 s) until this daemon no longer traces it, so that a migration asked
+/// for right after the arrival does not fail as "already traced".
+fn settle(pid: i32) {
+    // TracerPid names the tracing thread: one of ours?
+    let traced_by_us = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("TracerPid:")
+                        .and_then(|v| v.trim().parse::<i32>().ok())
+                })
+            })
+            .is_some_and(|t| t > 0 && Path::new(&format!("/proc/self/task/{t}")).exists())
+    };
+    for _ in 0..3000 {
+        if !traced_by_us() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 pub(crate) fn migrate_core(
     node: &Node,
     uid: u32,
@@ -687,6 +713,7 @@ pub(crate) fn migrate_core(
     let precopy = pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction)
         .map_err(|e| e.to_string())?;
     authorize(uid, m.pid)?;
+    settle(m.pid);
     {
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
         if !busy.insert(m.pid) {
