@@ -26,30 +26,33 @@ fn root() -> bool {
     }
 }
 
-/// The directory of Lua 5.4's sources inside the `lua-src` package: found with
-/// `cargo metadata` (the dev-dependency's manifest), its highest `lua-5.4.*`.
+/// The directory of Lua 5.4's sources inside the `lua-src` package (a
+/// dev-dependency, so cargo has unpacked it): its version from the
+/// workspace's Cargo.lock, its directory in cargo's registry sources
+/// (`$CARGO_HOME/registry/src/*/lua-src-<version>`), its highest `lua-5.4.*`.
+/// (Not `cargo metadata`: offline it fails on packages of other platforms
+/// that were never downloaded.)
 fn lua_sources() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-    let out = Command::new(&cargo)
-        .args(["metadata", "--format-version", "1", "--offline"])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run cargo metadata");
-    assert!(out.status.success(), "cargo metadata failed");
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata JSON");
-    let pkg = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "lua-src")
-        .expect("the lua-src package (a dev-dependency of pmig-daemon) is not in cargo metadata");
-    let dir = Path::new(pkg["manifest_path"].as_str().unwrap())
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).expect("read Cargo.lock");
+    let version = lock
+        .split("[[package]]")
+        .find(|p| p.contains("name = \"lua-src\""))
+        .and_then(|p| {
+            p.lines()
+                .find_map(|l| l.strip_prefix("version = \""))
+                .map(|v| v.trim_end_matches('"').to_string())
+        })
+        .expect("lua-src (a dev-dependency of pmig-daemon) is not in Cargo.lock");
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cargo"));
+    let dir = std::fs::read_dir(cargo_home.join("registry/src"))
+        .expect("cargo's registry sources")
+        .flatten()
+        .map(|e| e.path().join(format!("lua-src-{version}")))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| panic!("lua-src-{version} is not in {}", cargo_home.display()));
     let mut best: Option<(u32, PathBuf)> = None;
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
