@@ -108,6 +108,8 @@ pub struct Node {
     /// waiting for its restarted daemon (`Resume`): id -> (destination node,
     /// where to hand the new connection).
     resumable: Mutex<HashMap<u64, Waiting>>,
+    /// Processes still arriving here (a lazy strategy fills their pages in).
+    arriving: Mutex<HashSet<i32>>,
     /// Host selection (reporting, and the selector role when it is ours).
     pub(crate) selector: Arc<pmig_services::selector::Selector>,
     /// Processes migrated here from other nodes, by pid (eviction, balancing).
@@ -155,6 +157,14 @@ impl Host for Node {
     }
     fn wrap_restore(&self, peer: &str, offer: &pmig_proto::Offer, cmd: &mut Command) {
         pmig_services::exec::remote::wrap_restore(self, peer, offer.pid, cmd)
+    }
+    fn arriving(&self, pid: i32, active: bool) {
+        let mut a = self.arriving.lock().unwrap_or_else(|p| p.into_inner());
+        if active {
+            a.insert(pid);
+        } else {
+            a.remove(&pid);
+        }
     }
     fn peer_addr(&self, name: &str) -> Option<String> {
         self.cfg
@@ -254,6 +264,7 @@ pub fn run(cfg: Config) -> Result<()> {
         busy: Mutex::new(HashSet::new()),
         exec: pmig_services::exec::Exec::new(),
         resumable: Mutex::new(HashMap::new()),
+        arriving: Mutex::new(HashSet::new()),
         selector,
         arrived: Mutex::new(HashMap::new()),
         evictions: Default::default(),
@@ -676,12 +687,18 @@ fn migrate(
 /// The daemon's one migrate path (control requests, eviction, balancing):
 /// authorizes, marks the process busy, keeps a job attached to its home
 /// (its stdio is prepared on the destination), runs the strategy.
-/// A process that arrived here by a lazy strategy may still be briefly
-/// traced by this daemon while its arrival completes (the last pages are
-/// installed, then its userfaultfd is closed from inside it). Waits (at most
-/// 30 s) until this daemon no longer traces it, so that a migration asked
-/// for right after the arrival does not fail as "already traced".
-fn settle(pid: i32) {
+/// A process that arrived here by a lazy strategy may still be arriving
+/// (flushing: its pages are filled in, then its userfaultfd is closed from
+/// inside it, with ptrace) or briefly traced by this daemon. Waits (at most
+/// 30 s) until neither is the case, so that a migration asked for right after
+/// the arrival does not fail as "already traced".
+fn settle(node: &Node, pid: i32) {
+    let arriving = || {
+        node.arriving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&pid)
+    };
     // TracerPid names the tracing thread: one of ours?
     let traced_by_us = || {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -695,7 +712,7 @@ fn settle(pid: i32) {
             .is_some_and(|t| t > 0 && Path::new(&format!("/proc/self/task/{t}")).exists())
     };
     for _ in 0..3000 {
-        if !traced_by_us() {
+        if !arriving() && !traced_by_us() {
             return;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -713,7 +730,7 @@ pub(crate) fn migrate_core(
     let precopy = pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction)
         .map_err(|e| e.to_string())?;
     authorize(uid, m.pid)?;
-    settle(m.pid);
+    settle(node, m.pid);
     {
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
         if !busy.insert(m.pid) {

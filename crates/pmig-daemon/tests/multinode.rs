@@ -1665,12 +1665,8 @@ fn scenarios_move_around(strategy: &str, tag: &str) {
     //   the files scenario's exact fd list sees; these strategies report at
     //   the handover, so the check runs while pages are owed (README,
     //   "Known limitations");
-    // * mem with flushing and freeze-free: the process dies with SIGSEGV in
-    //   its check (or hangs) after such a migration — an open bug (README,
-    //   "Known limitations").
     let skip: &[&str] = match strategy {
-        "demand-paging" => &["files"],
-        "flushing" | "freeze-free" => &["files", "mem"],
+        "demand-paging" | "flushing" | "freeze-free" => &["files"],
         _ => &[],
     };
     let mut failures = Vec::new();

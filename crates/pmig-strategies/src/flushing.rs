@@ -178,6 +178,9 @@ impl Strategy for Flushing {
             }
         };
         let Lazy { pid, ufd, lm, .. } = start_lazy(d, false, None)?;
+        // Until the fill is over (and the process's userfaultfd closed from
+        // inside it), this node must not start moving the process on.
+        let _arriving = Arriving::new(d.host, pid);
         let t0 = mono_ns();
         let done = AtomicBool::new(false);
         let failed: Mutex<Option<String>> = Mutex::new(None);
@@ -379,8 +382,10 @@ pub(crate) fn compose_small(
     let mut buf = Vec::new();
     for v in &pi.memory.vmas {
         for r in &v.runs {
-            if v.backing != Backing::Anon {
-                // Not served lazily: travels whole.
+            if v.backing != Backing::Anon || v.prot & libc::PROT_WRITE == 0 {
+                // Not served lazily: travels whole (read-only anonymous
+                // pages too, as in the engine's filtered capture: left to
+                // the userfaultfd they came back as zeros).
                 buf.resize(r.len as usize, 0);
                 f.read_exact_at(&mut buf, r.offset)
                     .map_err(io_err("read the page store"))?;
@@ -405,4 +410,21 @@ pub(crate) fn compose_small(
     manifest.parts.clear();
     ps.finish(pi, manifest)?;
     Ok((kept, left))
+}
+
+/// Marks a process as still arriving on this node ([`crate::Host::arriving`])
+/// for as long as it lives.
+struct Arriving<'a>(&'a dyn crate::Host, i32);
+
+impl<'a> Arriving<'a> {
+    fn new(host: &'a dyn crate::Host, pid: i32) -> Arriving<'a> {
+        host.arriving(pid, true);
+        Arriving(host, pid)
+    }
+}
+
+impl Drop for Arriving<'_> {
+    fn drop(&mut self) {
+        self.0.arriving(self.1, false);
+    }
 }

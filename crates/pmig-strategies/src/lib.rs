@@ -228,6 +228,10 @@ pub trait Host: Send + Sync {
     fn proto_config(&self) -> Config {
         Config::new(self.node())
     }
+    /// Process `pid` is still arriving here (`true`: its pages are being
+    /// filled in and it will be traced once more), or is done (`false`). A
+    /// daemon does not start moving it on meanwhile.
+    fn arriving(&self, _pid: i32, _active: bool) {}
     /// `ADDR:PORT` of node `name`'s daemon, if this host knows the cluster.
     fn peer_addr(&self, _name: &str) -> Option<String> {
         None
