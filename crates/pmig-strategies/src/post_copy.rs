@@ -444,7 +444,7 @@ fn begin_record(
     crate::takeover::begin(
         d.host,
         &crate::takeover::Record {
-            version: 1,
+            version: crate::takeover::RECORD_VERSION,
             id: d.offer.id,
             source_node: d.offer.source_node.clone(),
             source_addr,

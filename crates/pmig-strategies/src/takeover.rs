@@ -27,7 +27,8 @@ use std::time::Duration;
 /// How long a source keeps the frozen original of a post-copy migration whose
 /// destination vanished, waiting for a restarted destination daemon.
 pub const RESUME_GRACE: Duration = Duration::from_secs(60);
-const RECORD_VERSION: u32 = 1;
+/// Version of the takeover record format.
+pub const RECORD_VERSION: u32 = 1;
 
 /// What a restarted daemon needs to take a lazily restored process over.
 #[derive(Debug, Clone, Serialize, Deserialize)]
