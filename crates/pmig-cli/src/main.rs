@@ -69,7 +69,7 @@ fn main() {
         if !as_sh {
             rest.remove(0);
         }
-        logging("warn");
+        logging("warn", false);
         let argv: Option<Vec<String>> = rest.into_iter().map(|a| a.into_string().ok()).collect();
         finish(match argv {
             Some(a) => cmd::pmake::sh(&a),
@@ -85,7 +85,8 @@ fn main() {
         2 => "debug",
         _ => "trace",
     };
-    logging(level);
+    // A daemon's log is read after the fact: its lines carry the time.
+    logging(level, matches!(cli.command, Command::Daemon(_)));
     let result = match cli.command {
         Command::Dump(a) => cmd::dump::run(a),
         Command::Restore(a) => cmd::restore::run(a),
@@ -107,17 +108,20 @@ fn main() {
     finish(result)
 }
 
-fn logging(level: &str) {
-    tracing_subscriber::fmt()
+fn logging(level: &str, with_time: bool) {
+    let b = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("PMIG_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .with_writer(std::io::stderr)
         // No colour codes in log files (the daemon's stderr is its log).
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .without_time()
-        .init();
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if with_time {
+        b.init();
+    } else {
+        b.without_time().init();
+    }
 }
 
 /// Exits with the command's status, or 1 after one line naming the cause chain.

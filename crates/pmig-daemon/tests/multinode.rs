@@ -1568,6 +1568,81 @@ fn source_daemon_crash_during_post_copy_loses_the_process_cleanly() {
     eprintln!("n2: {lost}");
 }
 
+/// The link to the destination is cut for 3 s right after the handover of a
+/// lazy migration, while pages are still owed: the process waits for its
+/// pages (it is not lost, and nothing is read as zeros), TCP carries the
+/// connection over the gap, the migration completes and the dirtier's result
+/// matches an unmigrated run.
+fn link_cut_after_handover_is_survived(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(40_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+    let m = env
+        .migrate_cmd("n1", pid, "n2", strategy, 20)
+        .spawn()
+        .unwrap();
+    wait_log(&env, "n1", "n2 restored process");
+    let owed_at_cut = std::fs::read_dir(env.node_dir("n2").join("takeover"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "json"));
+    {
+        let _cut = LinkCut::new(&env, "n2");
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
+        panic!(
+            "{strategy}: the migration failed after a 3 s link cut: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    });
+    assert!(
+        owed_at_cut,
+        "{strategy}: nothing was owed any more when the link was cut: the test proves nothing"
+    );
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    wait_gone(new);
+    let _ = child.wait();
+    assert!(r.wait().unwrap().success(), "the reference run failed");
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(want.contains("verify=ok"), "reference: {want}");
+    assert_eq!(
+        got, want,
+        "{strategy}: the dirtier's result differs after the link cut"
+    );
+    eprintln!(
+        "{strategy} with a 3 s link cut after the handover: {}; {got}",
+        figures(&[rep])
+    );
+}
+
+#[test]
+fn link_cut_after_handover_of_post_copy_is_survived() {
+    if !root() {
+        return;
+    }
+    link_cut_after_handover_is_survived("post-copy", "lp");
+}
+
+#[test]
+fn link_cut_after_handover_of_assisted_post_copy_is_survived() {
+    if !root() {
+        return;
+    }
+    link_cut_after_handover_is_survived("assisted-post-copy", "la");
+}
+
 /// Scenario programs of the engine suite moved between nodes: each holds one
 /// kind of state and checks it itself on every node. Left out, and why:
 /// * bigheap: 1 GiB per hop (the local suite covers it);

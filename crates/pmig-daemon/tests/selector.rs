@@ -138,7 +138,16 @@ impl Env {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("not within {WAIT:?}: {what}; last table seen from {from}: {last:?}");
+        let logs: String = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| {
+                let l = self.log(n);
+                let tail: Vec<&str> = l.lines().rev().take(60).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("\n--- {n}'s daemon log (end) ---\n{}", tail.join("\n"))
+            })
+            .collect();
+        panic!("not within {WAIT:?}: {what}; last table seen from {from}: {last:?}{logs}");
     }
 
     fn wait_state(&self, host: &str, state: &str) {

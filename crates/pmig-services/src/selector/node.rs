@@ -637,17 +637,28 @@ impl Selector {
         None
     }
 
-    /// Finds the selector in `--peer` order; serves if this daemon comes first.
+    /// Finds the selector in `--peer` order; serves if this daemon comes first
+    /// among those that answer. An earlier peer that answers but does not
+    /// know the selector yet (it is looking too) has precedence: this daemon
+    /// waits for it rather than serve and hand over again at once.
     fn find_selector(&self) -> Option<(Channel<TcpStream>, Peer)> {
         let me = Role::Reporter {
             node: self.me.name.clone(),
         };
+        let mut earlier = None;
         for p in &self.peers {
             if p.name == self.me.name {
                 // Right after start, earlier daemons of a cluster being started
                 // may not listen yet: give them two intervals before serving.
-                if self.started.elapsed() >= self.interval * 2 {
-                    self.become_serving("no peer before it in --peer order answers");
+                match earlier {
+                    Some(e) => tracing::debug!(
+                        "selector: {} waits for {e}, earlier in --peer order and looking for the selector too",
+                        self.me.name
+                    ),
+                    None if self.started.elapsed() >= self.interval * 2 => {
+                        self.become_serving("no peer before it in --peer order answers")
+                    }
+                    None => {}
                 }
                 return None;
             }
@@ -657,6 +668,10 @@ impl Selector {
                     if let Ok((ch, SelMsg::Welcome { .. })) = self.connect(&q, me.clone()) {
                         return Some((ch, q));
                     }
+                    earlier.get_or_insert(p.name.clone());
+                }
+                Ok((_, SelMsg::Redirect { to: None })) => {
+                    earlier.get_or_insert(p.name.clone());
                 }
                 Ok(_) => {}
                 Err(e) => tracing::debug!("selector: {} does not answer: {e}", p.name),
@@ -975,7 +990,14 @@ impl Selector {
                     let _ = ch.stream().set_read_timeout(None);
                     let (mut tx, nrx) = ch.split();
                     rx = nrx;
-                    let held: Vec<_> = lock(&st.held).drain().collect();
+                    // Everything held, and what was being claimed when the
+                    // connection was lost again.
+                    let mut held: Vec<_> = lock(&st.held).drain().collect();
+                    for (_, hs) in claims.drain() {
+                        held.extend(hs);
+                    }
+                    held.sort();
+                    held.dedup();
                     for class in [Class::Short, Class::Long] {
                         let hosts: Vec<String> = held
                             .iter()

@@ -10,7 +10,13 @@
 //!   one host is taken from the client holding the most, if that is more than
 //!   a fair share (`max(1, usable hosts / clients wanting hosts)`);
 //! * owner activity on a host, or a host that stops reporting, takes its
-//!   allocations back.
+//!   allocations back;
+//! * after a failover the holders claim their hosts again: a claimed host
+//!   stays with its holder even if it is busy (with the holder's own work),
+//!   unless its owner is active, it refuses foreign work or someone else
+//!   holds it; a host the new selector has not heard from yet is held
+//!   provisionally until its first report, and taken back if none comes
+//!   within the staleness period.
 
 use super::wire::{Class, HostRow, Report, RevokeReason};
 use crate::Peer;
@@ -54,6 +60,8 @@ pub struct Table {
     hosts: BTreeMap<String, Host>,
     grants: BTreeMap<(String, Class), Grant>,
     clients: BTreeMap<ClientId, String>,
+    /// Hosts claimed before their first report here: claim time.
+    unconfirmed: BTreeMap<String, Instant>,
     /// A report older than this means the host is lost.
     stale: Duration,
     seq: u64,
@@ -65,6 +73,7 @@ impl Table {
             hosts: BTreeMap::new(),
             grants: BTreeMap::new(),
             clients: BTreeMap::new(),
+            unconfirmed: BTreeMap::new(),
             stale,
             seq: 0,
         }
@@ -95,19 +104,26 @@ impl Table {
         self.clients.len()
     }
 
-    /// Records a report; a host whose owner became active loses its allocations.
+    /// Records a report; a host whose owner became active loses its allocations,
+    /// and so does a provisionally claimed host whose first report says it
+    /// refuses foreign work.
     pub fn report(&mut self, r: Report, now: Instant) -> Vec<Revocation> {
         let name = r.node.clone();
         let owner = r.owner_active;
+        let refuses = !r.accepts && self.unconfirmed.contains_key(&name);
+        self.unconfirmed.remove(&name);
         self.hosts.insert(name.clone(), Host { report: r, at: now });
         if owner {
             self.take_back(|h| h == name, RevokeReason::OwnerActive)
+        } else if refuses {
+            self.take_back(|h| h == name, RevokeReason::SelectorChanged)
         } else {
             Vec::new()
         }
     }
 
-    /// Takes back the allocations of hosts whose last report is stale.
+    /// Takes back the allocations of hosts whose last report is stale, and of
+    /// provisionally claimed hosts that never reported.
     pub fn expire(&mut self, now: Instant) -> Vec<Revocation> {
         let lost: Vec<String> = self
             .hosts
@@ -115,7 +131,21 @@ impl Table {
             .filter(|(_, h)| !self.fresh(h, now))
             .map(|(n, _)| n.clone())
             .collect();
-        self.take_back(|h| lost.iter().any(|l| l == h), RevokeReason::Lost)
+        let mut r = self.take_back(|h| lost.iter().any(|l| l == h), RevokeReason::Lost);
+        let silent: Vec<String> = self
+            .unconfirmed
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) > self.stale)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &silent {
+            self.unconfirmed.remove(n);
+        }
+        r.extend(self.take_back(
+            |h| silent.iter().any(|l| l == h),
+            RevokeReason::SelectorChanged,
+        ));
+        r
     }
 
     fn take_back(&mut self, host: impl Fn(&str) -> bool, reason: RevokeReason) -> Vec<Revocation> {
@@ -275,7 +305,12 @@ impl Table {
         })
     }
 
-    /// After a failover: gives `client` those of `hosts` that are usable and free.
+    /// After a failover: gives `client` back those of `hosts` it may keep.
+    /// A known host is kept if its report is fresh, it accepts foreign work,
+    /// its owner is not active and nobody else holds it in `class`; its load
+    /// does not matter (it is likely busy with the claimant's own work). A
+    /// host not heard from yet is held provisionally (see [`Table::report`],
+    /// [`Table::expire`]).
     pub fn claim(
         &mut self,
         client: ClientId,
@@ -283,16 +318,23 @@ impl Table {
         hosts: &[String],
         now: Instant,
     ) -> Vec<Peer> {
-        let ok: Vec<String> = hosts
-            .iter()
-            .filter(|h| {
-                self.hosts
-                    .get(*h)
-                    .is_some_and(|x| self.idle_for(x, now).is_some())
-                    && !self.grants.contains_key(&((*h).clone(), class))
-            })
-            .cloned()
-            .collect();
+        let mut ok = Vec::new();
+        for h in hosts {
+            if self.grants.contains_key(&(h.clone(), class)) || ok.contains(h) {
+                continue;
+            }
+            match self.hosts.get(h) {
+                Some(x) => {
+                    if self.fresh(x, now) && x.report.accepts && !x.report.owner_active {
+                        ok.push(h.clone());
+                    }
+                }
+                None => {
+                    self.unconfirmed.entry(h.clone()).or_insert(now);
+                    ok.push(h.clone());
+                }
+            }
+        }
         ok.iter().map(|h| self.grant(h, class, client)).collect()
     }
 
@@ -512,17 +554,72 @@ mod tests {
     }
 
     #[test]
-    fn claim_keeps_free_idle_hosts_only() {
+    fn claim_keeps_hosts_that_are_usable_and_not_held_by_others() {
         let t0 = Instant::now();
-        let mut t = table(t0, &[("n2", Some(5)), ("n3", None), ("n4", Some(1))]);
-        t.request(2, Class::Short, 1, &["n2".into()], t0).unwrap();
-        let got = t.claim(
-            1,
-            Class::Short,
-            &["n2".into(), "n3".into(), "n4".into()],
+        let mut t = table(
             t0,
+            &[
+                ("n2", Some(5)),
+                ("n3", None),
+                ("n4", Some(1)),
+                ("n5", Some(1)),
+            ],
         );
+        let mut owner = rep("n5", Some(1));
+        owner.owner_active = true;
+        t.report(owner, t0);
+        t.request(
+            2,
+            Class::Short,
+            1,
+            &["n2".into(), "n3".into(), "n5".into()],
+            t0,
+        )
+        .unwrap(); // c2 holds n4
+        let all: Vec<String> = ["n2", "n3", "n4", "n5"].map(String::from).to_vec();
+        let got = t.claim(1, Class::Short, &all, t0);
         let got: Vec<_> = got.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(got, ["n2"]);
+        // n2 idle, n3 busy (with c1's own work): kept; n4 is c2's; n5's owner is back.
+        assert_eq!(got, ["n2", "n3"]);
+        // A stale host is not kept.
+        let got = t.claim(1, Class::Long, &["n2".into()], t0 + 4 * S);
+        assert!(got.is_empty());
+    }
+
+    #[test]
+    fn a_claimed_host_not_yet_heard_from_is_held_until_its_first_report() {
+        let t0 = Instant::now();
+        let mut t = table(t0, &[("n2", Some(5))]);
+        let all: Vec<String> = ["n3", "n4", "n5"].map(String::from).to_vec();
+        let got = t.claim(1, Class::Long, &all, t0);
+        assert_eq!(got.len(), 3);
+        // Nobody else gets them meanwhile.
+        assert_eq!(
+            names(&t.request(2, Class::Long, 3, &[], t0).unwrap()),
+            ["n2"]
+        );
+        // n3 reports busy: still c1's. n4 reports that it refuses: taken back.
+        assert!(t.report(rep("n3", None), t0 + S).is_empty());
+        let mut refuses = rep("n4", Some(1));
+        refuses.accepts = false;
+        let r = t.report(refuses, t0 + S);
+        assert_eq!(
+            r,
+            [Revocation {
+                host: "n4".into(),
+                class: Class::Long,
+                client: 1,
+                reason: RevokeReason::SelectorChanged
+            }]
+        );
+        // n5 never reports: taken back once the staleness period is over.
+        assert!(t.expire(t0 + 2 * S).is_empty());
+        let r = t.expire(t0 + 4 * S);
+        assert_eq!(r.len(), 2, "{r:?}"); // n5 (silent), n2 (its report is stale)
+        assert!(r
+            .iter()
+            .any(|x| x.host == "n5" && x.client == 1 && x.reason == RevokeReason::SelectorChanged));
+        let rows = t.rows(t0 + 4 * S);
+        assert!(rows.iter().any(|r| r.node == "n3" && !r.held.is_empty()));
     }
 }
