@@ -289,6 +289,7 @@ struct Prepared {
 fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Prepared> {
     raise_nofile();
     let mut pf = Preflight::new(opts.clone(), pi.files.max_fd());
+    pf.thread_tids = pi.threads.threads.iter().map(|t| t.tid).collect();
     Process::preflight(&pi.process, &mut pf)?;
     Identity::preflight(&pi.identity, &mut pf)?;
     Files::preflight(&pi.files, &mut pf)?;

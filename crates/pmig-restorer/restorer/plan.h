@@ -20,7 +20,7 @@ typedef long s64;
 typedef unsigned int u32;
 
 #define PLAN_MAGIC 0x314e414c50474d50ULL /* "PMGPLAN1" */
-#define PLAN_VERSION 1
+#define PLAN_VERSION 2
 
 enum op_kind {
 	OP_SYSCALL = 1,      /* nr, args[0..6] */
@@ -30,7 +30,12 @@ enum op_kind {
 	OP_TRAP = 4,         /* args[0] = thread index: r15 = index; int3. Final stop. */
 	OP_SYSCALL_FD = 5,   /* like OP_SYSCALL, the result must be an fd; it is moved
 				to fd number `expect` (close-on-exec) */
+	OP_STORE_TID = 6,    /* args: address of a 4-byte field, address of a thread's
+				tid slot (0 = the main thread: getpid()). Stores the
+				tid that thread got into the field. */
 };
+/* OP_CLONE_THREAD stores the new thread's tid at the address in `expect`
+ * (its tid slot) when that is not 0. */
 
 /* How the result of OP_SYSCALL is checked. */
 enum op_check {

@@ -177,6 +177,14 @@ static void run_ops(const struct plan *p, u64 first, u64 count)
 			}
 			if (ret < 0)
 				fail(p, i, ret);
+			if (o->expect)
+				*(volatile u32 *)o->expect = (u32)ret;
+			break;
+		}
+		case OP_STORE_TID: {
+			u32 tid = a[1] ? *(volatile u32 *)a[1]
+				       : (u32)sys6(__NR_getpid, 0, 0, 0, 0, 0, 0);
+			*(volatile u32 *)a[0] = tid;
 			break;
 		}
 		case OP_SYSCALL_FD:

@@ -13,7 +13,7 @@ pub static BLOB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/restorer.bin"
 
 pub const PAGE: u64 = 4096;
 pub const PLAN_MAGIC: u64 = 0x314e_414c_5047_4d50;
-pub const PLAN_VERSION: u64 = 1;
+pub const PLAN_VERSION: u64 = 2;
 pub const FAILURE_MAGIC: u64 = 0x4c_4941_4647_4d50;
 /// Stack given to each restored thread while it runs restorer code.
 pub const THREAD_STACK: u64 = 64 << 10;
@@ -114,8 +114,15 @@ impl From<DataRef> for Arg {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DataRef(u64);
+
+impl DataRef {
+    /// `off` bytes into the blob.
+    pub fn at(self, off: u64) -> DataRef {
+        DataRef(self.0 + off)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Check {
@@ -131,6 +138,7 @@ enum Kind {
     Clone { thread: usize },
     Trap,
     SyscallFd { nr: u64, fd: u64 },
+    StoreTid { thread: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -154,6 +162,8 @@ pub struct PlanBuilder {
     dedup: HashMap<Vec<u8>, DataRef>,
     /// (offset in data of a pointer field, what it points to)
     patches: Vec<(u64, DataRef)>,
+    /// One 4-byte slot per thread where its clone op stores the tid it got.
+    tid_slots: DataRef,
 }
 
 /// The laid-out restorer area, ready to be copied to `base`.
@@ -181,12 +191,14 @@ impl PlanBuilder {
     /// `tids[i]` is the id thread `i` should get back (0 for thread 0, whose id
     /// is the process's). Thread 0 is the main thread.
     pub fn new(tids: Vec<u64>, clone_flags: u64) -> PlanBuilder {
-        PlanBuilder {
+        let mut b = PlanBuilder {
             threads: vec![Vec::new(); tids.len().max(1)],
             tids,
             clone_flags,
             ..Default::default()
-        }
+        };
+        b.tid_slots = b.slot(4 * b.threads.len());
+        b
     }
 
     pub fn n_threads(&self) -> usize {
@@ -226,6 +238,14 @@ impl PlanBuilder {
         }
         let r = DataRef(self.data.len() as u64);
         self.data.resize(self.data.len() + len, 0);
+        r
+    }
+
+    /// A copy of `bytes` that the restorer may write to (never shared).
+    pub fn data_private(&mut self, bytes: &[u8]) -> DataRef {
+        let r = self.slot(bytes.len());
+        let o = r.0 as usize;
+        self.data[o..o + bytes.len()].copy_from_slice(bytes);
         r
     }
 
@@ -314,6 +334,17 @@ impl PlanBuilder {
         );
     }
 
+    /// Thread `t`: store the tid that thread `thread` got (a 32-bit value) at
+    /// `dst`, a blob made with [`data_private`](Self::data_private) or
+    /// [`slot`](Self::slot). Only after `thread` was created on `t` (thread 0
+    /// exists from the start): for structures that name a thread, such as a
+    /// `sigevent` with `SIGEV_THREAD_ID`, when the thread's id is known only
+    /// once it exists.
+    pub fn store_tid(&mut self, t: ThreadIdx, dst: DataRef, thread: ThreadIdx, what: String) {
+        assert!(thread < self.threads.len(), "no thread {thread}");
+        self.push(t, Kind::StoreTid { thread }, &[Arg::Data(dst)], what);
+    }
+
     /// Main thread: create thread `thread` (which then runs its own ops).
     pub fn clone_thread(&mut self, thread: ThreadIdx) {
         let what = format!("create thread {} (tid {})", thread, self.tids[thread]);
@@ -395,6 +426,15 @@ impl PlanBuilder {
                             self.threads[*thread].len() as u64,
                         ];
                         r.subst = 0;
+                        r.expect = data_at + self.tid_slots.0 + 4 * *thread as u64;
+                    }
+                    Kind::StoreTid { thread } => {
+                        r.kind = 6;
+                        r.args[1] = if *thread == 0 {
+                            0
+                        } else {
+                            data_at + self.tid_slots.0 + 4 * *thread as u64
+                        };
                     }
                     Kind::Trap => r.kind = 4,
                     Kind::SyscallFd { nr, fd } => {
@@ -486,7 +526,7 @@ mod tests {
         assert_eq!(OpFailure::SIZE, 32);
         let h = include_str!("../restorer/plan.h");
         assert!(h.contains("0x314e414c50474d50ULL"));
-        assert!(h.contains("#define PLAN_VERSION 1"));
+        assert!(h.contains("#define PLAN_VERSION 2"));
         assert!(h.contains("0x4c494146474d50ULL"));
     }
 

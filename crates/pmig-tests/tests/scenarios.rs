@@ -174,6 +174,53 @@ scenario!(alarm, "alarm", false);
 scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
 
+/// The tids of `pid`'s threads, sorted.
+fn tids_of(pid: i32) -> Vec<i32> {
+    let mut t: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    t.sort();
+    t
+}
+
+/// Restored next to the still running original, the copy gets a new pid and
+/// new tids; its thread-directed POSIX timer must aim at the worker thread
+/// under its new tid (the scenario checks that every such signal reaches
+/// the worker), and both go on passing their checks.
+#[test]
+fn posix_timers_restore_under_new_ids() {
+    let d = Dirs::new("posix_timers_new_ids");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("posix_timers", &[], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    dump_ok(pid, &d.path("img"), true);
+    let mut r = spawn_restore(
+        "posix_timers (restore next to the original)",
+        &d.path("img"),
+        &d.path("pid"),
+        d.tmp.path(),
+    );
+    r.check("posix_timers", PMIG_TIMEOUT);
+    let rpid = restored_pid(&r);
+    guard.track_pid(rpid);
+    let (old, new) = (tids_of(pid), tids_of(rpid));
+    assert_eq!(old.len(), 2, "original threads: {old:?}");
+    assert_eq!(new.len(), 2, "restored threads: {new:?}");
+    assert!(
+        new.iter().all(|t| !old.contains(t)),
+        "the copy shares ids with the running original: {old:?} {new:?}"
+    );
+    r.check("posix_timers", CHECK_TIMEOUT);
+    orig.check("posix_timers", CHECK_TIMEOUT);
+    r.quit_ok();
+    orig.quit_ok();
+}
+
 /// Every scenario passes its own checks (three times) without pmig.
 #[test]
 fn scenarios_pass_without_migration() {

@@ -173,6 +173,11 @@ pub struct Preflight {
     pub mapped_files: std::collections::HashMap<String, i32>,
     /// Which stdio fd becomes the controlling terminal (see `session`).
     pub ctty: session::CttyPlan,
+    /// The thread ids of the image, by thread index (thread 0 first). A thread
+    /// may get another id on restore: resources that name a thread find its
+    /// index here and let the restorer fill its new id in
+    /// (`PlanBuilder::store_tid`).
+    pub thread_tids: Vec<libc::pid_t>,
 }
 
 impl Preflight {
@@ -190,6 +195,7 @@ impl Preflight {
             child: ChildSetup::default(),
             mapped_files: Default::default(),
             ctty: Default::default(),
+            thread_tids: Vec::new(),
         }
     }
 

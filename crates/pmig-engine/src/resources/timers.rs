@@ -179,7 +179,31 @@ impl Resource for Timers {
             ev[8..12].copy_from_slice(&t.signo.to_le_bytes());
             ev[12..16].copy_from_slice(&t.notify.to_le_bytes());
             ev[16..20].copy_from_slice(&t.tid.to_le_bytes());
-            let ev = b.data(&ev);
+            let ev = if t.notify & SIGEV_THREAD_ID != 0 {
+                // The thread may come back under another tid: the restorer
+                // writes the id it got into the sigevent before the call.
+                let idx = cx
+                    .pf
+                    .thread_tids
+                    .iter()
+                    .position(|&x| x == t.tid)
+                    .ok_or_else(|| {
+                        EngineError::Other(format!(
+                            "POSIX timer {} signals thread {}, which is not in the image",
+                            t.id, t.tid
+                        ))
+                    })?;
+                let ev = b.data_private(&ev);
+                b.store_tid(
+                    0,
+                    ev.at(16),
+                    idx,
+                    format!("name thread {idx} (tid {}) in POSIX timer {}", t.tid, t.id),
+                );
+                ev
+            } else {
+                b.data(&ev)
+            };
             let id = b.data_of(&(t.id as i64));
             b.syscall(
                 0,
