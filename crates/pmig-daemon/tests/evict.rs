@@ -7,7 +7,7 @@
 //! BENCHMARKS.md).
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::only_stdio;
+use pmig_tests::{only_stdio, pmig_bin, root};
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -18,29 +18,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(30);
 /// CPU-bound jobs on 2 shared cores can be slow: the end of a job may take long.
 const FINISH: Duration = Duration::from_secs(240);
-
-fn root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root");
-        false
-    }
-}
-
-fn pmig_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PMIG_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("pmig");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release -p pmig-cli` first (or set PMIG_BIN)",
-        p.display()
-    );
-    p
-}
 
 struct Env {
     cluster: Option<ClusterGuard>,

@@ -5,7 +5,7 @@
 //! assertion fails. Every wait is bounded; nothing asserts on wall-clock figures.
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::only_stdio;
+use pmig_tests::{only_stdio, pmig_bin, root};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -16,29 +16,6 @@ use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(20);
-
-fn root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root");
-        false
-    }
-}
-
-fn pmig_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PMIG_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("pmig");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release -p pmig-cli` first (or set PMIG_BIN)",
-        p.display()
-    );
-    p
-}
 
 struct Env {
     cluster: Option<ClusterGuard>,

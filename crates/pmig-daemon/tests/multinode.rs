@@ -8,7 +8,7 @@
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
 use pmig_daemon::control::{self, Event, Request};
-use pmig_tests::only_stdio;
+use pmig_tests::{only_stdio, pmig_bin, root};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -18,31 +18,6 @@ use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 const LIMIT: Duration = Duration::from_secs(180);
-
-fn root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root");
-        false
-    }
-}
-
-/// The pmig binary next to this test's target directory (or `PMIG_BIN`).
-fn pmig_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PMIG_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/multinode-… → target/<profile>/pmig
-    let p = exe.parent().unwrap().parent().unwrap().join("pmig");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release -p pmig-cli` first (or set PMIG_BIN)",
-        p.display()
-    );
-    p
-}
 
 /// Kills tracked processes and tears the cluster down on drop (also on panic).
 struct Env {
@@ -1417,18 +1392,39 @@ fn link_cut_during_pre_copy_rounds_resumes_the_process() {
     link_cut_during_transfer("pre-copy", "j");
 }
 
+#[test]
+fn link_cut_during_queued_pre_copy_rounds_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_during_transfer("queued-pre-copy", "lq");
+}
+
+/// Assisted post-copy's full copy while the process runs (its round 0).
+#[test]
+fn link_cut_during_assisted_post_copy_round_0_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_during_transfer("assisted-post-copy", "ls");
+}
+
+/// Whether `node`'s state directory holds a takeover record: the destination
+/// has restored a process and pages are still owed.
+fn has_record(env: &Env, node: &str) -> bool {
+    std::fs::read_dir(env.node_dir(node).join("takeover"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "json"))
+}
+
 /// Waits (bounded) for a takeover record in `node`'s state directory: the
 /// destination has restored the process and pages are still owed.
 fn wait_record(env: &Env, node: &str) {
-    let dir = env.node_dir(node).join("takeover");
     let t0 = Instant::now();
     loop {
-        let found = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "json"));
-        if found {
+        if has_record(env, node) {
             return;
         }
         assert!(
@@ -1440,6 +1436,47 @@ fn wait_record(env: &Env, node: &str) {
     }
 }
 
+/// A dirtier on n1 to migrate, and an unmigrated reference run of the same
+/// arguments next to it.
+struct DirtierPair {
+    reference: PathBuf,
+    migrated: PathBuf,
+    r: Child,
+    child: Child,
+    pid: i32,
+}
+
+impl DirtierPair {
+    fn start(env: &mut Env, iterations: u64) -> DirtierPair {
+        let argv = dirtier_argv(iterations);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let reference = env.dir.join("dirtier.ref");
+        let r = env.spawn("n1", &argv, None, &reference);
+        let migrated = env.dir.join("dirtier.mig");
+        let child = env.spawn("n1", &argv, None, &migrated);
+        wait_ready(&migrated);
+        let pid = child.id() as i32;
+        DirtierPair {
+            reference,
+            migrated,
+            r,
+            child,
+            pid,
+        }
+    }
+
+    /// Waits for both runs; the migrated one's result must equal the
+    /// reference's (`what` names the case). Returns it.
+    fn same_result(mut self, what: &str) -> String {
+        let _ = self.child.wait();
+        assert!(self.r.wait().unwrap().success(), "the reference run failed");
+        let (want, got) = (done_line(&self.reference), done_line(&self.migrated));
+        assert!(want.contains("verify=ok"), "reference: {want}");
+        assert_eq!(got, want, "{what}: the dirtier's result differs");
+        got
+    }
+}
+
 /// Post-copy over a 100 Mbit link (the 64 MiB push takes seconds): n2's
 /// daemon is killed (SIGKILL) while pages are still owed and started again;
 /// it takes the process over, the source serves the rest, the migration
@@ -1447,17 +1484,9 @@ fn wait_record(env: &Env, node: &str) {
 fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(40_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
-    let pid = child.id() as i32;
+    let run = DirtierPair::start(&mut env, 40_000);
     let m = env
-        .migrate_cmd("n1", pid, "n2", strategy, 20)
+        .migrate_cmd("n1", run.pid, "n2", strategy, 20)
         .spawn()
         .unwrap();
     wait_record(&env, "n2");
@@ -1486,21 +1515,11 @@ fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     let new = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(new);
     assert!(
-        !std::fs::read_dir(env.node_dir("n2").join("takeover"))
-            .unwrap()
-            .flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "json")),
+        !has_record(&env, "n2"),
         "the takeover record outlived the migration"
     );
     wait_gone(new);
-    let _ = child.wait();
-    assert!(r.wait().unwrap().success(), "the reference run failed");
-    let (want, got) = (done_line(&reference), done_line(&migrated));
-    assert!(want.contains("verify=ok"), "reference: {want}");
-    assert_eq!(
-        got, want,
-        "{strategy}: the dirtier's result differs after the takeover"
-    );
+    let got = run.same_result(&format!("{strategy} after the takeover"));
     eprintln!(
         "{strategy} with a destination daemon crash: {}; {got}",
         figures(&[rep])
@@ -1576,25 +1595,13 @@ fn source_daemon_crash_during_post_copy_loses_the_process_cleanly() {
 fn link_cut_after_handover_is_survived(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(40_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
-    let pid = child.id() as i32;
+    let run = DirtierPair::start(&mut env, 40_000);
     let m = env
-        .migrate_cmd("n1", pid, "n2", strategy, 20)
+        .migrate_cmd("n1", run.pid, "n2", strategy, 20)
         .spawn()
         .unwrap();
     wait_log(&env, "n1", "n2 restored process");
-    let owed_at_cut = std::fs::read_dir(env.node_dir("n2").join("takeover"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| e.path().extension().is_some_and(|x| x == "json"));
+    let owed_at_cut = has_record(&env, "n2");
     {
         let _cut = LinkCut::new(&env, "n2");
         std::thread::sleep(Duration::from_secs(3));
@@ -1613,14 +1620,7 @@ fn link_cut_after_handover_is_survived(strategy: &str, tag: &str) {
     let new = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(new);
     wait_gone(new);
-    let _ = child.wait();
-    assert!(r.wait().unwrap().success(), "the reference run failed");
-    let (want, got) = (done_line(&reference), done_line(&migrated));
-    assert!(want.contains("verify=ok"), "reference: {want}");
-    assert_eq!(
-        got, want,
-        "{strategy}: the dirtier's result differs after the link cut"
-    );
+    let got = run.same_result(&format!("{strategy} after the link cut"));
     eprintln!(
         "{strategy} with a 3 s link cut after the handover: {}; {got}",
         figures(&[rep])
@@ -1641,6 +1641,22 @@ fn link_cut_after_handover_of_assisted_post_copy_is_survived() {
         return;
     }
     link_cut_after_handover_is_survived("assisted-post-copy", "la");
+}
+
+#[test]
+fn link_cut_after_handover_of_ampom_is_survived() {
+    if !root() {
+        return;
+    }
+    link_cut_after_handover_is_survived("ampom", "lm");
+}
+
+#[test]
+fn link_cut_after_handover_of_demand_paging_is_survived() {
+    if !root() {
+        return;
+    }
+    link_cut_after_handover_is_survived("demand-paging", "ld");
 }
 
 /// Scenario programs of the engine suite moved between nodes: each holds one

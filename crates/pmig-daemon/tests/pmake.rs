@@ -6,7 +6,7 @@
 //! asserted (the benchmark in BENCHMARKS.md has them).
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, pmig_bin, Proc};
+use pmig_tests::{only_stdio, pmig_bin, root, Proc};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,15 +16,6 @@ use std::time::{Duration, Instant};
 static SERIAL: Mutex<()> = Mutex::new(());
 /// Longest a whole build may take (two shared cores, other work on the machine).
 const BUILD: Duration = Duration::from_secs(900);
-
-fn root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root");
-        false
-    }
-}
 
 /// The directory of Lua 5.4's sources inside the `lua-src` package (a
 /// dev-dependency, so cargo has unpacked it): its version from the

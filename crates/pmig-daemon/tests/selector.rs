@@ -8,9 +8,8 @@
 //! cluster down and kills the test's processes even when an assertion fails.
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, Proc};
+use pmig_tests::{only_stdio, pmig_bin, root, Proc};
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -32,29 +31,6 @@ const DAEMON_ARGS: &[&str] = &[
     "--idle-owner-secs",
     "3",
 ];
-
-fn root() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root");
-        false
-    }
-}
-
-fn pmig_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("PMIG_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("pmig");
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --release -p pmig-cli` first (or set PMIG_BIN)",
-        p.display()
-    );
-    p
-}
 
 struct Env {
     cluster: Option<ClusterGuard>,

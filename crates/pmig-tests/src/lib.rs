@@ -36,6 +36,17 @@ pub fn scenario(name: &str) -> PathBuf {
     p
 }
 
+/// Whether this test runs as root; says once on stderr that it is skipped if
+/// not (the multi-node tests need namespaces, ptrace and clone3 set_tid).
+pub fn root() -> bool {
+    if nix::unistd::geteuid().is_root() {
+        true
+    } else {
+        eprintln!("skipped: needs root");
+        false
+    }
+}
+
 /// The pmig binary: `$PMIG_BIN`, else `target/release/pmig`, else `target/debug/pmig`.
 /// Panics with a clear message when there is none (the tests never skip silently).
 pub fn pmig_bin() -> PathBuf {
