@@ -16,6 +16,7 @@
 //! State is recorded as JSON in `<state dir>/cluster.json`.
 
 pub mod error;
+pub mod pidns;
 pub mod sys;
 
 use std::ffi::OsString;
@@ -142,6 +143,11 @@ pub struct ClusterOpts {
     /// Extra daemon arguments (after `--load-source netns`, which every daemon of
     /// a local cluster gets: its nodes share one kernel's load average).
     pub daemon_args: Vec<String>,
+    /// Give every node its own pid namespace (needs `daemon_bin`), as separate
+    /// machines have: a process moved to another node can keep its pid and
+    /// thread ids there, since the frozen original holds them only in its own
+    /// node's namespace. Node k's pids start above k × 10000.
+    pub pid_ns: bool,
 }
 
 impl ClusterOpts {
@@ -157,6 +163,7 @@ impl ClusterOpts {
             port: DEFAULT_PORT,
             daemon_timeout: Duration::from_secs(10),
             daemon_args: Vec::new(),
+            pid_ns: false,
         }
     }
 }
@@ -176,6 +183,10 @@ pub struct NodeState {
     pub dir: PathBuf,
     pub daemon_pid: Option<i32>,
     pub daemon_log: Option<PathBuf>,
+    /// With per-node pid namespaces: the host pid of the node's init (pid 1 of
+    /// its namespace). Commands enter its namespaces.
+    #[serde(default)]
+    pub init_pid: Option<i32>,
 }
 
 /// The state file's content.
@@ -200,6 +211,10 @@ pub struct ClusterState {
     /// Anything the user should know (missing netem, daemons not started, …).
     pub notes: Vec<String>,
     pub nodes: Vec<NodeState>,
+    /// With per-node pid namespaces: the `pmig` binary that enters a node
+    /// (`pmig cluster enter`).
+    #[serde(default)]
+    pub enter_bin: Option<PathBuf>,
 }
 
 /// Live status of a node.
@@ -410,6 +425,7 @@ impl Cluster {
                 daemons_started: false,
                 notes,
                 nodes: Vec::new(),
+                enter_bin: None,
             },
             children: Vec::new(),
             daemon_args: Vec::new(),
@@ -469,6 +485,7 @@ impl Cluster {
                 dir,
                 daemon_pid: None,
                 daemon_log: None,
+                init_pid: None,
             });
         }
         if opts.link.rate_bps().is_some() {
@@ -482,6 +499,15 @@ impl Cluster {
             }
         }
         write_state(&self.state)?;
+        if opts.pid_ns {
+            let Some(bin) = &opts.daemon_bin else {
+                return Err(ClusterError::Invalid(
+                    "per-node pid namespaces need the pmig binary (daemons)".into(),
+                ));
+            };
+            self.start_inits(bin)?;
+            write_state(&self.state)?;
+        }
         match &opts.daemon_bin {
             Some(bin) if daemon_supported(bin) => {
                 self.start_daemons(bin, opts.daemon_timeout, &opts.daemon_args)?;
@@ -520,38 +546,118 @@ impl Cluster {
             .try_clone()
             .map_err(|e| ClusterError::io("duplicating log file handle", e))?;
         let listen = n.listen.to_string();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &n.netns])
-            .arg(bin)
-            .args([
-                "daemon",
-                "--node",
-                &n.name,
-                "--listen",
-                &listen,
-                "--key-file",
-            ])
-            .arg(&self.state.key_file)
-            .arg("--state-dir")
-            .arg(&n.dir)
-            .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
-            // One kernel for every node: load is counted per network namespace.
-            .args(["--load-source", "netns"])
-            .args(&self.daemon_args)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            // Own process group: a Ctrl-C at the terminal does not reach it.
-            .process_group(0);
+        let mut cmd = self.node_command(n, bin.as_os_str(), Path::new("/"));
+        cmd.args([
+            "daemon",
+            "--node",
+            &n.name,
+            "--listen",
+            &listen,
+            "--key-file",
+        ])
+        .arg(&self.state.key_file)
+        .arg("--state-dir")
+        .arg(&n.dir)
+        .args(peers.iter().flat_map(|p| ["--peer", p.as_str()]))
+        // One kernel for every node: load is counted per network namespace.
+        .args(["--load-source", "netns"])
+        .args(&self.daemon_args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        // Own process group: a Ctrl-C at the terminal does not reach it.
+        .process_group(0);
         let child = cmd.spawn().map_err(|e| ClusterError::Spawn {
             cmd: format!("ip netns exec {} {} daemon …", n.netns, bin.display()),
             source: e,
             hint: "",
         })?;
+        // In a pid namespace the daemon is the child of `pmig cluster enter`.
+        let pid = match self.state.nodes[i].init_pid {
+            Some(_) => sys::only_child(child.id() as i32, Duration::from_secs(5))
+                .map_err(|e| ClusterError::io("finding the daemon inside its pid namespace", e))?,
+            None => child.id() as i32,
+        };
         let n = &mut self.state.nodes[i];
-        n.daemon_pid = Some(child.id() as i32);
+        n.daemon_pid = Some(pid);
         n.daemon_log = Some(log_path);
         Ok(child)
+    }
+
+    /// Starts each node's init, pid 1 of its own pid namespace (see
+    /// [`ClusterOpts::pid_ns`]), and waits until it is ready.
+    fn start_inits(&mut self, bin: &Path) -> Result<()> {
+        self.state.enter_bin = Some(bin.to_path_buf());
+        for k in 0..self.state.nodes.len() {
+            let ns = self.state.nodes[k].netns.clone();
+            // Not the caller's stderr: the init outlives `pmig cluster up`.
+            let log_path = self.state.nodes[k].dir.join("init.log");
+            let log = fs::File::create(&log_path)
+                .map_err(|e| ClusterError::io(format!("creating {}", log_path.display()), e))?;
+            let mut cmd = Command::new("ip");
+            cmd.args([
+                "netns",
+                "exec",
+                &ns,
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+            ])
+            .arg(bin)
+            .args(["cluster", "init", "--last-pid"])
+            .arg(((k + 1) * 10000).to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .process_group(0);
+            let mut child = cmd.spawn().map_err(|e| ClusterError::Spawn {
+                cmd: format!("ip netns exec {ns} unshare --pid --fork --mount-proc …"),
+                source: e,
+                hint: " (unshare is part of util-linux)",
+            })?;
+            let mut line = String::new();
+            let out = child.stdout.take();
+            let ready = out
+                .map(|o| std::io::BufRead::read_line(&mut std::io::BufReader::new(o), &mut line))
+                .is_some_and(|r| r.is_ok() && line.trim() == "ready");
+            let init = sys::only_child(child.id() as i32, Duration::from_secs(5));
+            self.children.push(child);
+            match (ready, init) {
+                (true, Ok(pid)) => self.state.nodes[k].init_pid = Some(pid),
+                (_, e) => {
+                    return Err(ClusterError::Invalid(format!(
+                        "the init of node {} did not start ({}): is this kernel built with pid namespaces?",
+                        self.state.nodes[k].name,
+                        e.err().map(|e| e.to_string()).unwrap_or_else(|| format!("it said {:?}", line.trim()))
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A command running `program` in node `n`, in `wd`: in its network
+    /// namespace, and in its pid and mount namespaces if it has its own.
+    fn node_command(&self, n: &NodeState, program: &std::ffi::OsStr, wd: &Path) -> Command {
+        match (n.init_pid, &self.state.enter_bin) {
+            (Some(init), Some(bin)) => {
+                let mut c = Command::new(bin);
+                c.args(["cluster", "enter", "--init"])
+                    .arg(init.to_string())
+                    .arg("--wd")
+                    .arg(wd)
+                    .arg("--")
+                    .arg(program);
+                c.env("PMIG_NODE", &n.name);
+                c
+            }
+            _ => {
+                let mut c = netns_command(&n.netns, &n.name, program);
+                c.current_dir(wd);
+                c
+            }
+        }
     }
 
     /// Kills the daemon of `node` (SIGKILL: a crash) and waits until it is gone.
@@ -584,7 +690,7 @@ impl Cluster {
         let i = self.index(node)?;
         let mut child = self.spawn_daemon(i, bin, true)?;
         let t0 = Instant::now();
-        let pid = child.id() as i32;
+        let pid = self.state.nodes[i].daemon_pid.unwrap_or(child.id() as i32);
         while !sys::listening(pid, self.state.port) {
             let n = &self.state.nodes[i];
             if let Ok(Some(status)) = child.try_wait() {
@@ -701,15 +807,45 @@ impl Cluster {
 
     /// A command that runs `program` inside `node` (`ip netns exec <ns> program`);
     /// add arguments and run it as usual. `PMIG_NODE` is set to the node name.
+    /// In a cluster with per-node pid namespaces the command runs in the
+    /// directory that is current when this is called (see
+    /// [`Cluster::command_in`]).
     pub fn command(&self, node: &str, program: impl AsRef<std::ffi::OsStr>) -> Result<Command> {
         let n = self.node(node)?;
+        if n.init_pid.is_some() {
+            let wd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+            return Ok(self.node_command(n, program.as_ref(), &wd));
+        }
         Ok(netns_command(&n.netns, &n.name, program.as_ref()))
+    }
+
+    /// Like [`Cluster::command`], in directory `wd`.
+    pub fn command_in(
+        &self,
+        node: &str,
+        program: impl AsRef<std::ffi::OsStr>,
+        wd: &Path,
+    ) -> Result<Command> {
+        let n = self.node(node)?;
+        Ok(self.node_command(n, program.as_ref(), wd))
     }
 
     /// Runs `argv` inside `node` with inherited stdio; returns its exit code
     /// (128 + signal number if it was killed).
     pub fn exec(&self, node: &str, argv: &[OsString]) -> Result<i32> {
         let n = self.node(node)?;
+        if n.init_pid.is_some() {
+            let Some((prog, args)) = argv.split_first() else {
+                return Err(ClusterError::Invalid("no command given to run".into()));
+            };
+            let mut c = self.command(node, prog)?;
+            let status = c.args(args).status().map_err(|e| ClusterError::Spawn {
+                cmd: format!("pmig cluster enter … {}", prog.to_string_lossy()),
+                source: e,
+                hint: "",
+            })?;
+            return Ok(exit_code(status));
+        }
         exec_in(&n.netns, &n.name, argv)
     }
 
@@ -862,11 +998,16 @@ fn exec_in(netns: &str, node: &str, argv: &[OsString]) -> Result<i32> {
             source: e,
             hint: "",
         })?;
-    Ok(match (status.code(), status.signal()) {
+    Ok(exit_code(status))
+}
+
+/// A shell's view of an exit status: the code, or 128 + the signal.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
         (Some(c), _) => c,
         (None, Some(s)) => 128 + s,
         _ => 1,
-    })
+    }
 }
 
 /// Runs `argv` inside node `node` of cluster `prefix`; works from the state file, or,

@@ -188,3 +188,23 @@ pub fn listening(pid: i32, port: u16) -> bool {
             .unwrap_or(false)
     })
 }
+
+/// The only child of `pid` (read from `/proc/<pid>/task/<pid>/children`),
+/// waiting up to `timeout` for it to appear.
+pub fn only_child(pid: i32, timeout: Duration) -> io::Result<i32> {
+    let path = format!("/proc/{pid}/task/{pid}/children");
+    let t0 = Instant::now();
+    loop {
+        let text = fs::read_to_string(&path)?;
+        if let Some(c) = text.split_whitespace().next().and_then(|c| c.parse().ok()) {
+            return Ok(c);
+        }
+        if t0.elapsed() > timeout {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("process {pid} has no child after {timeout:?}"),
+            ));
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}

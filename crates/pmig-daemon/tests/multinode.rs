@@ -8,7 +8,7 @@
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
 use pmig_daemon::control::{self, Event, Request};
-use pmig_tests::{only_stdio, pmig_bin, root};
+use pmig_tests::{only_stdio, pmig_bin, root, Proc};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -33,6 +33,11 @@ impl Env {
     }
 
     fn up_link(tag: &str, link: pmig_cluster::Link) -> Env {
+        Env::up_opts(tag, link, false)
+    }
+
+    /// With `pid_ns`, every node has its own pid namespace (`--pid-ns`).
+    fn up_opts(tag: &str, link: pmig_cluster::Link, pid_ns: bool) -> Env {
         // Hooks are read from <node dir>/test-hook only when this is set.
         std::env::set_var(pmig_daemon::TEST_HOOKS_ENV, "1");
         let prefix = format!("pd{tag}{}", std::process::id() % 10000);
@@ -46,6 +51,7 @@ impl Env {
         o.state_dir = Some(dir.join("cluster"));
         o.daemon_bin = Some(pmig_bin());
         o.link = link;
+        o.pid_ns = pid_ns;
         let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
         let c = Cluster::up(&o).expect("cluster up").guard();
         assert!(
@@ -1665,10 +1671,10 @@ fn link_cut_after_handover_of_demand_paging_is_survived() {
 /// * refuse, ptracer: refusals (the local suite covers them);
 /// * threads, robust, signals, identity: they check that their pid and
 ///   tids are unchanged (robust mutexes hold the owner's tid). All "nodes" of
-///   the test cluster share one kernel and one pid namespace, and the frozen
-///   original still holds those ids while the copy is restored, so the copy
-///   always gets new ones here (on separate machines it keeps them when they
-///   are free there). The local suite restores them with their ids.
+///   this test cluster share one pid namespace, and the frozen original still
+///   holds those ids while the copy is restored, so the copy always gets new
+///   ones here; they move with every strategy in a cluster with a pid
+///   namespace per node (`ids_kept_with_pid_namespaces_*`).
 ///
 /// posix_timers moves under new tids: its thread-directed timer is aimed at
 /// the worker thread's new tid.
@@ -1889,5 +1895,145 @@ fn scenarios_bc_gzip_move_around_with_ampom() {
 fn scenarios_bc_gzip_move_around_with_auto() {
     if root() {
         scenarios_move_around("auto", "sj");
+    }
+}
+
+/// With a pid namespace per node (`pmig cluster up --pid-ns`), as on separate
+/// machines, a moved process gets its pid and thread ids back on every node:
+/// the frozen original holds them only in its own node's namespace. The
+/// scenarios that check their ids (threads: every tid; robust: the owner tid
+/// in a robust mutex; signals: a signal aimed at a tid; identity: the pid,
+/// cwd, cmdline, environment and the rest) run as `pmig run` jobs with their
+/// home on n1, move n2 → n3 → n1 → n2 and pass their checks on every node.
+fn ids_kept_with_pid_namespaces(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::up_opts(tag, pmig_cluster::Link::Unlimited, true);
+    let hops = [("n2", "n3"), ("n3", "n1"), ("n1", "n2")];
+    for name in ["threads", "robust", "signals", "identity"] {
+        let bin = pmig_tests::scenario(name);
+        let bin = bin.to_str().unwrap();
+        let mut cmd = env.c().command_in("n1", pmig_bin(), &env.dir).unwrap();
+        cmd.args(["run", "--on", "n2", "--", bin]);
+        only_stdio(&mut cmd);
+        let mut job = Proc::spawn(&format!("{name} (pmig run --on n2)"), cmd);
+        job.expect_ready();
+        job.check(name, Duration::from_secs(30));
+        for (from, to) in hops {
+            let pid = job_pid(&env, bin, from);
+            let rep = env
+                .migrate_with(from, pid, to, strategy)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{name}: {strategy} {from}→{to} failed: {e}\n{from}:\n{}\n{to}:\n{}",
+                        env.log(from),
+                        env.log(to)
+                    )
+                });
+            assert_eq!(
+                rep["new_pid"].as_i64(),
+                Some(pid as i64),
+                "{name}: {from}→{to} did not keep pid {pid}"
+            );
+            job.check(name, Duration::from_secs(30));
+            eprintln!("{name}: {strategy} {from}→{to}, pid {pid} kept, check passed");
+        }
+        job.send("quit");
+        let st = job.wait(Duration::from_secs(30));
+        assert!(st.success(), "{name}: the job ended with {st:?}");
+    }
+}
+
+/// The pid of the `pmig run` job running `bin` on `node`, from `pmig ps`.
+fn job_pid(env: &Env, bin: &str, node: &str) -> i32 {
+    let t0 = Instant::now();
+    loop {
+        let mut cmd = env.c().command("n1", pmig_bin()).unwrap();
+        cmd.args(["ps", "--json"]).stdin(Stdio::null());
+        only_stdio(&mut cmd);
+        let out = cmd.output().unwrap();
+        let ps: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let found = ps["jobs"].as_array().and_then(|jobs| {
+            jobs.iter()
+                .find(|j| j["argv"][0] == bin && j["node"] == node)
+                .and_then(|j| j["pid"].as_i64())
+        });
+        if let Some(p) = found {
+            return p as i32;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no job {bin} on {node} in `pmig ps`: {ps}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_stop_copy() {
+    if root() {
+        ids_kept_with_pid_namespaces("stop-copy", "ia");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_post_copy() {
+    if root() {
+        ids_kept_with_pid_namespaces("post-copy", "ib");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_pre_copy() {
+    if root() {
+        ids_kept_with_pid_namespaces("pre-copy", "ic");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_queued_pre_copy() {
+    if root() {
+        ids_kept_with_pid_namespaces("queued-pre-copy", "id");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_demand_paging() {
+    if root() {
+        ids_kept_with_pid_namespaces("demand-paging", "ie");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_flushing() {
+    if root() {
+        ids_kept_with_pid_namespaces("flushing", "if");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_freeze_free() {
+    if root() {
+        ids_kept_with_pid_namespaces("freeze-free", "ig");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_assisted_post_copy() {
+    if root() {
+        ids_kept_with_pid_namespaces("assisted-post-copy", "ih");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_ampom() {
+    if root() {
+        ids_kept_with_pid_namespaces("ampom", "ii");
+    }
+}
+
+#[test]
+fn ids_kept_with_pid_namespaces_auto() {
+    if root() {
+        ids_kept_with_pid_namespaces("auto", "ij");
     }
 }

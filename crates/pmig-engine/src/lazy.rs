@@ -367,11 +367,38 @@ impl LazyMemory {
     }
 }
 
+/// Most pages of the argument and environment strings sent with the state.
+const MAX_ARG_ENV_PAGES: u64 = 256;
+
 /// Pages the restorer and the kernel touch before the process runs (each
-/// thread's rseq area, written when rseq is registered) and the page each
-/// thread's stack pointer is on: a post-copy handover sends these along.
+/// thread's rseq area, written when rseq is registered), the page each
+/// thread's stack pointer is on, and the pages of the argument and
+/// environment strings: a post-copy handover sends these along. The kernel
+/// reads the last ones for other processes (`/proc/PID/cmdline` and
+/// `environ`, which `ps` shows), and such a read of a page not yet arrived
+/// fails instead of waiting for it: it cannot wait on a userfaultfd.
 pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
     let mut keep = HashSet::new();
+    let stat = crate::procfs::read(frozen.pid, "stat").unwrap_or_default();
+    // Fields 48–51 of /proc/PID/stat: arg_start, arg_end, env_start, env_end
+    // (the first field after the command's closing parenthesis is field 3).
+    let f: Vec<u64> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .map(|x| x.parse().unwrap_or(0))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (a, b) in [(45, 46), (47, 48)] {
+        if let (Some(&start), Some(&end)) = (f.get(a), f.get(b)) {
+            let mut p = start & !(PAGE - 1);
+            while p < end && keep.len() < MAX_ARG_ENV_PAGES as usize * 2 {
+                keep.insert(p);
+                p += PAGE;
+            }
+        }
+    }
     for t in &frozen.threads {
         let r = crate::sys::rseq_config(t.tid)?;
         if r.ptr != 0 {

@@ -23,6 +23,22 @@ enum Sub {
     Exec(ExecArgs),
     /// Show the nodes, their addresses and daemons.
     Status(StatusArgs),
+    /// (internal) pid 1 of a node's pid namespace (`up --pid-ns`).
+    #[command(hide = true)]
+    Init {
+        #[arg(long)]
+        last_pid: u32,
+    },
+    /// (internal) run a command in the namespaces of a node's init.
+    #[command(hide = true)]
+    Enter {
+        #[arg(long)]
+        init: i32,
+        #[arg(long)]
+        wd: PathBuf,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<OsString>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -50,6 +66,10 @@ struct UpArgs {
     /// Only create the network; start no daemons.
     #[arg(long)]
     no_daemons: bool,
+    /// Give every node its own pid namespace, as separate machines have: a
+    /// process moved to another node keeps its pid and thread ids there.
+    #[arg(long, conflicts_with = "no_daemons")]
+    pid_ns: bool,
     /// Port the daemons listen on.
     #[arg(long, default_value_t = pmig_cluster::DEFAULT_PORT)]
     port: u16,
@@ -97,6 +117,12 @@ pub fn run(args: Args) -> Result<i32> {
             &a.cmd,
         )?),
         Sub::Status(a) => status(a),
+        Sub::Init { last_pid } => match pmig_cluster::pidns::init(last_pid) {
+            Ok(never) => match never {},
+            Err(e) => Err(anyhow::anyhow!("pmig cluster init: {e}")),
+        },
+        Sub::Enter { init, wd, cmd } => pmig_cluster::pidns::enter(init, &wd, &cmd)
+            .map_err(|e| anyhow::anyhow!("pmig cluster enter: {e}")),
     }
 }
 
@@ -108,6 +134,7 @@ fn up(a: UpArgs) -> Result<i32> {
     o.key_file = a.key_file;
     o.port = a.port;
     o.daemon_args = a.daemon_args;
+    o.pid_ns = a.pid_ns;
     if !a.no_daemons {
         o.daemon_bin = Some(std::env::current_exe()?);
     }
