@@ -546,7 +546,9 @@ impl Cluster {
             .try_clone()
             .map_err(|e| ClusterError::io("duplicating log file handle", e))?;
         let listen = n.listen.to_string();
-        let mut cmd = self.node_command(n, bin.as_os_str(), Path::new("/"));
+        // In the caller's directory, as a relative --state-dir expects.
+        let wd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        let mut cmd = self.node_command(n, bin.as_os_str(), &wd);
         cmd.args([
             "daemon",
             "--node",

@@ -34,12 +34,15 @@ use std::process::{Child, Command, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most connections served at once, per listener.
 pub const MAX_CONNECTIONS: usize = 64;
 /// Environment variable that enables test hooks (`<state dir>/test-hook`).
 pub const TEST_HOOKS_ENV: &str = "PMIG_TEST_HOOKS";
+/// How long a `Resume` for a migration that is not (yet) waiting for one is
+/// held before it is refused.
+const RESUME_EARLY_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -383,11 +386,22 @@ fn serve_peer(node: &Node, s: TcpStream) {
                 return;
             }
             Ok((Msg::Resume { id, pid }, _, _)) => {
-                let waiting = node
-                    .resumable
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
+                // A restarted destination daemon can be quicker than this
+                // source is to notice the loss (demand-paging first copies
+                // the owed pages aside): give the migration a moment to
+                // start waiting.
+                let deadline = Instant::now() + RESUME_EARLY_WAIT;
+                let waiting = loop {
+                    let w = node
+                        .resumable
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&id);
+                    if w.is_some() || Instant::now() >= deadline {
+                        break w;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                };
                 match waiting {
                     Some((dest, tx)) if dest == peer => {
                         tracing::info!("{peer} resumes migration {id} (process {pid} there)");
