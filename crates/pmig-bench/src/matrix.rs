@@ -8,10 +8,10 @@
 //! [`Record`]; [`crate::report`] turns the records into tables, plots, CSV and JSON.
 
 use crate::{BenchError, Result};
+use pmig_cluster::only_stdio;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -507,24 +507,6 @@ impl Drop for Guard {
     }
 }
 
-/// A command whose child inherits only fds 0-2.
-fn only_stdio(cmd: &mut Command) -> &mut Command {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    // SAFETY: close_range is async-signal-safe; marking the fds close-on-exec
-    // (not closing them) keeps std's exec-error pipe working until the exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(
-                libc::SYS_close_range,
-                3 as libc::c_uint,
-                libc::c_uint::MAX,
-                CLOSE_RANGE_CLOEXEC,
-            );
-            Ok(())
-        })
-    }
-}
-
 struct Run<'a> {
     o: &'a Options,
     work: PathBuf,
@@ -853,34 +835,11 @@ impl Run<'_> {
             strategy: cell.strategy.clone(),
             rep,
             iterations: iters,
-            tcp_bytes_per_s: tcp,
             ..Record::default()
         };
-        for x in [
-            &mut r.rss_kib,
-            &mut r.preparation_ms,
-            &mut r.down_ms,
-            &mut r.post_ms,
-            &mut r.total_ms,
-            &mut r.bytes_total,
-            &mut r.bytes_post,
-            &mut r.bytes_per_rss,
-            &mut r.rate_frac_tcp,
-            &mut r.post_rate_frac_tcp,
-            &mut r.pages_sent,
-            &mut r.rounds,
-            &mut r.remote_faults,
-            &mut r.prefetched_pages,
-            &mut r.prefetch_hits,
-            &mut r.prefetch_share,
-            &mut r.elapsed_ms,
-            &mut r.baseline_ms,
-            &mut r.delay_ms,
-            &mut r.max_pause_ms,
-            &mut r.stall_ms,
-        ] {
-            *x = f64::NAN;
-        }
+        // Nothing measured yet: a failure leaves NaN, never a zero.
+        r.clear_measurements();
+        r.tcp_bytes_per_s = tcp;
         let t0 = Instant::now();
         let res = self.migrate_inner(cell, iters, &mut r, base, xfer_s);
         r.wall_s = t0.elapsed().as_secs_f64();
@@ -1263,6 +1222,38 @@ fn xfer_secs(kib: u64, bytes_per_s: f64) -> f64 {
     }
 }
 
+impl Record {
+    /// Sets every measured figure to NaN (not measured).
+    fn clear_measurements(&mut self) {
+        for x in [
+            &mut self.rss_kib,
+            &mut self.preparation_ms,
+            &mut self.down_ms,
+            &mut self.post_ms,
+            &mut self.total_ms,
+            &mut self.bytes_total,
+            &mut self.bytes_post,
+            &mut self.bytes_per_rss,
+            &mut self.tcp_bytes_per_s,
+            &mut self.rate_frac_tcp,
+            &mut self.post_rate_frac_tcp,
+            &mut self.pages_sent,
+            &mut self.rounds,
+            &mut self.remote_faults,
+            &mut self.prefetched_pages,
+            &mut self.prefetch_hits,
+            &mut self.prefetch_share,
+            &mut self.elapsed_ms,
+            &mut self.baseline_ms,
+            &mut self.delay_ms,
+            &mut self.max_pause_ms,
+            &mut self.stall_ms,
+        ] {
+            *x = f64::NAN;
+        }
+    }
+}
+
 fn failed(c: &Cell, rep: usize, e: &str) -> Record {
     let mut r = Record {
         workload: c.workload.clone(),
@@ -1274,32 +1265,7 @@ fn failed(c: &Cell, rep: usize, e: &str) -> Record {
         error: Some(e.to_string()),
         ..Record::default()
     };
-    for x in [
-        &mut r.rss_kib,
-        &mut r.preparation_ms,
-        &mut r.down_ms,
-        &mut r.post_ms,
-        &mut r.total_ms,
-        &mut r.bytes_total,
-        &mut r.bytes_post,
-        &mut r.bytes_per_rss,
-        &mut r.tcp_bytes_per_s,
-        &mut r.rate_frac_tcp,
-        &mut r.post_rate_frac_tcp,
-        &mut r.pages_sent,
-        &mut r.rounds,
-        &mut r.remote_faults,
-        &mut r.prefetched_pages,
-        &mut r.prefetch_hits,
-        &mut r.prefetch_share,
-        &mut r.elapsed_ms,
-        &mut r.baseline_ms,
-        &mut r.delay_ms,
-        &mut r.max_pause_ms,
-        &mut r.stall_ms,
-    ] {
-        *x = f64::NAN;
-    }
+    r.clear_measurements();
     r
 }
 

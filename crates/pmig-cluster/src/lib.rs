@@ -981,6 +981,28 @@ fn shape(
     Ok(())
 }
 
+/// Makes the child of `cmd` inherit only fds 0, 1 and 2: whatever else the
+/// caller holds (a test runner's or a job server's pipes) would otherwise end
+/// up in the program started in a node, and in what a migration captures.
+pub fn only_stdio(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range is async-signal-safe; marking the fds close-on-exec
+    // (rather than closing them) keeps std's exec-error pipe working until the
+    // exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        })
+    }
+}
+
 fn netns_command(netns: &str, node: &str, program: &std::ffi::OsStr) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", netns]).arg(program);

@@ -11,7 +11,6 @@
 
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -89,25 +88,8 @@ pub fn serial(lock: &'static Mutex<()>) -> MutexGuard<'static, ()> {
 pub static HEAVY: Mutex<()> = Mutex::new(());
 pub static PROCESS_TABLE: Mutex<()> = Mutex::new(());
 
-/// Make the child inherit only fds 0, 1 and 2: whatever else the test runner
-/// inherited (a CI's or a job server's pipes) would otherwise end up in the
-/// scenario and be taken for its own state.
-pub fn only_stdio(cmd: &mut Command) -> &mut Command {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    // SAFETY: close_range is async-signal-safe; marking fds close-on-exec (rather
-    // than closing them) keeps std's exec-error pipe working until the exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(
-                libc::SYS_close_range,
-                3 as libc::c_uint,
-                libc::c_uint::MAX,
-                CLOSE_RANGE_CLOEXEC,
-            );
-            Ok(())
-        })
-    }
-}
+/// Make the child inherit only fds 0, 1 and 2 (see [`pmig_cluster::only_stdio`]).
+pub use pmig_cluster::only_stdio;
 
 // ---------------------------------------------------------------------------
 // waiting with bounds
