@@ -192,7 +192,8 @@ impl Host for Node {
 }
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
-/// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `fail-restore`, `hang-before-restore`.
+/// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
+/// `fail-restore`, `hang-before-restore`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
     if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
@@ -206,6 +207,7 @@ fn read_hooks(dir: &Path) -> Hooks {
         match (w.next(), w.next()) {
             (Some("die-after-bytes"), Some(n)) => h.die_after_bytes = n.parse().ok(),
             (Some("stall-after-bytes"), Some(n)) => h.stall_after_bytes = n.parse().ok(),
+            (Some("stall-fill-ms"), Some(n)) => h.stall_fill_ms = n.parse().ok(),
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
             _ => {}

@@ -1320,11 +1320,16 @@ fn wait_log(env: &Env, node: &str, needle: &str) {
 /// n2's link, the migration must fail with a clear error within its 5 s timeout
 /// and leave the process running on n1, which then finishes correctly.
 fn link_cut_during_transfer(strategy: &str, tag: &str) {
+    link_cut_after_bytes(strategy, tag, 16 << 20);
+}
+
+/// [`link_cut_during_transfer`], with n2 stalling after `bytes` image bytes.
+fn link_cut_after_bytes(strategy: &str, tag: &str, bytes: u64) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up(tag);
     std::fs::write(
         env.node_dir("n2").join("test-hook"),
-        "stall-after-bytes 16777216\n",
+        format!("stall-after-bytes {bytes}\n"),
     )
     .unwrap();
     let dir = env.dir.clone();
@@ -1337,9 +1342,18 @@ fn link_cut_during_transfer(strategy: &str, tag: &str) {
     wait_ready(&migrated);
     let pid = child.id() as i32;
 
+    // This migration's own page store (flushing, freeze-free): it must be
+    // left empty.
+    let store = dir.join("pagestore");
     let t0 = Instant::now();
     let (e, cut_at) = std::thread::scope(|sc| {
-        let m = sc.spawn(|| env.migrate_timeout("n1", pid, "n2", strategy, 5));
+        let m = sc.spawn(|| {
+            let mut cmd = env.migrate_cmd("n1", pid, "n2", strategy, 5);
+            if store_strategy(strategy) {
+                cmd.arg("--page-store").arg(&store);
+            }
+            migrate_result(cmd.output().unwrap())
+        });
         wait_log(&env, "n2", "test hook: destination stalls");
         let cut = LinkCut::new(&env, "n2");
         let cut_at = Instant::now();
@@ -1354,6 +1368,14 @@ fn link_cut_during_transfer(strategy: &str, tag: &str) {
         cut_at - t0
     );
     assert!(e.contains("failed"), "{strategy}: {e}");
+    if store_strategy(strategy) {
+        let left: Vec<_> = std::fs::read_dir(&store)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        // The source created it (it was used) and removed what it wrote.
+        assert!(store.is_dir(), "{strategy}: the page store was not used");
+        assert!(left.is_empty(), "{strategy}: page store left: {left:?}");
+    }
     assert!(
         took < Duration::from_secs(20),
         "{strategy}: the failure took {took:?} after the cut"
@@ -1413,6 +1435,25 @@ fn link_cut_during_assisted_post_copy_round_0_resumes_the_process() {
         return;
     }
     link_cut_during_transfer("assisted-post-copy", "ls");
+}
+
+/// Flushing and freeze-free send only the state and a few pages over the
+/// link (the rest goes through the page store): the link is cut after the
+/// first 4 KiB of that small image. The page store is left empty.
+#[test]
+fn link_cut_during_flushing_handover_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_after_bytes("flushing", "lf", 4096);
+}
+
+#[test]
+fn link_cut_during_freeze_free_handover_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_after_bytes("freeze-free", "lz", 4096);
 }
 
 /// Whether `node`'s state directory holds a takeover record: the destination
@@ -1490,6 +1531,12 @@ impl DirtierPair {
 fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
+    // Flushing and freeze-free read the page store, not the link: their fill
+    // is held back (test hook) so that pages are surely owed at the crash.
+    let store = store_strategy(strategy);
+    if store {
+        hold_fill(&env, 60_000);
+    }
     let run = DirtierPair::start(&mut env, 40_000);
     let m = env
         .migrate_cmd("n1", run.pid, "n2", strategy, 20)
@@ -1511,15 +1558,19 @@ fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
             env.log("n2")
         )
     });
-    // demand-paging reports at the handover, before the crash: its takeover
-    // is seen in the logs only.
+    // demand-paging, flushing and freeze-free report at the handover, before
+    // the crash: their takeover is seen in the logs only.
     wait_log(&env, "n2", "took over migration");
-    wait_log(&env, "n1", "took migration");
+    if !store {
+        // The source resumed serving (there is no source for a page store).
+        wait_log(&env, "n1", "took migration");
+    }
     let new = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(new);
     // Every page has moved when the migration reports (demand-paging: pages
-    // are owed, and the record kept, until the process exits).
-    if strategy != "demand-paging" {
+    // are owed, and the record kept, until the process exits; page store:
+    // until the restarted daemon's fill is over).
+    if strategy != "demand-paging" && !store {
         assert!(
             !has_record(&env, "n2"),
             "the takeover record outlived the migration"
@@ -1571,6 +1622,36 @@ fn destination_daemon_crash_during_demand_paging_is_taken_over() {
         return;
     }
     destination_daemon_crash_is_taken_over("demand-paging", "td");
+}
+
+#[test]
+fn destination_daemon_crash_during_flushing_is_taken_over() {
+    if !root() {
+        return;
+    }
+    destination_daemon_crash_is_taken_over("flushing", "tf");
+}
+
+#[test]
+fn destination_daemon_crash_during_freeze_free_is_taken_over() {
+    if !root() {
+        return;
+    }
+    destination_daemon_crash_is_taken_over("freeze-free", "tz");
+}
+
+/// Whether `strategy` serves its pages from the page store.
+fn store_strategy(strategy: &str) -> bool {
+    matches!(strategy, "flushing" | "freeze-free")
+}
+
+/// n2's fill from the page store starts `ms` after the restore (test hook).
+fn hold_fill(env: &Env, ms: u64) {
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        format!("stall-fill-ms {ms}\n"),
+    )
+    .unwrap();
 }
 
 /// The source daemon dies (SIGKILL) after the handover of a post-copy
@@ -1626,6 +1707,10 @@ fn source_daemon_crash_during_post_copy_loses_the_process_cleanly() {
 fn link_cut_after_handover_is_survived(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
+    if store_strategy(strategy) {
+        // Pages owed through the cut: the fill waits 5 s (test hook).
+        hold_fill(&env, 5_000);
+    }
     let run = DirtierPair::start(&mut env, 40_000);
     let m = env
         .migrate_cmd("n1", run.pid, "n2", strategy, 20)
@@ -1688,6 +1773,24 @@ fn link_cut_after_handover_of_demand_paging_is_survived() {
         return;
     }
     link_cut_after_handover_is_survived("demand-paging", "ld");
+}
+
+/// The page store's strategies need no link after the handover: the process
+/// runs on, served from the store, across the cut.
+#[test]
+fn link_cut_after_handover_of_flushing_is_survived() {
+    if !root() {
+        return;
+    }
+    link_cut_after_handover_is_survived("flushing", "lh");
+}
+
+#[test]
+fn link_cut_after_handover_of_freeze_free_is_survived() {
+    if !root() {
+        return;
+    }
+    link_cut_after_handover_is_survived("freeze-free", "lk");
 }
 
 /// Scenario programs of the engine suite moved between nodes: each holds one

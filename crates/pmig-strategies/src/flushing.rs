@@ -33,7 +33,7 @@
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
-use crate::post_copy::{fail_lost, read_image, start_lazy, Lazy};
+use crate::post_copy::{fail_lost, read_image, start_lazy, Lazy, Resumable};
 use crate::stop_copy::{await_commit, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
@@ -177,93 +177,38 @@ impl Strategy for Flushing {
                 return Err(StrategyError::Other(text));
             }
         };
-        let Lazy { pid, ufd, lm, .. } = start_lazy(d, false, None)?;
-        // Until the fill is over (and the process's userfaultfd closed from
-        // inside it), this node must not start moving the process on.
-        let _arriving = Arriving::new(d.host, pid);
-        let t0 = mono_ns();
-        let done = AtomicBool::new(false);
-        let failed: Mutex<Option<String>> = Mutex::new(None);
-        std::thread::scope(|s| {
-            // Faults: read the page from the store and install it.
-            s.spawn(|| {
-                let mut buf = vec![0u8; PAGE as usize];
-                while !done.load(Ordering::Acquire) {
-                    if !lm.wait(10) {
-                        continue;
-                    }
-                    let r = lm.handle_events().and_then(|h| {
-                        for p in h.ask {
-                            pages.read(p, &mut buf)?;
-                            lm.install(p, &buf)?;
-                        }
-                        Ok(())
-                    });
-                    if let Err(e) = r {
-                        if !gone(pid) {
-                            *failed.lock().unwrap() = Some(format!("serve a fault: {e}"));
-                        }
-                        break;
-                    }
-                }
-            });
-            // Background fill, in address order.
-            let mut buf = vec![0u8; FILL_PAGES * PAGE as usize];
-            for _ in 0..1000 {
-                let owed = lm.owed_list();
-                if owed.is_empty() || failed.lock().unwrap().is_some() {
-                    break;
-                }
-                let mut i = 0;
-                while i < owed.len() {
-                    let start = owed[i];
-                    let mut n = 1;
-                    while n < FILL_PAGES
-                        && i + n < owed.len()
-                        && owed[i + n] == start + n as u64 * PAGE
-                    {
-                        n += 1;
-                    }
-                    let b = &mut buf[..n * PAGE as usize];
-                    if let Err(e) = pages.read(start, b).and_then(|_| lm.install(start, b)) {
-                        if !gone(pid) {
-                            *failed.lock().unwrap() = Some(format!("fill from the store: {e}"));
-                        }
-                        break;
-                    }
-                    i += n;
-                }
-                if gone(pid) {
-                    break;
-                }
-            }
-            done.store(true, Ordering::Release);
+        let Lazy {
+            pid,
+            ufd,
+            lm,
+            record,
+        } = start_lazy(
+            d,
+            false,
+            Some(Resumable {
+                prefetch: false,
+                until_exit: false,
+                store: Some(store.clone()),
+            }),
+        )?;
+        let pause = d.hooks.stall_fill_ms.map(|ms| {
+            tracing::warn!(
+                "test hook: the fill from the page store of migration {} waits {ms} ms",
+                d.offer.id
+            );
+            std::time::Duration::from_millis(ms)
         });
-        if let Some(e) = failed.lock().unwrap().take() {
-            let _ = std::fs::remove_dir_all(&store);
+        let r = serve_store(d.host, &pages, lm, pid, ufd, &store, pause);
+        if let Some(r) = &record {
+            r.remove();
+        }
+        if let Err(e) = r {
             return Err(fail_lost(
                 d,
                 pid,
                 format!("{}: {e}; the process is lost", d.host.node()),
             ));
         }
-        let st = lm.stats();
-        lm.finish();
-        if !gone(pid) {
-            if let Err(e) = pmig_engine::lazy::close_in_process(pid, ufd) {
-                tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
-            }
-        }
-        if let Err(e) = std::fs::remove_dir_all(&store) {
-            tracing::warn!("cannot remove the page store {}: {e}", store.display());
-        }
-        tracing::info!(
-            "{} of {} (pid {pid}): every page read from {} in {:.1} ms, store removed; {st:?}",
-            self.kind(),
-            d.offer.comm,
-            store.display(),
-            (mono_ns() - t0) as f64 / 1e6
-        );
         await_commit(d, pid)?;
         Ok(pid)
     }
@@ -281,15 +226,118 @@ fn gone(pid: i32) -> bool {
     }
 }
 
+/// Serves a lazily restored process from the page store `store` (opened as
+/// `pages`): faults are answered from it while a background fill installs
+/// every other owed page in address order, after `pause` (a test hook). When
+/// nothing is owed, the registrations are removed, the process's own
+/// userfaultfd (number `ufd` inside it) is closed and the store removed.
+/// Used by the destination and by a daemon that takes the migration over.
+/// An error means the process cannot be completed (the caller kills it).
+pub(crate) fn serve_store(
+    host: &dyn crate::Host,
+    pages: &StorePages,
+    lm: pmig_engine::lazy::LazyMemory,
+    pid: i32,
+    ufd: i32,
+    store: &Path,
+    pause: Option<std::time::Duration>,
+) -> std::result::Result<(), String> {
+    // Until the fill is over (and the process's userfaultfd closed from
+    // inside it), this node must not start moving the process on.
+    let _arriving = Arriving::new(host, pid);
+    let t0 = mono_ns();
+    let done = AtomicBool::new(false);
+    let failed: Mutex<Option<String>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        // Faults: read the page from the store and install it.
+        s.spawn(|| {
+            let mut buf = vec![0u8; PAGE as usize];
+            while !done.load(Ordering::Acquire) {
+                if !lm.wait(10) {
+                    continue;
+                }
+                let r = lm.handle_events().and_then(|h| {
+                    for p in h.ask {
+                        pages.read(p, &mut buf)?;
+                        lm.install(p, &buf)?;
+                    }
+                    Ok(())
+                });
+                if let Err(e) = r {
+                    if !gone(pid) {
+                        *failed.lock().unwrap() = Some(format!("serve a fault: {e}"));
+                    }
+                    break;
+                }
+            }
+        });
+        if let Some(p) = pause {
+            let until = std::time::Instant::now() + p;
+            while std::time::Instant::now() < until && !gone(pid) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        // Background fill, in address order.
+        let mut buf = vec![0u8; FILL_PAGES * PAGE as usize];
+        for _ in 0..1000 {
+            let owed = lm.owed_list();
+            if owed.is_empty() || failed.lock().unwrap().is_some() {
+                break;
+            }
+            let mut i = 0;
+            while i < owed.len() {
+                let start = owed[i];
+                let mut n = 1;
+                while n < FILL_PAGES && i + n < owed.len() && owed[i + n] == start + n as u64 * PAGE
+                {
+                    n += 1;
+                }
+                let b = &mut buf[..n * PAGE as usize];
+                if let Err(e) = pages.read(start, b).and_then(|_| lm.install(start, b)) {
+                    if !gone(pid) {
+                        *failed.lock().unwrap() = Some(format!("fill from the store: {e}"));
+                    }
+                    break;
+                }
+                i += n;
+            }
+            if gone(pid) {
+                break;
+            }
+        }
+        done.store(true, Ordering::Release);
+    });
+    if let Some(e) = failed.lock().unwrap().take() {
+        let _ = std::fs::remove_dir_all(store);
+        return Err(e);
+    }
+    let st = lm.stats();
+    lm.finish();
+    if !gone(pid) {
+        if let Err(e) = pmig_engine::lazy::close_in_process(pid, ufd) {
+            tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(store) {
+        tracing::warn!("cannot remove the page store {}: {e}", store.display());
+    }
+    tracing::info!(
+        "pid {pid}: every page read from {} in {:.1} ms, store removed; {st:?}",
+        store.display(),
+        (mono_ns() - t0) as f64 / 1e6
+    );
+    Ok(())
+}
+
 /// The pages of a page store image: runs (address, length, offset in
 /// `pages.pmig`), sorted by address.
-struct StorePages {
+pub(crate) struct StorePages {
     file: std::fs::File,
     runs: Vec<(u64, u64, u64)>,
 }
 
 impl StorePages {
-    fn open(dir: &Path) -> Result<StorePages> {
+    pub(crate) fn open(dir: &Path) -> Result<StorePages> {
         let img = pmig_image::Image::open(dir)?;
         let pi = ProcessImage::read(&img)?;
         let mut runs: Vec<(u64, u64, u64)> = pi

@@ -20,9 +20,8 @@
 //! nodes. If the source disappears, the pages it owed are gone: the
 //! destination kills the process and reports it lost. If the destination
 //! daemon dies, the process keeps its userfaultfd, so faults wait instead of
-//! reading zeros (memory is never silently corrupted); taking over with a
-//! restarted daemon is not implemented yet, so the source reports the process
-//! lost too.
+//! reading zeros (memory is never silently corrupted), and a restarted
+//! daemon takes the migration over ([`crate::takeover`]).
 
 use crate::clock::mono_ns;
 use crate::demand_paging::Stash;
@@ -336,10 +335,12 @@ pub(crate) struct Lazy {
 
 /// How a restarted daemon would serve a lazily restored process (the
 /// takeover record's flags).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Resumable {
     pub prefetch: bool,
     pub until_exit: bool,
+    /// Pages served from this page store, not by the source daemon.
+    pub store: Option<std::path::PathBuf>,
 }
 
 /// Destination: kills the restored process, which cannot be completed, and
@@ -433,12 +434,16 @@ fn begin_record(
     owed: &[(u64, u64)],
     registered: &[(u64, u64)],
 ) -> Result<(crate::takeover::Active, std::fs::File)> {
-    let source_addr = d.host.peer_addr(&d.offer.source_node).ok_or_else(|| {
-        StrategyError::Other(format!(
-            "the address of {} is unknown (daemon started without --peer)",
-            d.offer.source_node
-        ))
-    })?;
+    // A page store needs no source; anything else resumes at the source.
+    let source_addr = match &r.store {
+        Some(_) => String::new(),
+        None => d.host.peer_addr(&d.offer.source_node).ok_or_else(|| {
+            StrategyError::Other(format!(
+                "the address of {} is unknown (daemon started without --peer)",
+                d.offer.source_node
+            ))
+        })?,
+    };
     let start_time = crate::takeover::start_time(pid)
         .ok_or_else(|| StrategyError::Other(format!("process {pid} vanished")))?;
     crate::takeover::begin(
@@ -456,6 +461,7 @@ fn begin_record(
             comm: d.offer.comm.clone(),
             owed: owed.to_vec(),
             registered: registered.to_vec(),
+            store: r.store,
         },
     )
 }
@@ -482,6 +488,7 @@ pub(crate) fn destination_lazy(
         Some(Resumable {
             prefetch,
             until_exit,
+            store: None,
         }),
     )?;
     serve_faults(Serve {

@@ -17,6 +17,10 @@
 //! before. The source, which kept the frozen original while it waited for the
 //! resume (up to [`RESUME_GRACE`]), pushes every page it owed again; pages
 //! already here are skipped.
+//!
+//! `flushing` and `freeze-free` need no source: their record names the page
+//! store, and the restarted daemon serves faults and fills the owed pages
+//! from it, as the dead one did ([`crate::flushing::serve_store`]).
 
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
@@ -50,6 +54,11 @@ pub struct Record {
     pub owed: Vec<(u64, u64)>,
     /// Ranges registered with the userfaultfd at the restore.
     pub registered: Vec<(u64, u64)>,
+    /// `flushing` and `freeze-free`: the page store directory the owed pages
+    /// are read from. The source is gone then (`source_addr` is empty): a
+    /// takeover serves the process from the store alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<PathBuf>,
 }
 
 /// The files of one active record; removed when the migration ends.
@@ -183,6 +192,28 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
             )
         })?;
     lm.set_journal(append);
+    if let Some(store) = &rec.store {
+        tracing::info!(
+            "took over migration {} of {} (pid {pid}) from the page store {}: {} pages still owed",
+            rec.id,
+            rec.comm,
+            store.display(),
+            lm.owed_pages()
+        );
+        lm.wake_all();
+        let r = crate::flushing::StorePages::open(store)
+            .map_err(|e| e.to_string())
+            .and_then(|pages| {
+                crate::flushing::serve_store(host, &pages, lm, pid, rec.ufd, store, None)
+            });
+        return match r {
+            Ok(_) => {
+                act.remove();
+                Ok(pid)
+            }
+            Err(e) => Err(lose(pid, rec.start_time, &act, &e)),
+        };
+    }
     let mut ch = connect(host, &rec.source_addr).map_err(|e| {
         lose(
             pid,
