@@ -465,6 +465,77 @@ fn destination_dies_before_handover_and_source_process_resumes() {
     finishes_correctly(child, &out, &reference);
 }
 
+/// n2's daemon kills itself (test hook) on the first image byte of a
+/// migration by every strategy the other tests do not kill before the
+/// handover (stop-copy and pre-copy have their own): after each, the
+/// migration fails with a clear error, the process runs on n1 untouched
+/// (not stopped, no write protection left), no page store is left, and n2's
+/// daemon is started again for the next one. The dirtier's result equals an
+/// unmigrated run's.
+#[test]
+fn destination_dies_before_handover_with_every_strategy_and_the_process_resumes() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("dh");
+    std::fs::write(env.node_dir("n2").join("test-hook"), "die-after-bytes 1\n").unwrap();
+    let run = DirtierPair::start(&mut env, 60_000);
+    let pid = run.pid;
+    let store = env.dir.join("pagestore");
+    for strategy in [
+        "queued-pre-copy",
+        "demand-paging",
+        "flushing",
+        "freeze-free",
+        "post-copy",
+        "assisted-post-copy",
+        "ampom",
+        "auto",
+    ] {
+        let mut cmd = env.migrate_cmd("n1", pid, "n2", strategy, 20);
+        cmd.arg("--page-store").arg(&store);
+        let e = migrate_result(cmd.output().unwrap())
+            .expect_err("n2's daemon died during the migration");
+        // Stopped and resumed, or (rounds while it runs) never stopped.
+        assert!(
+            e.contains("failed") && (e.contains("resumed") || e.contains("not touched")),
+            "{strategy}: {e}"
+        );
+        assert!(
+            !env.c().status()[1].daemon_alive,
+            "{strategy}: n2's daemon should have died"
+        );
+        assert!(alive(pid), "{strategy}: the source process is gone");
+        let st = state(pid);
+        assert!(
+            !st.contains("stopped") && !st.contains("tracing stop"),
+            "{strategy}: left stopped: {st}"
+        );
+        assert!(
+            !write_protected(pid),
+            "{strategy}: write protection left on the process"
+        );
+        let left: Vec<_> = std::fs::read_dir(&store)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{strategy}: page store left: {left:?}");
+        let cs = switches(pid);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            switches(pid) > cs + 5,
+            "{strategy}: the resumed process does not run"
+        );
+        eprintln!("{strategy}: {e}");
+        let cluster = env.cluster.as_mut().unwrap();
+        cluster.kill_daemon("n2").unwrap();
+        cluster
+            .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
+            .unwrap();
+    }
+    run.same_result("after eight failed migrations");
+}
+
 #[test]
 fn destination_that_never_answers_times_out_and_source_resumes() {
     if !root() {
@@ -1454,6 +1525,32 @@ fn link_cut_during_freeze_free_handover_resumes_the_process() {
         return;
     }
     link_cut_after_bytes("freeze-free", "lz", 4096);
+}
+
+/// The lazy strategies send a small image (the state and the pages the
+/// restore touches) before the handover: the link is cut in the middle of it.
+#[test]
+fn link_cut_during_post_copy_handover_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_after_bytes("post-copy", "lo", 4096);
+}
+
+#[test]
+fn link_cut_during_ampom_handover_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_after_bytes("ampom", "lr", 4096);
+}
+
+#[test]
+fn link_cut_during_demand_paging_handover_resumes_the_process() {
+    if !root() {
+        return;
+    }
+    link_cut_after_bytes("demand-paging", "lt", 4096);
 }
 
 /// Whether `node`'s state directory holds a takeover record: the destination
