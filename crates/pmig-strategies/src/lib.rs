@@ -387,11 +387,14 @@ impl Source<'_> {
         }
     }
 
-    /// Sets the socket timeout for every read and write from now on.
+    /// Sets the socket timeout for every read and write from now on, and how
+    /// long sent data may stay unacknowledged ([`set_link_timeout`]): `t`, or
+    /// with `None` (after the handover) [`POST_LINK_GRACE`].
     pub fn set_timeout(&self, t: Option<Duration>) -> Result<()> {
         let s = self.ch.stream();
         s.set_read_timeout(t)
             .and_then(|_| s.set_write_timeout(t))
+            .and_then(|_| set_link_timeout(s, t.unwrap_or(POST_LINK_GRACE)))
             .map_err(io_err("set the connection timeout"))
     }
 
@@ -467,6 +470,24 @@ impl Source<'_> {
         self.count(16);
         Ok(())
     }
+}
+
+/// How long a connection whose process depends on it after the handover
+/// (pages owed) rides out a cut link: far beyond TCP's default retransmission
+/// limit (`tcp_retries2`, about 15 minutes), which would end the connection
+/// and lose the process. Once the link is back, TCP's backoff (at most
+/// 2 minutes between retransmissions) resumes the transfer.
+pub const POST_LINK_GRACE: Duration = Duration::from_secs(6 * 3600);
+
+/// `TCP_USER_TIMEOUT`: the connection fails once data it sent has stayed
+/// unacknowledged for `t`. Before the handover this bounds a send to a cut
+/// link by the migration's timeout: a socket send timeout alone restarts with
+/// every partial write into the kernel's send buffer. A slow link is not
+/// affected (its acknowledgements keep coming).
+pub fn set_link_timeout(s: &TcpStream, t: Duration) -> std::io::Result<()> {
+    let ms = u32::try_from(t.as_millis()).unwrap_or(u32::MAX).max(1);
+    nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::TcpUserTimeout, &ms)
+        .map_err(std::io::Error::from)
 }
 
 /// The destination side of one migration.
@@ -864,6 +885,19 @@ pub fn serve_offer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_timeout_is_set_on_the_socket() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let get = |s: &TcpStream| {
+            nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::TcpUserTimeout).unwrap()
+        };
+        set_link_timeout(&s, Duration::from_secs(5)).unwrap();
+        assert_eq!(get(&s), 5000);
+        set_link_timeout(&s, POST_LINK_GRACE).unwrap();
+        assert_eq!(get(&s), 6 * 3600 * 1000);
+    }
 
     #[test]
     fn strategy_names() {

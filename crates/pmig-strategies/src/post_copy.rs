@@ -566,6 +566,10 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     };
     let exited = AtomicBool::new(false);
     let _ = ch.stream().set_read_timeout(None);
+    // The process waits on this connection: ride out a cut link.
+    if let Err(e) = crate::set_link_timeout(ch.stream(), crate::POST_LINK_GRACE) {
+        tracing::warn!("cannot set the connection's TCP_USER_TIMEOUT: {e}");
+    }
     let done = AtomicBool::new(false);
     let failed: Mutex<Option<String>> = Mutex::new(None);
     let (tx, rx) = ch.halves();
