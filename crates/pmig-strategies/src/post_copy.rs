@@ -39,8 +39,67 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 const PAGE: u64 = 4096;
-/// Pages per background push message.
+/// Pages per background push message, at most.
 const PUSH_PAGES: usize = 256;
+/// A fault's answer waits behind the push message being written and the
+/// data the kernel has not sent yet: both are kept to about this much of the
+/// link's measured rate.
+const PUSH_SLICE_NS: u64 = 2_000_000;
+/// The push rate is measured over windows this long.
+const RATE_WINDOW_NS: u64 = 10_000_000;
+/// Bounds of the unsent data the kernel may hold (`TCP_NOTSENT_LOWAT`).
+const MIN_UNSENT: u64 = 16 << 10;
+const MAX_UNSENT: u64 = 4 << 20;
+
+/// Sizes the background push to the link. Unpaced, a fault's answer waited
+/// behind a whole 1 MiB push message and a send buffer of up to megabytes:
+/// about a second on a 10 Mbit link. The pacer measures the rate at which
+/// the push leaves, and keeps each push message and the kernel's unsent
+/// data (`TCP_NOTSENT_LOWAT`) to [`PUSH_SLICE_NS`] of it.
+struct Pacer {
+    chunk: usize,
+    window_start: u64,
+    window_bytes: u64,
+}
+
+impl Pacer {
+    fn new(s: &std::net::TcpStream) -> Pacer {
+        let p = Pacer {
+            chunk: 16,
+            window_start: mono_ns(),
+            window_bytes: 0,
+        };
+        p.limit_unsent(s, 64 << 10);
+        p
+    }
+
+    fn limit_unsent(&self, s: &std::net::TcpStream, bytes: u64) {
+        let b = bytes.clamp(MIN_UNSENT, MAX_UNSENT) as u32;
+        if let Err(e) = socket2::SockRef::from(s).set_tcp_notsent_lowat(b) {
+            tracing::debug!("TCP_NOTSENT_LOWAT: {e}");
+        }
+    }
+
+    /// Pages in the next push message.
+    fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// Counts `bytes` sent; at the end of each window, resizes.
+    fn sent(&mut self, s: &std::net::TcpStream, bytes: u64) {
+        self.window_bytes += bytes;
+        let now = mono_ns();
+        let dt = now.saturating_sub(self.window_start);
+        if dt < RATE_WINDOW_NS {
+            return;
+        }
+        let slice = (self.window_bytes as u128 * PUSH_SLICE_NS as u128 / dt as u128) as u64;
+        self.chunk = ((slice / PAGE) as usize).clamp(1, PUSH_PAGES);
+        self.limit_unsent(s, slice);
+        self.window_start = now;
+        self.window_bytes = 0;
+    }
+}
 
 /// Page ranges as (start, length).
 type Ranges = Vec<(u64, u64)>;
@@ -221,6 +280,11 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
     let mut sent_pages = 0u64;
     let mut answered = 0u64;
     let progress = &mut m.progress;
+    let stream =
+        m.ch.stream()
+            .try_clone()
+            .map_err(io_err("clone the socket"))?;
+    let mut pacer = Pacer::new(&stream);
     let (tx, rx) = m.ch.halves();
     std::thread::scope(|s| -> Result<()> {
         s.spawn(|| {
@@ -257,7 +321,7 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
         });
         let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
         let mut next = 0usize;
-        let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
+        let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<u64> {
             let b = &mut buf[..n * PAGE as usize];
             let got = match &stash {
                 Some(st) => st.read(addr, b),
@@ -272,13 +336,14 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             tx.send_with(&Msg::PageData { id, addr }, &[b])?;
             sent_bytes += b.len() as u64 + 32;
             sent_pages += n as u64;
-            Ok(())
+            Ok(b.len() as u64 + 32)
         };
         while !done.load(Ordering::Acquire) {
             // Faults go ahead of the push.
             let req = requests.lock().unwrap().pop_front();
             if let Some(p) = req {
-                read_and_send(p, 1, &mut buf)?;
+                let b = read_and_send(p, 1, &mut buf)?;
+                pacer.sent(&stream, b);
                 answered += 1;
                 continue;
             }
@@ -286,13 +351,15 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
                 // The next run of consecutive pages, up to PUSH_PAGES.
                 let start = pages[next];
                 let mut n = 1;
-                while n < PUSH_PAGES
+                let max = pacer.chunk();
+                while n < max
                     && next + n < pages.len()
                     && pages[next + n] == start + n as u64 * PAGE
                 {
                     n += 1;
                 }
-                read_and_send(start, n, &mut buf)?;
+                let b = read_and_send(start, n, &mut buf)?;
+                pacer.sent(&stream, b);
                 next += n;
                 progress(Progress {
                     phase: "push",
