@@ -40,13 +40,15 @@ pub fn capture(frozen: &mut Frozen, w: &mut ImageWriter) -> Result<ProcessImage>
 pub fn capture_filtered(
     frozen: &mut Frozen,
     w: &mut ImageWriter,
-    filter: Option<&dyn Fn(u64) -> bool>,
+    filter: Option<&dyn crate::resources::memory::PageFilter>,
 ) -> Result<ProcessImage> {
     let mut cx = Capture::new(frozen, w.pages());
     cx.filter = filter;
     let t = Instant::now();
-    let lap =
-        |what: &str| tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+    let lap = |what: &str| {
+        tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
+        crate::timing::mark(&format!("capture: {what}"));
+    };
     let process = Process::capture(&mut cx)?;
     lap("process");
     let identity = Identity::capture(&mut cx)?;

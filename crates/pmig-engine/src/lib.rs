@@ -18,6 +18,7 @@ pub mod ptrace;
 pub mod resources;
 pub mod restore;
 pub mod sys;
+pub mod timing;
 pub mod uffd;
 
 pub use dump::{dump, DumpOptions, DumpReport};

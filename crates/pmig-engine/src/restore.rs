@@ -23,6 +23,7 @@ use crate::resources::{
     session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
     timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
 };
+use crate::timing::mark;
 use crate::{procfs, sys};
 use libc::pid_t;
 use nix::sys::ptrace;
@@ -58,9 +59,12 @@ pub struct Restored {
 
 pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
     let t0 = Instant::now();
+    mark("restore: start");
     let img = Image::open_verified(dir)?;
     let verify = t0.elapsed();
+    mark("restore: image verified");
     let pi = ProcessImage::read(&img)?;
+    mark("restore: parts decoded");
     let mut r = restore_image(&pi, &img.pages_path(), opts)?;
     r.verify = verify;
     r.total = t0.elapsed();
@@ -383,6 +387,7 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
 /// Restore from decoded parts and a page-data file (already verified).
 pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
     let mut p = prepare(pi, pages, opts)?;
+    mark("restore: prepared");
     let original_pid = pi.process.pid;
     map_area(&p.area)?;
     let free = !Path::new(&format!("/proc/{original_pid}")).exists();
@@ -420,6 +425,7 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
             });
         }
     };
+    mark("restore: forked");
     unmap_area(&p.area);
     // Our copies of the child's files are no longer needed.
     p.pf.close_all();
@@ -437,6 +443,7 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
             return Err(errno_err("start the new process"));
         }
         let tids = wait_for_traps(pid, pi.threads.threads.len(), &p)?;
+        mark("restore: restorer done");
         let mut frozen = Frozen::adopt(pid, &tids);
         {
             let mut fin = Finish {
@@ -473,7 +480,9 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
             Some(fd) => Some(crate::dirty::take_fd(pid, fd)?),
             None => None,
         };
+        mark("restore: finished");
         frozen.detach()?;
+        mark("restore: detached");
         Ok(Restored {
             uffd,
             uffd_fd_in_process: p.pf.uffd_fd,

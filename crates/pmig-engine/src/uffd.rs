@@ -162,6 +162,9 @@ pub const PAGEMAP_SCAN: u64 = 0xc060_6610;
 pub const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
 pub const PM_SCAN_CHECK_WPASYNC: u64 = 1 << 1;
 pub const PAGE_IS_WRITTEN: u64 = 1 << 1;
+pub const PAGE_IS_FILE: u64 = 1 << 2;
+pub const PAGE_IS_PRESENT: u64 = 1 << 3;
+pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
 
 fn ioctl(fd: &impl AsRawFd, req: u64, arg: *mut u64, what: impl FnOnce() -> String) -> Result<i32> {
     // SAFETY: `arg` points to a live, correctly sized struct for `req`
@@ -214,6 +217,45 @@ pub fn scan_written(
     end: u64,
     out: &mut Vec<(u64, u64)>,
 ) -> Result<()> {
+    pagemap_scan(
+        pagemap,
+        PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+        start,
+        end,
+        ScanMasks {
+            inverted: 0,
+            mask: PAGE_IS_WRITTEN,
+            anyof: 0,
+            ret: PAGE_IS_WRITTEN,
+        },
+        out,
+    )
+}
+
+/// The page categories PAGEMAP_SCAN matches on (see the kernel's
+/// `struct pm_scan_arg`): a page matches if its categories, with those in
+/// `inverted` flipped, include all of `mask` and (when not 0) one of
+/// `anyof`; matching pages are reported by their categories in `ret`.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanMasks {
+    pub inverted: u64,
+    pub mask: u64,
+    pub anyof: u64,
+    pub ret: u64,
+}
+
+/// PAGEMAP_SCAN over [start, end) with `flags`: appends the matching pages
+/// to `out` as (start, len) ranges, adjacent ranges merged. The kernel walks
+/// the page tables and reports runs, so the cost in user space is per run,
+/// not per page.
+pub fn pagemap_scan(
+    pagemap: &std::fs::File,
+    flags: u64,
+    start: u64,
+    end: u64,
+    m: ScanMasks,
+    out: &mut Vec<(u64, u64)>,
+) -> Result<()> {
     const N: usize = 512;
     let mut regions = vec![[0u64; 3]; N];
     let mut at = start;
@@ -224,20 +266,20 @@ pub fn scan_written(
         }
         let mut arg: [u64; 12] = [
             96,
-            PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+            flags,
             at,
             end,
             0,
             regions.as_mut_ptr() as u64,
             N as u64,
             0,
-            0,
-            PAGE_IS_WRITTEN,
-            0,
-            PAGE_IS_WRITTEN,
+            m.inverted,
+            m.mask,
+            m.anyof,
+            m.ret,
         ];
         let n = ioctl(pagemap, PAGEMAP_SCAN, arg.as_mut_ptr(), || {
-            format!("scan written pages in {at:#x}-{end:#x}")
+            format!("scan the pages of {at:#x}-{end:#x}")
         })? as usize;
         for r in &regions[..n] {
             match out.last_mut() {

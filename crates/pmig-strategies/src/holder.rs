@@ -20,12 +20,13 @@
 //! holder → daemon  {"done":"killed"} | {"done":"resumed"} | {"error":"…"}
 //! ```
 
-use crate::clock::mono_ns;
+use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
 use pmig_engine::dump::{capture, capture_filtered, finish_image};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
+use pmig_engine::resources::memory::RangeFilter;
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -116,25 +117,23 @@ impl CaptureMode {
     }
 }
 
-fn in_ranges(r: &[(u64, u64)], p: u64) -> bool {
-    let i = r.partition_point(|(s, _)| *s <= p);
-    i > 0 && p < r[i - 1].0 + r[i - 1].1
-}
-
 fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Frozen, Captured)> {
     join_mount_ns(pid)?;
     precheck_all(pid)?;
     let frozen_ns = mono_ns();
+    mark("hold: freeze");
     let mut frozen = Frozen::freeze(pid)?;
+    mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
     precheck_all(pid)?;
+    mark("hold: prechecked again");
     let mut w = ImageWriter::create(dir)?;
     let img = match mode {
         CaptureMode::Full => capture(&mut frozen, &mut w)?,
         CaptureMode::Handover => {
-            let keep = pmig_engine::lazy::handover_pages(&frozen)?;
-            let f = |p: u64| keep.contains(&p);
-            capture_filtered(&mut frozen, &mut w, Some(&f))?
+            let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(&frozen)?);
+            mark("hold: handover pages");
+            capture_filtered(&mut frozen, &mut w, Some(&keep))?
         }
         CaptureMode::WrittenSince(list) => {
             let text = std::fs::read_to_string(list)
@@ -161,12 +160,13 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
                     written.push((s, l));
                 }
             }
-            written.sort();
-            let f = |p: u64| !in_ranges(&tracked, p) || in_ranges(&written, p);
-            capture_filtered(&mut frozen, &mut w, Some(&f))?
+            let keep = RangeFilter::outside_or(tracked, written);
+            capture_filtered(&mut frozen, &mut w, Some(&keep))?
         }
     };
+    mark("hold: captured");
     finish_image(&img, w, pid)?;
+    mark("hold: image written");
     let c = Captured {
         frozen_ns,
         captured_ns: mono_ns(),
@@ -221,6 +221,7 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode) -> i32 {
         }
     };
     say(&HolderMsg::Captured(c));
+    mark("hold: capture reported");
     // `handover`: the destination runs the process now, so if the daemon
     // vanishes (end of input) the original must not run again next to it.
     let mut handed_over = false;

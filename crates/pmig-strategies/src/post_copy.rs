@@ -23,7 +23,7 @@
 //! reading zeros (memory is never silently corrupted), and a restarted
 //! daemon takes the migration over ([`crate::takeover`]).
 
-use crate::clock::mono_ns;
+use crate::clock::{mark, mono_ns};
 use crate::demand_paging::Stash;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
@@ -197,11 +197,15 @@ pub(crate) fn handover_lazy(m: &mut Source) -> Result<()> {
         .map_err(io_err(format!("create {}", m.staging.display())))?;
     let staging = m.staging.clone();
     let holder = Holder::start_with(m.host, m.pid, &staging, &CaptureMode::Handover)?;
+    mark("src: holder reported the capture");
     m.stopped_ns = Some(holder.captured.frozen_ns);
     m.pages_sent = holder.captured.page_bytes / PAGE;
     m.holder = Some(holder);
     send_image(m, &staging)?;
-    m.await_restored()
+    mark("src: image sent");
+    m.await_restored()?;
+    mark("src: Restored received");
+    Ok(())
 }
 
 /// Source, after the handover: serve requests first, push the rest, until
@@ -433,9 +437,11 @@ pub(crate) fn start_lazy(
 ) -> Result<Lazy> {
     if !composed {
         receive_image(d)?;
+        mark("dst: image received");
     }
     let staging = d.staging.clone();
     let pi = read_image(&staging)?;
+    mark("dst: image read");
     let started = match restore_from(d, &staging, true) {
         Ok(s) => s,
         Err((c, e)) => {
@@ -452,6 +458,7 @@ pub(crate) fn start_lazy(
     let Some(ufd) = started.uffd_fd else {
         return Err(fail(d, "the lazy restore reported no userfaultfd".into()));
     };
+    mark("dst: restored");
     let uffd = match pmig_engine::dirty::take_fd(pid, ufd) {
         Ok(f) => f,
         Err(e) => {
@@ -462,6 +469,7 @@ pub(crate) fn start_lazy(
         }
     };
     let (owed, registered) = owed_of(&pi);
+    mark("dst: owed pages listed");
     let record = match resumable {
         Some(r) => match begin_record(d, pid, ufd, r, &owed, &registered) {
             Ok(x) => Some(x),
@@ -473,7 +481,9 @@ pub(crate) fn start_lazy(
         },
         None => None,
     };
+    mark("dst: takeover record written");
     let lm = LazyMemory::new(uffd, &owed, registered);
+    mark("dst: lazy memory built");
     let record = record.map(|(act, journal)| {
         lm.set_journal(journal);
         act
@@ -485,6 +495,7 @@ pub(crate) fn start_lazy(
         restore_us: 0,
         since_resume_us: mono_ns().saturating_sub(started.resumed_ns) / 1000,
     })?;
+    mark("dst: Restored sent");
     Ok(Lazy {
         pid,
         ufd,

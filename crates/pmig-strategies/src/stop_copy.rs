@@ -8,7 +8,7 @@
 //!
 //! See docs/protocol.md, "stop-copy", for the sequence diagram.
 
-use crate::clock::mono_ns;
+use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::Holder;
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
@@ -358,6 +358,7 @@ pub(crate) fn restore_from(
             format!("the image failed verification: {e}"),
         )
     })?;
+    mark("dst: image verified");
     if d.hooks.fail_restore {
         return Err((
             code::RESTORE_FAILED,
@@ -393,15 +394,26 @@ pub(crate) fn restore_from(
             format!("cannot run pmig restore: {e}"),
         )
     })?;
+    mark("dst: pmig restore started");
     let mut json = String::new();
     let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut json));
     let resumed_ns = mono_ns();
+    mark("dst: pmig restore output read");
     let st = d.host.wait(&mut child).map_err(|e| {
         (
             code::RESTORE_FAILED,
             format!("waiting for pmig restore: {e}"),
         )
     })?;
+    mark("dst: pmig restore exited");
+    if tracing::enabled!(target: "pmig_timing", tracing::Level::DEBUG) {
+        for l in std::fs::read_to_string(&err_path)
+            .unwrap_or_default()
+            .lines()
+        {
+            tracing::debug!(target: "pmig_timing", "pmig restore: {l}");
+        }
+    }
     if !st.success() {
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         let line = err

@@ -97,6 +97,7 @@ pub fn run(a: Args) -> Result<i32> {
             })
         );
     }
+    pmig_engine::timing::mark("restore: reported");
     if a.detach {
         return Ok(0);
     }

@@ -253,8 +253,41 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
     }))
 }
 
-/// Read the pagemap of [start, end) and return the runs of pages to save.
+/// The runs of pages to save in [start, end): with PAGEMAP_SCAN, which
+/// reports runs, else by reading the pagemap entry of every page.
 fn page_runs(
+    pagemap: &std::fs::File,
+    start: u64,
+    end: u64,
+    backing: Backing,
+) -> Result<Vec<(u64, u64)>> {
+    use crate::uffd::{ScanMasks, PAGE_IS_FILE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
+    let masks = match backing {
+        Backing::Anon | Backing::SharedAnon => ScanMasks {
+            inverted: 0,
+            mask: 0,
+            anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        },
+        // Private copies: not the file's own page, present or swapped.
+        Backing::PrivateFile => ScanMasks {
+            inverted: PAGE_IS_FILE,
+            mask: PAGE_IS_FILE,
+            anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        },
+        Backing::SharedFile => return Ok(Vec::new()),
+    };
+    let mut runs = Vec::new();
+    if crate::uffd::pagemap_scan(pagemap, 0, start, end, masks, &mut runs).is_ok() {
+        return Ok(runs);
+    }
+    // No PAGEMAP_SCAN (before Linux 6.7).
+    page_runs_read(pagemap, start, end, backing)
+}
+
+/// [`page_runs`] by reading the pagemap of [start, end).
+fn page_runs_read(
     pagemap: &std::fs::File,
     start: u64,
     end: u64,
@@ -366,20 +399,118 @@ pub fn saveable_ranges(pid: pid_t) -> Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
-/// The pages of `runs` that `keep` accepts, as runs.
-pub fn filter_runs(runs: &[(u64, u64)], keep: &dyn Fn(u64) -> bool) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &(a, l) in runs {
+/// Which populated pages a filtered capture saves.
+pub trait PageFilter {
+    /// Whether the page at `p` is saved.
+    fn keep(&self, p: u64) -> bool;
+
+    /// Appends the saved pages of [a, a + l) to `out` as runs (merged with
+    /// its last run where adjacent). The default asks [`keep`](Self::keep)
+    /// page by page; filters that know their pages as ranges do it per range.
+    fn keep_runs(&self, a: u64, l: u64, out: &mut Vec<(u64, u64)>) {
         let mut p = a;
         while p < a + l {
-            if keep(p) {
-                match out.last_mut() {
-                    Some((s, n)) if *s + *n == p => *n += PAGE,
-                    _ => out.push((p, PAGE)),
-                }
+            if self.keep(p) {
+                push_run(out, p, PAGE);
             }
             p += PAGE;
         }
+    }
+}
+
+impl<F: Fn(u64) -> bool> PageFilter for F {
+    fn keep(&self, p: u64) -> bool {
+        self(p)
+    }
+}
+
+/// Appends [a, a + l) to `out`, merged with its last run if adjacent.
+fn push_run(out: &mut Vec<(u64, u64)>, a: u64, l: u64) {
+    if l == 0 {
+        return;
+    }
+    match out.last_mut() {
+        Some((s, n)) if *s + *n == a => *n += l,
+        _ => out.push((a, l)),
+    }
+}
+
+/// A [`PageFilter`] keeping the pages inside a set of ranges: its cost is
+/// per range, whatever the size of the memory.
+#[derive(Debug, Clone, Default)]
+pub struct RangeFilter {
+    /// Sorted, disjoint, not adjacent (start, len).
+    ranges: Vec<(u64, u64)>,
+}
+
+impl RangeFilter {
+    /// Keeps the pages of `ranges` ((start, len), in any order, may overlap).
+    pub fn new(mut ranges: Vec<(u64, u64)>) -> RangeFilter {
+        ranges.retain(|r| r.1 > 0);
+        ranges.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+        for (a, l) in ranges {
+            match merged.last_mut() {
+                Some((s, n)) if a <= *s + *n => *n = (*n).max(a + l - *s),
+                _ => merged.push((a, l)),
+            }
+        }
+        RangeFilter { ranges: merged }
+    }
+
+    /// Keeps the pages of `pages` (page addresses).
+    pub fn of_pages(pages: impl IntoIterator<Item = u64>) -> RangeFilter {
+        RangeFilter::new(pages.into_iter().map(|p| (p, PAGE)).collect())
+    }
+
+    /// Keeps every page outside `ranges`, and the pages of `also` (pre-copy:
+    /// untracked memory, and what was written in the tracked ranges).
+    pub fn outside_or(ranges: Vec<(u64, u64)>, also: Vec<(u64, u64)>) -> RangeFilter {
+        let inside = RangeFilter::new(ranges);
+        let mut keep = also;
+        let mut at = 0u64;
+        for &(a, l) in &inside.ranges {
+            if a > at {
+                keep.push((at, a - at));
+            }
+            at = a.saturating_add(l);
+        }
+        if at < u64::MAX {
+            keep.push((at, u64::MAX - at));
+        }
+        RangeFilter::new(keep)
+    }
+}
+
+impl PageFilter for RangeFilter {
+    fn keep(&self, p: u64) -> bool {
+        let i = self.ranges.partition_point(|(s, _)| *s <= p);
+        i > 0 && p - self.ranges[i - 1].0 < self.ranges[i - 1].1
+    }
+
+    fn keep_runs(&self, a: u64, l: u64, out: &mut Vec<(u64, u64)>) {
+        let end = a + l;
+        // The first range that ends after `a`.
+        let mut i = self
+            .ranges
+            .partition_point(|(s, n)| s.saturating_add(*n) <= a);
+        while let Some(&(s, n)) = self.ranges.get(i) {
+            if s >= end {
+                break;
+            }
+            let lo = s.max(a);
+            let hi = s.saturating_add(n).min(end);
+            push_run(out, lo, hi - lo);
+            i += 1;
+        }
+    }
+}
+
+/// The pages of `runs` that `keep` accepts, as runs.
+pub fn filter_runs(runs: &[(u64, u64)], keep: &dyn PageFilter) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &(a, l) in runs {
+        keep.keep_runs(a, l, &mut out);
     }
     out
 }
@@ -400,6 +531,7 @@ impl Resource for Memory {
         let brk = cx.call(0, libc::SYS_brk, &[0], "brk(0)")?;
         cx.release_scratch()?;
         let maps = procfs::smaps(pid)?;
+        crate::timing::mark("memory: smaps read");
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
             .ctx(|| format!("open /proc/{pid}/pagemap"))?;
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
@@ -502,6 +634,7 @@ impl Resource for Memory {
             w.ctx(|| "write page data".to_string())
         });
         scanned?;
+        crate::timing::mark("memory: pages scanned and copied");
         let st = procfs::stat_fields(pid)?;
         let f = |n| procfs::stat_field(&st, n);
         let auxv_raw =
@@ -825,5 +958,74 @@ impl Resource for Memory {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runs the default, page-by-page [`PageFilter::keep_runs`] finds.
+    fn per_page(f: &RangeFilter, runs: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let g = |p: u64| f.keep(p);
+        filter_runs(runs, &g)
+    }
+
+    #[test]
+    fn range_filter_matches_page_by_page() {
+        let runs = [(0x1000, 0x5000), (0x8000, 0x1000), (0x20000, 0x10000)];
+        let filters = [
+            RangeFilter::of_pages([0x2000, 0x3000, 0x9000, 0x8000, 0x25000, 0x2f000]),
+            RangeFilter::new(vec![(0, 0x2000), (0x1000, 0x3000), (0x22000, 0x100000)]),
+            RangeFilter::outside_or(
+                vec![(0x2000, 0x2000), (0x21000, 0x4000)],
+                vec![(0x23000, 0x1000)],
+            ),
+            RangeFilter::outside_or(vec![(0, 0x100000)], vec![]),
+            RangeFilter::default(),
+        ];
+        for f in &filters {
+            assert_eq!(filter_runs(&runs, f), per_page(f, &runs), "{f:?}");
+        }
+        assert_eq!(
+            filter_runs(&runs, &filters[0]),
+            vec![
+                (0x2000, 0x2000),
+                (0x8000, 0x1000),
+                (0x25000, 0x1000),
+                (0x2f000, 0x1000)
+            ]
+        );
+        assert!(filter_runs(&runs, &filters[3]).is_empty());
+    }
+
+    #[test]
+    fn pagemap_scan_finds_what_the_pagemap_says() {
+        // Every other page of a private anonymous area populated.
+        let len = 64 * PAGE as usize;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        for i in (0..64).step_by(2) {
+            // SAFETY: inside the mapping created above.
+            unsafe { *(p as *mut u8).add(i * PAGE as usize) = 1 };
+        }
+        let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
+        let (a, b) = (p as u64, p as u64 + len as u64);
+        let scanned = page_runs(&pagemap, a, b, Backing::Anon).unwrap();
+        let read = page_runs_read(&pagemap, a, b, Backing::Anon).unwrap();
+        // SAFETY: unmapping the mapping created above.
+        unsafe { libc::munmap(p, len) };
+        assert_eq!(scanned, read);
+        assert_eq!(scanned.len(), 32);
     }
 }

@@ -57,7 +57,7 @@ pub struct Capture<'a> {
     pub pages: &'a mut PagesWriter,
     /// Which populated pages to save (all when None): pre-copy saves at the
     /// stop only the pages written since they were last sent.
-    pub filter: Option<&'a dyn Fn(u64) -> bool>,
+    pub filter: Option<&'a dyn memory::PageFilter>,
     scratch: Option<u64>,
 }
 
