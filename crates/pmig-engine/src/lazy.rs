@@ -148,13 +148,19 @@ impl LazyMemory {
     /// `owed`: page ranges the source still has; `registered`: the ranges
     /// the restore registered with the userfaultfd.
     pub fn new(uffd: OwnedFd, owed: &[(u64, u64)], registered: Vec<(u64, u64)>) -> LazyMemory {
+        // Built in bulk: this runs after the restored process has resumed
+        // and before its first fault can be served (inserting 262144 pages
+        // of a 1 GiB process one by one into both maps took 30-40 ms).
+        let mut pages: Vec<u64> = owed
+            .iter()
+            .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
+            .collect();
+        pages.sort_unstable();
+        pages.dedup();
         let mut st = State::default();
-        for &(a, l) in owed {
-            for p in (a..a + l).step_by(PAGE as usize) {
-                st.owed.insert(p, p);
-                st.at.insert(p, p);
-            }
-        }
+        st.owed.reserve(pages.len());
+        st.owed.extend(pages.iter().map(|&p| (p, p)));
+        st.at = pages.into_iter().map(|p| (p, p)).collect();
         LazyMemory {
             uffd,
             registered,
@@ -459,6 +465,23 @@ mod tests {
         assert_eq!(st.owed.get(&0x13000), Some(&0x81000));
         assert_eq!(st.at.get(&0x81000), Some(&0x13000));
         assert_eq!(st.remapped, vec![(0x80000, 2 * PAGE)]);
+    }
+
+    #[test]
+    fn new_owes_each_page_of_the_ranges_once() {
+        // Out of order and overlapping.
+        let owed = [
+            (0x20000, 2 * PAGE),
+            (0x10000, 3 * PAGE),
+            (0x11000, 2 * PAGE),
+        ];
+        let lm = LazyMemory::new(any_fd(), &owed, Vec::new());
+        let want = vec![0x10000, 0x11000, 0x12000, 0x20000, 0x21000];
+        assert_eq!(lm.owed_list(), want);
+        assert_eq!(lm.owed_pages(), 5);
+        let st = lm.state.lock().unwrap();
+        assert_eq!(st.at.keys().copied().collect::<Vec<_>>(), want);
+        assert!(want.iter().all(|p| st.owed.get(p) == Some(p)));
     }
 
     #[test]
