@@ -60,6 +60,7 @@ check_twice rma          --mib 2 --dirty-rate 20000 --iterations 2000
 check_twice reference    --iterations 300
 check_twice reference    --kib 300 --iterations 50 --seed 7
 check_twice dirtier      --mib 4 --dirty-rate 20000 --iterations 2000
+check_twice dirtier      --mib 8 --hot-mib 1 --dirty-rate 0 --iterations 20000
 check_twice stream       --mib 8 --iterations 10
 check_twice stream       --mib 1 --iterations 0
 check_twice dgemm        --mib 4 --iterations 15
@@ -75,6 +76,7 @@ check_inject getpid       --iterations 1000
 check_inject rma          --mib 2 --iterations 10000
 check_inject reference    --iterations 10
 check_inject dirtier      --mib 2 --dirty-rate 0 --iterations 1000
+check_inject dirtier      --mib 8 --hot-mib 1 --dirty-rate 0 --iterations 1000
 check_inject stream       --mib 4 --iterations 3
 check_inject dgemm        --mib 4 --iterations 40
 check_inject dgemm_sparse --mib 16 --work-mib 2 --iterations 10

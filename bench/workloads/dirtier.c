@@ -9,6 +9,8 @@
  * 1000 pages/s = one page per ms, 50000 pages/s = 50 pages per ms); time
  * spent in these intended sleeps is not counted as a pause, oversleeping
  * is.  After a stop the schedule restarts rather than bursting to catch up.
+ * With --hot-mib H only the first H MiB are rewritten (a 1 GiB process that
+ * keeps rewriting 16 MiB: --mib 1024 --hot-mib 16).
  * Verification: the same position-aware memory sum as rma.c.
  */
 #include "common.h"
@@ -17,6 +19,7 @@
 
 struct opts {
     double dirty_rate;
+    double hot_mib;
 };
 
 static int extra(void *ctx, const char *opt, const char *val)
@@ -26,15 +29,20 @@ static int extra(void *ctx, const char *opt, const char *val)
         o->dirty_rate = wl_parse_double(NULL, opt, val);
         return 1;
     }
+    if (!strcmp(opt, "--hot-mib")) {
+        o->hot_mib = wl_parse_double(NULL, opt, val);
+        return 1;
+    }
     return -1;
 }
 
 int main(int argc, char **argv)
 {
     wl_t w;
-    struct opts o = { 1000.0 };
+    struct opts o = { 1000.0, 0.0 };
     wl_parse(&w, "dirtier", argc, argv, extra, &o,
              "  --dirty-rate P   pages dirtied per second (default 1000; 0 = unlimited)\n"
+             "  --hot-mib H      rewrite only the first H MiB (default 0: all of it)\n"
              "  (default --mib 64)\n");
     size_t bytes = w.bytes ? w.bytes : 64u << 20;
     size_t npages = bytes / PAGE;
@@ -42,6 +50,15 @@ int main(int argc, char **argv)
         npages = 1;
     bytes = npages * PAGE;
     size_t nwords = bytes / 8;
+    /* Pages the writes go to: the first `hot` pages. */
+    size_t hot = npages;
+    if (o.hot_mib > 0) {
+        double h = o.hot_mib * (1u << 20) / PAGE;
+        if (h < 1)
+            h = 1;
+        if (h < (double)npages)
+            hot = (size_t)h;
+    }
 
     uint64_t *m = wl_alloc(&w, bytes);
     uint64_t sum = wl_fill_random(m, nwords, w.seed, 11);
@@ -60,7 +77,7 @@ int main(int argc, char **argv)
             n = left;
         for (uint64_t k = 0; k < n; k++) {
             uint64_t r = wl_rng_next(&rng);
-            uint64_t page = (uint64_t)(((unsigned __int128)r * npages) >> 64);
+            uint64_t page = (uint64_t)(((unsigned __int128)r * hot) >> 64);
             uint64_t i = page * (PAGE / 8) + (r & (PAGE / 8 - 1));
             uint64_t v = wl_rng_next(&rng);
             sum += wl_cell(i, v) - wl_cell(i, m[i]);
