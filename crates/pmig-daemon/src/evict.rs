@@ -234,13 +234,27 @@ pub(crate) fn evict(node: &Node, reason: &str) -> EvictReport {
     r
 }
 
+/// How long an eviction waits for this daemon to find the host selector.
+const SELECTOR_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 fn request_idle(
     node: &Node,
     count: u32,
 ) -> Result<(Client, Vec<pmig_services::Peer>), pmig_services::selector::SelectorError> {
-    let sel = node.selector.current().ok_or_else(|| {
-        pmig_services::selector::SelectorError::NoSelector("none known yet".into())
-    })?;
+    // Right after this daemon starts, its reporting thread may not have
+    // found the selector yet: wait for it a little (bounded).
+    let t0 = std::time::Instant::now();
+    let sel = loop {
+        if let Some(s) = node.selector.current() {
+            break s;
+        }
+        if t0.elapsed() >= SELECTOR_WAIT {
+            return Err(pmig_services::selector::SelectorError::NoSelector(format!(
+                "none found within {SELECTOR_WAIT:?}"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let label = format!("eviction from {}", node.cfg.node);
     let mut c = Client::direct(&sel.addr, &node.key, &node.cfg.node, &label)?;
     let hosts = c.request_excluding(Class::Long, count, std::slice::from_ref(&node.cfg.node))?;

@@ -176,19 +176,19 @@ fn version_mismatch_is_refused() {
     assert!(matches!(ce, ProtoError::VersionMismatch { .. }));
     assert!(
         ce.to_string()
-            .starts_with("peer n2 speaks protocol version 3, this node speaks 1"),
+            .starts_with("peer n2 speaks protocol version 3, this node speaks 2"),
         "{ce}"
     );
     assert!(se
         .to_string()
-        .starts_with("peer n1 speaks protocol version 1, this node speaks 3"));
+        .starts_with("peer n1 speaks protocol version 2, this node speaks 3"));
 
     // Overlapping ranges negotiate the lower version.
     let mut newer = Config::new("n2");
     newer.proto_version = 3;
     let (c, s) = pair(key(1), key(1), Config::new("n1"), newer);
-    assert_eq!(c.unwrap().peer().version, 1);
-    assert_eq!(s.unwrap().peer().version, 1);
+    assert_eq!(c.unwrap().peer().version, 2);
+    assert_eq!(s.unwrap().peer().version, 2);
 }
 
 #[test]

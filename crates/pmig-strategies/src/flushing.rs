@@ -241,7 +241,7 @@ pub(crate) fn serve_store(
     ufd: i32,
     store: &Path,
     pause: Option<std::time::Duration>,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<pmig_engine::lazy::LazyStats, String> {
     // Until the fill is over (and the process's userfaultfd closed from
     // inside it), this node must not start moving the process on.
     let _arriving = Arriving::new(host, pid);
@@ -326,7 +326,7 @@ pub(crate) fn serve_store(
         store.display(),
         (mono_ns() - t0) as f64 / 1e6
     );
-    Ok(())
+    Ok(st)
 }
 
 /// The pages of a page store image: runs (address, length, offset in

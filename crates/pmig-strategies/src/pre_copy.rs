@@ -34,15 +34,19 @@
 //! Destination: a [`PageStore`] in the staging directory takes the pages of
 //! every round (newest copy wins); the final image goes to a subdirectory, is
 //! verified and absorbed, and the store composes a complete image in the
-//! staging directory, which is restored exactly as stop-copy restores.
+//! staging directory. That image becomes a local page store: a small image
+//! is restored lazily and the rest is filled from the store, faults first
+//! ([`restore_lazily_from_local`]); `PagesDone` then lets the source commit.
 //!
 //! `queued-pre-copy` ([`crate::queued_pre_copy`]) runs the same code with
 //! another [`Policy`]. See docs/protocol.md, "pre-copy".
 
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
+use crate::flushing::{compose_small, kept_pages, Keep};
 use crate::holder::{CaptureMode, Holder};
-use crate::stop_copy::{receive_image_after, restore_and_reply, send_image};
+use crate::post_copy::{fail_lost, read_image, start_lazy, Lazy, Resumable};
+use crate::stop_copy::{await_commit, receive_image_after, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::dirty::DirtyTracker;
 use pmig_engine::image::ProcessImage;
@@ -238,9 +242,47 @@ impl Iterative {
 
     pub(crate) fn post(&mut self, m: &mut Source) -> Result<()> {
         self.untrack();
-        m.commit()?;
-        m.residual.until = "handover (nothing remains on the source)".into();
-        Ok(())
+        // The destination fills the process's memory from its own copy of
+        // the pages (restore_lazily_from_local) and then says so.
+        match m.recv("PagesDone") {
+            Ok(Msg::PagesDone {
+                id, remote_faults, ..
+            }) if id == m.id => {
+                m.remote_faults = remote_faults;
+                m.residual.until = "handover (nothing remains on the source)".into();
+            }
+            Ok(other) => {
+                return Err(self.lost(m, format!("expected PagesDone, got {}", other.kind())))
+            }
+            Err(e @ StrategyError::Refused { .. }) => {
+                return Err(self.lost(m, e.to_string()));
+            }
+            Err(e) => {
+                // The process runs there on pages of its own node; a
+                // restarted daemon finishes the fill.
+                tracing::warn!(
+                    "no report of the fill from {} ({e}); the process runs there",
+                    m.peer
+                );
+                m.residual.until = format!(
+                    "handover; the destination did not report the end of its local fill ({e})"
+                );
+            }
+        }
+        m.commit()
+    }
+
+    /// The process ran on the destination and could not be completed there:
+    /// the frozen original is killed (it must not run a second time).
+    fn lost(&mut self, m: &mut Source, why: String) -> StrategyError {
+        if let Some(h) = m.holder.take() {
+            let _ = h.kill();
+        }
+        m.committed = true;
+        StrategyError::Other(format!(
+            "the process ran on {} and was lost there: {why}",
+            m.peer
+        ))
     }
 
     pub(crate) fn destination(&mut self, d: &mut Destination) -> Result<i32> {
@@ -264,8 +306,101 @@ impl Iterative {
         );
         // The final image's pages now live in the store's pages file.
         let _ = std::fs::remove_dir_all(&dir);
-        restore_and_reply(d, t_done)
+        restore_lazily_from_local(d)
     }
+}
+
+/// Destination: the complete image composed in the staging directory
+/// becomes a local page store (`<staging root>/pmig-<node>-store-<id>`, out
+/// of reach of the stale-staging cleanup, so that a restarted daemon can take
+/// over). A small image (the state, every page outside writable private
+/// anonymous memory, the pages the restore touches) is restored lazily, and
+/// the rest is filled from the store in the background, faults first, as
+/// `flushing` does from its page store. The stop no longer waits for the
+/// whole memory to be copied into the process. `PagesDone` tells the source
+/// when nothing is owed any more.
+fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
+    let store = d
+        .host
+        .staging_root()
+        .join(format!("pmig-{}-store-{}", d.host.node(), d.offer.id));
+    let refuse = |d: &mut Destination, what: String| {
+        let text = format!("{}: {what}", d.host.node());
+        let _ = d.ch.send(&Msg::Error {
+            code: code::BAD_IMAGE,
+            text: text.chars().take(4000).collect(),
+        });
+        StrategyError::Other(text)
+    };
+    let _ = std::fs::remove_dir_all(&store);
+    if let Err(e) =
+        std::fs::rename(&d.staging, &store).and_then(|_| std::fs::create_dir(&d.staging))
+    {
+        return Err(refuse(
+            d,
+            format!("cannot set the composed image aside: {e}"),
+        ));
+    }
+    let pages = crate::flushing::StorePages::open(&store).and_then(|pages| {
+        let set = kept_pages(&read_image(&store)?, Keep::Handover);
+        let staging = d.staging.clone();
+        compose_small(&store, &staging, &|p| !set.contains(&p))?;
+        Ok(pages)
+    });
+    let pages = match pages {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&store);
+            return Err(refuse(
+                d,
+                format!("cannot compose the image to restore: {e}"),
+            ));
+        }
+    };
+    let lazy = start_lazy(
+        d,
+        true,
+        Some(Resumable {
+            prefetch: false,
+            until_exit: false,
+            store: Some(store.clone()),
+        }),
+    );
+    let Lazy {
+        pid,
+        ufd,
+        lm,
+        record,
+    } = match lazy {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&store);
+            return Err(e);
+        }
+    };
+    let r = crate::flushing::serve_store(d.host, &pages, lm, pid, ufd, &store, None);
+    if let Some(r) = &record {
+        r.remove();
+    }
+    let st = match r {
+        Ok(st) => st,
+        Err(e) => {
+            return Err(fail_lost(
+                d,
+                pid,
+                format!("{}: {e}; the process is lost", d.host.node()),
+            ))
+        }
+    };
+    d.ch.send(&Msg::PagesDone {
+        id: d.offer.id,
+        installed: st.installed_pages,
+        remote_faults: st.remote_faults,
+        prefetched: 0,
+        prefetch_hits: 0,
+    })?;
+    await_commit(d, pid)?;
+    Ok(pid)
 }
 
 fn lost_tracker() -> StrategyError {

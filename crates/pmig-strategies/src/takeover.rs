@@ -158,6 +158,10 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     let pid = rec.pid;
     if start_time(pid) != Some(rec.start_time) {
         act.remove();
+        if let Some(store) = &rec.store {
+            // Nobody reads these pages any more.
+            let _ = std::fs::remove_dir_all(store);
+        }
         return Err(StrategyError::Other(format!(
             "process {pid} of migration {} from {} is gone; nothing to take over",
             rec.id, rec.source_node
