@@ -1420,7 +1420,7 @@ fn link_cut_after_bytes(strategy: &str, tag: &str, bytes: u64) {
     let (e, cut_at) = std::thread::scope(|sc| {
         let m = sc.spawn(|| {
             let mut cmd = env.migrate_cmd("n1", pid, "n2", strategy, 5);
-            if store_strategy(strategy) {
+            if page_store_strategy(strategy) {
                 cmd.arg("--page-store").arg(&store);
             }
             migrate_result(cmd.output().unwrap())
@@ -1439,7 +1439,7 @@ fn link_cut_after_bytes(strategy: &str, tag: &str, bytes: u64) {
         cut_at - t0
     );
     assert!(e.contains("failed"), "{strategy}: {e}");
-    if store_strategy(strategy) {
+    if page_store_strategy(strategy) {
         let left: Vec<_> = std::fs::read_dir(&store)
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
@@ -1630,7 +1630,14 @@ impl DirtierPair {
 /// succeeds and the dirtier's result matches an unmigrated run.
 fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut env = Env::up_link(tag, pmig_cluster::Link::Mbit100);
+    // Pre-copy's rounds would not converge on 100 Mbit against this dirty
+    // rate; its fill is held by the hook, so the link speed does not matter.
+    let link = if strategy == "pre-copy" {
+        pmig_cluster::Link::Unlimited
+    } else {
+        pmig_cluster::Link::Mbit100
+    };
+    let mut env = Env::up_link(tag, link);
     // Flushing and freeze-free read the page store, not the link: their fill
     // is held back (test hook) so that pages are surely owed at the crash.
     let store = store_strategy(strategy);
@@ -1740,9 +1747,29 @@ fn destination_daemon_crash_during_freeze_free_is_taken_over() {
     destination_daemon_crash_is_taken_over("freeze-free", "tz");
 }
 
-/// Whether `strategy` serves its pages from the page store.
-fn store_strategy(strategy: &str) -> bool {
+/// Pre-copy's destination fills the process from its own copy of the pages
+/// after the handover: its daemon is killed during that fill.
+#[test]
+fn destination_daemon_crash_during_pre_copy_fill_is_taken_over() {
+    if !root() {
+        return;
+    }
+    destination_daemon_crash_is_taken_over("pre-copy", "tq");
+}
+
+/// Whether `strategy` uses the page store (`--page-store`).
+fn page_store_strategy(strategy: &str) -> bool {
     matches!(strategy, "flushing" | "freeze-free")
+}
+
+/// Whether `strategy`'s destination fills the process from a store of
+/// pages (the page store, or for pre-copy its own copy) rather than from
+/// the source daemon.
+fn store_strategy(strategy: &str) -> bool {
+    matches!(
+        strategy,
+        "flushing" | "freeze-free" | "pre-copy" | "queued-pre-copy"
+    )
 }
 
 /// n2's fill from the page store starts `ms` after the restore (test hook).

@@ -187,9 +187,10 @@ pub struct Hooks {
     pub fail_restore: bool,
     /// The destination never answers after the image (to test the timeout).
     pub hang_before_restore: bool,
-    /// `flushing`/`freeze-free`: the destination's background fill from the
-    /// page store starts this many ms after the restore (faults are served
-    /// meanwhile), logging one line, so that pages are surely owed.
+    /// `flushing`/`freeze-free` (page store) and `pre-copy`/`queued-pre-copy`
+    /// (the destination's own copy): the destination's background fill starts
+    /// this many ms after the restore (faults are served meanwhile), logging
+    /// one line, so that pages are surely owed.
     pub stall_fill_ms: Option<u64>,
 }
 

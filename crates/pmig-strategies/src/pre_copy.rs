@@ -378,7 +378,14 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
             return Err(e);
         }
     };
-    let r = crate::flushing::serve_store(d.host, &pages, lm, pid, ufd, &store, None);
+    let pause = d.hooks.stall_fill_ms.map(|ms| {
+        tracing::warn!(
+            "test hook: the fill from the local copy of migration {} waits {ms} ms",
+            d.offer.id
+        );
+        std::time::Duration::from_millis(ms)
+    });
+    let r = crate::flushing::serve_store(d.host, &pages, lm, pid, ufd, &store, pause);
     if let Some(r) = &record {
         r.remove();
     }
