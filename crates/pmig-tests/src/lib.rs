@@ -216,6 +216,20 @@ impl Collected {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0 .0.lock().unwrap().0).into_owned()
     }
+    /// What has arrived once it contains `needle` (or the pipe closed, or
+    /// `timeout` passed).
+    pub fn text_containing(&self, needle: &str, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        let mut g = self.0 .0.lock().unwrap();
+        while !g.1 && !String::from_utf8_lossy(&g.0).contains(needle) {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            g = self.0 .1.wait_timeout(g, end - now).unwrap().0;
+        }
+        String::from_utf8_lossy(&g.0).into_owned()
+    }
     /// Everything, once the pipe is closed (or what arrived within `timeout`).
     pub fn text_at_eof(&self, timeout: Duration) -> String {
         let end = Instant::now() + timeout;
@@ -239,7 +253,10 @@ fn collect<R: Read + Send + 'static>(mut r: R) -> Collected {
         loop {
             match r.read(&mut tmp) {
                 Ok(0) => break,
-                Ok(n) => c2.0 .0.lock().unwrap().0.extend_from_slice(&tmp[..n]),
+                Ok(n) => {
+                    c2.0 .0.lock().unwrap().0.extend_from_slice(&tmp[..n]);
+                    c2.0 .1.notify_all();
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
@@ -304,6 +321,12 @@ impl Proc {
     /// Stderr so far.
     pub fn stderr(&self) -> String {
         self.err.text()
+    }
+
+    /// Stderr once it contains `needle` (bounded wait: 10 s), for lines the
+    /// program writes after it has answered on stdout.
+    pub fn stderr_containing(&self, needle: &str) -> String {
+        self.err.text_containing(needle, Duration::from_secs(10))
     }
 
     /// All of stderr, for use after the process exited (bounded wait for EOF).
