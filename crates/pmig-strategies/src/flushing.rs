@@ -177,40 +177,65 @@ impl Strategy for Flushing {
                 return Err(StrategyError::Other(text));
             }
         };
-        let Lazy {
-            pid,
-            ufd,
-            lm,
-            record,
-        } = start_lazy(
-            d,
-            false,
-            Some(Resumable {
-                prefetch: false,
-                until_exit: false,
-                store: Some(store.clone()),
-            }),
-        )?;
-        let pause = d.hooks.stall_fill_ms.map(|ms| {
-            tracing::warn!(
-                "test hook: the fill from the page store of migration {} waits {ms} ms",
-                d.offer.id
-            );
-            std::time::Duration::from_millis(ms)
-        });
-        let r = serve_store(d.host, &pages, lm, pid, ufd, &store, pause);
-        if let Some(r) = &record {
-            r.remove();
-        }
-        if let Err(e) = r {
-            return Err(fail_lost(
-                d,
-                pid,
-                format!("{}: {e}; the process is lost", d.host.node()),
-            ));
-        }
+        let (pid, _) = restore_and_fill(d, false, &store, &pages)?;
         await_commit(d, pid)?;
         Ok(pid)
+    }
+}
+
+/// Destination: restores the image in the staging directory lazily (with
+/// `composed`, it is there already; else it is received) and fills the
+/// process from the store `store` (opened as `pages`) with [`serve_store`],
+/// under a takeover record that names the store. The `stall-fill-ms` test
+/// hook delays the fill. A failed restore removes the store; a failed fill
+/// kills the process and reports it lost. Returns the pid and the fill's
+/// figures. Used by `flushing`/`freeze-free` and by pre-copy's local fill.
+pub(crate) fn restore_and_fill(
+    d: &mut Destination,
+    composed: bool,
+    store: &Path,
+    pages: &StorePages,
+) -> Result<(i32, pmig_engine::lazy::LazyStats)> {
+    let lazy = start_lazy(
+        d,
+        composed,
+        Some(Resumable {
+            prefetch: false,
+            until_exit: false,
+            store: Some(store.to_path_buf()),
+        }),
+    );
+    let Lazy {
+        pid,
+        ufd,
+        lm,
+        record,
+    } = match lazy {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(store);
+            return Err(e);
+        }
+    };
+    let pause = d.hooks.stall_fill_ms.map(|ms| {
+        tracing::warn!(
+            "test hook: the fill of migration {} from {} waits {ms} ms",
+            d.offer.id,
+            store.display()
+        );
+        std::time::Duration::from_millis(ms)
+    });
+    let r = serve_store(d.host, pages, lm, pid, ufd, store, pause);
+    if let Some(r) = &record {
+        r.remove();
+    }
+    match r {
+        Ok(st) => Ok((pid, st)),
+        Err(e) => Err(fail_lost(
+            d,
+            pid,
+            format!("{}: {e}; the process is lost", d.host.node()),
+        )),
     }
 }
 

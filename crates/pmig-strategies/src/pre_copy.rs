@@ -43,9 +43,9 @@
 
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::{compose_small, kept_pages, Keep};
+use crate::flushing::{compose_small, kept_pages, restore_and_fill, Keep};
 use crate::holder::{CaptureMode, Holder};
-use crate::post_copy::{fail_lost, read_image, start_lazy, Lazy, Resumable};
+use crate::post_copy::read_image;
 use crate::stop_copy::{await_commit, receive_image_after, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::dirty::DirtyTracker;
@@ -336,6 +336,7 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
     if let Err(e) =
         std::fs::rename(&d.staging, &store).and_then(|_| std::fs::create_dir(&d.staging))
     {
+        let _ = std::fs::remove_dir_all(&store);
         return Err(refuse(
             d,
             format!("cannot set the composed image aside: {e}"),
@@ -357,48 +358,7 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
             ));
         }
     };
-    let lazy = start_lazy(
-        d,
-        true,
-        Some(Resumable {
-            prefetch: false,
-            until_exit: false,
-            store: Some(store.clone()),
-        }),
-    );
-    let Lazy {
-        pid,
-        ufd,
-        lm,
-        record,
-    } = match lazy {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&store);
-            return Err(e);
-        }
-    };
-    let pause = d.hooks.stall_fill_ms.map(|ms| {
-        tracing::warn!(
-            "test hook: the fill from the local copy of migration {} waits {ms} ms",
-            d.offer.id
-        );
-        std::time::Duration::from_millis(ms)
-    });
-    let r = crate::flushing::serve_store(d.host, &pages, lm, pid, ufd, &store, pause);
-    if let Some(r) = &record {
-        r.remove();
-    }
-    let st = match r {
-        Ok(st) => st,
-        Err(e) => {
-            return Err(fail_lost(
-                d,
-                pid,
-                format!("{}: {e}; the process is lost", d.host.node()),
-            ))
-        }
-    };
+    let (pid, st) = restore_and_fill(d, true, &store, &pages)?;
     d.ch.send(&Msg::PagesDone {
         id: d.offer.id,
         installed: st.installed_pages,
