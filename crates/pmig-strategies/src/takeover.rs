@@ -18,9 +18,11 @@
 //! resume (up to [`RESUME_GRACE`]), pushes every page it owed again; pages
 //! already here are skipped.
 //!
-//! `flushing` and `freeze-free` need no source: their record names the page
-//! store, and the restarted daemon serves faults and fills the owed pages
-//! from it, as the dead one did ([`crate::flushing::serve_store`]).
+//! `flushing` and `freeze-free`, and pre-copy during its local fill, need no
+//! source: their record names the store of pages (the shared page store, or
+//! the destination's own copy), and the restarted daemon serves faults and
+//! fills the owed pages from it, as the dead one did
+//! ([`crate::flushing::serve_store`]).
 
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
@@ -54,8 +56,9 @@ pub struct Record {
     pub owed: Vec<(u64, u64)>,
     /// Ranges registered with the userfaultfd at the restore.
     pub registered: Vec<(u64, u64)>,
-    /// `flushing` and `freeze-free`: the page store directory the owed pages
-    /// are read from. The source is gone then (`source_addr` is empty): a
+    /// `flushing`/`freeze-free` (the page store) and pre-copy (the
+    /// destination's own copy): the directory the owed pages are read from.
+    /// Nothing is needed from the source then (`source_addr` is empty): a
     /// takeover serves the process from the store alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<PathBuf>,
