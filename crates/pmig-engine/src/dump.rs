@@ -4,8 +4,15 @@ use crate::error::{EngineError, Result};
 use crate::image::{precheck_all, ProcessImage};
 use crate::ptrace::Frozen;
 use crate::resources::{
-    files::Files, identity::Identity, memory::Memory, process::Process, session::Session,
-    signals::Signals, threads::Threads, timers::Timers, Capture, Resource,
+    files::Files,
+    identity::Identity,
+    memory::{Layout, Memory},
+    process::Process,
+    session::Session,
+    signals::Signals,
+    threads::Threads,
+    timers::Timers,
+    Capture, Resource,
 };
 use libc::pid_t;
 use pmig_image::{Image, ImageWriter, Manifest};
@@ -42,8 +49,20 @@ pub fn capture_filtered(
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
 ) -> Result<ProcessImage> {
+    capture_with(frozen, w, filter, None).map(|(img, _)| img)
+}
+
+/// [`capture_filtered`] with the mappings read before the freeze (see
+/// [`Layout`]); also says whether that layout still held at the stop.
+pub fn capture_with(
+    frozen: &mut Frozen,
+    w: &mut ImageWriter,
+    filter: Option<&dyn crate::resources::memory::PageFilter>,
+    layout: Option<Layout>,
+) -> Result<(ProcessImage, bool)> {
     let mut cx = Capture::new(frozen, w.pages());
     cx.filter = filter;
+    cx.layout = layout;
     let t = Instant::now();
     let lap = |what: &str| {
         tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
@@ -65,16 +84,20 @@ pub fn capture_filtered(
     lap("threads");
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
-    Ok(ProcessImage {
-        process,
-        identity,
-        files,
-        signals,
-        timers,
-        threads,
-        memory,
-        session: Some(session),
-    })
+    let reused = cx.layout_reused;
+    Ok((
+        ProcessImage {
+            process,
+            identity,
+            files,
+            signals,
+            timers,
+            threads,
+            memory,
+            session: Some(session),
+        },
+        reused,
+    ))
 }
 
 /// Write the parts of a captured image and its manifest (the image is

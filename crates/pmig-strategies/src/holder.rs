@@ -23,10 +23,10 @@
 use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
-use pmig_engine::dump::{capture, capture_filtered, finish_image};
+use pmig_engine::dump::{capture_with, finish_image};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
-use pmig_engine::resources::memory::RangeFilter;
+use pmig_engine::resources::memory::{Layout, RangeFilter};
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -117,9 +117,20 @@ impl CaptureMode {
     }
 }
 
-fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Frozen, Captured)> {
+/// Freezes `pid` and captures it into `dir`. Also returns the layout read
+/// before the freeze if the capture used it (see [`Layout`]).
+fn freeze_and_capture(
+    pid: i32,
+    dir: &Path,
+    mode: &CaptureMode,
+) -> Result<(Frozen, Captured, Option<Layout>)> {
     join_mount_ns(pid)?;
     precheck_all(pid)?;
+    // Read while the process runs, so that the stop need not walk its page
+    // tables for the mappings' flags.
+    let layout = Layout::read(pid)?;
+    let sent = layout.clone();
+    mark("hold: layout read");
     let frozen_ns = mono_ns();
     mark("hold: freeze");
     let mut frozen = Frozen::freeze(pid)?;
@@ -128,12 +139,12 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
     precheck_all(pid)?;
     mark("hold: prechecked again");
     let mut w = ImageWriter::create(dir)?;
-    let img = match mode {
-        CaptureMode::Full => capture(&mut frozen, &mut w)?,
+    let (img, reused) = match mode {
+        CaptureMode::Full => capture_with(&mut frozen, &mut w, None, Some(layout))?,
         CaptureMode::Handover => {
             let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(&frozen)?);
             mark("hold: handover pages");
-            capture_filtered(&mut frozen, &mut w, Some(&keep))?
+            capture_with(&mut frozen, &mut w, Some(&keep), Some(layout))?
         }
         CaptureMode::WrittenSince(list) => {
             let text = std::fs::read_to_string(list)
@@ -161,7 +172,7 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
                 }
             }
             let keep = RangeFilter::outside_or(tracked, written);
-            capture_filtered(&mut frozen, &mut w, Some(&keep))?
+            capture_with(&mut frozen, &mut w, Some(&keep), Some(layout))?
         }
     };
     mark("hold: captured");
@@ -173,7 +184,21 @@ fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<(Froze
         page_bytes: img.memory.image_bytes(),
         threads: img.threads.threads.len(),
     };
-    Ok((frozen, c))
+    Ok((frozen, c, reused.then_some(sent)))
+}
+
+/// After the handover, while the original is still frozen: names the mappings
+/// whose advice changed between reading `layout` and the freeze, which the
+/// image therefore carries as they were before.
+fn check_layout(pid: i32, layout: &Layout) {
+    match layout.changed_flags(pid) {
+        Ok(v) if v.is_empty() => {}
+        Ok(v) => tracing::warn!(
+            "process {pid}: the advice of mapping(s) {} changed just before the stop; the migrated process has them as they were before",
+            v.join(", ")
+        ),
+        Err(e) => tracing::debug!("process {pid}: mappings not checked after the handover: {e}"),
+    }
 }
 
 /// Kills the frozen process and waits (bounded) until every thread is gone, so that
@@ -213,7 +238,7 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode) -> i32 {
     // SAFETY: ignoring SIGPIPE: a dead daemon must not kill us while we hold a
     // frozen process (we resume it instead).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let (frozen, c) = match freeze_and_capture(pid, dir, mode) {
+    let (frozen, c, layout) = match freeze_and_capture(pid, dir, mode) {
         Ok(x) => x,
         Err(e) => {
             say(&HolderMsg::Error(e.to_string()));
@@ -234,6 +259,11 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode) -> i32 {
         };
         if cmd != "handover" {
             break;
+        }
+        if !handed_over {
+            if let Some(l) = &layout {
+                check_layout(pid, l);
+            }
         }
         handed_over = true;
     }

@@ -58,6 +58,10 @@ pub struct Capture<'a> {
     /// Which populated pages to save (all when None): pre-copy saves at the
     /// stop only the pages written since they were last sent.
     pub filter: Option<&'a dyn memory::PageFilter>,
+    /// The mappings as read before the freeze, if any (see [`memory::Layout`]).
+    pub layout: Option<memory::Layout>,
+    /// Set by the memory capture: whether `layout` still held at the stop.
+    pub layout_reused: bool,
     scratch: Option<u64>,
 }
 
@@ -70,6 +74,8 @@ impl<'a> Capture<'a> {
             frozen,
             pages,
             filter: None,
+            layout: None,
+            layout_reused: false,
             scratch: None,
         }
     }
