@@ -502,6 +502,9 @@ pub struct Destination<'a> {
     pub hooks: Hooks,
     /// Bytes received so far (for the test hook).
     pub received: u64,
+    /// A `pmig restore` started before the image arrived (see
+    /// [`stop_copy::Prespawned`]).
+    pub(crate) restorer: Option<stop_copy::Prespawned<'a>>,
 }
 
 impl Destination<'_> {
@@ -877,8 +880,10 @@ pub fn serve_offer(
         peer,
         staging: staging.clone(),
         received: 0,
+        restorer: None,
     };
     let r = s.destination(&mut d);
+    drop(d.restorer.take());
     let _ = std::fs::remove_dir_all(&staging);
     r.map(Some)
 }

@@ -27,7 +27,7 @@ use crate::clock::{mark, mono_ns};
 use crate::demand_paging::Stash;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
-use crate::stop_copy::{receive_image, restore_from, send_image};
+use crate::stop_copy::{prespawn_restore, receive_image, restore_from, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::lazy::{close_in_process, LazyMemory};
@@ -435,11 +435,12 @@ pub(crate) fn start_lazy(
     composed: bool,
     resumable: Option<Resumable>,
 ) -> Result<Lazy> {
+    let staging = d.staging.clone();
     if !composed {
+        prespawn_restore(d, &staging, true);
         receive_image(d)?;
         mark("dst: image received");
     }
-    let staging = d.staging.clone();
     let pi = read_image(&staging)?;
     mark("dst: image read");
     let started = match restore_from(d, &staging, true) {

@@ -485,6 +485,58 @@ fn bad_image(what: &str, corrupt: impl FnOnce(&Path), keywords: &[&str]) {
     );
 }
 
+/// `pmig restore --wait-go` (what a destination daemon starts before the
+/// image arrives) does nothing until `go`: at end of input it exits with
+/// status 3, creates no process and writes no pidfile; the same image then
+/// restores normally.
+#[test]
+fn restore_waiting_for_go_does_nothing_without_it() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("waitgo");
+    let mut guard = Guard::new();
+    assert!(
+        pids_with_comm(BADIMG_COMM).is_empty(),
+        "a {BADIMG_COMM} process is already running"
+    );
+    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
+    orig.expect_ready();
+    let img = d.path("img");
+    dump_ok(orig.pid(), &img, false);
+    orig.wait(EXIT_TIMEOUT);
+
+    let pidfile = d.path("pid");
+    let (img_s, pid_s) = (img.to_str().unwrap(), pidfile.to_str().unwrap());
+    // pmig() gives it /dev/null as stdin: end of input at once.
+    let o = pmig(
+        &[
+            "restore",
+            "--wait-go",
+            "--detach",
+            "--json",
+            "--dir",
+            img_s,
+            "--pidfile",
+            pid_s,
+        ],
+        PMIG_TIMEOUT,
+    );
+    let leftovers = pids_with_comm(BADIMG_COMM);
+    for &p in &leftovers {
+        guard.track_pid(p);
+    }
+    assert_eq!(o.status.code(), Some(3), "stderr:\n{}", o.stderr);
+    assert!(o.stderr.contains("not started"), "stderr: {}", o.stderr);
+    assert!(o.stdout.is_empty(), "stdout: {}", o.stdout);
+    assert!(leftovers.is_empty(), "processes exist: {leftovers:?}");
+    assert!(!pidfile.exists(), "a pidfile was written");
+
+    // The image is untouched: it restores and passes its own check.
+    let mut r = spawn_restore("after --wait-go", &img, &pidfile, d.tmp.path());
+    r.check("basic", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.quit_ok();
+}
+
 fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     let mut data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     f(&mut data);

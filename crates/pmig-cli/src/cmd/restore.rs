@@ -35,9 +35,36 @@ pub struct Args {
     /// --json) through which a page server must provide them. Needs --detach.
     #[arg(long, requires = "detach")]
     lazy: bool,
+    /// Start, then wait for a line `go` on stdin before reading the image (a
+    /// daemon starts the restore while the image is still on its way). End of
+    /// input without `go` exits with status 3, having done nothing.
+    #[arg(long)]
+    wait_go: bool,
+}
+
+/// Status of `--wait-go` when no `go` came.
+const NOT_STARTED: i32 = 3;
+
+/// `--wait-go`: true once `go` was read. Stdin is then /dev/null, so the pipe
+/// that carried `go` reaches nothing restored.
+fn wait_for_go() -> Result<bool> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("read stdin for go")?;
+    if line.trim() != "go" {
+        return Ok(false);
+    }
+    let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
+    nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0).context("make /dev/null stdin")?;
+    Ok(true)
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    if a.wait_go && !wait_for_go()? {
+        eprintln!("pmig: restore not started (no go on stdin)");
+        return Ok(NOT_STARTED);
+    }
     let opts = pmig_engine::RestoreOptions {
         stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
         pidfile: a.pidfile.clone(),
