@@ -6,7 +6,7 @@ use crate::ptrace::Frozen;
 use crate::resources::{
     files::Files,
     identity::Identity,
-    memory::{Layout, Memory},
+    memory::{Layout, Memory, PreScan},
     process::Process,
     session::Session,
     signals::Signals,
@@ -49,20 +49,30 @@ pub fn capture_filtered(
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
 ) -> Result<ProcessImage> {
-    capture_with(frozen, w, filter, None).map(|(img, _)| img)
+    capture_with(frozen, w, filter, Aids::default()).map(|(img, _)| img)
 }
 
-/// [`capture_filtered`] with the mappings read before the freeze (see
-/// [`Layout`]); also says whether that layout still held at the stop.
+/// Work done for a capture outside the stop or alongside it.
+#[derive(Default)]
+pub struct Aids {
+    /// The mappings as read before the freeze (see [`Layout`]).
+    pub layout: Option<Layout>,
+    /// A [`PreScan`] running in another thread since the freeze.
+    pub prescan: Option<std::sync::mpsc::Receiver<Result<PreScan>>>,
+}
+
+/// [`capture_filtered`] with `aids`; also says whether the layout read
+/// before the freeze still held at the stop.
 pub fn capture_with(
     frozen: &mut Frozen,
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
-    layout: Option<Layout>,
+    aids: Aids,
 ) -> Result<(ProcessImage, bool)> {
     let mut cx = Capture::new(frozen, w.pages());
     cx.filter = filter;
-    cx.layout = layout;
+    cx.layout = aids.layout;
+    cx.prescan = aids.prescan;
     let t = Instant::now();
     let lap = |what: &str| {
         tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);

@@ -23,10 +23,10 @@
 use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
-use pmig_engine::dump::{capture_with, finish_image};
+use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
-use pmig_engine::resources::memory::{Layout, RangeFilter};
+use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter};
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -136,15 +136,43 @@ fn freeze_and_capture(
     let mut frozen = Frozen::freeze(pid)?;
     mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
-    precheck_all(pid)?;
-    mark("hold: prechecked again");
+    // The checks are made again, now that nothing changes, and the pages
+    // are scanned, in another thread while the rest is captured.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::scope(|sc| {
+        sc.spawn(move || {
+            let scan = std::thread::spawn(move || PreScan::scan(pid));
+            let checked = precheck_all(pid);
+            mark("hold: prechecked again");
+            let scanned = scan.join().unwrap_or_else(|_| Ok(PreScan::default()));
+            mark("hold: pages scanned");
+            let _ = tx.send(checked.and(scanned));
+        });
+        let aids = Aids {
+            layout: Some(layout),
+            prescan: Some(rx),
+        };
+        capture_frozen(&mut frozen, frozen_ns, dir, mode, aids)
+    })
+    .map(|(c, reused)| (frozen, c, reused.then_some(sent)))
+}
+
+/// The capture of [`freeze_and_capture`] once the process is frozen.
+fn capture_frozen(
+    frozen: &mut Frozen,
+    frozen_ns: u64,
+    dir: &Path,
+    mode: &CaptureMode,
+    aids: Aids,
+) -> Result<(Captured, bool)> {
+    let pid = frozen.pid;
     let mut w = ImageWriter::create(dir)?;
     let (img, reused) = match mode {
-        CaptureMode::Full => capture_with(&mut frozen, &mut w, None, Some(layout))?,
+        CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
         CaptureMode::Handover => {
-            let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(&frozen)?);
+            let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(frozen)?);
             mark("hold: handover pages");
-            capture_with(&mut frozen, &mut w, Some(&keep), Some(layout))?
+            capture_with(frozen, &mut w, Some(&keep), aids)?
         }
         CaptureMode::WrittenSince(list) => {
             let text = std::fs::read_to_string(list)
@@ -172,7 +200,7 @@ fn freeze_and_capture(
                 }
             }
             let keep = RangeFilter::outside_or(tracked, written);
-            capture_with(&mut frozen, &mut w, Some(&keep), Some(layout))?
+            capture_with(frozen, &mut w, Some(&keep), aids)?
         }
     };
     mark("hold: captured");
@@ -184,7 +212,7 @@ fn freeze_and_capture(
         page_bytes: img.memory.image_bytes(),
         threads: img.threads.threads.len(),
     };
-    Ok((frozen, c, reused.then_some(sent)))
+    Ok((c, reused))
 }
 
 /// After the handover, while the original is still frozen: names the mappings

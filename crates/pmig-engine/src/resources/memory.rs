@@ -20,7 +20,7 @@ const PM_PRESENT: u64 = 1 << 63;
 const PM_SWAP: u64 = 1 << 62;
 const PM_FILE: u64 = 1 << 61;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Backing {
     /// Private anonymous memory (heap, stacks, anonymous mmap).
     Anon,
@@ -423,6 +423,41 @@ fn flag_changes(before: &[MapLine], now: &[MapLine]) -> Vec<String> {
         .collect()
 }
 
+/// The populated pages of a frozen process's private mappings, scanned in
+/// another thread while the rest of the process is captured (the scan of
+/// 1 GiB takes about 3.5 ms here). Keyed by the mapping's bounds when it was
+/// scanned: the capture takes a mapping's runs only if it has the same
+/// bounds, and scans anything else itself. A frozen process's pages do not
+/// change; the calls the capture makes inside it write only to its scratch
+/// page, a mapping of its own.
+#[derive(Debug, Default)]
+pub struct PreScan {
+    runs: std::collections::HashMap<(u64, u64, Backing), Vec<(u64, u64)>>,
+}
+
+impl PreScan {
+    /// Scans the private mappings `pid` has now (it must be frozen).
+    pub fn scan(pid: pid_t) -> Result<PreScan> {
+        let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
+            .ctx(|| format!("open /proc/{pid}/pagemap"))?;
+        let mut runs = std::collections::HashMap::new();
+        for m in procfs::maps(pid)? {
+            if m.shared {
+                continue;
+            }
+            // Unsupported mappings are refused by the capture itself.
+            if let Ok(Some(b)) = classify(pid, &m) {
+                runs.insert((m.start, m.end, b), page_runs(&pagemap, m.start, m.end, b)?);
+            }
+        }
+        Ok(PreScan { runs })
+    }
+
+    fn take(&mut self, start: u64, end: u64, b: Backing) -> Option<Vec<(u64, u64)>> {
+        self.runs.remove(&(start, end, b))
+    }
+}
+
 /// Copy page runs out of the process into the image's page data. A second
 /// thread hashes and writes while this one reads the next buffer.
 struct PageCopier<'p> {
@@ -626,6 +661,13 @@ impl Resource for Memory {
         let pid = cx.pid;
         let brk = cx.call(0, libc::SYS_brk, &[0], "brk(0)")?;
         cx.release_scratch()?;
+        // Waits for the scan started at the freeze (and the checks made with
+        // it): an error there refuses the capture.
+        let mut prescan = match cx.prescan.take() {
+            Some(rx) => rx.recv().unwrap_or_else(|_| Ok(PreScan::default()))?,
+            None => PreScan::default(),
+        };
+        crate::timing::mark("memory: pre-scan joined");
         let maps = match cx.layout.take() {
             Some(l) => {
                 let (maps, reused) = l.current(pid)?;
@@ -707,7 +749,10 @@ impl Resource for Memory {
                         runs: Vec::new(),
                         present: Vec::new(),
                     };
-                    let present = page_runs(&pagemap, m.start, m.end, backing)?;
+                    let present = match prescan.take(m.start, m.end, backing) {
+                        Some(r) => r,
+                        None => page_runs(&pagemap, m.start, m.end, backing)?,
+                    };
                     // The filter decides only for writable private anonymous
                     // memory: file-backed copies and shared memory are always
                     // saved, and so are read-only anonymous pages. Left to the

@@ -62,6 +62,9 @@ pub struct Capture<'a> {
     pub layout: Option<memory::Layout>,
     /// Set by the memory capture: whether `layout` still held at the stop.
     pub layout_reused: bool,
+    /// The result of a [`memory::PreScan`] running in another thread; an
+    /// error from it (e.g. a failed check) refuses the capture.
+    pub prescan: Option<std::sync::mpsc::Receiver<Result<memory::PreScan>>>,
     scratch: Option<u64>,
 }
 
@@ -76,6 +79,7 @@ impl<'a> Capture<'a> {
             filter: None,
             layout: None,
             layout_reused: false,
+            prescan: None,
             scratch: None,
         }
     }
