@@ -1289,5 +1289,29 @@ mod layout_tests {
         let (maps, reused) = stale.current(pid).unwrap();
         assert!(!reused);
         assert_eq!(maps, l.maps);
+
+        // The pre-scan finds, per private mapping, what the capture's own
+        // scan finds, and nothing for shared mappings.
+        let mut pre = PreScan::scan(pid).unwrap();
+        let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+        let mut private = 0;
+        for m in &maps {
+            let Ok(Some(b)) = classify(pid, m) else {
+                continue;
+            };
+            let own = page_runs(&pagemap, m.start, m.end, b).unwrap();
+            match pre.take(m.start, m.end, b) {
+                Some(r) => {
+                    assert!(!m.shared);
+                    assert_eq!(r, own, "{:x}-{:x} {}", m.start, m.end, m.path);
+                    private += 1;
+                }
+                None => assert!(m.shared, "{:x}-{:x} not pre-scanned", m.start, m.end),
+            }
+        }
+        assert!(private > 0);
+        assert!(pre.runs.is_empty(), "left over: {:?}", pre.runs.keys());
+        // Other bounds are not taken.
+        assert!(pre.take(0x1000, 0x2000, Backing::Anon).is_none());
     }
 }
