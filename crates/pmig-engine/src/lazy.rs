@@ -100,7 +100,7 @@ impl Owed {
         for (a, e) in merged {
             let pages = (e - a) / PAGE;
             let mut bits = vec![u64::MAX; pages.div_ceil(64) as usize];
-            if pages % 64 != 0 {
+            if !pages.is_multiple_of(64) {
                 *bits.last_mut().unwrap() = (1u64 << (pages % 64)) - 1;
             }
             o.in_place.push(InPlace {
