@@ -156,6 +156,10 @@ impl Strategy for AssistedPostCopy {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         let mut store = PageStore::create(&d.staging)?;
+        // The image composed at the stop is restored from the staging
+        // directory: start the restore now (see `Prespawned`).
+        let staging = d.staging.clone();
+        crate::stop_copy::prespawn_restore(d, &staging, true);
         let first = receive_rounds(d, &mut store)?;
         let dir = d.staging.join(FINAL_DIR);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;

@@ -342,6 +342,9 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
             format!("cannot set the composed image aside: {e}"),
         ));
     }
+    // Started while the small image is composed (see `Prespawned`).
+    let staging = d.staging.clone();
+    crate::stop_copy::prespawn_restore(d, &staging, true);
     let pages = crate::flushing::StorePages::open(&store).and_then(|pages| {
         let set = kept_pages(&read_image(&store)?, Keep::Handover);
         let staging = d.staging.clone();
