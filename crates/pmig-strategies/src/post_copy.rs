@@ -201,6 +201,82 @@ impl PushWindow {
     }
 }
 
+/// The pages the push still owes, in address order, and where it goes
+/// next. After an answer the push continues right after the page asked for
+/// (a program that faulted on a page mostly needs the pages after it next:
+/// arrays walked in order, rows of a matrix), then on to the end and around
+/// to the first page still unsent. Every page is sent once: answered pages
+/// are not pushed again, and a page already pushed is not answered again
+/// (the pushed copy is ahead in the same stream).
+#[derive(Debug)]
+struct PushOrder {
+    pages: Vec<u64>,
+    sent: Vec<bool>,
+    left: usize,
+    cursor: usize,
+}
+
+impl PushOrder {
+    /// `pages` sorted, without duplicates.
+    fn new(pages: Vec<u64>) -> PushOrder {
+        let n = pages.len();
+        PushOrder {
+            pages,
+            sent: vec![false; n],
+            left: n,
+            cursor: 0,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Page `page` was asked for: whether to answer it (it is not a pushed
+    /// page). Marks it sent and moves the push to the page after it.
+    fn answer(&mut self, page: u64) -> bool {
+        match self.pages.binary_search(&page) {
+            Ok(i) => {
+                self.cursor = i + 1;
+                if self.sent[i] {
+                    return false;
+                }
+                self.sent[i] = true;
+                self.left -= 1;
+                true
+            }
+            // Not one of the pushed pages (or nothing is pushed): answer.
+            Err(_) => true,
+        }
+    }
+
+    /// The next run of at most `max` consecutive unsent pages, marked sent:
+    /// (first page, count).
+    fn next_run(&mut self, max: usize) -> Option<(u64, usize)> {
+        if self.left == 0 {
+            return None;
+        }
+        let n = self.pages.len();
+        let mut i = self.cursor % n;
+        while self.sent[i] {
+            i = (i + 1) % n;
+        }
+        let start = self.pages[i];
+        let mut k = 0;
+        while k < max
+            && i + k < n
+            && !self.sent[i + k]
+            && self.pages[i + k] == start + k as u64 * PAGE
+        {
+            self.sent[i + k] = true;
+            k += 1;
+        }
+        self.left -= k;
+        self.cursor = i + k;
+        Some((start, k))
+    }
+}
+
 /// Page ranges as (start, length).
 type Ranges = Vec<(u64, u64)>;
 
@@ -365,7 +441,7 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
         .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
         .collect();
     let total = pages.len() as u64;
-    let pages = if stash.is_none() { pages } else { Vec::new() };
+    let mut order = PushOrder::new(if stash.is_none() { pages } else { Vec::new() });
     m.residual = crate::Residual {
         what: format!("{total} pages of private memory"),
         node: Some(m.host.node().into()),
@@ -433,7 +509,6 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             wake.notify_one();
         });
         let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
-        let mut next = 0usize;
         let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
             let b = &mut buf[..n * PAGE as usize];
             let got = match &stash {
@@ -458,7 +533,7 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
                 if done.load(Ordering::Acquire) {
                     break;
                 }
-                if q.is_empty() && next >= pages.len() {
+                if q.is_empty() && order.is_done() {
                     // Nothing to push: wait for a request.
                     let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
                     q2.pop_front()
@@ -467,11 +542,13 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
                 }
             };
             if let Some(p) = req {
-                read_and_send(p, 1, &mut buf)?;
-                answered += 1;
+                if order.answer(p) {
+                    read_and_send(p, 1, &mut buf)?;
+                    answered += 1;
+                }
                 continue;
             }
-            if next >= pages.len() {
+            if order.is_done() {
                 continue;
             }
             if let Some(w) = &mut window {
@@ -490,17 +567,14 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
                 }
             }
             // The next run of consecutive pages, up to the window's chunk.
-            let start = pages[next];
-            let mut n = 1;
             let max = window.as_ref().map(|w| w.chunk()).unwrap_or(16);
-            while n < max && next + n < pages.len() && pages[next + n] == start + n as u64 * PAGE {
-                n += 1;
-            }
+            let Some((start, n)) = order.next_run(max) else {
+                continue;
+            };
             read_and_send(start, n, &mut buf)?;
-            next += n;
             progress(Progress {
                 phase: "push",
-                done: next as u64,
+                done: total - order.left as u64,
                 total,
             });
         }
