@@ -1012,3 +1012,99 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn tcp(acked: u64, min_rtt_ns: u64, srtt_ns: u64) -> TcpState {
+        TcpState {
+            in_network: 0,
+            acked,
+            min_rtt_ns,
+            srtt_ns,
+        }
+    }
+
+    #[test]
+    fn window_follows_the_acknowledged_rate() {
+        let mut w = PushWindow::new(0, 0);
+        assert_eq!(w.window, INITIAL_WINDOW);
+        // A period not over yet changes nothing.
+        w.update(5 * MS, &tcp(6_000, 100_000, 3 * MS));
+        assert_eq!(w.window, INITIAL_WINDOW);
+        // 1.25 MB/s (10 Mbit/s) acknowledged over 10 ms, a queue in the
+        // round trip: one 4 KiB page per message, and the window is the
+        // rate times (min RTT + 2 ms), but at least one message.
+        w.update(10 * MS, &tcp(12_500, 100_000, 3 * MS));
+        assert_eq!(w.chunk(), 1);
+        assert_eq!(w.window, PAGE + PUSH_OVERHEAD);
+        // 125 MB/s (1 Gbit/s) with 0.2 ms min RTT: 2.2 ms of data in the
+        // network, 2 ms per message.
+        w.update(20 * MS, &tcp(12_500 + 1_250_000, 200_000, 2 * MS));
+        assert_eq!(w.chunk(), 61);
+        assert_eq!(w.window, 275_000);
+    }
+
+    #[test]
+    fn window_grows_while_it_limits_the_push_and_no_queue_shows() {
+        // A long path (50 ms) the window does not fill: 16 KiB per 50 ms.
+        let mut w = PushWindow::new(0, 0);
+        assert!(!w.may_send(INITIAL_WINDOW));
+        w.update(100 * MS, &tcp(2 * INITIAL_WINDOW, 50 * MS, 50 * MS));
+        assert!(w.window >= INITIAL_WINDOW + INITIAL_WINDOW / 4);
+        // Not limited by the window (the push was short of pages or CPU):
+        // the window follows the rate only.
+        let before = w.window;
+        assert!(w.may_send(0));
+        w.update(200 * MS, &tcp(2 * INITIAL_WINDOW + 1000, 50 * MS, 50 * MS));
+        assert!(w.window < before);
+        // Limited, but the round trip already shows a queue: no growth
+        // beyond the rate times (min RTT + 2 ms).
+        let mut w = PushWindow::new(0, 0);
+        assert!(!w.may_send(INITIAL_WINDOW));
+        w.update(100 * MS, &tcp(125_000, MS, 10 * MS));
+        // 1.25 MB/s times 3 ms is 3750 bytes, less than one message.
+        assert_eq!(w.window, PAGE + PUSH_OVERHEAD);
+    }
+
+    #[test]
+    fn window_wait_is_bounded() {
+        let w = PushWindow::new(0, 0);
+        assert_eq!(w.wait_ns(0, 0), 20_000);
+        assert_eq!(w.wait_ns(u64::MAX / 2, 0), 1_000_000);
+        let mid = w.wait_ns(INITIAL_WINDOW + INITIAL_WINDOW / 4, 0);
+        assert!((20_000..1_000_000).contains(&mid), "{mid}");
+    }
+
+    #[test]
+    fn push_order_follows_answers_and_sends_each_page_once() {
+        let p = |i: u64| 0x10000 + i * PAGE;
+        // Pages 0..8 and 20..22.
+        let pages: Vec<u64> = (0..8).chain(20..22).map(p).collect();
+        let mut o = PushOrder::new(pages);
+        assert_eq!(o.next_run(3), Some((p(0), 3)));
+        // A fault on page 5: answered, and the push goes on after it.
+        assert!(o.answer(p(5)));
+        assert_eq!(o.next_run(8), Some((p(6), 2)));
+        // Runs stop at gaps in the addresses.
+        assert_eq!(o.next_run(8), Some((p(20), 2)));
+        // A page already pushed is not answered again; one never owed is.
+        assert!(!o.answer(p(1)));
+        assert!(o.answer(p(100)));
+        // Around to what is left: pages 3 and 4.
+        assert_eq!(o.next_run(8), Some((p(3), 2)));
+        assert!(o.is_done());
+        assert_eq!(o.next_run(8), None);
+    }
+
+    #[test]
+    fn push_order_without_pages_answers_everything() {
+        let mut o = PushOrder::new(Vec::new());
+        assert!(o.is_done());
+        assert!(o.answer(0x1000));
+        assert_eq!(o.next_run(4), None);
+    }
+}
