@@ -30,6 +30,27 @@ pub struct LazyStats {
     pub prefetched: u64,
     /// Prefetched pages installed before the process faulted on them.
     pub prefetch_hits: u64,
+    /// How long remote faults waited, from reading the fault to installing
+    /// its page: the longest, the sum, and how many waited at most
+    /// 5, 10, 20, 50, 100 ms and longer ([`FAULT_WAIT_BOUNDS_MS`]).
+    pub fault_wait_max_us: u64,
+    pub fault_wait_total_us: u64,
+    pub fault_wait_hist: [u64; 6],
+}
+
+/// The upper bounds of [`LazyStats::fault_wait_hist`]'s buckets but the last.
+pub const FAULT_WAIT_BOUNDS_MS: [u64; 5] = [5, 10, 20, 50, 100];
+
+impl LazyStats {
+    fn fault_waited(&mut self, us: u64) {
+        self.fault_wait_max_us = self.fault_wait_max_us.max(us);
+        self.fault_wait_total_us += us;
+        let b = FAULT_WAIT_BOUNDS_MS
+            .iter()
+            .position(|&ms| us <= ms * 1000)
+            .unwrap_or(FAULT_WAIT_BOUNDS_MS.len());
+        self.fault_wait_hist[b] += 1;
+    }
 }
 
 /// What [`LazyMemory::handle_events`] found.
@@ -229,6 +250,8 @@ struct State {
     prefetched: HashMap<u64, bool>,
     /// when each fault request was made (for the latency estimate).
     asked_at: HashMap<u64, std::time::Instant>,
+    /// when the first fault on each owed page was read (for the wait stats).
+    faulted_at: HashMap<u64, std::time::Instant>,
     /// smoothed request-to-install latency, seconds.
     latency: Option<f64>,
     first_install: Option<std::time::Instant>,
@@ -288,6 +311,7 @@ impl State {
     fn dropped(&mut self, start: u64, end: u64) {
         for (_, s) in self.owed.take_dst_range(start, end) {
             self.requested.remove(&s);
+            self.faulted_at.remove(&s);
             self.stats.dropped_pages += 1;
         }
     }
@@ -421,6 +445,10 @@ impl LazyMemory {
                         st.stats.prefetch_hits += 1;
                     }
                 }
+                if let Some(t) = st.faulted_at.remove(&s) {
+                    let us = now.duration_since(t).as_micros() as u64;
+                    st.stats.fault_waited(us);
+                }
                 if let Some(t) = st.asked_at.remove(&s) {
                     let l = now.duration_since(t).as_secs_f64();
                     st.latency = Some(match st.latency {
@@ -492,11 +520,13 @@ impl LazyMemory {
                         Some(src) => {
                             st.stats.remote_faults += 1;
                             h.faults.push(src);
+                            let now = std::time::Instant::now();
+                            st.faulted_at.entry(src).or_insert(now);
                             if let Some(f) = st.prefetched.get_mut(&src) {
                                 *f = true; // prefetched, but too late
                             }
                             if st.requested.insert(src) {
-                                st.asked_at.insert(src, std::time::Instant::now());
+                                st.asked_at.insert(src, now);
                                 h.ask.push(src);
                             }
                         }

@@ -35,48 +35,111 @@ use pmig_engine::resources::memory::Backing;
 use pmig_proto::{code, Msg};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 const PAGE: u64 = 4096;
 /// Pages per background push message, at most.
 const PUSH_PAGES: usize = 256;
-/// A fault's answer waits behind the push message being written and the
-/// data the kernel has not sent yet: both are kept to about this much of the
-/// link's measured rate.
+/// The queue the push may build in the network, in time at the measured
+/// rate: a fault's answer waits behind about this much push data (plus one
+/// push message).
 const PUSH_SLICE_NS: u64 = 2_000_000;
-/// The push rate is measured over windows this long.
-const RATE_WINDOW_NS: u64 = 10_000_000;
-/// Bounds of the unsent data the kernel may hold (`TCP_NOTSENT_LOWAT`).
-const MIN_UNSENT: u64 = 16 << 10;
-const MAX_UNSENT: u64 = 4 << 20;
+/// The push rate is measured over periods at least this long (and at least
+/// two round trips).
+const RATE_PERIOD_NS: u64 = 10_000_000;
+/// Bounds of the push window (bytes of push data in the network).
+const INITIAL_WINDOW: u64 = 16 << 10;
+const MAX_WINDOW: u64 = 64 << 20;
+/// A push message's bytes on the wire besides its pages (message and frame).
+const PUSH_OVERHEAD: u64 = 64;
 
-/// Sizes the background push to the link. Unpaced, a fault's answer waited
-/// behind a whole 1 MiB push message and a send buffer of up to megabytes:
-/// about a second on a 10 Mbit link. The pacer measures the rate at which
-/// the push leaves, and keeps each push message and the kernel's unsent
-/// data (`TCP_NOTSENT_LOWAT`) to [`PUSH_SLICE_NS`] of it.
-struct Pacer {
+/// Keeps the background push from building a queue in the network.
+///
+/// A fault's answer travels in the same TCP stream as the push, so it waits
+/// behind every push byte ahead of it: the data the kernel has not sent, the
+/// data in flight, and the queue the push builds at the link's bottleneck
+/// (a qdisc, a router). Left to TCP, that queue is as deep as the congestion
+/// control lets it be (BBR's start-up, a tbf or router buffer full up to its
+/// drops, and retransmissions ahead of the answer): 50–200 ms per fault were
+/// measured on a 10 Mbit link. So the push only writes while the bytes the
+/// kernel holds for the connection (unsent plus unacknowledged, read from
+/// `TCP_INFO`) are below a window of about one bandwidth-delay product plus
+/// [`PUSH_SLICE_NS`] of the measured rate; answers are written at once,
+/// whatever the window. The window grows while the push is held back by it
+/// and the round trip shows no queue, and otherwise follows the rate the
+/// receiver acknowledges, so the link stays busy with a standing queue of
+/// about [`PUSH_SLICE_NS`].
+#[derive(Debug, Clone)]
+struct PushWindow {
+    /// Bytes of push data that may be in the network.
+    window: u64,
+    /// Pages per push message.
     chunk: usize,
-    window_start: u64,
-    window_bytes: u64,
+    /// Start of the current measurement period: time, bytes acknowledged.
+    period_start: u64,
+    period_acked: u64,
+    /// Whether the window held the push back during this period.
+    limited: bool,
 }
 
-impl Pacer {
-    fn new(s: &std::net::TcpStream) -> Pacer {
-        let p = Pacer {
-            chunk: 16,
-            window_start: mono_ns(),
-            window_bytes: 0,
-        };
-        p.limit_unsent(s, 64 << 10);
-        p
-    }
+/// What the kernel reports about the connection (`TCP_INFO`).
+#[derive(Debug, Clone, Copy, Default)]
+struct TcpState {
+    /// Bytes written and not yet acknowledged (sent or not).
+    in_network: u64,
+    /// Bytes acknowledged since the connection began.
+    acked: u64,
+    /// Smallest and smoothed round trip, ns (0: not known yet).
+    min_rtt_ns: u64,
+    srtt_ns: u64,
+}
 
-    fn limit_unsent(&self, s: &std::net::TcpStream, bytes: u64) {
-        let b = bytes.clamp(MIN_UNSENT, MAX_UNSENT) as u32;
-        if let Err(e) = socket2::SockRef::from(s).set_tcp_notsent_lowat(b) {
-            tracing::debug!("TCP_NOTSENT_LOWAT: {e}");
+impl TcpState {
+    fn of(s: &std::net::TcpStream) -> Option<TcpState> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tcp_info is plain data; all-zero is a valid value.
+        let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `ti`, which is
+        // that large, and stores the length written in `len`.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_INFO,
+                (&mut ti as *mut libc::tcp_info).cast(),
+                &mut len,
+            )
+        };
+        // Kernels before 4.10 report no tcpi_min_rtt.
+        let need = std::mem::offset_of!(libc::tcp_info, tcpi_min_rtt) + 4;
+        if r != 0 || (len as usize) < need {
+            return None;
+        }
+        let mut queued: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ (SIOCOUTQ) on a TCP socket stores one int: the
+        // bytes written and not yet acknowledged.
+        if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) } != 0 {
+            return None;
+        }
+        Some(TcpState {
+            in_network: queued.max(0) as u64,
+            acked: ti.tcpi_bytes_acked,
+            min_rtt_ns: ti.tcpi_min_rtt as u64 * 1000,
+            srtt_ns: ti.tcpi_rtt as u64 * 1000,
+        })
+    }
+}
+
+impl PushWindow {
+    fn new(now: u64, acked: u64) -> PushWindow {
+        PushWindow {
+            window: INITIAL_WINDOW,
+            chunk: (INITIAL_WINDOW / 2 / PAGE) as usize,
+            period_start: now,
+            period_acked: acked,
+            limited: false,
         }
     }
 
@@ -85,19 +148,132 @@ impl Pacer {
         self.chunk
     }
 
-    /// Counts `bytes` sent; at the end of each window, resizes.
-    fn sent(&mut self, s: &std::net::TcpStream, bytes: u64) {
-        self.window_bytes += bytes;
-        let now = mono_ns();
-        let dt = now.saturating_sub(self.window_start);
-        if dt < RATE_WINDOW_NS {
+    /// Whether a push message may be written now, with `in_network` bytes
+    /// in the network. Remembers a refusal (the window limited the push).
+    fn may_send(&mut self, in_network: u64) -> bool {
+        let ok = in_network < self.window;
+        self.limited |= !ok;
+        ok
+    }
+
+    /// How long to wait before looking again, when [`Self::may_send`]
+    /// refused: about the time the excess takes to drain at the rate the
+    /// window implies, within [20 µs, 1 ms].
+    fn wait_ns(&self, in_network: u64, srtt_ns: u64) -> u64 {
+        let excess = in_network.saturating_sub(self.window) + 1;
+        let per = PUSH_SLICE_NS + srtt_ns;
+        let ns = (excess as u128 * per as u128 / self.window.max(1) as u128) as u64;
+        ns.clamp(20_000, 1_000_000)
+    }
+
+    /// Takes a sample of the connection at `now`; at the end of each period,
+    /// resizes the window and the push messages.
+    fn update(&mut self, now: u64, t: &TcpState) {
+        let dt = now.saturating_sub(self.period_start);
+        if dt < RATE_PERIOD_NS.max(2 * t.srtt_ns) {
             return;
         }
-        let slice = (self.window_bytes as u128 * PUSH_SLICE_NS as u128 / dt as u128) as u64;
-        self.chunk = ((slice / PAGE) as usize).clamp(1, PUSH_PAGES);
-        self.limit_unsent(s, slice);
-        self.window_start = now;
-        self.window_bytes = 0;
+        let acked = t.acked.saturating_sub(self.period_acked);
+        let rate = acked as f64 / dt as f64; // bytes per ns
+        let min_rtt = if t.min_rtt_ns > 0 {
+            t.min_rtt_ns
+        } else {
+            t.srtt_ns
+        };
+        // The link's bandwidth-delay product plus the queue allowed.
+        let target = (rate * (min_rtt + PUSH_SLICE_NS) as f64) as u64;
+        let queue_ns = t.srtt_ns.saturating_sub(min_rtt);
+        let mut window = if self.limited && queue_ns < PUSH_SLICE_NS / 2 {
+            // Held back by the window and no queue yet: the link may have
+            // room for more.
+            target.max(self.window + self.window / 4)
+        } else {
+            target
+        };
+        let chunk = ((rate * PUSH_SLICE_NS as f64) as u64 / PAGE).clamp(1, PUSH_PAGES as u64);
+        // At least one push message must fit.
+        window = window.clamp(chunk * PAGE + PUSH_OVERHEAD, MAX_WINDOW);
+        self.window = window;
+        self.chunk = chunk as usize;
+        self.period_start = now;
+        self.period_acked = t.acked;
+        self.limited = false;
+    }
+}
+
+/// The pages the push still owes, in address order, and where it goes
+/// next. After an answer the push continues right after the page asked for
+/// (a program that faulted on a page mostly needs the pages after it next:
+/// arrays walked in order, rows of a matrix), then on to the end and around
+/// to the first page still unsent. Every page is sent once: answered pages
+/// are not pushed again, and a page already pushed is not answered again
+/// (the pushed copy is ahead in the same stream).
+#[derive(Debug)]
+struct PushOrder {
+    pages: Vec<u64>,
+    sent: Vec<bool>,
+    left: usize,
+    cursor: usize,
+}
+
+impl PushOrder {
+    /// `pages` sorted, without duplicates.
+    fn new(pages: Vec<u64>) -> PushOrder {
+        let n = pages.len();
+        PushOrder {
+            pages,
+            sent: vec![false; n],
+            left: n,
+            cursor: 0,
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Page `page` was asked for: whether to answer it (it is not a pushed
+    /// page). Marks it sent and moves the push to the page after it.
+    fn answer(&mut self, page: u64) -> bool {
+        match self.pages.binary_search(&page) {
+            Ok(i) => {
+                self.cursor = i + 1;
+                if self.sent[i] {
+                    return false;
+                }
+                self.sent[i] = true;
+                self.left -= 1;
+                true
+            }
+            // Not one of the pushed pages (or nothing is pushed): answer.
+            Err(_) => true,
+        }
+    }
+
+    /// The next run of at most `max` consecutive unsent pages, marked sent:
+    /// (first page, count).
+    fn next_run(&mut self, max: usize) -> Option<(u64, usize)> {
+        if self.left == 0 {
+            return None;
+        }
+        let n = self.pages.len();
+        let mut i = self.cursor % n;
+        while self.sent[i] {
+            i = (i + 1) % n;
+        }
+        let start = self.pages[i];
+        let mut k = 0;
+        while k < max
+            && i + k < n
+            && !self.sent[i + k]
+            && self.pages[i + k] == start + k as u64 * PAGE
+        {
+            self.sent[i + k] = true;
+            k += 1;
+        }
+        self.left -= k;
+        self.cursor = i + k;
+        Some((start, k))
     }
 }
 
@@ -265,7 +441,7 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
         .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
         .collect();
     let total = pages.len() as u64;
-    let pages = if stash.is_none() { pages } else { Vec::new() };
+    let mut order = PushOrder::new(if stash.is_none() { pages } else { Vec::new() });
     m.residual = crate::Residual {
         what: format!("{total} pages of private memory"),
         node: Some(m.host.node().into()),
@@ -277,6 +453,8 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
     let pid = m.pid;
     let id = m.id;
     let requests: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
+    // Wakes the push loop when a request arrives or the peer is done.
+    let wake = Condvar::new();
     let done = AtomicBool::new(false);
     let failed: Mutex<Option<StrategyError>> = Mutex::new(None);
     let stats: Mutex<Option<(u64, u64, u64, u64)>> = Mutex::new(None);
@@ -288,14 +466,18 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
         m.ch.stream()
             .try_clone()
             .map_err(io_err("clone the socket"))?;
-    let mut pacer = Pacer::new(&stream);
+    let mut window = TcpState::of(&stream).map(|t| PushWindow::new(mono_ns(), t.acked));
+    if window.is_none() {
+        tracing::warn!("no TCP_INFO on the connection: the push is not windowed, and faults may wait behind it");
+    }
     let (tx, rx) = m.ch.halves();
     std::thread::scope(|s| -> Result<()> {
         s.spawn(|| {
             loop {
                 match rx.recv() {
                     Ok(Msg::PageRequest { id: i, pages }) if i == id => {
-                        requests.lock().unwrap().extend(pages)
+                        requests.lock().unwrap().extend(pages);
+                        wake.notify_one();
                     }
                     Ok(Msg::PagesDone {
                         id: i,
@@ -322,10 +504,12 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
                 }
             }
             done.store(true, Ordering::Release);
+            // Taking the lock orders this with the push loop's check of `done`.
+            let _q = requests.lock().unwrap();
+            wake.notify_one();
         });
         let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
-        let mut next = 0usize;
-        let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<u64> {
+        let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
             let b = &mut buf[..n * PAGE as usize];
             let got = match &stash {
                 Some(st) => st.read(addr, b),
@@ -340,39 +524,59 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             tx.send_with(&Msg::PageData { id, addr }, &[b])?;
             sent_bytes += b.len() as u64 + 32;
             sent_pages += n as u64;
-            Ok(b.len() as u64 + 32)
+            Ok(())
         };
-        while !done.load(Ordering::Acquire) {
-            // Faults go ahead of the push.
-            let req = requests.lock().unwrap().pop_front();
+        loop {
+            // Faults go ahead of the push, whatever the window.
+            let req = {
+                let mut q = requests.lock().unwrap();
+                if done.load(Ordering::Acquire) {
+                    break;
+                }
+                if q.is_empty() && order.is_done() {
+                    // Nothing to push: wait for a request.
+                    let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
+                    q2.pop_front()
+                } else {
+                    q.pop_front()
+                }
+            };
             if let Some(p) = req {
-                let b = read_and_send(p, 1, &mut buf)?;
-                pacer.sent(&stream, b);
-                answered += 1;
+                if order.answer(p) {
+                    read_and_send(p, 1, &mut buf)?;
+                    answered += 1;
+                }
                 continue;
             }
-            if next < pages.len() {
-                // The next run of consecutive pages, up to PUSH_PAGES.
-                let start = pages[next];
-                let mut n = 1;
-                let max = pacer.chunk();
-                while n < max
-                    && next + n < pages.len()
-                    && pages[next + n] == start + n as u64 * PAGE
-                {
-                    n += 1;
-                }
-                let b = read_and_send(start, n, &mut buf)?;
-                pacer.sent(&stream, b);
-                next += n;
-                progress(Progress {
-                    phase: "push",
-                    done: next as u64,
-                    total,
-                });
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
+            if order.is_done() {
+                continue;
             }
+            if let Some(w) = &mut window {
+                let Some(t) = TcpState::of(&stream) else {
+                    window = None;
+                    continue;
+                };
+                w.update(mono_ns(), &t);
+                if !w.may_send(t.in_network) {
+                    let wait = Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns));
+                    let q = requests.lock().unwrap();
+                    if q.is_empty() && !done.load(Ordering::Acquire) {
+                        let _ = wake.wait_timeout(q, wait).unwrap();
+                    }
+                    continue;
+                }
+            }
+            // The next run of consecutive pages, up to the window's chunk.
+            let max = window.as_ref().map(|w| w.chunk()).unwrap_or(16);
+            let Some((start, n)) = order.next_run(max) else {
+                continue;
+            };
+            read_and_send(start, n, &mut buf)?;
+            progress(Progress {
+                phase: "push",
+                done: total - order.left as u64,
+                total,
+            });
         }
         Ok(())
     })?;
@@ -807,5 +1011,101 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 return Ok(pid);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn tcp(acked: u64, min_rtt_ns: u64, srtt_ns: u64) -> TcpState {
+        TcpState {
+            in_network: 0,
+            acked,
+            min_rtt_ns,
+            srtt_ns,
+        }
+    }
+
+    #[test]
+    fn window_follows_the_acknowledged_rate() {
+        let mut w = PushWindow::new(0, 0);
+        assert_eq!(w.window, INITIAL_WINDOW);
+        // A period not over yet changes nothing.
+        w.update(5 * MS, &tcp(6_000, 100_000, 3 * MS));
+        assert_eq!(w.window, INITIAL_WINDOW);
+        // 1.25 MB/s (10 Mbit/s) acknowledged over 10 ms, a queue in the
+        // round trip: one 4 KiB page per message, and the window is the
+        // rate times (min RTT + 2 ms), but at least one message.
+        w.update(10 * MS, &tcp(12_500, 100_000, 3 * MS));
+        assert_eq!(w.chunk(), 1);
+        assert_eq!(w.window, PAGE + PUSH_OVERHEAD);
+        // 125 MB/s (1 Gbit/s) with 0.2 ms min RTT: 2.2 ms of data in the
+        // network, 2 ms per message.
+        w.update(20 * MS, &tcp(12_500 + 1_250_000, 200_000, 2 * MS));
+        assert_eq!(w.chunk(), 61);
+        assert_eq!(w.window, 275_000);
+    }
+
+    #[test]
+    fn window_grows_while_it_limits_the_push_and_no_queue_shows() {
+        // A long path (50 ms) the window does not fill: 16 KiB per 50 ms.
+        let mut w = PushWindow::new(0, 0);
+        assert!(!w.may_send(INITIAL_WINDOW));
+        w.update(100 * MS, &tcp(2 * INITIAL_WINDOW, 50 * MS, 50 * MS));
+        assert!(w.window >= INITIAL_WINDOW + INITIAL_WINDOW / 4);
+        // Not limited by the window (the push was short of pages or CPU):
+        // the window follows the rate only.
+        let before = w.window;
+        assert!(w.may_send(0));
+        w.update(200 * MS, &tcp(2 * INITIAL_WINDOW + 1000, 50 * MS, 50 * MS));
+        assert!(w.window < before);
+        // Limited, but the round trip already shows a queue: no growth
+        // beyond the rate times (min RTT + 2 ms).
+        let mut w = PushWindow::new(0, 0);
+        assert!(!w.may_send(INITIAL_WINDOW));
+        w.update(100 * MS, &tcp(125_000, MS, 10 * MS));
+        // 1.25 MB/s times 3 ms is 3750 bytes, less than one message.
+        assert_eq!(w.window, PAGE + PUSH_OVERHEAD);
+    }
+
+    #[test]
+    fn window_wait_is_bounded() {
+        let w = PushWindow::new(0, 0);
+        assert_eq!(w.wait_ns(0, 0), 20_000);
+        assert_eq!(w.wait_ns(u64::MAX / 2, 0), 1_000_000);
+        let mid = w.wait_ns(INITIAL_WINDOW + INITIAL_WINDOW / 4, 0);
+        assert!((20_000..1_000_000).contains(&mid), "{mid}");
+    }
+
+    #[test]
+    fn push_order_follows_answers_and_sends_each_page_once() {
+        let p = |i: u64| 0x10000 + i * PAGE;
+        // Pages 0..8 and 20..22.
+        let pages: Vec<u64> = (0..8).chain(20..22).map(p).collect();
+        let mut o = PushOrder::new(pages);
+        assert_eq!(o.next_run(3), Some((p(0), 3)));
+        // A fault on page 5: answered, and the push goes on after it.
+        assert!(o.answer(p(5)));
+        assert_eq!(o.next_run(8), Some((p(6), 2)));
+        // Runs stop at gaps in the addresses.
+        assert_eq!(o.next_run(8), Some((p(20), 2)));
+        // A page already pushed is not answered again; one never owed is.
+        assert!(!o.answer(p(1)));
+        assert!(o.answer(p(100)));
+        // Around to what is left: pages 3 and 4.
+        assert_eq!(o.next_run(8), Some((p(3), 2)));
+        assert!(o.is_done());
+        assert_eq!(o.next_run(8), None);
+    }
+
+    #[test]
+    fn push_order_without_pages_answers_everything() {
+        let mut o = PushOrder::new(Vec::new());
+        assert!(o.is_done());
+        assert!(o.answer(0x1000));
+        assert_eq!(o.next_run(4), None);
     }
 }
