@@ -41,7 +41,7 @@
 //! `queued-pre-copy` ([`crate::queued_pre_copy`]) runs the same code with
 //! another [`Policy`]. See docs/protocol.md, "pre-copy".
 
-use crate::clock::mono_ns;
+use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::flushing::{compose_small, kept_pages, restore_and_fill, Keep};
 use crate::holder::{CaptureMode, Holder};
@@ -291,6 +291,7 @@ impl Iterative {
         let dir = d.staging.join(FINAL_DIR);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         receive_image_after(d, &dir, Some(first))?;
+        mark("dst: final image received");
         let t_done = mono_ns();
         if let Err(e) = compose(store, &dir) {
             let text = format!("{}: cannot compose the image: {e}", d.host.node());
@@ -304,6 +305,7 @@ impl Iterative {
             "final image absorbed and full image composed in {:.1} ms",
             (mono_ns() - t_done) as f64 / 1e6
         );
+        mark("dst: full image composed");
         // The final image's pages now live in the store's pages file.
         let _ = std::fs::remove_dir_all(&dir);
         restore_lazily_from_local(d)
@@ -361,6 +363,7 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
             ));
         }
     };
+    mark("dst: small image composed");
     let (pid, st) = restore_and_fill(d, true, &store, &pages)?;
     d.ch.send(&Msg::PagesDone {
         id: d.offer.id,
