@@ -30,6 +30,7 @@ use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::PageStore;
+use pmig_engine::resources::memory::RangeFilter;
 use pmig_proto::{code, Msg};
 
 const PAGE: u64 = 4096;
@@ -55,23 +56,6 @@ impl Default for AssistedPostCopy {
     }
 }
 
-fn in_ranges(r: &[(u64, u64)], p: u64) -> bool {
-    let i = r.partition_point(|(s, _)| *s <= p);
-    i > 0 && p < r[i - 1].0 + r[i - 1].1
-}
-
-/// Sorted pages as merged ranges.
-fn ranges_of(pages: &[u64]) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for &p in pages {
-        match out.last_mut() {
-            Some((s, l)) if *s + *l == p => *l += PAGE,
-            _ => out.push((p, PAGE)),
-        }
-    }
-    out
-}
-
 impl AssistedPostCopy {
     fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
         let mut tracked = self
@@ -93,15 +77,16 @@ impl AssistedPostCopy {
         // written since round 0: those are owed, except what the restore
         // itself touches.
         let hand = kept_pages(&read_image(&dir)?, Keep::Handover);
-        let (kept, owed) = compose_small(&dir, &m.staging, &|p| {
-            in_ranges(&tracked, p) && !hand.contains(&p)
-        })?;
+        let keep =
+            RangeFilter::outside_or(tracked.clone(), hand.iter().map(|&p| (p, PAGE)).collect());
+        let (kept, owed) = compose_small(&dir, &m.staging, &keep)?;
         m.pages_sent += kept;
-        self.owed = ranges_of(&owed);
+        let owed_pages: u64 = owed.iter().map(|(_, l)| l / PAGE).sum();
+        self.owed = owed;
         tracing::info!(
             "process {} stopped: {} pages written since round 0 are owed, {kept} pages go with the state",
             m.pid,
-            owed.len()
+            owed_pages
         );
         send_image(m, &m.staging.clone())?;
         let chunks: Vec<&[(u64, u64)]> = if self.owed.is_empty() {

@@ -38,7 +38,7 @@ use crate::stop_copy::{await_commit, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::PageStore;
-use pmig_engine::resources::memory::Backing;
+use pmig_engine::resources::memory::{Backing, PageFilter, RangeFilter};
 use pmig_proto::{code, Msg};
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
@@ -89,8 +89,9 @@ impl Flushing {
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.holder = Some(holder);
         let set = kept_pages(&read_image(store)?, self.keep);
-        let (kept, owed) = compose_small(store, &m.staging, &|p| !set.contains(&p))?;
-        self.owed_pages = owed.len() as u64;
+        let keep = RangeFilter::of_pages(set.iter().copied());
+        let (kept, owed) = compose_small(store, &m.staging, &keep)?;
+        self.owed_pages = owed.iter().map(|(_, l)| l / PAGE).sum();
         m.pages_sent = kept;
         let path = store
             .to_str()
@@ -438,51 +439,60 @@ pub(crate) fn kept_pages(pi: &ProcessImage, keep: Keep) -> HashSet<u64> {
     set
 }
 
-/// Writes into `out` the image `store` without the private anonymous pages
-/// that `owed` selects (the restored process will fault on them).
-/// Returns (pages kept, pages owed).
+/// Writes into `out` the image `store` with, of its writable private
+/// anonymous pages, only those `keep` accepts (the restored process will
+/// fault on the others). Returns (pages kept, the other pages as runs).
 pub(crate) fn compose_small(
     store: &Path,
     out: &Path,
-    owed: &dyn Fn(u64) -> bool,
-) -> Result<(u64, Vec<u64>)> {
+    keep: &RangeFilter,
+) -> Result<(u64, Vec<(u64, u64)>)> {
     let img = pmig_image::Image::open(store)?;
     let pi = ProcessImage::read(&img)?;
     let f = std::fs::File::open(img.pages_path())
         .map_err(io_err(format!("open {}", img.pages_path().display())))?;
     let mut ps = PageStore::create(out)?;
-    let (mut kept, mut left) = (0u64, Vec::new());
+    let mut kept = 0u64;
+    let mut owed: Vec<(u64, u64)> = Vec::new();
+    let mut owe = |a: u64, l: u64| match owed.last_mut() {
+        Some((s, n)) if *s + *n == a => *n += l,
+        _ => owed.push((a, l)),
+    };
     let mut buf = Vec::new();
+    let mut runs = Vec::new();
     for v in &pi.memory.vmas {
         for r in &v.runs {
-            if v.backing != Backing::Anon || v.prot & libc::PROT_WRITE == 0 {
-                // Not served lazily: travels whole (read-only anonymous
-                // pages too, as in the engine's filtered capture: left to
-                // the userfaultfd they came back as zeros).
-                buf.resize(r.len as usize, 0);
-                f.read_exact_at(&mut buf, r.offset)
-                    .map_err(io_err("read the page store"))?;
-                ps.put(r.addr, &buf)?;
-                kept += r.len / PAGE;
-                continue;
+            let lazy = v.backing == Backing::Anon && v.prot & libc::PROT_WRITE != 0;
+            // Not served lazily: travels whole (read-only anonymous pages
+            // too, as in the engine's filtered capture: left to the
+            // userfaultfd they came back as zeros).
+            runs.clear();
+            if lazy {
+                keep.keep_runs(r.addr, r.len, &mut runs);
+            } else {
+                runs.push((r.addr, r.len));
             }
-            buf.resize(PAGE as usize, 0);
-            for p in (r.addr..r.addr + r.len).step_by(PAGE as usize) {
-                if !owed(p) {
-                    f.read_exact_at(&mut buf, r.offset + (p - r.addr))
-                        .map_err(io_err("read the page store"))?;
-                    ps.put(p, &buf)?;
-                    kept += 1;
-                } else {
-                    left.push(p);
+            let mut at = r.addr;
+            for &(a, l) in &runs {
+                if a > at {
+                    owe(at, a - at);
                 }
+                buf.resize(l as usize, 0);
+                f.read_exact_at(&mut buf, r.offset + (a - r.addr))
+                    .map_err(io_err("read the page store"))?;
+                ps.put(a, &buf)?;
+                kept += l / PAGE;
+                at = a + l;
+            }
+            if at < r.addr + r.len {
+                owe(at, r.addr + r.len - at);
             }
         }
     }
     let mut manifest = img.manifest.clone();
     manifest.parts.clear();
     ps.finish(pi, manifest)?;
-    Ok((kept, left))
+    Ok((kept, owed))
 }
 
 /// Marks a process as still arriving on this node ([`crate::Host::arriving`])

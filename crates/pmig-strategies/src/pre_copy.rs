@@ -51,7 +51,7 @@ use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::dirty::DirtyTracker;
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::{read_ranges, PageStore};
-use pmig_engine::resources::memory::{saveable_ranges, TASK_END};
+use pmig_engine::resources::memory::{saveable_ranges, RangeFilter, TASK_END};
 use pmig_engine::EngineError;
 use pmig_proto::blocking::Incoming;
 use pmig_proto::{code, Msg};
@@ -350,7 +350,11 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
     let pages = crate::flushing::StorePages::open(&store).and_then(|pages| {
         let set = kept_pages(&read_image(&store)?, Keep::Handover);
         let staging = d.staging.clone();
-        compose_small(&store, &staging, &|p| !set.contains(&p))?;
+        compose_small(
+            &store,
+            &staging,
+            &RangeFilter::of_pages(set.iter().copied()),
+        )?;
         Ok(pages)
     });
     let pages = match pages {
