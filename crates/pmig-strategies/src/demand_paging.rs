@@ -96,13 +96,9 @@ impl Strategy for DemandPaging {
 
 /// After `Restored`: the frozen original must not resume.
 fn lost(m: &mut Source, e: StrategyError) -> StrategyError {
-    if let Some(h) = m.holder.take() {
-        let _ = h.kill();
-    }
-    m.committed = true;
-    StrategyError::Other(format!(
-        "the process runs on {} but its pages could not be kept here ({e}): it is lost",
-        m.peer
+    let peer = m.peer.clone();
+    m.lost(format!(
+        "the process runs on {peer} but its pages could not be kept here ({e}): it is lost"
     ))
 }
 

@@ -471,6 +471,17 @@ impl Source<'_> {
         self.count(16);
         Ok(())
     }
+
+    /// After the handover, when the process cannot be completed on the
+    /// destination: the frozen original is killed (it must not run a second
+    /// time) and the migration ends with `why`, the process lost.
+    pub fn lost(&mut self, why: String) -> StrategyError {
+        if let Some(h) = self.holder.take() {
+            let _ = h.kill();
+        }
+        self.committed = true;
+        StrategyError::Other(why)
+    }
 }
 
 /// How long a connection whose process depends on it after the handover

@@ -423,13 +423,9 @@ pub(crate) fn serve_source(
         r = serve_source_inner(m, owed, &stash);
     }
     if let Err(e) = &r {
-        if let Some(h) = m.holder.take() {
-            let _ = h.kill();
-        }
-        m.committed = true;
-        return Err(StrategyError::Other(format!(
-            "the process ran on {} while pages were still owed, and {e}: it is lost",
-            m.peer
+        let peer = m.peer.clone();
+        return Err(m.lost(format!(
+            "the process ran on {peer} while pages were still owed, and {e}: it is lost"
         )));
     }
     r

@@ -275,13 +275,9 @@ impl Iterative {
     /// The process ran on the destination and could not be completed there:
     /// the frozen original is killed (it must not run a second time).
     fn lost(&mut self, m: &mut Source, why: String) -> StrategyError {
-        if let Some(h) = m.holder.take() {
-            let _ = h.kill();
-        }
-        m.committed = true;
-        StrategyError::Other(format!(
-            "the process ran on {} and was lost there: {why}",
-            m.peer
+        let peer = m.peer.clone();
+        m.lost(format!(
+            "the process ran on {peer} and was lost there: {why}"
         ))
     }
 
