@@ -389,6 +389,14 @@ pub struct Record {
     pub tcp_bytes_per_s: f64,
     /// bytes_total ÷ total_ms, as a fraction of the raw TCP throughput.
     pub rate_frac_tcp: f64,
+    /// First-touch bandwidth of fresh anonymous memory of the workload's
+    /// size (at most 1 GiB), measured just before this migration.
+    pub first_touch_bytes_per_s: f64,
+    /// What moved during the stop, (bytes_total − bytes_post) ÷ down_ms, as a
+    /// fraction of the slower of the raw TCP throughput and the first-touch
+    /// bandwidth: the stop-copy target's figure (a total copy moves
+    /// everything in the stop).
+    pub stop_rate_frac_limit: f64,
     /// Background push after the handover (bytes_post ÷ post_ms) as a fraction
     /// of the raw TCP throughput; NaN when nothing moved after the handover.
     pub post_rate_frac_tcp: f64,
@@ -868,6 +876,10 @@ impl Run<'_> {
             .pid
             .ok_or_else(|| BenchError::Failed("READY without pid".into()))?;
         r.rss_kib = ready.rss_kib.map(|k| k as f64).unwrap_or(f64::NAN);
+        if r.rss_kib.is_finite() {
+            let bytes = ((r.rss_kib as u64) << 10).clamp(1 << 20, 1 << 30);
+            r.first_touch_bytes_per_s = crate::engine::first_touch_gbps(bytes)? * 1e9;
+        }
         let out = self
             .exec_cmd(
                 "n1",
@@ -971,6 +983,9 @@ impl Run<'_> {
         let rss_b = r.rss_kib * 1024.0;
         r.bytes_per_rss = r.bytes_total / rss_b;
         r.rate_frac_tcp = r.bytes_total / (r.total_ms / 1000.0) / r.tcp_bytes_per_s;
+        r.stop_rate_frac_limit = (r.bytes_total - r.bytes_post.max(0.0))
+            / (r.down_ms / 1000.0)
+            / r.tcp_bytes_per_s.min(r.first_touch_bytes_per_s);
         r.post_rate_frac_tcp = if r.bytes_post > 0.0 && r.post_ms > 0.0 {
             r.bytes_post / (r.post_ms / 1000.0) / r.tcp_bytes_per_s
         } else {
@@ -1237,6 +1252,8 @@ impl Record {
             &mut self.tcp_bytes_per_s,
             &mut self.rate_frac_tcp,
             &mut self.post_rate_frac_tcp,
+            &mut self.first_touch_bytes_per_s,
+            &mut self.stop_rate_frac_limit,
             &mut self.pages_sent,
             &mut self.rounds,
             &mut self.remote_faults,

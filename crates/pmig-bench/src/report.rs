@@ -716,7 +716,7 @@ fn csv_s(s: &str) -> String {
 pub fn raw_csv(res: &Results) -> String {
     let mut o = String::from(
         "workload,kib,link,strategy,rep,ok,error,chosen,iterations,rss_kib,preparation_ms,down_ms,post_ms,total_ms,\
-         bytes_total,bytes_post,bytes_per_rss,tcp_bytes_per_s,rate_frac_tcp,post_rate_frac_tcp,pages_sent,rounds,\
+         bytes_total,bytes_post,bytes_per_rss,tcp_bytes_per_s,rate_frac_tcp,post_rate_frac_tcp,first_touch_bytes_per_s,stop_rate_frac_limit,pages_sent,rounds,\
          remote_faults,prefetched_pages,prefetch_hits,prefetch_share,elapsed_ms,baseline_ms,delay_ms,max_pause_ms,\
          stall_ms,self_check,wall_s\n",
     );
@@ -733,6 +733,8 @@ pub fn raw_csv(res: &Results) -> String {
             r.tcp_bytes_per_s,
             r.rate_frac_tcp,
             r.post_rate_frac_tcp,
+            r.first_touch_bytes_per_s,
+            r.stop_rate_frac_limit,
             r.pages_sent,
             r.rounds,
             r.remote_faults,

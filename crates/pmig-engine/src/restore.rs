@@ -58,6 +58,24 @@ pub struct Restored {
 }
 
 pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
+    restore_held(dir, opts, None)
+}
+
+/// What a held restore asks before the process may run: called once the
+/// process is complete but still stopped under ptrace. `Ok` lets it run (a
+/// lazy restore's userfaultfd is first closed inside it: the caller has
+/// provided every page through its own copy); an error kills it.
+pub type Release<'a> = &'a mut dyn FnMut(&Restored) -> Result<()>;
+
+/// [`restore`], holding the finished process stopped until `release` (if
+/// any) says it may run. A total copy uses this to fill a lazily restored
+/// process's memory through its userfaultfd before it runs a single
+/// instruction.
+pub fn restore_held(
+    dir: &Path,
+    opts: &RestoreOptions,
+    release: Option<Release>,
+) -> Result<Restored> {
     let t0 = Instant::now();
     mark("restore: start");
     let img = Image::open_verified(dir)?;
@@ -65,7 +83,7 @@ pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
     mark("restore: image verified");
     let pi = ProcessImage::read(&img)?;
     mark("restore: parts decoded");
-    let mut r = restore_image(&pi, &img.pages_path(), opts)?;
+    let mut r = restore_image_held(&pi, &img.pages_path(), opts, release)?;
     r.verify = verify;
     r.total = t0.elapsed();
     Ok(r)
@@ -386,6 +404,15 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
 
 /// Restore from decoded parts and a page-data file (already verified).
 pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
+    restore_image_held(pi, pages, opts, None)
+}
+
+fn restore_image_held(
+    pi: &ProcessImage,
+    pages: &Path,
+    opts: &RestoreOptions,
+    release: Option<Release>,
+) -> Result<Restored> {
     let mut p = prepare(pi, pages, opts)?;
     mark("restore: prepared");
     let original_pid = pi.process.pid;
@@ -481,9 +508,7 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
             None => None,
         };
         mark("restore: finished");
-        frozen.detach()?;
-        mark("restore: detached");
-        Ok(Restored {
+        let r = Restored {
             uffd,
             uffd_fd_in_process: p.pf.uffd_fd,
             session,
@@ -492,10 +517,34 @@ pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> 
             threads: tids.len(),
             verify: Duration::ZERO,
             total: Duration::ZERO,
-        })
+        };
+        if let Some(release) = release {
+            release(&r)?;
+            mark("restore: released");
+            if let Some(fd) = r.uffd_fd_in_process {
+                // Every page was provided through the caller's copy: the
+                // process's own reference is no longer needed.
+                let ret = frozen.inject(0, libc::SYS_close, &[fd as u64])?;
+                if ret < 0 {
+                    return Err(EngineError::Sys {
+                        what: format!("close the userfaultfd (fd {fd}) inside the process"),
+                        source: std::io::Error::from_raw_os_error(-ret as i32),
+                    });
+                }
+            }
+        }
+        frozen.detach()?;
+        mark("restore: detached");
+        Ok(r)
     })();
     if result.is_err() {
         kill_and_reap(pid);
+        // A pid file names a process that never ran and is gone.
+        if let Some(pf) = &opts.pidfile {
+            if std::fs::read_to_string(pf).is_ok_and(|t| t.trim() == pid.to_string()) {
+                let _ = std::fs::remove_file(pf);
+            }
+        }
     }
     result
 }

@@ -13,13 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 2: a pre-copy destination
-/// restores lazily from its local copy and reports `PagesDone` before the
-/// source commits (docs/protocol.md §6.3b); a version-1 destination never
-/// would.
-pub const PROTO_VERSION: u16 = 2;
+/// The protocol version this build speaks. 3: a stop-copy image carries no
+/// private anonymous pages, which follow it as `PageData` (docs/protocol.md
+/// §6.3); a version-2 destination would restore it without them. 2: a
+/// pre-copy destination restores lazily from its local copy and reports
+/// `PagesDone` before the source commits (§6.3b).
+pub const PROTO_VERSION: u16 = 3;
 /// The oldest protocol version this build can still speak.
-pub const MIN_PROTO_VERSION: u16 = 2;
+pub const MIN_PROTO_VERSION: u16 = 3;
 
 /// Largest frame body (and so largest encoded message plus attachment), in bytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;

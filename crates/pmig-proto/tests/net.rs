@@ -166,29 +166,33 @@ fn garbage_after_handshake_is_an_error_not_a_panic() {
 
 #[test]
 fn version_mismatch_is_refused() {
+    let v = pmig_proto::PROTO_VERSION;
     let mut newer = Config::new("n2");
-    newer.proto_version = 3;
-    newer.min_version = 3;
+    newer.proto_version = v + 1;
+    newer.min_version = v + 1;
     let (c, s) = pair(key(1), key(1), Config::new("n1"), newer);
     let ce = c.err().expect("client must refuse");
     let se = s.err().expect("server must refuse");
     println!("client: {ce}\nserver: {se}");
     assert!(matches!(ce, ProtoError::VersionMismatch { .. }));
     assert!(
-        ce.to_string()
-            .starts_with("peer n2 speaks protocol version 3, this node speaks 2"),
+        ce.to_string().starts_with(&format!(
+            "peer n2 speaks protocol version {}, this node speaks {v}",
+            v + 1
+        )),
         "{ce}"
     );
-    assert!(se
-        .to_string()
-        .starts_with("peer n1 speaks protocol version 2, this node speaks 3"));
+    assert!(se.to_string().starts_with(&format!(
+        "peer n1 speaks protocol version {v}, this node speaks {}",
+        v + 1
+    )));
 
     // Overlapping ranges negotiate the lower version.
     let mut newer = Config::new("n2");
-    newer.proto_version = 3;
+    newer.proto_version = v + 1;
     let (c, s) = pair(key(1), key(1), Config::new("n1"), newer);
-    assert_eq!(c.unwrap().peer().version, 2);
-    assert_eq!(s.unwrap().peer().version, 2);
+    assert_eq!(c.unwrap().peer().version, v);
+    assert_eq!(s.unwrap().peer().version, v);
 }
 
 #[test]

@@ -10,8 +10,10 @@
 
 use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
-use crate::holder::Holder;
+use crate::holder::{CaptureMode, Holder};
+use crate::post_copy::{owed_of, read_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
+use pmig_engine::lazy::LazyMemory;
 use pmig_proto::blocking::Incoming;
 use pmig_proto::{code, Msg};
 use std::fs::File;
@@ -20,6 +22,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
+
+const PAGE: u64 = pmig_image::PAGE_SIZE;
 
 /// Bytes of image data per `ImageChunk` message.
 pub const CHUNK: usize = 16 << 20;
@@ -153,18 +157,25 @@ impl Strategy for StopCopy {
         let host = m.host;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
-        let holder = Holder::start(host, m.pid, &m.staging.clone())?;
+        let staging = m.staging.clone();
+        // The image holds everything but the private anonymous pages, which
+        // go straight from the frozen process to the destination's.
+        let holder = Holder::start_with(host, m.pid, &staging, &CaptureMode::Handover)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
-        m.pages_sent = holder.captured.page_bytes / pmig_image::PAGE_SIZE;
+        m.pages_sent = holder.captured.page_bytes / PAGE;
         tracing::info!(
-            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages)",
+            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages in the image)",
             m.pid,
             (holder.captured.captured_ns - holder.captured.frozen_ns) as f64 / 1e6,
             holder.captured.page_bytes as f64 / (1 << 20) as f64
         );
         m.holder = Some(holder);
-        let staging = m.staging.clone();
         send_image(m, &staging)?;
+        mark("src: image sent");
+        let owed = owed_of(&read_image(&staging)?).0;
+        let pages = push_all(m, &owed)?;
+        m.pages_sent += pages;
+        mark("src: pages sent");
         m.await_restored()
     }
 
@@ -177,41 +188,273 @@ impl Strategy for StopCopy {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         let dir = d.staging.clone();
-        prespawn_restore(d, &dir, false);
+        prespawn(d, &dir, Mode::Held);
         receive_image(d)?;
-        restore_and_reply(d, mono_ns())
-    }
-}
-
-/// Destination, once the staging directory holds the complete image (received
-/// at `t_done`, CLOCK_MONOTONIC): restore it, reply `Restored` (or `Error`), and
-/// wait for `Commit`. Returns the pid of the restored process.
-pub(crate) fn restore_and_reply(d: &mut Destination, t_done: u64) -> Result<i32> {
-    if d.hooks.hang_before_restore {
-        tracing::warn!("test hook: not answering migration {}", d.offer.id);
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-    let (pid, original_pid, resumed_ns) = match restore(d) {
-        Ok(x) => x,
-        Err((code, e)) => {
+        let t_done = mono_ns();
+        mark("dst: image received");
+        hang_hook(d);
+        let fail = |d: &mut Destination, code: u32, e: String| {
             let text = format!("{}: {e}", d.host.node());
             let _ = d.ch.send(&Msg::Error {
                 code,
                 text: text.chars().take(4000).collect(),
             });
-            return Err(StrategyError::Other(text));
+            drain(d);
+            StrategyError::Other(text)
+        };
+        let pi = read_image(&dir)?;
+        let held = match restore_held(d, &dir) {
+            Ok(h) => h,
+            Err((c, e)) => return Err(fail(d, c, e)),
+        };
+        let uffd = match pmig_engine::dirty::take_fd(held.pid, held.uffd_fd) {
+            Ok(f) => f,
+            Err(e) => {
+                let e = format!("take the restored process's userfaultfd: {e}");
+                return Err(fail(d, code::RESTORE_FAILED, e));
+            }
+        };
+        let (owed, registered) = owed_of(&pi);
+        let lm = LazyMemory::new(uffd, &owed, registered);
+        // Until released, the held process is killed on any failure (the
+        // source then resumes its own copy).
+        let total = owed.iter().map(|r| r.1).sum();
+        if let Err(e) = receive_pages(d, &lm, total) {
+            tracing::warn!(
+                "migration {}: {e}; the held copy (pid {}) is killed",
+                d.offer.id,
+                held.pid
+            );
+            let code = match e {
+                StrategyError::Protocol { .. } => code::UNEXPECTED,
+                _ => code::RESTORE_FAILED,
+            };
+            return Err(fail(d, code, e.to_string()));
         }
-    };
-    let now = mono_ns();
-    d.ch.send(&Msg::Restored {
-        id: d.offer.id,
-        pid,
-        original_pid,
-        restore_us: (resumed_ns.saturating_sub(t_done)) / 1000,
-        since_resume_us: now.saturating_sub(resumed_ns) / 1000,
+        mark("dst: pages installed");
+        lm.finish();
+        let (pid, original_pid) = (held.pid, held.original_pid);
+        let resumed_ns = match held.release() {
+            Ok(t) => t,
+            Err(e) => return Err(fail(d, code::RESTORE_FAILED, e)),
+        };
+        d.ch.send(&Msg::Restored {
+            id: d.offer.id,
+            pid,
+            original_pid,
+            restore_us: resumed_ns.saturating_sub(t_done) / 1000,
+            since_resume_us: mono_ns().saturating_sub(resumed_ns) / 1000,
+        })?;
+        await_commit(d, pid)?;
+        Ok(pid)
+    }
+}
+
+/// Bytes of pages per `PageData` message of a total copy.
+const PUSH_BYTES: usize = 1 << 20;
+
+/// Source, at the handover: sends the pages `owed` (runs of bytes) from the
+/// frozen process, read by a second thread while this one sends. Returns
+/// the number of pages sent.
+fn push_all(m: &mut Source, owed: &[(u64, u64)]) -> Result<u64> {
+    let total: u64 = owed.iter().map(|r| r.1).sum();
+    let (pid, id) = (m.pid, m.id);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(3);
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    for _ in 0..4 {
+        empty_tx
+            .send(vec![0u8; PUSH_BYTES])
+            .expect("the channel has room");
+    }
+    std::thread::scope(|sc| -> Result<()> {
+        let reader = sc.spawn(move || -> Result<()> {
+            for &(start, len) in owed {
+                let mut off = 0;
+                while off < len {
+                    let n = (len - off).min(PUSH_BYTES as u64) as usize;
+                    // The sender has stopped: it reports why.
+                    let Ok(mut buf) = empty_rx.recv() else {
+                        return Ok(());
+                    };
+                    let got = pmig_engine::sys::process_vm_read(pid, start + off, &mut buf[..n])
+                        .map_err(|e| StrategyError::Other(e.to_string()))?;
+                    if got != n {
+                        return Err(StrategyError::Other(format!(
+                            "short read of the frozen process at {:#x}",
+                            start + off
+                        )));
+                    }
+                    if full_tx.send((start + off, buf, n)).is_err() {
+                        return Ok(());
+                    }
+                    off += n as u64;
+                }
+            }
+            Ok(())
+        });
+        let mut done = 0u64;
+        let sent = (|| -> Result<()> {
+            for (addr, buf, n) in full_rx {
+                // The destination speaks only to refuse (its restore failed,
+                // say): stop and report its reason.
+                if readable(m.ch.stream()) {
+                    return Err(reason_for_stop(m));
+                }
+                if let Err(e) = m.ch.send_with(&Msg::PageData { id, addr }, &[&buf[..n]]) {
+                    // Its reason, if it sent one before closing, is still
+                    // ours to read.
+                    return Err(match m.recv("nothing") {
+                        Err(r @ StrategyError::Refused { .. }) => r,
+                        _ => e.into(),
+                    });
+                }
+                m.count(n as u64 + 32);
+                done += n as u64;
+                (m.progress)(Progress {
+                    phase: "transfer",
+                    done,
+                    total,
+                });
+                let _ = empty_tx.send(buf);
+            }
+            Ok(())
+        })();
+        drop(empty_tx);
+        let read = reader
+            .join()
+            .map_err(|_| StrategyError::Other("the page reader panicked".into()))?;
+        sent?;
+        read?;
+        if done != total {
+            return Err(StrategyError::Other(format!(
+                "sent {done} of {total} bytes of pages"
+            )));
+        }
+        Ok(())
     })?;
-    await_commit(d, pid)?;
-    Ok(pid)
+    Ok(total / PAGE)
+}
+
+/// Whether `s` has something to read (or has failed) now.
+fn readable(s: &std::net::TcpStream) -> bool {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polling one valid descriptor, without waiting.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+/// The destination spoke while pages were still being sent: its message
+/// (normally `Error`) as an error.
+fn reason_for_stop(m: &mut Source) -> StrategyError {
+    match m.recv("nothing while pages are sent") {
+        Err(e) => e,
+        Ok(other) => StrategyError::Protocol {
+            node: m.peer.clone(),
+            what: format!("unexpected {} while pages were sent", other.kind()),
+        },
+    }
+}
+
+/// Destination of a total copy: installs `PageData` into the held process
+/// until nothing is owed. This thread receives (and decrypts) while a
+/// second one installs.
+fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()> {
+    let bad = |what: String| StrategyError::Protocol {
+        node: String::new(),
+        what,
+    };
+    if lm.owed_pages() == 0 {
+        return Ok(());
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(4);
+    std::thread::scope(|sc| -> Result<()> {
+        let installer = sc.spawn(move || -> Result<()> {
+            for (addr, body, att) in rx {
+                lm.install(addr, &body[att..])
+                    .map_err(|e| StrategyError::Other(format!("install pages: {e}")))?;
+                if lm.owed_pages() == 0 {
+                    return Ok(());
+                }
+            }
+            // The receiver stopped first: it reports why.
+            Ok(())
+        });
+        let received = (|| -> Result<()> {
+            // The source sends exactly the owed pages, each once.
+            let mut got = 0u64;
+            while got < total {
+                let (msg, body, att) = d.ch.recv_with()?.into_parts();
+                match msg {
+                    Msg::PageData { id, addr } if id == d.offer.id => {
+                        let n = body.len() - att;
+                        if n == 0 || !(n as u64).is_multiple_of(PAGE) {
+                            return Err(bad(format!(
+                                "PageData of {n} bytes at {addr:#x} is not whole pages"
+                            )));
+                        }
+                        d.count_received(n as u64);
+                        got += n as u64;
+                        // Gone: the installer failed, or has every page.
+                        if tx.send((addr, body, att)).is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Msg::Abort { reason, .. } => {
+                        return Err(StrategyError::Refused {
+                            node: d.peer.clone(),
+                            code: code::INTERNAL,
+                            text: format!("the source aborted: {reason}"),
+                        })
+                    }
+                    other => {
+                        return Err(bad(format!(
+                            "unexpected {} during the page transfer",
+                            other.kind()
+                        )))
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        installer
+            .join()
+            .map_err(|_| StrategyError::Other("the page installer panicked".into()))??;
+        received?;
+        if lm.owed_pages() != 0 {
+            return Err(StrategyError::Other(format!(
+                "{} pages still missing after the transfer",
+                lm.owed_pages()
+            )));
+        }
+        Ok(())
+    })
+}
+
+/// After an `Error` sent while the source may still be sending pages: read
+/// and drop what comes until it closes (for at most 5 s), so that closing
+/// first does not reset the connection and lose the `Error` on its way.
+fn drain(d: &mut Destination) {
+    let t0 = std::time::Instant::now();
+    let _ =
+        d.ch.stream()
+            .set_read_timeout(Some(Duration::from_millis(500)));
+    while t0.elapsed() < Duration::from_secs(5) {
+        if d.ch.recv_with().is_err() {
+            break;
+        }
+    }
+}
+
+/// Test hook `hang-before-restore`: never answer.
+fn hang_hook(d: &Destination) {
+    if d.hooks.hang_before_restore {
+        tracing::warn!("test hook: not answering migration {}", d.offer.id);
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }
 
 /// Destination: receive `ImageFile`/`ImageChunk` until `ImageDone`.
@@ -330,13 +573,6 @@ fn stdio_file(d: &Destination) -> std::path::PathBuf {
     dir.join(format!("{comm}-{}-{}.out", d.offer.pid, d.offer.id))
 }
 
-/// Destination: verify the staged image and restore it in a helper. Returns
-/// (pid, original pid, CLOCK_MONOTONIC when it was resumed).
-pub(crate) fn restore(d: &mut Destination) -> std::result::Result<(i32, i32, u64), (u32, String)> {
-    let dir = d.staging.clone();
-    restore_from(d, &dir, false).map(|r| (r.pid, r.original_pid, r.resumed_ns))
-}
-
 /// What [`restore_from`] started.
 pub(crate) struct Started {
     pub pid: i32,
@@ -356,9 +592,21 @@ pub(crate) struct Prespawned<'a> {
     child: Option<Child>,
     stdin: Option<ChildStdin>,
     dir: PathBuf,
-    lazy: bool,
+    mode: Mode,
     out: PathBuf,
     err_path: PathBuf,
+}
+
+/// How `pmig restore` is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Every page from the image.
+    Full,
+    /// `--lazy`: the pages missing from the image are served afterwards.
+    Lazy,
+    /// `--lazy --hold`: the pages missing from the image are provided before
+    /// the process runs (see [`Held`]).
+    Held,
 }
 
 impl Drop for Prespawned<'_> {
@@ -372,15 +620,42 @@ impl Drop for Prespawned<'_> {
 
 impl Prespawned<'_> {
     /// Tells it to go on; None if it is gone (then a fresh one is started).
-    fn go(mut self) -> Option<(Child, PathBuf, PathBuf)> {
+    /// A held restore keeps its stdin for `release`.
+    fn go(mut self) -> Option<Spawned> {
         let mut stdin = self.stdin.take()?;
         if stdin.write_all(b"go\n").is_err() {
             return None;
         }
-        drop(stdin);
+        let stdin = (self.mode == Mode::Held).then_some(stdin);
         let child = self.child.take()?;
-        Some((child, self.out.clone(), self.err_path.clone()))
+        Some(Spawned {
+            child,
+            stdin,
+            out: self.out.clone(),
+            err_path: self.err_path.clone(),
+        })
     }
+}
+
+/// A running `pmig restore`.
+struct Spawned {
+    child: Child,
+    /// `--hold`: where `release` goes.
+    stdin: Option<ChildStdin>,
+    /// Where the process's terminal or pipe stdio goes.
+    out: PathBuf,
+    err_path: PathBuf,
+}
+
+/// The last line of a failed `pmig restore`'s error output.
+fn restore_failure(err_path: &Path) -> String {
+    let err = std::fs::read_to_string(err_path).unwrap_or_default();
+    err.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no error output")
+        .trim_start_matches("pmig: ")
+        .to_string()
 }
 
 /// The `pmig restore --detach --json` command for the image in `dir` (with
@@ -388,7 +663,7 @@ impl Prespawned<'_> {
 fn restore_command(
     d: &Destination,
     dir: &Path,
-    lazy: bool,
+    mode: Mode,
 ) -> std::result::Result<(Command, PathBuf, PathBuf), (u32, String)> {
     let [stdin, out, err] = match d.host.stdio_for(&d.peer, &d.offer) {
         Some(s) => s,
@@ -402,7 +677,11 @@ fn restore_command(
     let mut cmd = Command::new(d.host.exe());
     cmd.args(["restore", "--detach", "--json", "--dir"])
         .arg(dir)
-        .args(if lazy { &["--lazy"][..] } else { &[] })
+        .args(match mode {
+            Mode::Full => &[][..],
+            Mode::Lazy => &["--lazy"][..],
+            Mode::Held => &["--lazy", "--hold"][..],
+        })
         .arg("--stdin")
         .arg(&stdin)
         .arg("--stdout")
@@ -420,7 +699,11 @@ fn restore_command(
 /// (see [`Prespawned`]). Without success nothing is lost: [`restore_from`]
 /// then starts it as before.
 pub(crate) fn prespawn_restore(d: &mut Destination, dir: &Path, lazy: bool) {
-    let Ok((mut cmd, out, err_path)) = restore_command(d, dir, lazy) else {
+    prespawn(d, dir, if lazy { Mode::Lazy } else { Mode::Full })
+}
+
+fn prespawn(d: &mut Destination, dir: &Path, mode: Mode) {
+    let Ok((mut cmd, out, err_path)) = restore_command(d, dir, mode) else {
         return;
     };
     cmd.arg("--wait-go").stdin(Stdio::piped());
@@ -432,7 +715,7 @@ pub(crate) fn prespawn_restore(d: &mut Destination, dir: &Path, lazy: bool) {
                 child: Some(child),
                 stdin,
                 dir: dir.to_path_buf(),
-                lazy,
+                mode,
                 out,
                 err_path,
             });
@@ -449,7 +732,189 @@ pub(crate) fn restore_from(
     dir: &Path,
     lazy: bool,
 ) -> std::result::Result<Started, (u32, String)> {
-    let ahead = d.restorer.take().filter(|p| p.dir == dir && p.lazy == lazy);
+    let Spawned {
+        mut child,
+        out,
+        err_path,
+        ..
+    } = start_restore(d, dir, if lazy { Mode::Lazy } else { Mode::Full })?;
+    let mut json = String::new();
+    let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut json));
+    let resumed_ns = mono_ns();
+    mark("dst: pmig restore output read");
+    let st = d.host.wait(&mut child).map_err(|e| {
+        (
+            code::RESTORE_FAILED,
+            format!("waiting for pmig restore: {e}"),
+        )
+    })?;
+    mark("dst: pmig restore exited");
+    log_restore_timing(&err_path);
+    if !st.success() {
+        return Err((code::RESTORE_FAILED, restore_failure(&err_path)));
+    }
+    let r = parse_restored(&json)?;
+    tracing::info!(
+        "restored process {} ({}) from {} as pid {}; its terminal/pipe stdio goes to {}",
+        d.offer.pid,
+        d.offer.comm,
+        d.peer,
+        r.pid,
+        out.display()
+    );
+    Ok(Started { resumed_ns, ..r })
+}
+
+/// The timing marks `pmig restore` wrote to its error output.
+fn log_restore_timing(err_path: &Path) {
+    if tracing::enabled!(target: "pmig_timing", tracing::Level::DEBUG) {
+        for l in std::fs::read_to_string(err_path)
+            .unwrap_or_default()
+            .lines()
+        {
+            tracing::debug!(target: "pmig_timing", "pmig restore: {l}");
+        }
+    }
+}
+
+/// `pmig restore --json`'s line (`resumed_ns` left 0).
+fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
+    let line = json.lines().next().unwrap_or("");
+    let v: serde_json::Value = serde_json::from_str(line.trim()).map_err(|e| {
+        (
+            code::RESTORE_FAILED,
+            format!("pmig restore printed {json:?}: {e}"),
+        )
+    })?;
+    let pid = v["pid"].as_i64().unwrap_or(0) as i32;
+    if pid <= 0 {
+        return Err((
+            code::RESTORE_FAILED,
+            format!("pmig restore printed {json:?}"),
+        ));
+    }
+    Ok(Started {
+        pid,
+        original_pid: v["original_pid"].as_i64().unwrap_or(0) as i32,
+        resumed_ns: 0,
+        uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
+    })
+}
+
+/// A process restored lazily and held stopped by `pmig restore --hold`
+/// until its missing pages are in. Dropped without [`Held::release`], the
+/// restore reads end-of-file and kills it: it never ran.
+pub(crate) struct Held<'a> {
+    host: &'a dyn crate::Host,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+    stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
+    err_path: PathBuf,
+    pub pid: i32,
+    pub original_pid: i32,
+    /// The number of the userfaultfd inside the process.
+    pub uffd_fd: i32,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if let Some(mut c) = self.child.take() {
+            let _ = self.host.wait(&mut c);
+        }
+    }
+}
+
+impl Held<'_> {
+    /// Lets the process run; returns CLOCK_MONOTONIC when it did.
+    pub(crate) fn release(mut self) -> std::result::Result<u64, String> {
+        let mut stdin = self.stdin.take().ok_or("pmig restore is gone")?;
+        stdin
+            .write_all(b"release\n")
+            .map_err(|e| format!("release the restored process: {e}"))?;
+        drop(stdin);
+        let mut rest = String::new();
+        if let Some(mut s) = self.stdout.take() {
+            let _ = s.read_to_string(&mut rest);
+        }
+        let resumed_ns = mono_ns();
+        let mut child = self.child.take().ok_or("pmig restore is gone")?;
+        let st = self
+            .host
+            .wait(&mut child)
+            .map_err(|e| format!("waiting for pmig restore: {e}"))?;
+        mark("dst: held process released");
+        log_restore_timing(&self.err_path);
+        if !st.success() {
+            return Err(restore_failure(&self.err_path));
+        }
+        Ok(resumed_ns)
+    }
+}
+
+/// Verifies the image in `dir` and restores it lazily, held stopped (see
+/// [`Held`]).
+pub(crate) fn restore_held<'a>(
+    d: &mut Destination<'a>,
+    dir: &Path,
+) -> std::result::Result<Held<'a>, (u32, String)> {
+    let Spawned {
+        mut child,
+        stdin,
+        out,
+        err_path,
+    } = start_restore(d, dir, Mode::Held)?;
+    let mut stdout = child.stdout.take().map(std::io::BufReader::new);
+    let mut line = String::new();
+    if let Some(s) = stdout.as_mut() {
+        let _ = std::io::BufRead::read_line(s, &mut line);
+    }
+    let mut held = Held {
+        host: d.host,
+        child: Some(child),
+        stdin,
+        stdout,
+        err_path,
+        pid: 0,
+        original_pid: 0,
+        uffd_fd: -1,
+    };
+    mark("dst: pmig restore holds the process");
+    if line.trim().is_empty() {
+        // It failed before the process was complete: its error says why.
+        drop(held.stdin.take());
+        if let Some(mut c) = held.child.take() {
+            let _ = d.host.wait(&mut c);
+        }
+        log_restore_timing(&held.err_path);
+        return Err((code::RESTORE_FAILED, restore_failure(&held.err_path)));
+    }
+    let r = parse_restored(&line)?;
+    held.pid = r.pid;
+    held.original_pid = r.original_pid;
+    held.uffd_fd = r.uffd_fd.ok_or((
+        code::RESTORE_FAILED,
+        "the held restore reported no userfaultfd".to_string(),
+    ))?;
+    tracing::info!(
+        "restored process {} ({}) from {} as pid {}, held until its pages are in; its terminal/pipe stdio goes to {}",
+        d.offer.pid,
+        d.offer.comm,
+        d.peer,
+        r.pid,
+        out.display()
+    );
+    Ok(held)
+}
+
+/// Verifies the image in `dir` and starts `pmig restore` for it: the one
+/// started ahead by [`prespawn_restore`] for the same image, else a new one.
+fn start_restore(
+    d: &mut Destination,
+    dir: &Path,
+    mode: Mode,
+) -> std::result::Result<Spawned, (u32, String)> {
+    let ahead = d.restorer.take().filter(|p| p.dir == dir && p.mode == mode);
     pmig_image::Image::open_verified(dir).map_err(|e| {
         (
             code::BAD_IMAGE,
@@ -463,77 +928,29 @@ pub(crate) fn restore_from(
             "restore failed: test hook fail-restore".into(),
         ));
     }
-    let (mut child, out, err_path) = match ahead.and_then(Prespawned::go) {
+    let spawned = match ahead.and_then(Prespawned::go) {
         Some(x) => x,
         None => {
-            let (mut cmd, out, err_path) = restore_command(d, dir, lazy)?;
-            let child = d.host.spawn(&mut cmd).map_err(|e| {
+            let (mut cmd, out, err_path) = restore_command(d, dir, mode)?;
+            if mode == Mode::Held {
+                cmd.stdin(Stdio::piped());
+            }
+            let mut child = d.host.spawn(&mut cmd).map_err(|e| {
                 (
                     code::RESTORE_FAILED,
                     format!("cannot run pmig restore: {e}"),
                 )
             })?;
-            (child, out, err_path)
+            Spawned {
+                stdin: child.stdin.take(),
+                child,
+                out,
+                err_path,
+            }
         }
     };
     mark("dst: pmig restore started");
-    let mut json = String::new();
-    let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut json));
-    let resumed_ns = mono_ns();
-    mark("dst: pmig restore output read");
-    let st = d.host.wait(&mut child).map_err(|e| {
-        (
-            code::RESTORE_FAILED,
-            format!("waiting for pmig restore: {e}"),
-        )
-    })?;
-    mark("dst: pmig restore exited");
-    if tracing::enabled!(target: "pmig_timing", tracing::Level::DEBUG) {
-        for l in std::fs::read_to_string(&err_path)
-            .unwrap_or_default()
-            .lines()
-        {
-            tracing::debug!(target: "pmig_timing", "pmig restore: {l}");
-        }
-    }
-    if !st.success() {
-        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
-        let line = err
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("no error output")
-            .trim_start_matches("pmig: ")
-            .to_string();
-        return Err((code::RESTORE_FAILED, line));
-    }
-    let v: serde_json::Value = serde_json::from_str(json.trim()).map_err(|e| {
-        (
-            code::RESTORE_FAILED,
-            format!("pmig restore printed {json:?}: {e}"),
-        )
-    })?;
-    let pid = v["pid"].as_i64().unwrap_or(0) as i32;
-    let orig = v["original_pid"].as_i64().unwrap_or(0) as i32;
-    if pid <= 0 {
-        return Err((
-            code::RESTORE_FAILED,
-            format!("pmig restore printed {json:?}"),
-        ));
-    }
-    tracing::info!(
-        "restored process {} ({}) from {} as pid {pid}; its terminal/pipe stdio goes to {}",
-        d.offer.pid,
-        d.offer.comm,
-        d.peer,
-        out.display()
-    );
-    Ok(Started {
-        pid,
-        original_pid: orig,
-        resumed_ns,
-        uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
-    })
+    Ok(spawned)
 }
 
 /// Destination, after `Restored`: wait until the source confirms that its copy is

@@ -537,6 +537,62 @@ fn restore_waiting_for_go_does_nothing_without_it() {
     r.quit_ok();
 }
 
+/// `pmig restore --lazy --hold` prints the finished process while it is still
+/// stopped, and kills it when no `release` comes: nothing of it is left, not
+/// even its pid file, and the image still restores.
+#[test]
+fn held_restore_is_killed_without_release() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("hold");
+    let mut guard = Guard::new();
+    assert!(
+        pids_with_comm(BADIMG_COMM).is_empty(),
+        "a {BADIMG_COMM} process is already running"
+    );
+    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
+    orig.expect_ready();
+    let img = d.path("img");
+    dump_ok(orig.pid(), &img, false);
+    orig.wait(EXIT_TIMEOUT);
+
+    let pidfile = d.path("pid");
+    let mut cmd = Command::new(pmig_bin());
+    cmd.args(["restore", "--lazy", "--hold", "--detach", "--json", "--dir"])
+        .arg(&img)
+        .arg("--pidfile")
+        .arg(&pidfile)
+        .args(["--stdout", "/dev/null", "--stderr", "/dev/null"]);
+    let mut r = Proc::spawn("held restore", cmd);
+    let line = r.line(PMIG_TIMEOUT, "the held process's JSON line");
+    let v: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    assert_eq!(v["held"], true, "{line}");
+    let pid = v["pid"].as_i64().expect("pid") as i32;
+    guard.track_pid(pid);
+    // Held: stopped under ptrace by the restore.
+    assert_eq!(proc_state(pid), Some('t'), "pid {pid} is not held");
+    assert_eq!(pids_with_comm(BADIMG_COMM), vec![pid]);
+    r.close_stdin();
+    let st = r.wait(EXIT_TIMEOUT);
+    assert!(!st.success(), "the restore succeeded without release");
+    let err = r.stderr_final();
+    assert!(err.contains("not released"), "stderr: {err}");
+    assert!(
+        pids_with_comm(BADIMG_COMM).is_empty(),
+        "the held process is still there"
+    );
+    assert!(
+        !pidfile.exists(),
+        "the pid file of a killed process is left"
+    );
+
+    // The image is untouched: it restores and passes its own check.
+    let mut r = spawn_restore("after --hold", &img, &pidfile, d.tmp.path());
+    r.check("basic", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.quit_ok();
+}
+
 fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     let mut data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     f(&mut data);

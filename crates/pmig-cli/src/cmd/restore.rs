@@ -40,28 +40,46 @@ pub struct Args {
     /// input without `go` exits with status 3, having done nothing.
     #[arg(long)]
     wait_go: bool,
+    /// Lazy restore for a total copy: once the process is complete, print
+    /// the JSON line and keep it stopped until a line `release` on stdin
+    /// (its pages have been provided through the userfaultfd by then); the
+    /// process's own userfaultfd is then closed and it runs. Anything else,
+    /// or end of input, kills it: nothing runs.
+    #[arg(long, requires_all = ["lazy", "json"])]
+    hold: bool,
 }
 
 /// Status of `--wait-go` when no `go` came.
 const NOT_STARTED: i32 = 3;
 
-/// `--wait-go`: true once `go` was read. Stdin is then /dev/null, so the pipe
-/// that carried `go` reaches nothing restored.
-fn wait_for_go() -> Result<bool> {
+/// `--wait-go`: true once `go` was read.
+fn wait_for_go(input: &mut impl std::io::BufRead) -> Result<bool> {
     let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .context("read stdin for go")?;
-    if line.trim() != "go" {
-        return Ok(false);
-    }
+    input.read_line(&mut line).context("read stdin for go")?;
+    Ok(line.trim() == "go")
+}
+
+/// Our stdin, moved off fd 0, which becomes /dev/null: fd 0 may be handed to
+/// the restored process, and the pipe that carries `go` and `release` must
+/// reach nothing restored (the new process closes every other fd).
+fn take_stdin() -> Result<std::io::BufReader<std::fs::File>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let kept =
+        nix::fcntl::fcntl(0, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(3)).context("keep stdin")?;
+    // SAFETY: `kept` is a new descriptor that nothing else owns.
+    let kept = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(kept) });
     let null = std::fs::File::open("/dev/null").context("open /dev/null")?;
-    nix::unistd::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 0).context("make /dev/null stdin")?;
-    Ok(true)
+    nix::unistd::dup2(null.as_raw_fd(), 0).context("make /dev/null stdin")?;
+    Ok(std::io::BufReader::new(kept))
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    if a.wait_go && !wait_for_go()? {
+    let mut input = if a.wait_go || a.hold {
+        Some(take_stdin()?)
+    } else {
+        None
+    };
+    if a.wait_go && !wait_for_go(input.as_mut().expect("taken above"))? {
         eprintln!("pmig: restore not started (no go on stdin)");
         return Ok(NOT_STARTED);
     }
@@ -70,7 +88,26 @@ pub fn run(a: Args) -> Result<i32> {
         pidfile: a.pidfile.clone(),
         lazy: a.lazy,
     };
-    let r = pmig_engine::restore(&a.dir, &opts)?;
+    let mut release = |r: &pmig_engine::Restored| -> pmig_engine::Result<()> {
+        print_json(r, true);
+        let mut line = String::new();
+        let input = input.as_mut().expect("taken above");
+        let got = std::io::BufRead::read_line(input, &mut line);
+        match got {
+            Ok(_) if line.trim() == "release" => Ok(()),
+            Ok(_) => Err(pmig_engine::EngineError::Other(
+                "the held process was not released (no release on stdin): killed".into(),
+            )),
+            Err(e) => Err(pmig_engine::EngineError::Other(format!(
+                "read stdin for release: {e}"
+            ))),
+        }
+    };
+    let r = pmig_engine::restore_held(
+        &a.dir,
+        &opts,
+        if a.hold { Some(&mut release) } else { None },
+    )?;
     if r.pid != r.original_pid {
         eprintln!(
             "pmig: pid {} was taken; process restored as pid {}",
@@ -114,15 +151,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "pid": r.pid, "original_pid": r.original_pid, "threads": r.threads,
-                "verify_ms": r.verify.as_secs_f64() * 1e3, "total_ms": r.total.as_secs_f64() * 1e3,
-                "uffd_fd": r.uffd_fd_in_process,
-                "session": r.session,
-            })
-        );
+        print_json(&r, false);
     }
     pmig_engine::timing::mark("restore: reported");
     if a.detach {
@@ -137,4 +166,23 @@ pub fn run(a: Args) -> Result<i32> {
             Err(e) => return Err(e).context("wait for the restored process"),
         }
     }
+}
+
+/// The JSON line of `--json`; `held`: printed while the process is still
+/// held (`--hold`), before it runs.
+fn print_json(r: &pmig_engine::Restored, held: bool) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::json!({
+            "pid": r.pid, "original_pid": r.original_pid, "threads": r.threads,
+            "verify_ms": r.verify.as_secs_f64() * 1e3, "total_ms": r.total.as_secs_f64() * 1e3,
+            "uffd_fd": r.uffd_fd_in_process,
+            "session": r.session,
+            "held": held,
+        })
+    );
+    let _ = out.flush();
 }
