@@ -3,9 +3,11 @@
 # that keeps rewriting a 16 MiB hot set, moved n1 -> n2 with pre-copy over a
 # 1 Gbit link of a fresh 2-node local cluster; three runs per dirty rate.
 # Usage: bench/precopy-target.sh [RATES...]   (default: 1000 10000)
+# MIGRATE_ARGS (environment) goes to pmig migrate, e.g. "--max-down-ms 10";
+# PMIG (environment) is the binary [default: target/release/pmig].
 set -u
 cd "$(dirname "$0")/.."
-B=target/release/pmig
+B=${PMIG:-target/release/pmig}
 W=bench/workloads/bin/dirtier
 [ -x "$B" ] && [ -x "$W" ] || { echo "build first: make build && make -C bench/workloads" >&2; exit 2; }
 rates=("$@")
@@ -29,7 +31,7 @@ for rate in "${rates[@]}"; do
         for _ in $(seq 300); do grep -q READY "$out" 2>/dev/null && break; sleep 0.1; done
         sleep 1
         "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" n1 -- \
-            "$B" migrate --pid "$pid" --to "$n2:7070" --strategy pre-copy --json \
+            "$B" migrate --pid "$pid" --to "$n2:7070" --strategy pre-copy --json ${MIGRATE_ARGS:-} \
             </dev/null >"$tmp/m.json" 2>&1
         python3 - "$tmp/m.json" "$rate" "$rep" "$out" <<'EOF'
 import json, sys, re

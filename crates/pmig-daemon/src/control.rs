@@ -84,6 +84,9 @@ pub struct MigrateRequest {
     /// fraction of the address space dirty (default 0.30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_dirty_fraction: Option<f64>,
+    /// pre-copy: the down-time budget of `--max-down-ms` (default off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_down_ms: Option<f64>,
     /// flushing, freeze-free: the page store directory (default
     /// [`pmig_strategies::DEFAULT_PAGE_STORE`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]

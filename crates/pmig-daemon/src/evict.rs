@@ -299,6 +299,7 @@ pub(crate) fn move_one(
         timeout_s: None,
         max_rounds: None,
         max_dirty_fraction: None,
+        max_down_ms: None,
         page_store: None,
     };
     let r = crate::migrate_core(node, 0, &req, &mut |_| {}, &mut |_| {});

@@ -743,8 +743,9 @@ pub(crate) fn migrate_core(
     handed_over: &mut dyn FnMut(&pmig_strategies::Outcome),
 ) -> std::result::Result<pmig_strategies::Outcome, String> {
     let strategy = StrategyKind::implemented(&m.strategy).map_err(|e| e.to_string())?;
-    let precopy = pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction)
-        .map_err(|e| e.to_string())?;
+    let precopy =
+        pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction, m.max_down_ms)
+            .map_err(|e| e.to_string())?;
     authorize(uid, m.pid)?;
     settle(node, m.pid);
     {

@@ -1337,6 +1337,49 @@ fn pre_copy_failures_resume_the_process_without_write_protection() {
     assert_eq!(got, want, "the resumed dirtier's result differs");
 }
 
+/// `--max-down-ms` reaches pre-copy's rounds: with a budget no round can
+/// meet, the source says, after round 1, that it adds a round or that rounds
+/// no longer shrink; the rounds stay within `--max-rounds` and the dirtier's
+/// result equals an unmigrated run's.
+#[test]
+fn pre_copy_with_a_down_time_budget_moves_the_dirtier() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("db");
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(20_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    let pid = child.id() as i32;
+    let out = env
+        .migrate_cmd("n1", pid, "n2", "pre-copy", 20)
+        .args(["--max-down-ms", "0.001"])
+        .output()
+        .unwrap();
+    let rep = migrate_result(out).unwrap_or_else(|e| panic!("{e}\nn1:\n{}", env.log("n1")));
+    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new_pid);
+    let rounds = rep["rounds"].as_u64().unwrap();
+    assert!((2..=7).contains(&rounds), "rounds {rounds}: {rep}");
+    let log = env.log("n1");
+    assert!(
+        log.contains("over the 0.001 ms budget"),
+        "no budget decision in n1's log:\n{log}"
+    );
+    let _ = child.wait();
+    assert!(r.wait().unwrap().success());
+    wait_gone(new_pid);
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(got.contains("verify=ok"), "{got}");
+    assert_eq!(got, want, "the migrated dirtier's result differs");
+}
+
 // ---------------------------------------------------------------------------
 // the link cut during a migration
 

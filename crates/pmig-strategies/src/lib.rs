@@ -296,6 +296,10 @@ pub struct PreCopyParams {
     /// Stop once a round's dirty (pre-copy) or queued (queued-pre-copy) bytes
     /// are at most this fraction of the address space.
     pub max_dirty_fraction: f64,
+    /// pre-copy only, off by default: once the fraction is met, go on with
+    /// rounds while the last one took longer than this to send (the stop
+    /// sends what was written meanwhile) and the rounds still shrink.
+    pub max_down_ms: Option<f64>,
 }
 
 impl Default for PreCopyParams {
@@ -303,18 +307,31 @@ impl Default for PreCopyParams {
         PreCopyParams {
             max_rounds: 6,
             max_dirty_fraction: 0.30,
+            max_down_ms: None,
         }
     }
 }
 
 impl PreCopyParams {
     /// Checked parameters; `None` takes the default.
-    pub fn new(max_rounds: Option<u32>, max_dirty_fraction: Option<f64>) -> Result<Self> {
+    pub fn new(
+        max_rounds: Option<u32>,
+        max_dirty_fraction: Option<f64>,
+        max_down_ms: Option<f64>,
+    ) -> Result<Self> {
         let d = PreCopyParams::default();
         let p = PreCopyParams {
             max_rounds: max_rounds.unwrap_or(d.max_rounds),
             max_dirty_fraction: max_dirty_fraction.unwrap_or(d.max_dirty_fraction),
+            max_down_ms,
         };
+        if let Some(ms) = max_down_ms {
+            if !(ms.is_finite() && ms > 0.0) {
+                return Err(StrategyError::Other(format!(
+                    "--max-down-ms {ms} is not a positive number of milliseconds"
+                )));
+            }
+        }
         if p.max_rounds > pre_copy::MAX_ROUNDS_LIMIT {
             return Err(StrategyError::Other(format!(
                 "--max-rounds {} is above the limit of {}",
@@ -939,10 +956,18 @@ mod tests {
                 "{e}"
             );
         }
-        assert!(PreCopyParams::new(None, None).unwrap() == PreCopyParams::default());
-        assert!(PreCopyParams::new(Some(2), Some(1.5)).is_err());
-        assert!(PreCopyParams::new(Some(1_000_000), None).is_err());
-        assert!(PreCopyParams::new(None, Some(f64::NAN)).is_err());
+        assert!(PreCopyParams::new(None, None, None).unwrap() == PreCopyParams::default());
+        assert!(PreCopyParams::new(Some(2), Some(1.5), None).is_err());
+        assert!(PreCopyParams::new(Some(1_000_000), None, None).is_err());
+        assert!(PreCopyParams::new(None, None, Some(0.0)).is_err());
+        assert!(PreCopyParams::new(None, None, Some(f64::NAN)).is_err());
+        assert_eq!(
+            PreCopyParams::new(None, None, Some(20.0))
+                .unwrap()
+                .max_down_ms,
+            Some(20.0)
+        );
+        assert!(PreCopyParams::new(None, Some(f64::NAN), None).is_err());
         let e = "copy".parse::<StrategyKind>().unwrap_err().to_string();
         assert!(e.starts_with("unknown strategy `copy`; use one of: stop-copy, pre-copy"));
     }

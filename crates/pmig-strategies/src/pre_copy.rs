@@ -166,6 +166,9 @@ impl Iterative {
             mib(total(&self.delayed)),
             mib(limit)
         );
+        // With a down-time budget: the previous round's bytes, to see that
+        // rounds still shrink.
+        let mut previous = sent;
         for round in 1..=p.max_rounds.min(MAX_ROUNDS_LIMIT) {
             self.round = round;
             if self.policy == Policy::Queued {
@@ -189,7 +192,9 @@ impl Iterative {
                     (cooled, total(&self.delayed))
                 }
             };
+            let t_round = Instant::now();
             let sent = send_round(m, round, &send)?;
+            let round_ms = t_round.elapsed().as_secs_f64() * 1e3;
             tracing::info!(
                 "round {round}: sent {:.1} MiB; {:.1} MiB {} (limit {:.1} MiB)",
                 mib(sent),
@@ -201,8 +206,30 @@ impl Iterative {
                 },
                 mib(limit)
             );
-            if left <= limit {
-                break;
+            if left > limit {
+                previous = sent;
+                continue;
+            }
+            // Noack's rule is met. A down-time budget asks for more rounds
+            // while the stop would still send more than the budget allows:
+            // the pages written during a round that took longer than it.
+            let budget = p.max_down_ms.filter(|_| self.policy == Policy::Plain);
+            match Budget::decide(budget, round_ms, sent, previous) {
+                Budget::Met => break,
+                Budget::NotShrinking => {
+                    tracing::info!(
+                        "round {round} took {round_ms:.1} ms, over the {} ms budget, but rounds no longer shrink: stopping",
+                        budget.unwrap_or_default()
+                    );
+                    break;
+                }
+                Budget::OneMore => {
+                    tracing::info!(
+                        "round {round} took {round_ms:.1} ms, over the {} ms budget: one more round",
+                        budget.unwrap_or_default()
+                    );
+                    previous = sent;
+                }
             }
         }
         Ok(())
@@ -374,6 +401,33 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
     })?;
     await_commit(d, pid)?;
     Ok(pid)
+}
+
+/// What `--max-down-ms` says once Noack's fraction is met.
+#[derive(Debug, PartialEq, Eq)]
+enum Budget {
+    /// No budget, or the last round took no longer than it: stop.
+    Met,
+    /// Over the budget, and the round sent at least 90 % of the previous
+    /// one's bytes: more rounds would not shrink the stop; stop.
+    NotShrinking,
+    /// Over the budget and still shrinking: one more round.
+    OneMore,
+}
+
+impl Budget {
+    fn decide(budget_ms: Option<f64>, round_ms: f64, sent: u64, previous: u64) -> Budget {
+        match budget_ms {
+            Some(b) if round_ms > b => {
+                if sent >= previous.saturating_mul(9) / 10 {
+                    Budget::NotShrinking
+                } else {
+                    Budget::OneMore
+                }
+            }
+            _ => Budget::Met,
+        }
+    }
 }
 
 fn lost_tracker() -> StrategyError {
@@ -608,6 +662,25 @@ impl Strategy for Iterative {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn down_time_budget_adds_rounds_only_while_they_shrink() {
+        // No budget: Noack's rule alone.
+        assert_eq!(Budget::decide(None, 500.0, 10, 100), Budget::Met);
+        // Within the budget.
+        assert_eq!(Budget::decide(Some(20.0), 15.0, 10, 100), Budget::Met);
+        // Over it, and the round sent a third of the previous one.
+        assert_eq!(Budget::decide(Some(20.0), 44.0, 33, 100), Budget::OneMore);
+        // Over it, but the rounds no longer shrink (a writer faster than the link).
+        assert_eq!(
+            Budget::decide(Some(20.0), 134.0, 95, 100),
+            Budget::NotShrinking
+        );
+        assert_eq!(
+            Budget::decide(Some(20.0), 134.0, 120, 100),
+            Budget::NotShrinking
+        );
+    }
 
     #[test]
     fn range_algebra() {

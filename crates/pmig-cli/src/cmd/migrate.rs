@@ -32,6 +32,12 @@ pub struct Args {
     /// or queued [default: 0.30].
     #[arg(long, value_name = "F")]
     max_dirty_fraction: Option<f64>,
+    /// pre-copy: a down-time budget. Once the fraction is met, rounds go on
+    /// (up to --max-rounds) while the last one took longer than this to send
+    /// and each round still sends less than the one before [default: off,
+    /// Noack's rule alone].
+    #[arg(long, value_name = "MS")]
+    max_down_ms: Option<f64>,
     /// flushing, freeze-free: the page store, a directory on a file system
     /// that every node shares (the local test cluster's nodes share the root
     /// file system) [default: /var/tmp/pmig-pagestore].
@@ -78,7 +84,13 @@ fn resolve(a: &Args) -> Result<(String, Option<String>)> {
 pub fn run(a: Args) -> Result<i32> {
     // Refuse unknown or unimplemented strategies here already, with one line.
     pmig_strategies::StrategyKind::implemented(&a.strategy)?;
-    pmig_strategies::PreCopyParams::new(a.max_rounds, a.max_dirty_fraction)?;
+    pmig_strategies::PreCopyParams::new(a.max_rounds, a.max_dirty_fraction, a.max_down_ms)?;
+    if a.max_down_ms.is_some() && a.strategy != "pre-copy" {
+        anyhow::bail!(
+            "--max-down-ms applies to pre-copy only, not to {}",
+            a.strategy
+        );
+    }
     let (to, to_name) = resolve(&a)?;
     let req = Request::Migrate(MigrateRequest {
         pid: a.pid,
@@ -88,6 +100,7 @@ pub fn run(a: Args) -> Result<i32> {
         timeout_s: Some(a.timeout),
         max_rounds: a.max_rounds,
         max_dirty_fraction: a.max_dirty_fraction,
+        max_down_ms: a.max_down_ms,
         page_store: a
             .page_store
             .as_ref()
