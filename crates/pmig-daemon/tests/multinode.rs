@@ -1337,6 +1337,76 @@ fn pre_copy_failures_resume_the_process_without_write_protection() {
     assert_eq!(got, want, "the resumed dirtier's result differs");
 }
 
+/// n2's daemon dies while a stop-copy's pages stream into the process its
+/// restore holds (8 of the dirtier's 64 MiB received): the migration fails
+/// with a clear error, the process runs on n1 as it was, the held copy on n2
+/// is gone (it never ran), and the dirtier's result equals an unmigrated
+/// run's.
+#[test]
+fn stop_copy_destination_dies_while_pages_stream_and_the_held_copy_goes() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("h");
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        "die-after-bytes 8388608\n",
+    )
+    .unwrap();
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(20_000);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let mut r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let mut child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    wait_ready(&reference);
+    let pid = child.id() as i32;
+
+    let e = env
+        .migrate_with("n1", pid, "n2", "stop-copy")
+        .expect_err("n2 died during the transfer");
+    assert!(e.contains("failed") && e.contains("resumed"), "{e}");
+    assert!(alive(pid), "the source process is gone");
+    assert!(
+        !state(pid).contains("stopped"),
+        "left stopped: {}",
+        state(pid)
+    );
+    assert!(
+        !env.c().status()[1].daemon_alive,
+        "n2's daemon should have died"
+    );
+    let log = env.log("n2");
+    let held: i32 = log
+        .lines()
+        .find(|l| l.contains("held until its pages are in"))
+        .and_then(|l| l.split("as pid ").nth(1))
+        .and_then(|t| t.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("n2 never held a restored copy:\n{log}"));
+    // The held copy goes with its restore, which reads end of input.
+    let t0 = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{held}/comm"))
+        .is_ok_and(|c| c.trim_end() == "dirtier")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the held copy {held} is left: {}",
+            state(held)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = child.wait().unwrap();
+    assert!(st.success(), "the resumed dirtier failed: {st:?}");
+    assert!(r.wait().unwrap().success());
+    let (want, got) = (done_line(&reference), done_line(&migrated));
+    assert!(got.contains("verify=ok"), "{got}");
+    assert_eq!(got, want, "the resumed dirtier's result differs");
+}
+
 /// `--max-down-ms` reaches pre-copy's rounds: with a budget no round can
 /// meet, the source says, after round 1, that it adds a round or that rounds
 /// no longer shrink; the rounds stay within `--max-rounds` and the dirtier's

@@ -144,13 +144,7 @@ impl Strategy for Flushing {
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         let store = match d.ch.recv()? {
             Msg::PageStore { id, path } if id == d.offer.id => PathBuf::from(path),
-            Msg::Abort { reason, .. } => {
-                return Err(StrategyError::Refused {
-                    node: d.peer.clone(),
-                    code: code::INTERNAL,
-                    text: format!("the source aborted: {reason}"),
-                })
-            }
+            Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
             other => {
                 let what = format!("expected PageStore, got {}", other.kind());
                 let _ = d.ch.send(&Msg::Error {

@@ -536,6 +536,15 @@ pub struct Destination<'a> {
 }
 
 impl Destination<'_> {
+    /// The error for the source's `Abort { reason }`.
+    pub(crate) fn source_aborted(&self, reason: String) -> StrategyError {
+        StrategyError::Refused {
+            node: self.peer.clone(),
+            code: code::INTERNAL,
+            text: format!("the source aborted: {reason}"),
+        }
+    }
+
     /// Counts `n` received image bytes and applies the byte-count test hooks
     /// (`die-after-bytes`, `stall-after-bytes`).
     pub fn count_received(&mut self, n: u64) {

@@ -309,6 +309,11 @@ impl Iterative {
     }
 
     pub(crate) fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        // Started now, it has long started when the small image is ready
+        // (see `Prespawned`): it reads the staging directory only after
+        // `go`, once that has been set aside and refilled.
+        let staging = d.staging.clone();
+        crate::stop_copy::prespawn_restore(d, &staging, true);
         let mut store = PageStore::create(&d.staging)?;
         let first = receive_rounds(d, &mut store)?;
         let dir = d.staging.join(FINAL_DIR);
@@ -367,9 +372,11 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
             format!("cannot set the composed image aside: {e}"),
         ));
     }
-    // Started while the small image is composed (see `Prespawned`).
-    let staging = d.staging.clone();
-    crate::stop_copy::prespawn_restore(d, &staging, true);
+    // The restore started with the rounds (or, if it is gone, a new one).
+    if d.restorer.is_none() {
+        let staging = d.staging.clone();
+        crate::stop_copy::prespawn_restore(d, &staging, true);
+    }
     let pages = crate::flushing::StorePages::open(&store).and_then(|pages| {
         let set = kept_pages(&read_image(&store)?, Keep::Handover);
         let staging = d.staging.clone();
@@ -529,13 +536,7 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
                 );
                 return Ok(inc);
             }
-            Msg::Abort { reason, .. } => {
-                return Err(StrategyError::Refused {
-                    node: d.peer.clone(),
-                    code: code::INTERNAL,
-                    text: format!("the source aborted: {reason}"),
-                })
-            }
+            Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
             other => {
                 let what = format!("unexpected {} during the pre-copy rounds", other.kind());
                 return Err(bad(d, code::UNEXPECTED, what));

@@ -402,13 +402,7 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
                             return Ok(());
                         }
                     }
-                    Msg::Abort { reason, .. } => {
-                        return Err(StrategyError::Refused {
-                            node: d.peer.clone(),
-                            code: code::INTERNAL,
-                            text: format!("the source aborted: {reason}"),
-                        })
-                    }
+                    Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
                     other => {
                         return Err(bad(format!(
                             "unexpected {} during the page transfer",
@@ -542,13 +536,7 @@ pub(crate) fn receive_image_after(
                 }
                 return Ok(total);
             }
-            Msg::Abort { reason, .. } => {
-                return Err(StrategyError::Refused {
-                    node: d.peer.clone(),
-                    code: code::INTERNAL,
-                    text: format!("the source aborted: {reason}"),
-                })
-            }
+            Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
             other => {
                 let e = format!("unexpected {} during the image transfer", other.kind());
                 let _ = d.ch.send(&Msg::Error {
@@ -588,13 +576,11 @@ pub(crate) struct Started {
 /// in the process's down time. Dropped unused, it reads end-of-file and exits
 /// having done nothing.
 pub(crate) struct Prespawned<'a> {
-    host: &'a dyn crate::Host,
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
+    helper: Helper<'a>,
     dir: PathBuf,
     mode: Mode,
     out: PathBuf,
-    err_path: PathBuf,
+    err: ErrLog,
 }
 
 /// How `pmig restore` is run.
@@ -609,7 +595,16 @@ pub(crate) enum Mode {
     Held,
 }
 
-impl Drop for Prespawned<'_> {
+/// A `pmig restore` process and its stdin. Dropped, its stdin closes (a
+/// restore waiting for `go` then does nothing; one holding a process kills
+/// it) and it is reaped.
+struct Helper<'a> {
+    host: &'a dyn crate::Host,
+    child: Option<Child>,
+    stdin: Option<ChildStdin>,
+}
+
+impl Drop for Helper<'_> {
     fn drop(&mut self) {
         drop(self.stdin.take());
         if let Some(mut c) = self.child.take() {
@@ -622,17 +617,17 @@ impl Prespawned<'_> {
     /// Tells it to go on; None if it is gone (then a fresh one is started).
     /// A held restore keeps its stdin for `release`.
     fn go(mut self) -> Option<Spawned> {
-        let mut stdin = self.stdin.take()?;
+        let mut stdin = self.helper.stdin.take()?;
         if stdin.write_all(b"go\n").is_err() {
             return None;
         }
         let stdin = (self.mode == Mode::Held).then_some(stdin);
-        let child = self.child.take()?;
+        let child = self.helper.child.take()?;
         Some(Spawned {
             child,
             stdin,
             out: self.out.clone(),
-            err_path: self.err_path.clone(),
+            err: self.err,
         })
     }
 }
@@ -644,12 +639,45 @@ struct Spawned {
     stdin: Option<ChildStdin>,
     /// Where the process's terminal or pipe stdio goes.
     out: PathBuf,
-    err_path: PathBuf,
+    err: ErrLog,
+}
+
+/// A `pmig restore`'s error output: a file created in `dir` and unlinked at
+/// once, read through our own descriptor. Its directory may be renamed or
+/// removed while the restore runs (pre-copy sets its staging directory aside
+/// as its page store), and nothing is left behind.
+pub(crate) struct ErrLog(File);
+
+impl ErrLog {
+    /// The log and the descriptor to give the restore as its stderr.
+    fn new(dir: &Path) -> std::io::Result<(ErrLog, File)> {
+        let path = dir.join(format!("restore-{}.err", mono_ns()));
+        let w = File::create(&path)?;
+        let r = File::open(&path);
+        let _ = std::fs::remove_file(&path);
+        Ok((ErrLog(r?), w))
+    }
+
+    /// Everything written so far.
+    fn text(&self) -> String {
+        let mut buf = Vec::new();
+        let mut off = 0u64;
+        let mut chunk = [0u8; 8192];
+        // Bounded: the output of one restore, read to its current end.
+        while let Ok(n) = std::os::unix::fs::FileExt::read_at(&self.0, &mut chunk, off) {
+            if n == 0 || buf.len() > 16 << 20 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            off += n as u64;
+        }
+        String::from_utf8_lossy(&buf).into_owned()
+    }
 }
 
 /// The last line of a failed `pmig restore`'s error output.
-fn restore_failure(err_path: &Path) -> String {
-    let err = std::fs::read_to_string(err_path).unwrap_or_default();
+fn restore_failure(err: &ErrLog) -> String {
+    let err = err.text();
     err.lines()
         .rev()
         .find(|l| !l.trim().is_empty())
@@ -659,21 +687,20 @@ fn restore_failure(err_path: &Path) -> String {
 }
 
 /// The `pmig restore --detach --json` command for the image in `dir` (with
-/// `--lazy` for post-copy), its stdout file and its error file.
+/// `--lazy` for post-copy), its stdout file and its error output.
 fn restore_command(
     d: &Destination,
     dir: &Path,
     mode: Mode,
-) -> std::result::Result<(Command, PathBuf, PathBuf), (u32, String)> {
-    let [stdin, out, err] = match d.host.stdio_for(&d.peer, &d.offer) {
+) -> std::result::Result<(Command, PathBuf, ErrLog), (u32, String)> {
+    let [stdin, out, stderr] = match d.host.stdio_for(&d.peer, &d.offer) {
         Some(s) => s,
         None => {
             let out = stdio_file(d);
             [PathBuf::from("/dev/null"), out.clone(), out]
         }
     };
-    let err_path = d.staging.join("restore.err");
-    let err_file = File::create(&err_path).map_err(|e| (code::INTERNAL, e.to_string()))?;
+    let (err, err_file) = ErrLog::new(&d.staging).map_err(|e| (code::INTERNAL, e.to_string()))?;
     let mut cmd = Command::new(d.host.exe());
     cmd.args(["restore", "--detach", "--json", "--dir"])
         .arg(dir)
@@ -687,12 +714,12 @@ fn restore_command(
         .arg("--stdout")
         .arg(&out)
         .arg("--stderr")
-        .arg(&err)
+        .arg(&stderr)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(err_file));
     d.host.wrap_restore(&d.peer, &d.offer, &mut cmd);
-    Ok((cmd, out, err_path))
+    Ok((cmd, out, err))
 }
 
 /// Starts the restore of the image that will arrive in `dir` ahead of it
@@ -703,7 +730,7 @@ pub(crate) fn prespawn_restore(d: &mut Destination, dir: &Path, lazy: bool) {
 }
 
 fn prespawn(d: &mut Destination, dir: &Path, mode: Mode) {
-    let Ok((mut cmd, out, err_path)) = restore_command(d, dir, mode) else {
+    let Ok((mut cmd, out, err)) = restore_command(d, dir, mode) else {
         return;
     };
     cmd.arg("--wait-go").stdin(Stdio::piped());
@@ -711,13 +738,15 @@ fn prespawn(d: &mut Destination, dir: &Path, mode: Mode) {
         Ok(mut child) => {
             let stdin = child.stdin.take();
             d.restorer = Some(Prespawned {
-                host: d.host,
-                child: Some(child),
-                stdin,
+                helper: Helper {
+                    host: d.host,
+                    child: Some(child),
+                    stdin,
+                },
                 dir: dir.to_path_buf(),
                 mode,
                 out,
-                err_path,
+                err,
             });
         }
         Err(e) => tracing::debug!("pmig restore not started ahead: {e}"),
@@ -735,7 +764,7 @@ pub(crate) fn restore_from(
     let Spawned {
         mut child,
         out,
-        err_path,
+        err,
         ..
     } = start_restore(d, dir, if lazy { Mode::Lazy } else { Mode::Full })?;
     let mut json = String::new();
@@ -749,9 +778,9 @@ pub(crate) fn restore_from(
         )
     })?;
     mark("dst: pmig restore exited");
-    log_restore_timing(&err_path);
+    log_restore_timing(&err);
     if !st.success() {
-        return Err((code::RESTORE_FAILED, restore_failure(&err_path)));
+        return Err((code::RESTORE_FAILED, restore_failure(&err)));
     }
     let r = parse_restored(&json)?;
     tracing::info!(
@@ -766,12 +795,9 @@ pub(crate) fn restore_from(
 }
 
 /// The timing marks `pmig restore` wrote to its error output.
-fn log_restore_timing(err_path: &Path) {
+fn log_restore_timing(err: &ErrLog) {
     if tracing::enabled!(target: "pmig_timing", tracing::Level::DEBUG) {
-        for l in std::fs::read_to_string(err_path)
-            .unwrap_or_default()
-            .lines()
-        {
+        for l in err.text().lines() {
             tracing::debug!(target: "pmig_timing", "pmig restore: {l}");
         }
     }
@@ -805,30 +831,19 @@ fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
 /// until its missing pages are in. Dropped without [`Held::release`], the
 /// restore reads end-of-file and kills it: it never ran.
 pub(crate) struct Held<'a> {
-    host: &'a dyn crate::Host,
-    child: Option<Child>,
-    stdin: Option<ChildStdin>,
+    helper: Helper<'a>,
     stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
-    err_path: PathBuf,
+    err: ErrLog,
     pub pid: i32,
     pub original_pid: i32,
     /// The number of the userfaultfd inside the process.
     pub uffd_fd: i32,
 }
 
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        if let Some(mut c) = self.child.take() {
-            let _ = self.host.wait(&mut c);
-        }
-    }
-}
-
 impl Held<'_> {
     /// Lets the process run; returns CLOCK_MONOTONIC when it did.
     pub(crate) fn release(mut self) -> std::result::Result<u64, String> {
-        let mut stdin = self.stdin.take().ok_or("pmig restore is gone")?;
+        let mut stdin = self.helper.stdin.take().ok_or("pmig restore is gone")?;
         stdin
             .write_all(b"release\n")
             .map_err(|e| format!("release the restored process: {e}"))?;
@@ -838,15 +853,16 @@ impl Held<'_> {
             let _ = s.read_to_string(&mut rest);
         }
         let resumed_ns = mono_ns();
-        let mut child = self.child.take().ok_or("pmig restore is gone")?;
+        let mut child = self.helper.child.take().ok_or("pmig restore is gone")?;
         let st = self
+            .helper
             .host
             .wait(&mut child)
             .map_err(|e| format!("waiting for pmig restore: {e}"))?;
         mark("dst: held process released");
-        log_restore_timing(&self.err_path);
+        log_restore_timing(&self.err);
         if !st.success() {
-            return Err(restore_failure(&self.err_path));
+            return Err(restore_failure(&self.err));
         }
         Ok(resumed_ns)
     }
@@ -862,7 +878,7 @@ pub(crate) fn restore_held<'a>(
         mut child,
         stdin,
         out,
-        err_path,
+        err,
     } = start_restore(d, dir, Mode::Held)?;
     let mut stdout = child.stdout.take().map(std::io::BufReader::new);
     let mut line = String::new();
@@ -870,11 +886,13 @@ pub(crate) fn restore_held<'a>(
         let _ = std::io::BufRead::read_line(s, &mut line);
     }
     let mut held = Held {
-        host: d.host,
-        child: Some(child),
-        stdin,
+        helper: Helper {
+            host: d.host,
+            child: Some(child),
+            stdin,
+        },
         stdout,
-        err_path,
+        err,
         pid: 0,
         original_pid: 0,
         uffd_fd: -1,
@@ -882,12 +900,10 @@ pub(crate) fn restore_held<'a>(
     mark("dst: pmig restore holds the process");
     if line.trim().is_empty() {
         // It failed before the process was complete: its error says why.
-        drop(held.stdin.take());
-        if let Some(mut c) = held.child.take() {
-            let _ = d.host.wait(&mut c);
-        }
-        log_restore_timing(&held.err_path);
-        return Err((code::RESTORE_FAILED, restore_failure(&held.err_path)));
+        let Held { helper, err, .. } = held;
+        drop(helper);
+        log_restore_timing(&err);
+        return Err((code::RESTORE_FAILED, restore_failure(&err)));
     }
     let r = parse_restored(&line)?;
     held.pid = r.pid;
@@ -931,7 +947,7 @@ fn start_restore(
     let spawned = match ahead.and_then(Prespawned::go) {
         Some(x) => x,
         None => {
-            let (mut cmd, out, err_path) = restore_command(d, dir, mode)?;
+            let (mut cmd, out, err) = restore_command(d, dir, mode)?;
             if mode == Mode::Held {
                 cmd.stdin(Stdio::piped());
             }
@@ -945,7 +961,7 @@ fn start_restore(
                 stdin: child.stdin.take(),
                 child,
                 out,
-                err_path,
+                err,
             }
         }
     };
@@ -990,5 +1006,31 @@ pub(crate) fn await_commit(d: &mut Destination, pid: i32) -> Result<()> {
             );
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_log_is_read_through_its_descriptor_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, mut w) = ErrLog::new(dir.path()).unwrap();
+        // Unlinked at once: the directory may be renamed or removed.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        let moved = dir.path().with_extension("moved");
+        std::fs::rename(dir.path(), &moved).unwrap();
+        writeln!(w, "restore: start").unwrap();
+        writeln!(w, "pmig: the image failed verification").unwrap();
+        assert_eq!(
+            restore_failure(&log),
+            "the image failed verification",
+            "{}",
+            log.text()
+        );
+        std::fs::remove_dir(&moved).unwrap();
+        writeln!(w, "pmig: later").unwrap();
+        assert_eq!(restore_failure(&log), "later");
     }
 }
