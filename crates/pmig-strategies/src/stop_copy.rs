@@ -202,10 +202,14 @@ impl Strategy for StopCopy {
             drain(d);
             StrategyError::Other(text)
         };
-        let pi = read_image(&dir)?;
+        // Verified first, then decoded for the owed pages.
         let held = match restore_held(d, &dir) {
             Ok(h) => h,
             Err((c, e)) => return Err(fail(d, c, e)),
+        };
+        let pi = match read_image(&dir) {
+            Ok(pi) => pi,
+            Err(e) => return Err(fail(d, code::BAD_IMAGE, e.to_string())),
         };
         let uffd = match pmig_engine::dirty::take_fd(held.pid, held.uffd_fd) {
             Ok(f) => f,
