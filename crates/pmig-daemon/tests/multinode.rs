@@ -807,6 +807,44 @@ fn wait_ready(out: &Path) {
     }
 }
 
+/// A dirtier on n1 and an unmigrated reference run beside it, each writing
+/// its output to a file of the test directory (`dir`); returned once the
+/// first is ready.
+struct Dirtiers {
+    r: Child,
+    child: Child,
+    reference: PathBuf,
+    migrated: PathBuf,
+    dir: PathBuf,
+}
+
+fn dirtiers(env: &mut Env, iterations: u64) -> Dirtiers {
+    let dir = env.dir.clone();
+    let argv = dirtier_argv(iterations);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let reference = dir.join("dirtier.ref");
+    let r = env.spawn("n1", &argv, None, &reference);
+    let migrated = dir.join("dirtier.mig");
+    let child = env.spawn("n1", &argv, None, &migrated);
+    wait_ready(&migrated);
+    Dirtiers {
+        r,
+        child,
+        reference,
+        migrated,
+        dir,
+    }
+}
+
+/// The reference run `r` succeeded, and the dirtier's output `migrated`
+/// verified its memory and equals the reference's (`what` if not).
+fn same_result(r: &mut Child, reference: &Path, migrated: &Path, what: &str) {
+    assert!(r.wait().unwrap().success());
+    let (want, got) = (done_line(reference), done_line(migrated));
+    assert!(got.contains("verify=ok"), "{got}");
+    assert_eq!(got, want, "{what}");
+}
+
 /// The DONE line of a dirtier run, without its timing fields.
 fn done_line(out: &Path) -> String {
     let text = std::fs::read_to_string(out).unwrap_or_default();
@@ -1199,14 +1237,13 @@ fn failed_restores_resume_the_process_with_every_new_strategy() {
             .unwrap_or_default()
     };
     let before = listing();
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(40_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
+    let Dirtiers {
+        mut r,
+        mut child,
+        reference,
+        migrated,
+        ..
+    } = dirtiers(&mut env, 40_000);
     let pid = child.id() as i32;
     for s in [
         "demand-paging",
@@ -1235,10 +1272,12 @@ fn failed_restores_resume_the_process_with_every_new_strategy() {
     }
     let st = child.wait().unwrap();
     assert!(st.success(), "the resumed dirtier failed: {st:?}");
-    assert!(r.wait().unwrap().success());
-    let (want, got) = (done_line(&reference), done_line(&migrated));
-    assert!(got.contains("verify=ok"), "{got}");
-    assert_eq!(got, want, "the resumed dirtier's result differs");
+    same_result(
+        &mut r,
+        &reference,
+        &migrated,
+        "the resumed dirtier's result differs",
+    );
 }
 
 /// `auto`: whatever it chose, the report names it and the result is right.
@@ -1279,14 +1318,13 @@ fn pre_copy_failures_resume_the_process_without_write_protection() {
         "pmig-n2-{}-",
         env.c().node("n2").unwrap().daemon_pid.unwrap()
     ));
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(50_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
+    let Dirtiers {
+        mut r,
+        mut child,
+        reference,
+        migrated,
+        ..
+    } = dirtiers(&mut env, 50_000);
     let pid = child.id() as i32;
 
     let check = |what: &str| {
@@ -1331,10 +1369,12 @@ fn pre_copy_failures_resume_the_process_without_write_protection() {
     }
     let st = child.wait().unwrap();
     assert!(st.success(), "the resumed dirtier failed: {st:?}");
-    assert!(r.wait().unwrap().success());
-    let (want, got) = (done_line(&reference), done_line(&migrated));
-    assert!(got.contains("verify=ok"), "{got}");
-    assert_eq!(got, want, "the resumed dirtier's result differs");
+    same_result(
+        &mut r,
+        &reference,
+        &migrated,
+        "the resumed dirtier's result differs",
+    );
 }
 
 /// n2's daemon dies while a stop-copy's pages stream into the process its
@@ -1354,14 +1394,13 @@ fn stop_copy_destination_dies_while_pages_stream_and_the_held_copy_goes() {
         "die-after-bytes 8388608\n",
     )
     .unwrap();
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(20_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
+    let Dirtiers {
+        mut r,
+        mut child,
+        reference,
+        migrated,
+        ..
+    } = dirtiers(&mut env, 20_000);
     wait_ready(&reference);
     let pid = child.id() as i32;
 
@@ -1401,10 +1440,12 @@ fn stop_copy_destination_dies_while_pages_stream_and_the_held_copy_goes() {
     }
     let st = child.wait().unwrap();
     assert!(st.success(), "the resumed dirtier failed: {st:?}");
-    assert!(r.wait().unwrap().success());
-    let (want, got) = (done_line(&reference), done_line(&migrated));
-    assert!(got.contains("verify=ok"), "{got}");
-    assert_eq!(got, want, "the resumed dirtier's result differs");
+    same_result(
+        &mut r,
+        &reference,
+        &migrated,
+        "the resumed dirtier's result differs",
+    );
 }
 
 /// `--max-down-ms` reaches pre-copy's rounds: with a budget no round can
@@ -1418,14 +1459,13 @@ fn pre_copy_with_a_down_time_budget_moves_the_dirtier() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("db");
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(20_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
+    let Dirtiers {
+        mut r,
+        mut child,
+        reference,
+        migrated,
+        ..
+    } = dirtiers(&mut env, 20_000);
     let pid = child.id() as i32;
     let out = env
         .migrate_cmd("n1", pid, "n2", "pre-copy", 20)
@@ -1516,14 +1556,13 @@ fn link_cut_after_bytes(strategy: &str, tag: &str, bytes: u64) {
         format!("stall-after-bytes {bytes}\n"),
     )
     .unwrap();
-    let dir = env.dir.clone();
-    let argv = dirtier_argv(100_000);
-    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-    let reference = dir.join("dirtier.ref");
-    let mut r = env.spawn("n1", &argv, None, &reference);
-    let migrated = dir.join("dirtier.mig");
-    let mut child = env.spawn("n1", &argv, None, &migrated);
-    wait_ready(&migrated);
+    let Dirtiers {
+        mut r,
+        mut child,
+        reference,
+        migrated,
+        dir,
+    } = dirtiers(&mut env, 100_000);
     let pid = child.id() as i32;
 
     // This migration's own page store (flushing, freeze-free): it must be
@@ -1585,10 +1624,12 @@ fn link_cut_after_bytes(strategy: &str, tag: &str, bytes: u64) {
     );
     let st = child.wait().unwrap();
     assert!(st.success(), "the resumed dirtier failed: {st:?}");
-    assert!(r.wait().unwrap().success());
-    let (want, got) = (done_line(&reference), done_line(&migrated));
-    assert!(got.contains("verify=ok"), "{got}");
-    assert_eq!(got, want, "the resumed dirtier's result differs");
+    same_result(
+        &mut r,
+        &reference,
+        &migrated,
+        "the resumed dirtier's result differs",
+    );
 }
 
 #[test]
