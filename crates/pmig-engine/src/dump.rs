@@ -59,6 +59,8 @@ pub struct Aids {
     pub layout: Option<Layout>,
     /// A [`PreScan`] running in another thread since the freeze.
     pub prescan: Option<std::sync::mpsc::Receiver<Result<PreScan>>>,
+    /// See [`Capture::defer_population`](crate::resources::Capture).
+    pub defer_population: bool,
 }
 
 /// [`capture_filtered`] with `aids`; also says whether the layout read
@@ -73,6 +75,7 @@ pub fn capture_with(
     cx.filter = filter;
     cx.layout = aids.layout;
     cx.prescan = aids.prescan;
+    cx.defer_population = aids.defer_population;
     let t = Instant::now();
     let lap = |what: &str| {
         tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);

@@ -26,6 +26,9 @@ pub struct LazyStats {
     pub installed_pages: u64,
     /// Owed pages dropped because the process released or unmapped them.
     pub dropped_pages: u64,
+    /// Pages listed as owed that the source then said it never had
+    /// (`NotOwed`, post-copy with the population deferred).
+    pub not_owed_pages: u64,
     /// Pages asked for ahead of any fault (prefetch).
     pub prefetched: u64,
     /// Prefetched pages installed before the process faulted on them.
@@ -213,6 +216,48 @@ impl Owed {
         out
     }
 
+    /// Removes the owed source pages in `[start, end)` for which `keep`
+    /// is false; returns how many.
+    fn remove_src_range(&mut self, start: u64, end: u64, keep: impl Fn(u64) -> bool) -> usize {
+        let mut n = 0;
+        let first = self.in_place.partition_point(|r| r.end() <= start);
+        for r in &mut self.in_place[first..] {
+            if r.start >= end {
+                break;
+            }
+            let lo = (start.max(r.start) - r.start) / PAGE;
+            let hi = (end.min(r.end()) - r.start).div_ceil(PAGE);
+            let mut i = lo;
+            while i < hi {
+                let w = r.bits[(i / 64) as usize];
+                if w == 0 {
+                    // Skip to the next word.
+                    i = (i / 64 + 1) * 64;
+                    continue;
+                }
+                if w & (1 << (i % 64)) != 0 && !keep(r.start + i * PAGE) {
+                    r.clear(i);
+                    n += 1;
+                }
+                i += 1;
+            }
+        }
+        self.in_place_count -= n;
+        if !self.moved.is_empty() {
+            let gone: Vec<u64> = self
+                .moved
+                .keys()
+                .copied()
+                .filter(|&s| s >= start && s < end && !keep(s))
+                .collect();
+            for s in gone {
+                self.remove(s);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Owed source page `src` now goes to `dst`.
     fn put_moved(&mut self, src: u64, dst: u64) {
         self.moved.insert(src, dst);
@@ -269,7 +314,8 @@ struct State {
 /// cache: it survives the daemon, not the node):
 /// `tag: u8, a: u64, b: u64, c: u64` (little endian), with tag
 /// 1 = pages installed (`a` source page, `b` count), 2 = destination range
-/// `[a, b)` released or unmapped, 3 = `b` bytes moved from `a` to `c` (mremap).
+/// `[a, b)` released or unmapped, 3 = `b` bytes moved from `a` to `c` (mremap),
+/// 4 = source range `[a, a + b)` not owed (the source never had those pages).
 pub struct Journal;
 
 impl Journal {
@@ -277,6 +323,7 @@ impl Journal {
     const INSTALLED: u8 = 1;
     const DROPPED: u8 = 2;
     const REMAPPED: u8 = 3;
+    const NOT_OWED: u8 = 4;
 }
 
 impl State {
@@ -314,6 +361,17 @@ impl State {
             self.faulted_at.remove(&s);
             self.stats.dropped_pages += 1;
         }
+    }
+
+    /// The source never had its pages in `[start, start + len)`: none of
+    /// them is owed, except those already asked for (the source answers
+    /// those, with zeros, and the faulting threads wait for that answer).
+    fn not_owed(&mut self, start: u64, len: u64) {
+        let requested = &self.requested;
+        let n = self
+            .owed
+            .remove_src_range(start, start.saturating_add(len), |p| requested.contains(&p));
+        self.stats.not_owed_pages += n as u64;
     }
 
     fn remapped(&mut self, from: u64, to: u64, len: u64) {
@@ -376,6 +434,7 @@ impl LazyMemory {
                     Journal::INSTALLED => st.installed(f(1), f(9)),
                     Journal::DROPPED => st.dropped(f(1), f(9)),
                     Journal::REMAPPED => st.remapped(f(1), f(17), f(9)),
+                    Journal::NOT_OWED => st.not_owed(f(1), f(9)),
                     _ => {}
                 }
             }
@@ -464,6 +523,17 @@ impl LazyMemory {
         }
         st.stats.installed_pages += installed;
         Ok(installed)
+    }
+
+    /// The source never had the pages of `ranges` (source addresses): they
+    /// are owed no more, and a fault there gets a zero page here. Pages
+    /// already asked for stay owed until their answer arrives.
+    pub fn not_owed(&self, ranges: &[(u64, u64)]) {
+        let mut st = self.state.lock().unwrap();
+        for &(a, l) in ranges {
+            st.log(Journal::NOT_OWED, a, l, 0);
+            st.not_owed(a, l);
+        }
     }
 
     /// Wait up to `ms` for events; returns true if some are ready.
@@ -653,6 +723,42 @@ mod tests {
         assert_eq!(st.owed.src_at(0x81000), Some(0x13000));
         assert_eq!(st.owed.src_at(0x13000), None);
         assert_eq!(st.remapped, vec![(0x80000, 2 * PAGE)]);
+    }
+
+    #[test]
+    fn not_owed_keeps_pages_asked_for_and_is_replayed() {
+        // 130 owed pages at 0x100000 (three bitmap words), and one that
+        // moved (mremap) from 0x200000 to 0x900000.
+        let owed = [(0x100000, 130 * PAGE), (0x200000, PAGE)];
+        let lm = LazyMemory::new(any_fd(), &owed, vec![]);
+        {
+            let mut st = lm.state.lock().unwrap();
+            st.remapped(0x200000, 0x900000, PAGE);
+            // Page 5 was asked for (a fault): its answer is on the way.
+            st.requested.insert(0x100000 + 5 * PAGE);
+        }
+        // The source never had pages 0..=69 and the moved page.
+        lm.not_owed(&[(0x100000, 70 * PAGE), (0x200000, PAGE)]);
+        let mut want: Vec<u64> = (70..130).map(|i| 0x100000 + i * PAGE).collect();
+        want.insert(0, 0x100000 + 5 * PAGE);
+        assert_eq!(lm.owed_list(), want);
+        assert_eq!(lm.stats().not_owed_pages, 70);
+        // A range past every owed page changes nothing.
+        lm.not_owed(&[(0x400000, 64 * PAGE)]);
+        assert_eq!(lm.owed_pages(), 61);
+        // A restarted daemon replays it from the journal.
+        let j = [
+            rec(Journal::REMAPPED, 0x200000, PAGE, 0x900000),
+            rec(Journal::NOT_OWED, 0x100000, 70 * PAGE, 0),
+            rec(Journal::NOT_OWED, 0x200000, PAGE, 0),
+        ]
+        .concat();
+        let (lm2, torn) = LazyMemory::recover(any_fd(), &owed, vec![], &j);
+        assert!(!torn);
+        assert_eq!(
+            lm2.owed_list(),
+            (70..130).map(|i| 0x100000 + i * PAGE).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -165,6 +165,8 @@ pub const PAGE_IS_WRITTEN: u64 = 1 << 1;
 pub const PAGE_IS_FILE: u64 = 1 << 2;
 pub const PAGE_IS_PRESENT: u64 = 1 << 3;
 pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
+/// Mapped to the shared zero page (read, never written).
+pub const PAGE_IS_PFNZERO: u64 = 1 << 5;
 
 fn ioctl(fd: &impl AsRawFd, req: u64, arg: *mut u64, what: impl FnOnce() -> String) -> Result<i32> {
     // SAFETY: `arg` points to a live, correctly sized struct for `req`

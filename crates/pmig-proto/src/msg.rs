@@ -13,14 +13,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 3: a stop-copy image carries no
+/// The protocol version this build speaks. 4: a post-copy or ampom image
+/// lists writable private anonymous memory as wholly owed, and the source
+/// sends `NotOwed` for the pages it never had once the process runs at the
+/// destination (§6.5); a version-3 destination would never learn them. 3: a stop-copy image carries no
 /// private anonymous pages, which follow it as `PageData` (docs/protocol.md
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 3;
+pub const PROTO_VERSION: u16 = 4;
 /// The oldest protocol version this build can still speak.
-pub const MIN_PROTO_VERSION: u16 = 3;
+pub const MIN_PROTO_VERSION: u16 = 4;
 
 /// Largest frame body (and so largest encoded message plus attachment), in bytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
@@ -207,6 +210,17 @@ pub enum Msg {
         id: u64,
         pid: i32,
     },
+    /// 20, source → destination (post-copy, ampom; protocol 4): the image
+    /// listed these source pages as owed, but the source never had them
+    /// (never touched, or released): they are zero pages, and nothing is
+    /// owed there. Sent once the process runs at the destination, after the
+    /// source has scanned its frozen copy. `last` ends the list. At most
+    /// `MAX_PAGE_REQUEST` page-aligned ranges (start, length) per message.
+    NotOwed {
+        id: u64,
+        ranges: Vec<(u64, u64)>,
+        last: bool,
+    },
 }
 
 /// Service numbers carried by [`Msg::Service`].
@@ -282,6 +296,7 @@ impl Msg {
             Msg::Owed { .. } => "Owed",
             Msg::Service { .. } => "Service",
             Msg::Resume { .. } => "Resume",
+            Msg::NotOwed { .. } => "NotOwed",
         }
     }
 
@@ -355,14 +370,15 @@ impl Msg {
                     )));
                 }
             }
-            Msg::Owed { ranges, .. }
+            Msg::Owed { ranges, .. } | Msg::NotOwed { ranges, .. }
                 if ranges.len() > MAX_PAGE_REQUEST
                     || ranges.iter().any(|(s, l)| {
                         s % 4096 != 0 || l % 4096 != 0 || s.checked_add(*l).is_none()
                     }) =>
             {
                 return Err(ProtoError::Malformed(format!(
-                    "Owed: at most {MAX_PAGE_REQUEST} page-aligned ranges, got {}",
+                    "{}: at most {MAX_PAGE_REQUEST} page-aligned ranges, got {}",
+                    self.kind(),
                     ranges.len()
                 )));
             }
@@ -514,6 +530,15 @@ mod tests {
         assert!(!ok(owed(vec![(0x1000, 0x10)])));
         assert!(!ok(owed(vec![(!0xfff, 0x2000)])));
         assert!(!ok(owed(vec![(0, 4096); MAX_PAGE_REQUEST + 1])));
+        let not_owed = |r: Vec<(u64, u64)>| Msg::NotOwed {
+            id: 1,
+            ranges: r,
+            last: false,
+        };
+        assert!(ok(not_owed(vec![(0x1000, 0x2000)])));
+        assert!(!ok(not_owed(vec![(0x1000, 0x10)])));
+        assert!(!ok(not_owed(vec![(!0xfff, 0x2000)])));
+        assert!(!ok(not_owed(vec![(0, 4096); MAX_PAGE_REQUEST + 1])));
         let m = store("/var/tmp/pmig-pagestore/42");
         assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
     }
@@ -563,6 +588,11 @@ mod tests {
             Msg::Abort {
                 id: 9,
                 reason: "x".into(),
+            },
+            Msg::NotOwed {
+                id: 9,
+                ranges: vec![(0x7000_0000, 0x1000), (0x7000_3000, 0x4000)],
+                last: true,
             },
         ];
         for m in msgs {

@@ -24,7 +24,7 @@
 use crate::error::{io_err, Result, StrategyError};
 use crate::flushing::{compose_small, kept_pages, Keep};
 use crate::holder::{CaptureMode, Holder};
-use crate::post_copy::{destination_lazy, read_image, serve_source};
+use crate::post_copy::{destination_lazy, read_image, serve_source, Owing};
 use crate::pre_copy::{await_restored, receive_rounds, write_ranges, Iterative, Policy};
 use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
@@ -128,7 +128,7 @@ impl Strategy for AssistedPostCopy {
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
         let owed = std::mem::take(&mut self.owed);
-        serve_source(m, &owed, None)?;
+        serve_source(m, Owing::Known(owed.clone()), None)?;
         m.residual = Residual {
             what: format!(
                 "{} pages written since round 0",

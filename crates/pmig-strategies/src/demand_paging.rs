@@ -26,7 +26,8 @@
 //! disappears, the process is lost at its next remote fault.
 
 use crate::error::{Result, StrategyError};
-use crate::post_copy::{destination_lazy, handover_lazy, owed_of, read_image, serve_source};
+use crate::holder::CaptureMode;
+use crate::post_copy::{destination_lazy, handover_lazy, owed_of, read_image, serve_source, Owing};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::lazy::LazyMemory;
 use pmig_proto::Msg;
@@ -55,7 +56,7 @@ impl Strategy for DemandPaging {
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        handover_lazy(m)?;
+        handover_lazy(m, &CaptureMode::Handover)?;
         // The destination runs the process: from here on a failure loses it.
         let owed = match read_image(&m.staging) {
             Ok(pi) => owed_of(&pi).0,
@@ -77,7 +78,7 @@ impl Strategy for DemandPaging {
         let (stash, owed) = self.stash.take().ok_or_else(|| {
             StrategyError::Other("internal error: no stash after the handover".into())
         })?;
-        serve_source(m, &owed, Some(stash))?;
+        serve_source(m, Owing::Known(owed), Some(stash))?;
         m.residual.until = format!(
             "source, until the process exits (or moves on: every page is fetched first); ended {:.1} ms after the resume",
             (crate::clock::mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6

@@ -91,6 +91,10 @@ pub enum CaptureMode {
     /// Private anonymous memory only where the restore itself touches it
     /// (rseq areas, stack pages); the rest stays at the source (post-copy).
     Handover,
+    /// [`CaptureMode::Handover`] without scanning writable private anonymous
+    /// memory at the stop: the image lists it as wholly present, and the
+    /// source scans its frozen copy after the handover (post-copy, ampom).
+    HandoverDeferred,
     /// Pre-copy: in the write-tracked ranges listed in this file (one
     /// `start len` per line, hex), only pages written since the last scan;
     /// everything else in full.
@@ -102,6 +106,7 @@ impl CaptureMode {
         match self {
             CaptureMode::Full => "full".into(),
             CaptureMode::Handover => "handover".into(),
+            CaptureMode::HandoverDeferred => "handover-deferred".into(),
             CaptureMode::WrittenSince(p) => format!("written:{}", p.display()),
         }
     }
@@ -110,6 +115,7 @@ impl CaptureMode {
         match s {
             "full" => Some(CaptureMode::Full),
             "handover" => Some(CaptureMode::Handover),
+            "handover-deferred" => Some(CaptureMode::HandoverDeferred),
             _ => s
                 .strip_prefix("written:")
                 .map(|p| CaptureMode::WrittenSince(p.into())),
@@ -138,10 +144,11 @@ fn freeze_and_capture(
     // From here on any error drops `frozen`, which resumes the process.
     // The checks are made again, now that nothing changes, and the pages
     // are scanned, in another thread while the rest is captured.
+    let defer_population = *mode == CaptureMode::HandoverDeferred;
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|sc| {
         sc.spawn(move || {
-            let scan = std::thread::spawn(move || PreScan::scan(pid));
+            let scan = std::thread::spawn(move || PreScan::scan(pid, defer_population));
             let checked = precheck_all(pid);
             mark("hold: prechecked again");
             let scanned = scan.join().unwrap_or_else(|_| Ok(PreScan::default()));
@@ -151,6 +158,7 @@ fn freeze_and_capture(
         let aids = Aids {
             layout: Some(layout),
             prescan: Some(rx),
+            defer_population,
         };
         capture_frozen(&mut frozen, frozen_ns, dir, mode, aids)
     })
@@ -169,7 +177,7 @@ fn capture_frozen(
     let mut w = ImageWriter::create(dir)?;
     let (img, reused) = match mode {
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
-        CaptureMode::Handover => {
+        CaptureMode::Handover | CaptureMode::HandoverDeferred => {
             let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(frozen)?);
             mark("hold: handover pages");
             capture_with(frozen, &mut w, Some(&keep), aids)?

@@ -250,6 +250,17 @@ impl PushOrder {
         }
     }
 
+    /// Page `page` went out already (an answer sent before this order was
+    /// known): it is not pushed.
+    fn mark_sent(&mut self, page: u64) {
+        if let Ok(i) = self.pages.binary_search(&page) {
+            if !self.sent[i] {
+                self.sent[i] = true;
+                self.left -= 1;
+            }
+        }
+    }
+
     /// The next run of at most `max` consecutive unsent pages, marked sent:
     /// (first page, count).
     fn next_run(&mut self, max: usize) -> Option<(u64, usize)> {
@@ -279,6 +290,68 @@ impl PushOrder {
 
 /// Page ranges as (start, length).
 type Ranges = Vec<(u64, u64)>;
+
+/// What the source owes after a lazy handover.
+#[derive(Debug, Clone)]
+pub(crate) enum Owing {
+    /// Known at the stop: these page ranges.
+    Known(Ranges),
+    /// The image listed writable private anonymous memory as wholly owed
+    /// (`claimed`, [`CaptureMode::HandoverDeferred`]), so that the stop
+    /// need not scan it. Once the process runs at the destination the
+    /// source scans its frozen copy (`found`: the pages it has), tells the
+    /// destination which claimed pages it never had (`NotOwed`), and
+    /// pushes the rest.
+    Deferred {
+        claimed: Ranges,
+        found: Option<Ranges>,
+    },
+}
+
+impl Owing {
+    /// Of a handover image made with `mode`.
+    pub(crate) fn of(pi: &ProcessImage, mode: &CaptureMode) -> Owing {
+        let claimed = owed_of(pi).0;
+        if *mode == CaptureMode::HandoverDeferred {
+            Owing::Deferred {
+                claimed,
+                found: None,
+            }
+        } else {
+            Owing::Known(claimed)
+        }
+    }
+}
+
+/// Sends the claimed pages the source does not have as `NotOwed`; returns
+/// the bytes sent.
+fn send_not_owed(
+    tx: &mut pmig_proto::blocking::Sender<std::net::TcpStream>,
+    id: u64,
+    claimed: &[(u64, u64)],
+    found: &[(u64, u64)],
+) -> Result<u64> {
+    let none = pmig_engine::resources::memory::subtract_ranges(claimed, found);
+    let mut bytes = 0;
+    let mut chunks = none.chunks(pmig_proto::msg::MAX_PAGE_REQUEST).peekable();
+    if chunks.peek().is_none() {
+        tx.send(&Msg::NotOwed {
+            id,
+            ranges: Vec::new(),
+            last: true,
+        })?;
+        return Ok(32);
+    }
+    while let Some(c) = chunks.next() {
+        tx.send(&Msg::NotOwed {
+            id,
+            ranges: c.to_vec(),
+            last: chunks.peek().is_none(),
+        })?;
+        bytes += 32 + 16 * c.len() as u64;
+    }
+    Ok(bytes)
+}
 
 /// Owed page ranges and registered ranges of a (lazy) image.
 pub(crate) fn owed_of(pi: &ProcessImage) -> (Ranges, Ranges) {
@@ -323,12 +396,12 @@ impl Strategy for PostCopy {
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        handover_lazy(m)
+        handover_lazy(m, &HANDOVER)
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
-        let owed = owed_of(&read_image(&m.staging)?).0;
-        serve_source(m, &owed, None)
+        let owing = Owing::of(&read_image(&m.staging)?, &HANDOVER);
+        serve_source(m, owing, None)
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
@@ -366,13 +439,18 @@ impl CpuShare {
     }
 }
 
-/// Source: freeze, capture the state with the handover pages only, send it,
-/// wait until the destination runs the process.
-pub(crate) fn handover_lazy(m: &mut Source) -> Result<()> {
+/// How post-copy and ampom capture at the stop: the handover pages only, and
+/// writable private anonymous memory left unscanned ([`Owing::Deferred`]).
+const HANDOVER: CaptureMode = CaptureMode::HandoverDeferred;
+
+/// Source: freeze, capture the state with the handover pages only (`mode`:
+/// [`CaptureMode::Handover`] or [`CaptureMode::HandoverDeferred`]), send
+/// it, wait until the destination runs the process.
+pub(crate) fn handover_lazy(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     std::fs::create_dir_all(&m.staging)
         .map_err(io_err(format!("create {}", m.staging.display())))?;
     let staging = m.staging.clone();
-    let holder = Holder::start_with(m.host, m.pid, &staging, &CaptureMode::Handover)?;
+    let holder = Holder::start_with(m.host, m.pid, &staging, mode)?;
     mark("src: holder reported the capture");
     m.stopped_ns = Some(holder.captured.frozen_ns);
     m.pages_sent = holder.captured.page_bytes / PAGE;
@@ -389,12 +467,8 @@ pub(crate) fn handover_lazy(m: &mut Source) -> Result<()> {
 /// the original already gone), serve requests from it and push nothing. On
 /// failure the process is lost (the destination copy has run): the frozen
 /// original is killed rather than resumed.
-pub(crate) fn serve_source(
-    m: &mut Source,
-    owed: &[(u64, u64)],
-    stash: Option<Stash>,
-) -> Result<()> {
-    let mut r = serve_source_inner(m, owed, &stash);
+pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<Stash>) -> Result<()> {
+    let mut r = serve_source_inner(m, &mut owing, &stash);
     // The destination vanished: its daemon may come back and take over.
     for _ in 0..8 {
         match &r {
@@ -420,7 +494,7 @@ pub(crate) fn serve_source(
             m.id
         );
         m.ch = ch;
-        r = serve_source_inner(m, owed, &stash);
+        r = serve_source_inner(m, &mut owing, &stash);
     }
     if let Err(e) = &r {
         let peer = m.peer.clone();
@@ -431,15 +505,31 @@ pub(crate) fn serve_source(
     r
 }
 
-fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>) -> Result<()> {
-    let pages: Vec<u64> = owed
-        .iter()
-        .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
-        .collect();
-    let total = pages.len() as u64;
-    let mut order = PushOrder::new(if stash.is_none() { pages } else { Vec::new() });
+fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) -> Result<()> {
+    // The pages to push, if known yet, and the claimed ones to narrow down.
+    let (known, claimed) = match &*owing {
+        Owing::Known(r) => (Some(r.clone()), None),
+        Owing::Deferred { claimed, found } => (found.clone(), Some(claimed.clone())),
+    };
+    let pages_of = |r: &[(u64, u64)]| -> Vec<u64> {
+        r.iter()
+            .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize))
+            .collect()
+    };
+    let claimed_pages: u64 = claimed.iter().flatten().map(|r| r.1 / PAGE).sum();
+    let mut total = known
+        .as_ref()
+        .map(|r| pages_of(r).len() as u64)
+        .unwrap_or(0);
+    let mut order = PushOrder::new(match (&known, stash) {
+        (Some(r), None) => pages_of(r),
+        _ => Vec::new(),
+    });
     m.residual = crate::Residual {
-        what: format!("{total} pages of private memory"),
+        what: match &known {
+            Some(_) => format!("{total} pages of private memory"),
+            None => format!("at most {claimed_pages} pages of private memory"),
+        },
         node: Some(m.host.node().into()),
         until: "every page has moved (PagesDone)".into(),
     };
@@ -466,8 +556,31 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
     if window.is_none() {
         tracing::warn!("no TCP_INFO on the connection: the push is not windowed, and faults may wait behind it");
     }
+    // Pages answered before the scan below ended: not pushed again.
+    let mut early: Vec<u64> = Vec::new();
+    let scanned: Mutex<Option<Result<Ranges>>> = Mutex::new(None);
+    let scanning = AtomicBool::new(known.is_none() && stash.is_none());
+    let mut found: Option<Ranges> = None;
+    let mut not_owed_bytes = 0u64;
     let (tx, rx) = m.ch.halves();
     std::thread::scope(|s| -> Result<()> {
+        if let (Some(c), Some(f)) = (&claimed, &known) {
+            // Again (a takeover): the destination may not have it all.
+            not_owed_bytes += send_not_owed(tx, id, c, f)?;
+        }
+        if scanning.load(Ordering::Acquire) {
+            let c = claimed.as_deref().unwrap_or(&[]);
+            let (scanned, scanning, requests, wake) = (&scanned, &scanning, &requests, &wake);
+            s.spawn(move || {
+                let r = pmig_engine::resources::memory::populated_anon(pid, c)
+                    .map_err(|e| StrategyError::Other(format!("scan the frozen process: {e}")));
+                mark("src: owed pages scanned");
+                *scanned.lock().unwrap() = Some(r);
+                let _q = requests.lock().unwrap();
+                scanning.store(false, Ordering::Release);
+                wake.notify_one();
+            });
+        }
         s.spawn(|| {
             loop {
                 match rx.recv() {
@@ -505,7 +618,8 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             wake.notify_one();
         });
         let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
-        let mut read_and_send = |addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
+        type Tx = pmig_proto::blocking::Sender<std::net::TcpStream>;
+        let mut read_and_send = |tx: &mut Tx, addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
             let b = &mut buf[..n * PAGE as usize];
             let got = match &stash {
                 Some(st) => st.read(addr, b),
@@ -523,13 +637,35 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             Ok(())
         };
         loop {
+            // The scan of the frozen copy has ended: tell the destination
+            // what it need not wait for, and push the rest.
+            if found.is_none()
+                && claimed.is_some()
+                && known.is_none()
+                && !scanning.load(Ordering::Acquire)
+            {
+                if let Some(r) = scanned.lock().unwrap().take() {
+                    let f = r?;
+                    not_owed_bytes += send_not_owed(tx, id, claimed.as_deref().unwrap_or(&[]), &f)?;
+                    order = PushOrder::new(pages_of(&f));
+                    for p in early.drain(..) {
+                        order.mark_sent(p);
+                    }
+                    total = order.pages.len() as u64;
+                    found = Some(f);
+                }
+            }
             // Faults go ahead of the push, whatever the window.
             let req = {
                 let mut q = requests.lock().unwrap();
                 if done.load(Ordering::Acquire) {
                     break;
                 }
-                if q.is_empty() && order.is_done() {
+                let scan_ended = known.is_none()
+                    && claimed.is_some()
+                    && found.is_none()
+                    && !scanning.load(Ordering::Acquire);
+                if q.is_empty() && order.is_done() && !scan_ended {
                     // Nothing to push: wait for a request.
                     let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
                     q2.pop_front()
@@ -539,8 +675,11 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             };
             if let Some(p) = req {
                 if order.answer(p) {
-                    read_and_send(p, 1, &mut buf)?;
+                    read_and_send(&mut *tx, p, 1, &mut buf)?;
                     answered += 1;
+                    if found.is_none() && known.is_none() {
+                        early.push(p);
+                    }
                 }
                 continue;
             }
@@ -567,7 +706,7 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
             let Some((start, n)) = order.next_run(max) else {
                 continue;
             };
-            read_and_send(start, n, &mut buf)?;
+            read_and_send(&mut *tx, start, n, &mut buf)?;
             progress(Progress {
                 phase: "push",
                 done: total - order.left as u64,
@@ -576,8 +715,12 @@ fn serve_source_inner(m: &mut Source, owed: &[(u64, u64)], stash: &Option<Stash>
         }
         Ok(())
     })?;
-    m.count(sent_bytes);
+    m.count(sent_bytes + not_owed_bytes);
     m.pages_sent += sent_pages;
+    if let (Owing::Deferred { found: f, .. }, Some(got)) = (&mut *owing, found) {
+        m.residual.what = format!("{total} pages of private memory");
+        *f = Some(got);
+    }
     if let Some(e) = failed.lock().unwrap().take() {
         return Err(e);
     }
@@ -940,6 +1083,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                                 break;
                             }
                         }
+                        Msg::NotOwed { id: i, ranges, .. } if i == id => lm.not_owed(&ranges),
                         other => {
                             *failed.lock().unwrap() =
                                 Some(format!("unexpected {} while pages are owed", other.kind()));

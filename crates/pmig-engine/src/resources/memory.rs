@@ -80,25 +80,20 @@ impl Vma {
         self.runs.iter().map(|r| r.len).sum()
     }
 
-    /// Pages populated at the source but not in the image (post-copy).
+    /// Pages populated at the source but not in the image (post-copy): the
+    /// ranges of `present` less the image's runs.
     pub fn owed(&self) -> Vec<(u64, u64)> {
         let mut have: Vec<(u64, u64)> = self.runs.iter().map(|r| (r.addr, r.len)).collect();
-        have.sort();
-        let mut out = Vec::new();
-        for &(a, l) in &self.present {
-            let mut p = a;
-            while p < a + l {
-                let in_image = have.iter().any(|(s, n)| *s <= p && p < s + n);
-                if !in_image {
-                    match out.last_mut() {
-                        Some((s, n)) if *s + *n == p => *n += PAGE,
-                        _ => out.push((p, PAGE)),
-                    }
-                }
-                p += PAGE;
-            }
-        }
-        out
+        have.sort_unstable();
+        subtract_ranges(&self.present, &have)
+    }
+
+    /// Whether this mapping's population is left to the page owner: in a
+    /// post-copy handover image (`defer_population`) writable private
+    /// anonymous memory is listed as wholly `present`, and the source tells
+    /// the destination later which of those pages it never had.
+    pub fn deferrable(&self) -> bool {
+        self.backing == Backing::Anon && self.prot & libc::PROT_WRITE != 0
     }
 
     pub fn owes_pages(&self) -> bool {
@@ -436,8 +431,10 @@ pub struct PreScan {
 }
 
 impl PreScan {
-    /// Scans the private mappings `pid` has now (it must be frozen).
-    pub fn scan(pid: pid_t) -> Result<PreScan> {
+    /// Scans the private mappings `pid` has now (it must be frozen). With
+    /// `defer_population`, writable private anonymous mappings are left out
+    /// (see [`Vma::deferrable`]).
+    pub fn scan(pid: pid_t, defer_population: bool) -> Result<PreScan> {
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
             .ctx(|| format!("open /proc/{pid}/pagemap"))?;
         let mut runs = std::collections::HashMap::new();
@@ -447,6 +444,9 @@ impl PreScan {
             }
             // Unsupported mappings are refused by the capture itself.
             if let Ok(Some(b)) = classify(pid, &m) {
+                if defer_population && b == Backing::Anon && m.write {
+                    continue;
+                }
                 runs.insert((m.start, m.end, b), page_runs(&pagemap, m.start, m.end, b)?);
             }
         }
@@ -564,6 +564,65 @@ fn push_run(out: &mut Vec<(u64, u64)>, a: u64, l: u64) {
         Some((s, n)) if *s + *n == a => *n += l,
         _ => out.push((a, l)),
     }
+}
+
+/// The parts of `ranges` outside `minus` (both sorted by start, each
+/// disjoint), as sorted runs; the cost is per range, not per page.
+pub fn subtract_ranges(ranges: &[(u64, u64)], minus: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for &(a, l) in ranges {
+        let end = a + l;
+        let mut at = a;
+        while j < minus.len() && minus[j].0 + minus[j].1 <= at {
+            j += 1;
+        }
+        let mut k = j;
+        while at < end {
+            match minus.get(k) {
+                Some(&(s, n)) if s < end => {
+                    if s > at {
+                        push_run(&mut out, at, s - at);
+                    }
+                    at = at.max(s + n);
+                    k += 1;
+                }
+                _ => {
+                    push_run(&mut out, at, end - at);
+                    at = end;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The pages of the private anonymous ranges `ranges` of process `pid`
+/// that hold data (present or swapped, and not the shared zero page, which
+/// a page only read maps), as sorted runs: after a post-copy handover, the
+/// source learns this way which pages it owes. Without `PAGEMAP_SCAN`
+/// (before Linux 6.7) zero-page pages count as data.
+pub fn populated_anon(pid: pid_t, ranges: &[(u64, u64)]) -> Result<Vec<(u64, u64)>> {
+    use crate::uffd::{ScanMasks, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
+        .ctx(|| format!("open /proc/{pid}/pagemap"))?;
+    let masks = ScanMasks {
+        inverted: PAGE_IS_PFNZERO,
+        mask: PAGE_IS_PFNZERO,
+        anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+    };
+    let mut out = Vec::new();
+    for &(a, l) in ranges {
+        let mut runs = Vec::new();
+        if crate::uffd::pagemap_scan(&pagemap, 0, a, a + l, masks, &mut runs).is_err() {
+            runs = page_runs_read(&pagemap, a, a + l, Backing::Anon)?;
+        }
+        for (s, n) in runs {
+            push_run(&mut out, s, n);
+        }
+    }
+    Ok(out)
 }
 
 /// A [`PageFilter`] keeping the pages inside a set of ranges: its cost is
@@ -697,6 +756,7 @@ impl Resource for Memory {
             _p: Default::default(),
         };
         let filter = cx.filter;
+        let defer = cx.defer_population;
         let pages = &mut *cx.pages;
         let mut vmas = Vec::new();
         let mut vdso_lo = None;
@@ -749,9 +809,15 @@ impl Resource for Memory {
                         runs: Vec::new(),
                         present: Vec::new(),
                     };
-                    let present = match prescan.take(m.start, m.end, backing) {
-                        Some(r) => r,
-                        None => page_runs(&pagemap, m.start, m.end, backing)?,
+                    let present = if defer && vma.deferrable() {
+                        // Not scanned at the stop: the source scans its
+                        // frozen copy after the handover.
+                        vec![(m.start, m.end - m.start)]
+                    } else {
+                        match prescan.take(m.start, m.end, backing) {
+                            Some(r) => r,
+                            None => page_runs(&pagemap, m.start, m.end, backing)?,
+                        }
                     };
                     // The filter decides only for writable private anonymous
                     // memory: file-backed copies and shared memory are always
@@ -1119,6 +1185,110 @@ mod tests {
         filter_runs(runs, &g)
     }
 
+    /// Page-by-page reference for [`subtract_ranges`].
+    fn subtract_per_page(ranges: &[(u64, u64)], minus: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        for &(a, l) in ranges {
+            for p in (a..a + l).step_by(PAGE as usize) {
+                if !minus.iter().any(|&(s, n)| s <= p && p < s + n) {
+                    push_run(&mut out, p, PAGE);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn subtract_ranges_matches_page_by_page() {
+        let ranges = [(0x1000, 0x8000), (0x10000, 0x1000), (0x20000, 0x10000)];
+        let minuses: [&[(u64, u64)]; 5] = [
+            &[],
+            &[(0x0, 0x2000), (0x4000, 0x1000), (0x8000, 0x9000)],
+            &[(0x21000, 0x1000), (0x2f000, 0x3000)],
+            &[(0x0, 0x100000)],
+            &[
+                (0x1000, 0x1000),
+                (0x3000, 0x1000),
+                (0x11000, 0x1000),
+                (0x30000, 0x1000),
+            ],
+        ];
+        for m in minuses {
+            assert_eq!(
+                subtract_ranges(&ranges, m),
+                subtract_per_page(&ranges, m),
+                "{m:?}"
+            );
+        }
+        // owed(): present less the runs in the image, whatever their order.
+        let v = Vma {
+            start: 0x1000,
+            end: 0x9000,
+            prot: libc::PROT_READ | libc::PROT_WRITE,
+            backing: Backing::Anon,
+            growsdown: false,
+            file: None,
+            offset: 0,
+            advice: vec![],
+            locked: false,
+            name: String::new(),
+            runs: vec![
+                Run {
+                    addr: 0x6000,
+                    len: 0x1000,
+                    offset: 0,
+                },
+                Run {
+                    addr: 0x2000,
+                    len: 0x1000,
+                    offset: 0x1000,
+                },
+            ],
+            present: vec![(0x1000, 0x8000)],
+        };
+        assert_eq!(
+            v.owed(),
+            vec![(0x1000, 0x1000), (0x3000, 0x3000), (0x7000, 0x2000)]
+        );
+        assert!(v.owes_pages() && v.deferrable());
+    }
+
+    #[test]
+    fn populated_anon_leaves_out_untouched_and_zero_page_pages() {
+        const N: usize = 16;
+        let len = N * PAGE as usize;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let base = p as u64;
+        // SAFETY: inside the mapping above; volatile so that the accesses happen.
+        unsafe {
+            for i in [0usize, 1, 2, 7] {
+                std::ptr::write_volatile((p as *mut u8).add(i * PAGE as usize), 1);
+            }
+            // Read only: the shared zero page.
+            for i in [4usize, 5, 12] {
+                std::ptr::read_volatile((p as *const u8).add(i * PAGE as usize));
+            }
+        }
+        let got = populated_anon(std::process::id() as pid_t, &[(base, len as u64)]);
+        // SAFETY: unmapping the mapping made above.
+        unsafe { libc::munmap(p, len) };
+        assert_eq!(
+            got.unwrap(),
+            vec![(base, 3 * PAGE), (base + 7 * PAGE, PAGE)]
+        );
+    }
+
     #[test]
     fn range_filter_matches_page_by_page() {
         let runs = [(0x1000, 0x5000), (0x8000, 0x1000), (0x20000, 0x10000)];
@@ -1292,7 +1462,7 @@ mod layout_tests {
 
         // The pre-scan finds, per private mapping, what the capture's own
         // scan finds, and nothing for shared mappings.
-        let mut pre = PreScan::scan(pid).unwrap();
+        let mut pre = PreScan::scan(pid, false).unwrap();
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
         let mut private = 0;
         for m in &maps {

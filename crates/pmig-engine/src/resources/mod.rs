@@ -65,6 +65,10 @@ pub struct Capture<'a> {
     /// The result of a [`memory::PreScan`] running in another thread; an
     /// error from it (e.g. a failed check) refuses the capture.
     pub prescan: Option<std::sync::mpsc::Receiver<Result<memory::PreScan>>>,
+    /// Post-copy handover: list writable private anonymous mappings as
+    /// wholly present instead of scanning them (see
+    /// [`memory::Vma::deferrable`]).
+    pub defer_population: bool,
     scratch: Option<u64>,
 }
 
@@ -80,6 +84,7 @@ impl<'a> Capture<'a> {
             layout: None,
             layout_reused: false,
             prescan: None,
+            defer_population: false,
             scratch: None,
         }
     }
