@@ -16,9 +16,17 @@ pub struct ProcessState {
     pub cmdline: Vec<String>,
 }
 
-/// Pids of the live children of `pid` (this kernel has no
-/// /proc/PID/task/TID/children, so scan /proc).
+/// Pids of the live children of `pid`: from `/proc/PID/task/TID/children`
+/// (each thread's children), else, on a kernel without those files, by
+/// scanning every process in /proc (about 1 ms with a few hundred
+/// processes, and this runs once more while the process is frozen).
 pub fn children(pid: pid_t) -> Vec<pid_t> {
+    let alive = |p: &pid_t| {
+        procfs::stat_fields(*p).is_ok_and(|f| f.first().map(String::as_str) != Some("Z"))
+    };
+    if let Some(listed) = listed_children(pid) {
+        return listed.into_iter().filter(alive).collect();
+    }
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return vec![];
     };
@@ -36,6 +44,23 @@ pub fn children(pid: pid_t) -> Vec<pid_t> {
         }
     }
     out
+}
+
+/// The children every thread of `pid` lists, or None if the kernel has no
+/// such lists (CONFIG_PROC_CHILDREN) or they cannot be read.
+fn listed_children(pid: pid_t) -> Option<Vec<pid_t>> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let text = std::fs::read_to_string(t.path().join("children")).ok()?;
+        out.extend(
+            text.split_whitespace()
+                .filter_map(|x| x.parse::<pid_t>().ok()),
+        );
+    }
+    Some(out)
 }
 
 impl Resource for Process {
