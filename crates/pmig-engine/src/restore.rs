@@ -609,8 +609,9 @@ fn unregister_inherited_rseq(pid: pid_t) -> Result<()> {
                 cfg.signature as u64,
             ],
         );
-        f.forget();
+        let parked = f.forget();
         let r = r?;
+        parked?;
         if r < 0 {
             return Err(EngineError::Restore(format!(
                 "unregister the inherited rseq area: errno {}",
