@@ -3,10 +3,10 @@
 # in ms from the first mark (BENCHMARKS.md, "Down time: what the stop no
 # longer does"). A fresh 2-node local cluster (unlimited link), a dirtier of
 # MIB MiB, then N migrations back and forth with STRATEGY.
-# Usage: bench/stop-timeline.sh [MIB [STRATEGY [N]]]   (default: 1024 post-copy 2)
+# Usage: [PMIG=BINARY] bench/stop-timeline.sh [MIB [STRATEGY [N]]]   (default: 1024 post-copy 2)
 set -u
 cd "$(dirname "$0")/.."
-B=target/release/pmig
+B=${PMIG:-target/release/pmig}
 W=bench/workloads/bin/dirtier
 [ -x "$B" ] && [ -x "$W" ] || { echo "build first: make build && make -C bench/workloads" >&2; exit 2; }
 mib=${1:-1024}; strategy=${2:-post-copy}; n=${3:-2}

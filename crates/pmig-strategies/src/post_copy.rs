@@ -636,84 +636,93 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
             sent_pages += n as u64;
             Ok(())
         };
-        loop {
-            // The scan of the frozen copy has ended: tell the destination
-            // what it need not wait for, and push the rest.
-            if found.is_none()
-                && claimed.is_some()
-                && known.is_none()
-                && !scanning.load(Ordering::Acquire)
-            {
-                if let Some(r) = scanned.lock().unwrap().take() {
-                    let f = r?;
-                    not_owed_bytes += send_not_owed(tx, id, claimed.as_deref().unwrap_or(&[]), &f)?;
-                    order = PushOrder::new(pages_of(&f));
-                    for p in early.drain(..) {
-                        order.mark_sent(p);
-                    }
-                    total = order.pages.len() as u64;
-                    found = Some(f);
-                }
-            }
-            // Faults go ahead of the push, whatever the window.
-            let req = {
-                let mut q = requests.lock().unwrap();
-                if done.load(Ordering::Acquire) {
-                    break;
-                }
-                let scan_ended = known.is_none()
+        // On failure the connection is shut down, which also ends the
+        // thread reading from it (the scope waits for it).
+        let served = (|| -> Result<()> {
+            loop {
+                // The scan of the frozen copy has ended: tell the destination
+                // what it need not wait for, and push the rest.
+                if found.is_none()
                     && claimed.is_some()
-                    && found.is_none()
-                    && !scanning.load(Ordering::Acquire);
-                if q.is_empty() && order.is_done() && !scan_ended {
-                    // Nothing to push: wait for a request.
-                    let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
-                    q2.pop_front()
-                } else {
-                    q.pop_front()
-                }
-            };
-            if let Some(p) = req {
-                if order.answer(p) {
-                    read_and_send(&mut *tx, p, 1, &mut buf)?;
-                    answered += 1;
-                    if found.is_none() && known.is_none() {
-                        early.push(p);
+                    && known.is_none()
+                    && !scanning.load(Ordering::Acquire)
+                {
+                    if let Some(r) = scanned.lock().unwrap().take() {
+                        let f = r?;
+                        not_owed_bytes +=
+                            send_not_owed(tx, id, claimed.as_deref().unwrap_or(&[]), &f)?;
+                        order = PushOrder::new(pages_of(&f));
+                        for p in early.drain(..) {
+                            order.mark_sent(p);
+                        }
+                        total = order.pages.len() as u64;
+                        found = Some(f);
                     }
                 }
-                continue;
-            }
-            if order.is_done() {
-                continue;
-            }
-            if let Some(w) = &mut window {
-                let Some(t) = TcpState::of(&stream) else {
-                    window = None;
+                // Faults go ahead of the push, whatever the window.
+                let req = {
+                    let mut q = requests.lock().unwrap();
+                    if done.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let scan_ended = known.is_none()
+                        && claimed.is_some()
+                        && found.is_none()
+                        && !scanning.load(Ordering::Acquire);
+                    if q.is_empty() && order.is_done() && !scan_ended {
+                        // Nothing to push: wait for a request.
+                        let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
+                        q2.pop_front()
+                    } else {
+                        q.pop_front()
+                    }
+                };
+                if let Some(p) = req {
+                    if order.answer(p) {
+                        read_and_send(&mut *tx, p, 1, &mut buf)?;
+                        answered += 1;
+                        if found.is_none() && known.is_none() {
+                            early.push(p);
+                        }
+                    }
+                    continue;
+                }
+                if order.is_done() {
+                    continue;
+                }
+                if let Some(w) = &mut window {
+                    let Some(t) = TcpState::of(&stream) else {
+                        window = None;
+                        continue;
+                    };
+                    w.update(mono_ns(), &t);
+                    if !w.may_send(t.in_network) {
+                        let wait = Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns));
+                        let q = requests.lock().unwrap();
+                        if q.is_empty() && !done.load(Ordering::Acquire) {
+                            let _ = wake.wait_timeout(q, wait).unwrap();
+                        }
+                        continue;
+                    }
+                }
+                // The next run of consecutive pages, up to the window's chunk.
+                let max = window.as_ref().map(|w| w.chunk()).unwrap_or(16);
+                let Some((start, n)) = order.next_run(max) else {
                     continue;
                 };
-                w.update(mono_ns(), &t);
-                if !w.may_send(t.in_network) {
-                    let wait = Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns));
-                    let q = requests.lock().unwrap();
-                    if q.is_empty() && !done.load(Ordering::Acquire) {
-                        let _ = wake.wait_timeout(q, wait).unwrap();
-                    }
-                    continue;
-                }
+                read_and_send(&mut *tx, start, n, &mut buf)?;
+                progress(Progress {
+                    phase: "push",
+                    done: total - order.left as u64,
+                    total,
+                });
             }
-            // The next run of consecutive pages, up to the window's chunk.
-            let max = window.as_ref().map(|w| w.chunk()).unwrap_or(16);
-            let Some((start, n)) = order.next_run(max) else {
-                continue;
-            };
-            read_and_send(&mut *tx, start, n, &mut buf)?;
-            progress(Progress {
-                phase: "push",
-                done: total - order.left as u64,
-                total,
-            });
+            Ok(())
+        })();
+        if served.is_err() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
         }
-        Ok(())
+        served
     })?;
     m.count(sent_bytes + not_owed_bytes);
     m.pages_sent += sent_pages;
