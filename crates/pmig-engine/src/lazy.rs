@@ -183,17 +183,25 @@ impl Owed {
         Some(d)
     }
 
+    /// The in-place ranges that overlap `[start, end)`, each with the
+    /// indices `lo..hi` of its pages inside it.
+    fn spans(&mut self, start: u64, end: u64) -> impl Iterator<Item = (&mut InPlace, u64, u64)> {
+        let first = self.in_place.partition_point(|r| r.end() <= start);
+        self.in_place[first..]
+            .iter_mut()
+            .take_while(move |r| r.start < end)
+            .map(move |r| {
+                let lo = (start.max(r.start) - r.start) / PAGE;
+                let hi = (end.min(r.end()) - r.start).div_ceil(PAGE);
+                (r, lo, hi)
+            })
+    }
+
     /// Removes every owed page whose destination is in `[start, end)`;
     /// returns (destination, source) of each.
     fn take_dst_range(&mut self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
-        let first = self.in_place.partition_point(|r| r.end() <= start);
-        for r in &mut self.in_place[first..] {
-            if r.start >= end {
-                break;
-            }
-            let lo = (start.max(r.start) - r.start) / PAGE;
-            let hi = (end.min(r.end()) - r.start).div_ceil(PAGE);
+        for (r, lo, hi) in self.spans(start, end) {
             for i in lo..hi {
                 if r.clear(i) {
                     let p = r.start + i * PAGE;
@@ -220,13 +228,7 @@ impl Owed {
     /// is false; returns how many.
     fn remove_src_range(&mut self, start: u64, end: u64, keep: impl Fn(u64) -> bool) -> usize {
         let mut n = 0;
-        let first = self.in_place.partition_point(|r| r.end() <= start);
-        for r in &mut self.in_place[first..] {
-            if r.start >= end {
-                break;
-            }
-            let lo = (start.max(r.start) - r.start) / PAGE;
-            let hi = (end.min(r.end()) - r.start).div_ceil(PAGE);
+        for (r, lo, hi) in self.spans(start, end) {
             let mut i = lo;
             while i < hi {
                 let w = r.bits[(i / 64) as usize];

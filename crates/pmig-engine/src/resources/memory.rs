@@ -1253,11 +1253,10 @@ mod tests {
         assert!(v.owes_pages() && v.deferrable());
     }
 
-    #[test]
-    fn populated_anon_leaves_out_untouched_and_zero_page_pages() {
-        const N: usize = 16;
-        let len = N * PAGE as usize;
-        // SAFETY: a fresh private anonymous mapping, unmapped below.
+    /// A fresh private anonymous read-write mapping of `len` bytes (the
+    /// caller unmaps it).
+    fn anon_map(len: usize) -> *mut libc::c_void {
+        // SAFETY: a new mapping at an address of the kernel's choosing.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -1269,6 +1268,14 @@ mod tests {
             )
         };
         assert_ne!(p, libc::MAP_FAILED);
+        p
+    }
+
+    #[test]
+    fn populated_anon_leaves_out_untouched_and_zero_page_pages() {
+        const N: usize = 16;
+        let len = N * PAGE as usize;
+        let p = anon_map(len);
         let base = p as u64;
         // SAFETY: inside the mapping above; volatile so that the accesses happen.
         unsafe {
@@ -1321,18 +1328,7 @@ mod tests {
     fn pagemap_scan_finds_what_the_pagemap_says() {
         // Every other page of a private anonymous area populated.
         let len = 64 * PAGE as usize;
-        // SAFETY: a fresh private anonymous mapping, unmapped below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
+        let p = anon_map(len);
         for i in (0..64).step_by(2) {
             // SAFETY: inside the mapping created above.
             unsafe { *(p as *mut u8).add(i * PAGE as usize) = 1 };
