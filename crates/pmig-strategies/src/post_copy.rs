@@ -793,8 +793,6 @@ pub(crate) fn start_lazy(
         receive_image(d)?;
         mark("dst: image received");
     }
-    let pi = read_image(&staging)?;
-    mark("dst: image read");
     let started = match restore_from(d, &staging, true) {
         Ok(s) => s,
         Err((c, e)) => {
@@ -812,6 +810,13 @@ pub(crate) fn start_lazy(
         return Err(fail(d, "the lazy restore reported no userfaultfd".into()));
     };
     mark("dst: restored");
+    // Decoded only now: the image was verified before the restore started,
+    // and decoding it no longer delays the resume.
+    let pi = match read_image(&staging) {
+        Ok(pi) => pi,
+        Err(e) => return Err(fail(d, format!("read the restored image: {e}"))),
+    };
+    mark("dst: image read");
     let uffd = match pmig_engine::dirty::take_fd(pid, ufd) {
         Ok(f) => f,
         Err(e) => {
