@@ -80,6 +80,18 @@ pub fn parse_proc_timers(pid: pid_t, text: &str) -> Result<Vec<PosixTimer>> {
     Ok(out)
 }
 
+/// An ITIMER_REAL as `getitimer` read it (interval s, µs, value s, µs): a
+/// zero value with an interval means expired and not yet re-armed (the
+/// kernel re-arms it when the SIGALRM is taken); it then gets one interval.
+fn rearmed_real(t: [u64; 4]) -> [u64; 4] {
+    let [is, ius, vs, vus] = t;
+    if vs == 0 && vus == 0 && (is != 0 || ius != 0) {
+        [is, ius, is, ius]
+    } else {
+        t
+    }
+}
+
 impl Resource for Timers {
     const PART: &'static str = "timers";
     type State = TimersState;
@@ -118,6 +130,14 @@ impl Resource for Timers {
             } else {
                 [0; 4]
             });
+        }
+        // A periodic ITIMER_REAL that expired while the process was frozen
+        // waits for its SIGALRM to be taken (blocked now) to be armed again:
+        // until then it reads as zero with its interval set. Restored as
+        // zero it would be disarmed for good; it is restored one interval
+        // from now instead, and the pending SIGALRM goes with the signals.
+        if let Some(real) = itimers.first_mut() {
+            *real = rearmed_real(*real);
         }
         let text = crate::procfs::read(cx.pid, "timers").unwrap_or_default();
         let mut posix = parse_proc_timers(cx.pid, &text)?;
@@ -243,6 +263,16 @@ impl Resource for Timers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expired_periodic_real_timer_gets_one_interval() {
+        // Expired while frozen: zero value, 200 ms interval.
+        assert_eq!(rearmed_real([0, 200_000, 0, 0]), [0, 200_000, 0, 200_000]);
+        // Armed, or disarmed for good: unchanged.
+        assert_eq!(rearmed_real([0, 200_000, 0, 1500]), [0, 200_000, 0, 1500]);
+        assert_eq!(rearmed_real([0; 4]), [0; 4]);
+        assert_eq!(rearmed_real([0, 0, 3, 0]), [0, 0, 3, 0]);
+    }
 
     #[test]
     fn parses_proc_timers() {
