@@ -4,13 +4,16 @@
 # longer does"). A fresh 2-node local cluster (unlimited link), a dirtier of
 # MIB MiB, then N migrations back and forth with STRATEGY.
 # Usage: [PMIG=BINARY] bench/stop-timeline.sh [MIB [STRATEGY [N]]]   (default: 1024 post-copy 2)
+# Environment: LINK (cluster link, default unlimited), WORKLOAD_ARGS (more
+# dirtier flags, e.g. "--hot-mib 16 --dirty-rate 10000"), MIGRATE_ARGS (more
+# pmig migrate flags, e.g. "--max-down-ms 10").
 set -u
 cd "$(dirname "$0")/.."
 B=${PMIG:-target/release/pmig}
 W=bench/workloads/bin/dirtier
 [ -x "$B" ] && [ -x "$W" ] || { echo "build first: make build && make -C bench/workloads" >&2; exit 2; }
 mib=${1:-1024}; strategy=${2:-post-copy}; n=${3:-2}
-tmp=$(mktemp -d /tmp/pmig-timeline.XXXXXX)
+tmp=$(mktemp -d "${STATE_ROOT:-/tmp}/pmig-timeline.XXXXXX")
 prefix=tl$$
 pid=
 cleanup() {
@@ -20,12 +23,12 @@ cleanup() {
 }
 trap cleanup EXIT
 export PMIG_LOG=info,pmig_timing=debug
-"$B" cluster up --prefix "$prefix" --nodes 2 --state-dir "$tmp/state" \
+"$B" cluster up --prefix "$prefix" --nodes 2 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
     >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
 addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
 x() { "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" "$@"; }
 out="$tmp/w.out"
-pid=$(x n1 -- bash -c "$W --mib $mib --seconds 0 --report-ms 0 >$out 2>&1 </dev/null 251>&- & echo \$!" \
+pid=$(x n1 -- bash -c "$W --mib $mib ${WORKLOAD_ARGS:-} --seconds 0 --report-ms 0 >$out 2>&1 </dev/null 251>&- & echo \$!" \
     </dev/null 2>/dev/null)
 for _ in $(seq 600); do grep -q READY "$out" 2>/dev/null && break; sleep 0.1; done
 grep -q READY "$out" || { echo "the dirtier did not start" >&2; exit 1; }
@@ -33,7 +36,7 @@ sleep 1
 from=n1; to=n2
 for i in $(seq "$n"); do
     : >"$tmp/state/n1/daemon.log"; : >"$tmp/state/n2/daemon.log"
-    x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json \
+    x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json ${MIGRATE_ARGS:-} \
         >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { cat "$tmp/m.err"; exit 1; }
     sleep 0.3
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'migration $i ($from -> $to): down_ms {d[\"down_ms\"]:.1f}')" "$tmp/m.json"

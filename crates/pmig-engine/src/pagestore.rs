@@ -108,7 +108,9 @@ impl PageStore {
             }
             v.runs = runs;
         }
+        crate::timing::mark("store: runs listed");
         pi.write_parts(&mut self.w)?;
+        crate::timing::mark("store: parts written");
         Ok(self.w.finish(manifest)?)
     }
 }

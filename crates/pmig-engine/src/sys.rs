@@ -193,6 +193,40 @@ pub fn process_vm_read(pid: pid_t, addr: u64, buf: &mut [u8]) -> Result<usize> {
     Ok(r as usize)
 }
 
+/// The most remote segments one [`process_vm_read_gather`] takes (IOV_MAX).
+pub const GATHER_MAX: usize = 1024;
+
+/// Reads the remote segments `segs` ((address, length), at most
+/// [`GATHER_MAX`]) of process `pid` one after the other into the start of
+/// `buf`, in one system call. Returns the bytes read: fewer than asked means
+/// a segment could not be read.
+pub fn process_vm_read_gather(pid: pid_t, segs: &[(u64, usize)], buf: &mut [u8]) -> Result<usize> {
+    let total: usize = segs.iter().map(|s| s.1).sum();
+    assert!(total <= buf.len() && segs.len() <= GATHER_MAX);
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: total,
+    };
+    let remote: Vec<libc::iovec> = segs
+        .iter()
+        .map(|&(a, n)| libc::iovec {
+            iov_base: a as *mut c_void,
+            iov_len: n,
+        })
+        .collect();
+    // SAFETY: the local iovec covers the first `total` bytes of our own
+    // buffer (checked above); the remote ones are only read by the kernel.
+    let r =
+        unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
+    check(r as c_long, || {
+        format!(
+            "read memory of process {pid} at {:#x}",
+            segs.first().map_or(0, |s| s.0)
+        )
+    })?;
+    Ok(r as usize)
+}
+
 pub fn process_vm_write(pid: pid_t, addr: u64, buf: &[u8]) -> Result<usize> {
     let local = libc::iovec {
         iov_base: buf.as_ptr() as *mut c_void,

@@ -555,7 +555,9 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
 fn compose(mut store: PageStore, dir: &Path) -> Result<()> {
     let img = pmig_image::Image::open_verified(dir)?;
     let pi = ProcessImage::read(&img)?;
+    mark("dst: final image decoded");
     store.absorb(&img, &pi)?;
+    mark("dst: final image absorbed");
     let mut manifest = img.manifest.clone();
     manifest.parts.clear();
     store.finish(pi, manifest)?;

@@ -522,19 +522,51 @@ fn split_by_size(jobs: &[(u64, u64, Backing)], at: u64) -> [Vec<(u64, u64, Backi
 }
 
 /// Copy page runs out of the process into the image's page data. A second
-/// thread hashes and writes while this one reads the next buffer.
+/// thread hashes and writes while this one reads the next buffer. Runs are
+/// packed into 4 MiB buffers, and the readable ones are read many at a time
+/// (one `process_vm_readv` for up to [`sys::GATHER_MAX`] runs): a few hundred
+/// scattered pages, which a pre-copy's stop saves, used to cost a buffer, a
+/// system call and a hand-over to the writer each.
 struct PageCopier<'p> {
     pid: pid_t,
     mem: std::fs::File,
     offset: u64,
     full: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
     empty: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// The buffer being filled, with the bytes of it planned so far.
+    cur: Option<Vec<u8>>,
+    fill: usize,
+    /// Planned and not read yet: the remote segments meant for
+    /// `cur[read..fill]`, in order.
+    pending: Vec<(u64, usize)>,
+    read: usize,
     _p: std::marker::PhantomData<&'p ()>,
 }
 
 const COPY_BUF: usize = 4 << 20;
 
 impl PageCopier<'_> {
+    fn new(
+        pid: pid_t,
+        mem: std::fs::File,
+        offset: u64,
+        full: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+        empty: std::sync::mpsc::Receiver<Vec<u8>>,
+    ) -> Self {
+        PageCopier {
+            pid,
+            mem,
+            offset,
+            full,
+            empty,
+            cur: None,
+            fill: 0,
+            pending: Vec::new(),
+            read: 0,
+            _p: Default::default(),
+        }
+    }
+
     fn save(&mut self, vma: &mut Vma, runs: &[(u64, u64)]) -> Result<()> {
         let readable = vma.prot & libc::PROT_READ != 0;
         for &(addr, len) in runs {
@@ -545,35 +577,95 @@ impl PageCopier<'_> {
             });
             let mut done = 0;
             while done < len {
-                let mut buf = self
-                    .empty
-                    .recv()
-                    .map_err(|_| EngineError::Other("page writer stopped".into()))?;
-                let n = (len - done).min(buf.len() as u64) as usize;
-                let chunk = &mut buf[..n];
-                let got = if readable {
-                    sys::process_vm_read(self.pid, addr + done, chunk)?
-                } else {
-                    // process_vm_readv honours protections; /proc/PID/mem does not.
-                    self.mem
-                        .read_at(chunk, addr + done)
-                        .ctx(|| format!("read memory at {:#x}", addr + done))?
-                };
-                if got != n {
-                    return Err(EngineError::Other(format!(
-                        "short read of process memory at {:#x}",
-                        addr + done
-                    )));
+                if self.cur.is_none() {
+                    let buf = self
+                        .empty
+                        .recv()
+                        .map_err(|_| EngineError::Other("page writer stopped".into()))?;
+                    self.cur = Some(buf);
                 }
-                self.full
-                    .send((buf, n))
-                    .map_err(|_| EngineError::Other("page writer stopped".into()))?;
+                let n = (len - done).min((COPY_BUF - self.fill) as u64) as usize;
+                let at = addr + done;
+                if readable {
+                    self.pending.push((at, n));
+                    self.fill += n;
+                    if self.pending.len() == sys::GATHER_MAX {
+                        self.read_pending()?;
+                    }
+                } else {
+                    self.read_pending()?;
+                    let buf = self.cur.as_mut().expect("a buffer is being filled");
+                    // process_vm_readv honours protections; /proc/PID/mem does not.
+                    let got = self
+                        .mem
+                        .read_at(&mut buf[self.fill..self.fill + n], at)
+                        .ctx(|| format!("read memory at {at:#x}"))?;
+                    if got != n {
+                        return Err(short_read(at + got as u64));
+                    }
+                    self.fill += n;
+                    self.read = self.fill;
+                }
                 done += n as u64;
                 self.offset += n as u64;
+                if self.fill == COPY_BUF {
+                    self.flush()?;
+                }
             }
         }
         Ok(())
     }
+
+    /// Reads the planned segments into the buffer.
+    fn read_pending(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let buf = self.cur.as_mut().expect("a buffer is being filled");
+        let want = self.fill - self.read;
+        let got = sys::process_vm_read_gather(self.pid, &self.pending, &mut buf[self.read..])?;
+        if got != want {
+            // The first segment not read in full.
+            let mut before = 0;
+            let at = self
+                .pending
+                .iter()
+                .find_map(|&(a, n)| {
+                    let hit = (before + n > got).then(|| a + (got - before) as u64);
+                    before += n;
+                    hit
+                })
+                .unwrap_or(0);
+            return Err(short_read(at));
+        }
+        self.read = self.fill;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Hands the filled part of the buffer to the writer.
+    fn flush(&mut self) -> Result<()> {
+        self.read_pending()?;
+        if let Some(buf) = self.cur.take() {
+            let n = std::mem::take(&mut self.fill);
+            self.read = 0;
+            if n > 0 {
+                self.full
+                    .send((buf, n))
+                    .map_err(|_| EngineError::Other("page writer stopped".into()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and hands over whatever is still planned; after the last run.
+    fn finish(&mut self) -> Result<()> {
+        self.flush()
+    }
+}
+
+fn short_read(at: u64) -> EngineError {
+    EngineError::Other(format!("short read of process memory at {at:#x}"))
 }
 
 /// Every populated page range a dump of `pid` would save, now (the process
@@ -810,14 +902,7 @@ impl Resource for Memory {
                 .send(vec![0u8; COPY_BUF])
                 .expect("channel has room");
         }
-        let mut copier = PageCopier {
-            pid,
-            mem,
-            offset: cx.pages.offset(),
-            full: full_tx,
-            empty: empty_rx,
-            _p: Default::default(),
-        };
+        let mut copier = PageCopier::new(pid, mem, cx.pages.offset(), full_tx, empty_rx);
         let filter = cx.filter;
         let defer = cx.defer_population;
         let pages = &mut *cx.pages;
@@ -901,7 +986,7 @@ impl Resource for Memory {
                     copier.save(&mut vma, &runs)?;
                     vmas.push(vma);
                 }
-                Ok(())
+                copier.finish()
             })();
             drop(copier);
             let w = writer
@@ -1451,6 +1536,143 @@ mod tests {
         unsafe { libc::munmap(p, len) };
         assert_eq!(scanned, read);
         assert_eq!(scanned.len(), 32);
+    }
+
+    /// An empty anonymous Vma over [start, end) with `prot`.
+    fn vma_at(start: u64, end: u64, prot: i32) -> Vma {
+        Vma {
+            start,
+            end,
+            prot,
+            backing: Backing::Anon,
+            growsdown: false,
+            file: None,
+            offset: 0,
+            advice: vec![],
+            locked: false,
+            name: String::new(),
+            runs: vec![],
+            present: vec![],
+        }
+    }
+
+    #[test]
+    fn page_copier_packs_scattered_runs_and_reads_them_in_batches() {
+        const PAGES: usize = 3000;
+        let len = PAGES * PAGE as usize;
+        let base = anon_map(len) as u64;
+        for i in 0..PAGES {
+            // SAFETY: inside the mapping made above.
+            unsafe { *((base + i as u64 * PAGE) as *mut u64) = 0x5a00_0000 + i as u64 };
+        }
+        // More single-page runs than one gather takes, then runs across the
+        // end of a buffer, in two mappings; the second is unreadable, which
+        // only /proc/PID/mem reads.
+        let readable: Vec<(u64, u64)> = (0..1300u64)
+            .map(|i| (base + 2 * i * PAGE, PAGE))
+            .chain([(base + 2600 * PAGE, 300 * PAGE)])
+            .collect();
+        let hidden = base + 2900 * PAGE;
+        // SAFETY: the last 100 pages of our own mapping become inaccessible.
+        assert_eq!(
+            unsafe { libc::mprotect(hidden as *mut _, 100 * PAGE as usize, libc::PROT_NONE) },
+            0
+        );
+        let unreadable = [(hidden, 60 * PAGE), (hidden + 80 * PAGE, 20 * PAGE)];
+
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(3);
+        let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+        for _ in 0..2 {
+            empty_tx.send(vec![0u8; COPY_BUF]).unwrap();
+        }
+        let writer = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut sends = 0;
+            for (buf, n) in full_rx {
+                out.extend_from_slice(&buf[..n]);
+                sends += 1;
+                let _ = empty_tx.send(buf);
+            }
+            (out, sends)
+        });
+        let pid = std::process::id() as pid_t;
+        let mut a = vma_at(base, hidden, libc::PROT_READ | libc::PROT_WRITE);
+        let mut b = vma_at(hidden, base + len as u64, libc::PROT_NONE);
+        let mut copier = PageCopier::new(pid, mem, 0x10000, full_tx, empty_rx);
+        copier.save(&mut a, &readable).unwrap();
+        copier.save(&mut b, &unreadable).unwrap();
+        copier.finish().unwrap();
+        drop(copier);
+        let (out, sends) = writer.join().unwrap();
+        // SAFETY: our own mapping, readable again for the checks.
+        assert_eq!(
+            unsafe { libc::mprotect(hidden as *mut _, 100 * PAGE as usize, libc::PROT_READ) },
+            0
+        );
+
+        let total: u64 = readable.iter().chain(&unreadable).map(|r| r.1).sum();
+        assert_eq!(out.len() as u64, total);
+        // 1600 + 80 pages fill two 4 MiB buffers (1024 pages each).
+        assert_eq!(sends, 2);
+        let mut want_offset = 0x10000;
+        for (vma, runs) in [(&a, &readable[..]), (&b, &unreadable[..])] {
+            assert_eq!(vma.runs.len(), runs.len());
+            for (r, &(addr, len)) in vma.runs.iter().zip(runs) {
+                assert_eq!((r.addr, r.len, r.offset), (addr, len, want_offset));
+                for p in (0..len).step_by(PAGE as usize) {
+                    let at = (r.offset - 0x10000 + p) as usize;
+                    let got = u64::from_ne_bytes(out[at..at + 8].try_into().unwrap());
+                    let page = (addr + p - base) / PAGE;
+                    assert_eq!(got, 0x5a00_0000 + page, "page {page}");
+                }
+                want_offset += len;
+            }
+        }
+        // SAFETY: unmapping the mapping made above, no longer used.
+        unsafe { libc::munmap(base as *mut _, len) };
+    }
+
+    #[test]
+    fn page_copier_names_the_page_it_could_not_read() {
+        let base = anon_map(4 * PAGE as usize) as u64;
+        // SAFETY: the third page of our own mapping goes away.
+        assert_eq!(
+            unsafe { libc::munmap((base + 2 * PAGE) as *mut _, PAGE as usize) },
+            0
+        );
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(3);
+        let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
+        empty_tx.send(vec![0u8; COPY_BUF]).unwrap();
+        let pid = std::process::id() as pid_t;
+        let mut v = vma_at(base, base + 4 * PAGE, libc::PROT_READ | libc::PROT_WRITE);
+        let mut copier = PageCopier::new(pid, mem, 0, full_tx, empty_rx);
+        copier
+            .save(
+                &mut v,
+                &[
+                    (base, PAGE),
+                    (base + 2 * PAGE, PAGE),
+                    (base + 3 * PAGE, PAGE),
+                ],
+            )
+            .unwrap();
+        let e = copier.finish().unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("{:#x}", base + 2 * PAGE)),
+            "error does not name the page: {e}"
+        );
+        drop(copier);
+        assert!(
+            full_rx.try_recv().is_err(),
+            "a short buffer was handed over"
+        );
+        // SAFETY: what is left of the mapping made above.
+        unsafe {
+            libc::munmap(base as *mut _, 2 * PAGE as usize);
+            libc::munmap((base + 3 * PAGE) as *mut _, PAGE as usize);
+        }
     }
 }
 
