@@ -17,8 +17,14 @@ use std::path::Path;
 
 pub struct PageStore {
     w: ImageWriter,
-    /// page address -> offset of its newest copy in pages.pmig
-    index: BTreeMap<u64, u64>,
+    /// Where the newest copy of each page is: extents of pages
+    /// (start -> (length, offset in pages.pmig)), disjoint; a round that
+    /// sends memory in address order makes one extent of it, so that the
+    /// image is composed at the stop at a cost per extent, not per page
+    /// (a 1 GiB process is 262144 pages).
+    index: BTreeMap<u64, (u64, u64)>,
+    /// Bytes the index covers.
+    held: u64,
     received: u64,
 }
 
@@ -27,6 +33,7 @@ impl PageStore {
         Ok(PageStore {
             w: ImageWriter::create(dir)?,
             index: BTreeMap::new(),
+            held: 0,
             received: 0,
         })
     }
@@ -44,11 +51,50 @@ impl PageStore {
             .pages()
             .write_all(data)
             .ctx(|| "store page data".into())?;
-        for i in 0..data.len() as u64 / PAGE {
-            self.index.insert(addr + i * PAGE, off + i * PAGE);
-        }
+        self.carve(addr, data.len() as u64);
+        self.insert(addr, data.len() as u64, off);
         self.received += data.len() as u64;
         Ok(())
+    }
+
+    /// Drops [a, a + len) from the index, cutting the extents across its
+    /// ends.
+    fn carve(&mut self, a: u64, len: u64) {
+        let e = a.saturating_add(len);
+        // An extent that starts before `a` and reaches into the range.
+        if let Some((&s, &(l, off))) = self.index.range(..a).next_back() {
+            if s + l > a {
+                self.index.insert(s, (a - s, off));
+                self.held -= s + l - a;
+                if s + l > e {
+                    self.index.insert(e, (s + l - e, off + (e - s)));
+                    self.held += s + l - e;
+                }
+            }
+        }
+        let inside: Vec<(u64, (u64, u64))> =
+            self.index.range(a..e).map(|(&s, &v)| (s, v)).collect();
+        for (s, (l, off)) in inside {
+            self.index.remove(&s);
+            self.held -= l;
+            if s + l > e {
+                self.index.insert(e, (s + l - e, off + (e - s)));
+                self.held += s + l - e;
+            }
+        }
+    }
+
+    /// Adds the extent [a, a + len) -> `off` (the range is free), merged with
+    /// the extent before it where both address and offset continue.
+    fn insert(&mut self, a: u64, len: u64, off: u64) {
+        self.held += len;
+        if let Some((&s, v)) = self.index.range_mut(..a).next_back() {
+            if s + v.0 == a && v.1 + v.0 == off {
+                v.0 += len;
+                return;
+            }
+        }
+        self.index.insert(a, (len, off));
     }
 
     /// Take every saved page of a (partial) image.
@@ -68,14 +114,7 @@ impl PageStore {
     /// Forget the pages held in [addr, addr + len): they are stale (the
     /// composed image will have no run for them).
     pub fn forget(&mut self, addr: u64, len: u64) {
-        let gone: Vec<u64> = self
-            .index
-            .range(addr..addr.saturating_add(len))
-            .map(|(a, _)| *a)
-            .collect();
-        for a in gone {
-            self.index.remove(&a);
-        }
+        self.carve(addr, len);
     }
 
     pub fn bytes_received(&self) -> u64 {
@@ -83,35 +122,63 @@ impl PageStore {
     }
 
     pub fn pages_held(&self) -> usize {
-        self.index.len()
+        (self.held / PAGE) as usize
+    }
+
+    /// The newest copies of the pages of `ranges` (sorted, disjoint), as
+    /// image runs.
+    fn runs_within(&self, ranges: &[(u64, u64)]) -> Vec<crate::resources::memory::Run> {
+        let mut runs: Vec<crate::resources::memory::Run> = Vec::new();
+        for &(a, l) in ranges {
+            let e = a + l;
+            // The extent across `a`, if any, then those starting inside.
+            let first = self
+                .index
+                .range(..a)
+                .next_back()
+                .filter(|(&s, &(n, _))| s + n > a)
+                .map(|(&s, &v)| (s, v));
+            for (s, (n, off)) in first
+                .into_iter()
+                .chain(self.index.range(a..e).map(|(&s, &v)| (s, v)))
+            {
+                let lo = s.max(a);
+                let hi = (s + n).min(e);
+                let at = off + (lo - s);
+                match runs.last_mut() {
+                    Some(r) if r.addr + r.len == lo && r.offset + r.len == at => r.len += hi - lo,
+                    _ => runs.push(crate::resources::memory::Run {
+                        addr: lo,
+                        len: hi - lo,
+                        offset: at,
+                    }),
+                }
+            }
+        }
+        runs
     }
 
     /// Write `pi` (from the final, filtered capture) with its memory runs
     /// pointing at the newest copy of every page still present at the
     /// source; pages held but no longer present are dropped.
-    pub fn finish(mut self, mut pi: ProcessImage, manifest: Manifest) -> Result<Manifest> {
+    pub fn finish(self, pi: ProcessImage, manifest: Manifest) -> Result<Manifest> {
+        Ok(self.finish_image(pi, manifest)?.0)
+    }
+
+    /// [`finish`](Self::finish), which also returns the process image as
+    /// written (its runs point into the store's page data).
+    pub fn finish_image(
+        mut self,
+        mut pi: ProcessImage,
+        manifest: Manifest,
+    ) -> Result<(Manifest, ProcessImage)> {
         for v in &mut pi.memory.vmas {
-            let mut runs: Vec<crate::resources::memory::Run> = Vec::new();
-            for &(a, l) in &v.present {
-                for (&page, &off) in self.index.range(a..a + l) {
-                    match runs.last_mut() {
-                        Some(r) if r.addr + r.len == page && r.offset + r.len == off => {
-                            r.len += PAGE
-                        }
-                        _ => runs.push(crate::resources::memory::Run {
-                            addr: page,
-                            len: PAGE,
-                            offset: off,
-                        }),
-                    }
-                }
-            }
-            v.runs = runs;
+            v.runs = self.runs_within(&v.present);
         }
         crate::timing::mark("store: runs listed");
         pi.write_parts(&mut self.w)?;
         crate::timing::mark("store: parts written");
-        Ok(self.w.finish(manifest)?)
+        Ok((self.w.finish(manifest)?, pi))
     }
 }
 
@@ -200,5 +267,69 @@ mod tests {
                 .any(|r| r.addr <= 0x20000 && 0x20000 < r.addr + r.len),
             "absent page dropped"
         );
+    }
+
+    #[test]
+    fn extent_index_matches_a_page_by_page_model() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = PageStore::create(d.path()).unwrap();
+        // The model: page -> offset of its newest copy.
+        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let page = vec![0u8; 64 * PAGE as usize];
+        for step in 0..600 {
+            let a = 0x40_0000 + next(256) * PAGE;
+            let n = 1 + next(40);
+            if step % 5 == 4 {
+                s.forget(a, n * PAGE);
+                for p in 0..n {
+                    model.remove(&(a + p * PAGE));
+                }
+            } else {
+                let off = s.w.pages().offset();
+                s.put(a, &page[..(n * PAGE) as usize]).unwrap();
+                for p in 0..n {
+                    model.insert(a + p * PAGE, off + p * PAGE);
+                }
+            }
+            assert_eq!(s.pages_held(), model.len(), "step {step}");
+        }
+        let ranges = [
+            (0x40_0000, 300 * PAGE),
+            (0x3f_0000, 0x1000),
+            (0x41_3000, 7 * PAGE),
+        ];
+        for r in ranges {
+            let want: Vec<(u64, u64, u64)> = {
+                let mut v: Vec<(u64, u64, u64)> = Vec::new();
+                for (&p, &off) in model.range(r.0..r.0 + r.1) {
+                    match v.last_mut() {
+                        Some(l) if l.0 + l.1 == p && l.2 + l.1 == off => l.1 += PAGE,
+                        _ => v.push((p, PAGE, off)),
+                    }
+                }
+                v
+            };
+            let got: Vec<(u64, u64, u64)> = s
+                .runs_within(&[r])
+                .iter()
+                .map(|r| (r.addr, r.len, r.offset))
+                .collect();
+            assert_eq!(got, want, "range {r:x?}");
+        }
+        // A round in address order is one extent.
+        let d2 = tempfile::tempdir().unwrap();
+        let mut t = PageStore::create(d2.path()).unwrap();
+        for i in 0..64 {
+            t.put(0x100_0000 + i * PAGE, &page[..PAGE as usize])
+                .unwrap();
+        }
+        assert_eq!(t.index.len(), 1);
     }
 }

@@ -360,6 +360,11 @@ impl StorePages {
     pub(crate) fn open(dir: &Path) -> Result<StorePages> {
         let img = pmig_image::Image::open(dir)?;
         let pi = ProcessImage::read(&img)?;
+        StorePages::of(&pi, &img.pages_path())
+    }
+
+    /// The pages of the image `pi`, whose page data is `pages`.
+    pub(crate) fn of(pi: &ProcessImage, pages: &Path) -> Result<StorePages> {
         let mut runs: Vec<(u64, u64, u64)> = pi
             .memory
             .vmas
@@ -367,8 +372,8 @@ impl StorePages {
             .flat_map(|v| v.runs.iter().map(|r| (r.addr, r.len, r.offset)))
             .collect();
         runs.sort_unstable();
-        let file = std::fs::File::open(img.pages_path())
-            .map_err(io_err(format!("open {}", img.pages_path().display())))?;
+        let file =
+            std::fs::File::open(pages).map_err(io_err(format!("open {}", pages.display())))?;
         Ok(StorePages { file, runs })
     }
 
@@ -443,8 +448,19 @@ pub(crate) fn compose_small(
 ) -> Result<(u64, Vec<(u64, u64)>)> {
     let img = pmig_image::Image::open(store)?;
     let pi = ProcessImage::read(&img)?;
-    let f = std::fs::File::open(img.pages_path())
-        .map_err(io_err(format!("open {}", img.pages_path().display())))?;
+    compose_small_from(pi, img.manifest.clone(), &img.pages_path(), out, keep)
+}
+
+/// [`compose_small`] from the store's image `pi` (with its `manifest`),
+/// whose page data is the file `pages`.
+pub(crate) fn compose_small_from(
+    pi: ProcessImage,
+    manifest: pmig_image::Manifest,
+    pages: &Path,
+    out: &Path,
+    keep: &RangeFilter,
+) -> Result<(u64, Vec<(u64, u64)>)> {
+    let f = std::fs::File::open(pages).map_err(io_err(format!("open {}", pages.display())))?;
     let mut ps = PageStore::create(out)?;
     let mut kept = 0u64;
     let mut owed: Vec<(u64, u64)> = Vec::new();
@@ -483,7 +499,7 @@ pub(crate) fn compose_small(
             }
         }
     }
-    let mut manifest = img.manifest.clone();
+    let mut manifest = manifest;
     manifest.parts.clear();
     ps.finish(pi, manifest)?;
     Ok((kept, owed))

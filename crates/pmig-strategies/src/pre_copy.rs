@@ -43,9 +43,8 @@
 
 use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::{compose_small, kept_pages, restore_and_fill, Keep};
+use crate::flushing::{compose_small_from, kept_pages, restore_and_fill, Keep};
 use crate::holder::{CaptureMode, Holder};
-use crate::post_copy::read_image;
 use crate::stop_copy::{await_commit, receive_image_after, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::dirty::DirtyTracker;
@@ -321,14 +320,17 @@ impl Iterative {
         receive_image_after(d, &dir, Some(first))?;
         mark("dst: final image received");
         let t_done = mono_ns();
-        if let Err(e) = compose(store, &dir) {
-            let text = format!("{}: cannot compose the image: {e}", d.host.node());
-            let _ = d.ch.send(&Msg::Error {
-                code: code::BAD_IMAGE,
-                text: text.chars().take(4000).collect(),
-            });
-            return Err(StrategyError::Other(text));
-        }
+        let composed = match compose(store, &dir) {
+            Ok(c) => c,
+            Err(e) => {
+                let text = format!("{}: cannot compose the image: {e}", d.host.node());
+                let _ = d.ch.send(&Msg::Error {
+                    code: code::BAD_IMAGE,
+                    text: text.chars().take(4000).collect(),
+                });
+                return Err(StrategyError::Other(text));
+            }
+        };
         tracing::info!(
             "final image absorbed and full image composed in {:.1} ms",
             (mono_ns() - t_done) as f64 / 1e6
@@ -336,7 +338,7 @@ impl Iterative {
         mark("dst: full image composed");
         // The final image's pages now live in the store's pages file.
         let _ = std::fs::remove_dir_all(&dir);
-        restore_lazily_from_local(d)
+        restore_lazily_from_local(d, composed)
     }
 }
 
@@ -349,7 +351,13 @@ impl Iterative {
 /// `flushing` does from its page store. The stop no longer waits for the
 /// whole memory to be copied into the process. `PagesDone` tells the source
 /// when nothing is owed any more.
-fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
+///
+/// `composed` is the image just composed there, and its manifest: read back
+/// from the files it would cost the stop another decode of every run.
+fn restore_lazily_from_local(
+    d: &mut Destination,
+    composed: (ProcessImage, pmig_image::Manifest),
+) -> Result<i32> {
     let store = d
         .host
         .staging_root()
@@ -377,11 +385,15 @@ fn restore_lazily_from_local(d: &mut Destination) -> Result<i32> {
         let staging = d.staging.clone();
         crate::stop_copy::prespawn_restore(d, &staging, true);
     }
-    let pages = crate::flushing::StorePages::open(&store).and_then(|pages| {
-        let set = kept_pages(&read_image(&store)?, Keep::Handover);
+    let (pi, manifest) = composed;
+    let data = store.join(pmig_image::PAGES_FILE);
+    let pages = crate::flushing::StorePages::of(&pi, &data).and_then(|pages| {
+        let set = kept_pages(&pi, Keep::Handover);
         let staging = d.staging.clone();
-        compose_small(
-            &store,
+        compose_small_from(
+            pi,
+            manifest,
+            &data,
             &staging,
             &RangeFilter::of_pages(set.iter().copied()),
         )?;
@@ -552,7 +564,8 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
 
 /// Destination: absorbs the verified final image of `dir` into the store and
 /// writes the complete image into the store's directory.
-fn compose(mut store: PageStore, dir: &Path) -> Result<()> {
+/// Returns the composed image, as written, and its manifest.
+fn compose(mut store: PageStore, dir: &Path) -> Result<(ProcessImage, pmig_image::Manifest)> {
     let img = pmig_image::Image::open_verified(dir)?;
     let pi = ProcessImage::read(&img)?;
     mark("dst: final image decoded");
@@ -560,8 +573,8 @@ fn compose(mut store: PageStore, dir: &Path) -> Result<()> {
     mark("dst: final image absorbed");
     let mut manifest = img.manifest.clone();
     manifest.parts.clear();
-    store.finish(pi, manifest)?;
-    Ok(())
+    let (manifest, pi) = store.finish_image(pi, manifest)?;
+    Ok((pi, manifest))
 }
 
 /// Writes `start len` (hex) lines, the format of [`CaptureMode::WrittenSince`].
