@@ -207,9 +207,23 @@ mod tests {
         writeln!(stdin, "{}", idx).unwrap();
         line.clear();
         out.read_line(&mut line).unwrap();
-        let dirty = t.scan().unwrap();
         let target = base + idx * 4096;
         let target_page = target & !4095;
+        // The stop's scan (one walk for populated and written pages) sees
+        // the same: the page written is populated and written, the page
+        // after it (populated by python, not written since) only populated.
+        let pagemap = std::fs::File::open(format!("/proc/{}/pagemap", c.id())).unwrap();
+        let within = |r: &[(u64, u64)], p: u64| r.iter().any(|(s, l)| *s <= p && p < s + l);
+        let (present, written) = crate::resources::memory::populated_and_written(
+            &pagemap,
+            target_page,
+            target_page + 2 * 4096,
+        )
+        .unwrap();
+        assert!(within(&present, target_page) && within(&written, target_page));
+        assert!(within(&present, target_page + 4096), "{present:x?}");
+        assert!(!within(&written, target_page + 4096), "{written:x?}");
+        let dirty = t.scan().unwrap();
         assert!(
             dirty
                 .iter()
@@ -217,6 +231,16 @@ mod tests {
             "written page {target_page:#x} not reported: {dirty:x?}"
         );
         // Nothing written since: the next scan must not report that page again.
+        let (present, written) = crate::resources::memory::populated_and_written(
+            &pagemap,
+            target_page,
+            target_page + 4096,
+        )
+        .unwrap();
+        assert!(
+            within(&present, target_page) && written.is_empty(),
+            "{written:x?}"
+        );
         let again = t.scan().unwrap();
         assert!(
             !again

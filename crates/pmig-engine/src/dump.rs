@@ -61,6 +61,8 @@ pub struct Aids {
     pub prescan: Option<std::sync::mpsc::Receiver<Result<PreScan>>>,
     /// See [`Capture::defer_population`](crate::resources::Capture).
     pub defer_population: bool,
+    /// See [`Capture::written_since`](crate::resources::Capture).
+    pub written_since: Option<Vec<(u64, u64)>>,
 }
 
 /// [`capture_filtered`] with `aids`; also says whether the layout read
@@ -76,6 +78,7 @@ pub fn capture_with(
     cx.layout = aids.layout;
     cx.prescan = aids.prescan;
     cx.defer_population = aids.defer_population;
+    cx.written_since = aids.written_since;
     let t = Instant::now();
     let lap = |what: &str| {
         tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);

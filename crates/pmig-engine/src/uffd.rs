@@ -258,6 +258,53 @@ pub fn pagemap_scan(
     m: ScanMasks,
     out: &mut Vec<(u64, u64)>,
 ) -> Result<()> {
+    pagemap_scan_with(
+        pagemap,
+        flags,
+        start,
+        end,
+        m,
+        &mut |a, e, _| match out.last_mut() {
+            Some((s, l)) if *s + *l == a => *l += e - a,
+            _ => out.push((a, e - a)),
+        },
+    )
+}
+
+/// [`pagemap_scan`] that also reports each run's categories (those of
+/// `m.ret`): appends (start, len, categories) to `out`, adjacent runs with
+/// the same categories merged.
+pub fn pagemap_scan_categories(
+    pagemap: &std::fs::File,
+    flags: u64,
+    start: u64,
+    end: u64,
+    m: ScanMasks,
+    out: &mut Vec<(u64, u64, u64)>,
+) -> Result<()> {
+    pagemap_scan_with(
+        pagemap,
+        flags,
+        start,
+        end,
+        m,
+        &mut |a, e, c| match out.last_mut() {
+            Some((s, l, k)) if *s + *l == a && *k == c => *l += e - a,
+            _ => out.push((a, e - a, c)),
+        },
+    )
+}
+
+/// The PAGEMAP_SCAN loop: calls `sink(start, end, categories)` for each
+/// region the kernel reports, in address order.
+fn pagemap_scan_with(
+    pagemap: &std::fs::File,
+    flags: u64,
+    start: u64,
+    end: u64,
+    m: ScanMasks,
+    sink: &mut dyn FnMut(u64, u64, u64),
+) -> Result<()> {
     const N: usize = 512;
     let mut regions = vec![[0u64; 3]; N];
     let mut at = start;
@@ -284,10 +331,7 @@ pub fn pagemap_scan(
             format!("scan the pages of {at:#x}-{end:#x}")
         })? as usize;
         for r in &regions[..n] {
-            match out.last_mut() {
-                Some((s, l)) if *s + *l == r[0] => *l += r[1] - r[0],
-                _ => out.push((r[0], r[1] - r[0])),
-            }
+            sink(r[0], r[1], r[2]);
         }
         let walk_end = arg[4];
         if walk_end <= at {

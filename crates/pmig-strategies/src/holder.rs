@@ -26,7 +26,7 @@ use crate::Host;
 use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
-use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter};
+use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter, ScanFor};
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -136,6 +136,10 @@ fn freeze_and_capture(
     // tables for the mappings' flags.
     let layout = Layout::read(pid)?;
     let sent = layout.clone();
+    let tracked = match mode {
+        CaptureMode::WrittenSince(list) => Some(read_tracked(list)?),
+        _ => None,
+    };
     mark("hold: layout read");
     let frozen_ns = mono_ns();
     mark("hold: freeze");
@@ -145,10 +149,14 @@ fn freeze_and_capture(
     // The checks are made again, now that nothing changes, and the pages
     // are scanned, in another thread while the rest is captured.
     let defer_population = *mode == CaptureMode::HandoverDeferred;
+    let what = match mode {
+        CaptureMode::WrittenSince(_) => ScanFor::Written,
+        _ => ScanFor::Populated,
+    };
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|sc| {
         sc.spawn(move || {
-            let scan = std::thread::spawn(move || PreScan::scan(pid, defer_population));
+            let scan = std::thread::spawn(move || PreScan::scan(pid, defer_population, what));
             let checked = precheck_all(pid);
             mark("hold: prechecked again");
             let scanned = scan.join().unwrap_or_else(|_| Ok(PreScan::default()));
@@ -159,6 +167,7 @@ fn freeze_and_capture(
             layout: Some(layout),
             prescan: Some(rx),
             defer_population,
+            written_since: tracked,
         };
         capture_frozen(&mut frozen, frozen_ns, dir, mode, aids)
     })
@@ -182,34 +191,9 @@ fn capture_frozen(
             mark("hold: handover pages");
             capture_with(frozen, &mut w, Some(&keep), aids)?
         }
-        CaptureMode::WrittenSince(list) => {
-            let text = std::fs::read_to_string(list)
-                .map_err(io_err(format!("read {}", list.display())))?;
-            let mut tracked: Vec<(u64, u64)> = text
-                .lines()
-                .filter_map(|l| {
-                    let mut it = l.split_whitespace();
-                    Some((
-                        u64::from_str_radix(it.next()?, 16).ok()?,
-                        u64::from_str_radix(it.next()?, 16).ok()?,
-                    ))
-                })
-                .collect();
-            tracked.sort();
-            // The process is frozen: what was written since the last round
-            // is final.
-            let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
-                .map_err(io_err(format!("open /proc/{pid}/pagemap")))?;
-            let mut written = Vec::new();
-            for &(s, l) in &tracked {
-                if pmig_engine::uffd::scan_written(&pagemap, s, s + l, &mut written).is_err() {
-                    // Registration gone (mapping changed): send it all.
-                    written.push((s, l));
-                }
-            }
-            let keep = RangeFilter::outside_or(tracked, written);
-            capture_with(frozen, &mut w, Some(&keep), aids)?
-        }
+        // The pages written since the last round come with the scan
+        // started at the freeze (`Aids::written_since`).
+        CaptureMode::WrittenSince(_) => capture_with(frozen, &mut w, None, aids)?,
     };
     mark("hold: captured");
     finish_image(&img, w, pid)?;
@@ -221,6 +205,24 @@ fn capture_frozen(
         threads: img.threads.threads.len(),
     };
     Ok((c, reused))
+}
+
+/// The ranges pre-copy write-protected since its last round: `start len`
+/// lines (hex), as [`CaptureMode::WrittenSince`] names them; sorted.
+fn read_tracked(list: &Path) -> Result<Vec<(u64, u64)>> {
+    let text = std::fs::read_to_string(list).map_err(io_err(format!("read {}", list.display())))?;
+    let mut tracked: Vec<(u64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            Some((
+                u64::from_str_radix(it.next()?, 16).ok()?,
+                u64::from_str_radix(it.next()?, 16).ok()?,
+            ))
+        })
+        .collect();
+    tracked.sort();
+    Ok(tracked)
 }
 
 /// After the handover, while the original is still frozen: names the mappings

@@ -428,13 +428,26 @@ fn flag_changes(before: &[MapLine], now: &[MapLine]) -> Vec<String> {
 #[derive(Debug, Default)]
 pub struct PreScan {
     runs: std::collections::HashMap<(u64, u64, Backing), Vec<(u64, u64)>>,
+    /// With [`ScanFor::Written`]: the private anonymous pages not
+    /// write-protected by an asynchronous userfaultfd, i.e. written since
+    /// pre-copy's last round protected them (or never protected at all).
+    written: Option<Vec<(u64, u64)>>,
+}
+
+/// What a [`PreScan`] looks for besides the populated pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanFor {
+    Populated,
+    /// Also which anonymous pages were written since they were
+    /// write-protected, in the same walk of the page tables.
+    Written,
 }
 
 impl PreScan {
     /// Scans the private mappings `pid` has now (it must be frozen). With
     /// `defer_population`, writable private anonymous mappings are left out
     /// (see [`Vma::deferrable`]).
-    pub fn scan(pid: pid_t, defer_population: bool) -> Result<PreScan> {
+    pub fn scan(pid: pid_t, defer_population: bool, what: ScanFor) -> Result<PreScan> {
         let mut jobs = Vec::new();
         for m in procfs::maps(pid)? {
             if m.shared {
@@ -458,14 +471,21 @@ impl PreScan {
         } else {
             [jobs.clone(), Vec::new()]
         };
-        // (start of the piece, its runs)
-        type Scanned = Vec<(u64, Vec<(u64, u64)>)>;
+        // (start of the piece, its runs, its written runs)
+        type Scanned = Vec<(u64, Vec<(u64, u64)>, Vec<(u64, u64)>)>;
         let scan_pieces = |pieces: &[(u64, u64, Backing)]| -> Result<Scanned> {
             let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
                 .ctx(|| format!("open /proc/{pid}/pagemap"))?;
             pieces
                 .iter()
-                .map(|&(a, e, b)| Ok((a, page_runs(&pagemap, a, e, b)?)))
+                .map(|&(a, e, b)| {
+                    if what == ScanFor::Written && b == Backing::Anon {
+                        let (present, written) = populated_and_written(&pagemap, a, e)?;
+                        Ok((a, present, written))
+                    } else {
+                        Ok((a, page_runs(&pagemap, a, e, b)?, Vec::new()))
+                    }
+                })
                 .collect()
         };
         let (first, second) = std::thread::scope(|s| {
@@ -484,19 +504,67 @@ impl PreScan {
         let mut runs = std::collections::HashMap::new();
         for &(a, e, b) in &jobs {
             let mut r: Vec<(u64, u64)> = Vec::new();
-            for (_, got) in pieces.iter().filter(|(s, _)| *s >= a && *s < e) {
+            for (_, got, _) in pieces.iter().filter(|(s, _, _)| *s >= a && *s < e) {
                 for &(x, n) in got {
                     push_run(&mut r, x, n);
                 }
             }
             runs.insert((a, e, b), r);
         }
-        Ok(PreScan { runs })
+        let written = (what == ScanFor::Written).then(|| {
+            let mut w: Vec<(u64, u64)> = Vec::new();
+            for (_, _, got) in &pieces {
+                for &(x, n) in got {
+                    push_run(&mut w, x, n);
+                }
+            }
+            w
+        });
+        Ok(PreScan { runs, written })
     }
 
     fn take(&mut self, start: u64, end: u64, b: Backing) -> Option<Vec<(u64, u64)>> {
         self.runs.remove(&(start, end, b))
     }
+
+    /// With [`ScanFor::Written`], the written pages (sorted runs).
+    pub fn written(&self) -> Option<&[(u64, u64)]> {
+        self.written.as_deref()
+    }
+}
+
+/// Page ranges (start, len), sorted.
+type Runs = Vec<(u64, u64)>;
+
+/// The populated pages of the private anonymous range [start, end), and
+/// those of them not write-protected (written since an asynchronous
+/// userfaultfd protected them, or never protected), in one walk. Without
+/// `PAGEMAP_SCAN` every populated page counts as written.
+pub(crate) fn populated_and_written(
+    pagemap: &std::fs::File,
+    start: u64,
+    end: u64,
+) -> Result<(Runs, Runs)> {
+    use crate::uffd::{ScanMasks, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN};
+    let masks = ScanMasks {
+        inverted: 0,
+        mask: 0,
+        anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN,
+    };
+    let mut cat = Vec::new();
+    if crate::uffd::pagemap_scan_categories(pagemap, 0, start, end, masks, &mut cat).is_err() {
+        let present = page_runs_read(pagemap, start, end, Backing::Anon)?;
+        return Ok((present.clone(), present));
+    }
+    let (mut present, mut written) = (Vec::new(), Vec::new());
+    for (a, n, c) in cat {
+        push_run(&mut present, a, n);
+        if c & PAGE_IS_WRITTEN != 0 {
+            push_run(&mut written, a, n);
+        }
+    }
+    Ok((present, written))
 }
 
 /// Splits the address ranges `jobs` (sorted) into two lists of pieces: the
@@ -903,7 +971,19 @@ impl Resource for Memory {
                 .expect("channel has room");
         }
         let mut copier = PageCopier::new(pid, mem, cx.pages.offset(), full_tx, empty_rx);
-        let filter = cx.filter;
+        // Pre-copy's stop: the pages written since the last round come with
+        // the scan (without it, every page is saved).
+        let since_round;
+        let filter = match &cx.written_since {
+            Some(tracked) => match prescan.written() {
+                Some(w) => {
+                    since_round = RangeFilter::outside_or(tracked.clone(), w.to_vec());
+                    Some(&since_round as &dyn PageFilter)
+                }
+                None => None,
+            },
+            None => cx.filter,
+        };
         let defer = cx.defer_population;
         let pages = &mut *cx.pages;
         let mut vmas = Vec::new();
@@ -1456,7 +1536,7 @@ mod tests {
             unsafe { std::ptr::write_volatile(a as *mut u8, 1) };
         }
         let me = std::process::id() as pid_t;
-        let mut pre = PreScan::scan(me, false).unwrap();
+        let mut pre = PreScan::scan(me, false, ScanFor::Populated).unwrap();
         let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
         let one = page_runs(&pagemap, start, end, Backing::Anon).unwrap();
         let halves = pre.take(start, end, Backing::Anon);
@@ -1790,7 +1870,7 @@ mod layout_tests {
 
         // The pre-scan finds, per private mapping, what the capture's own
         // scan finds, and nothing for shared mappings.
-        let mut pre = PreScan::scan(pid, false).unwrap();
+        let mut pre = PreScan::scan(pid, false, ScanFor::Populated).unwrap();
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
         let mut private = 0;
         for m in &maps {

@@ -69,6 +69,11 @@ pub struct Capture<'a> {
     /// wholly present instead of scanning them (see
     /// [`memory::Vma::deferrable`]).
     pub defer_population: bool,
+    /// Pre-copy's stop: the ranges write-protected (tracked) since the last
+    /// round. Of these only the pages the [`memory::PreScan`] finds written
+    /// are saved (it must scan with [`memory::ScanFor::Written`]); this
+    /// takes the place of `filter`.
+    pub written_since: Option<Vec<(u64, u64)>>,
     scratch: Option<u64>,
 }
 
@@ -85,6 +90,7 @@ impl<'a> Capture<'a> {
             layout_reused: false,
             prescan: None,
             defer_population: false,
+            written_since: None,
             scratch: None,
         }
     }
