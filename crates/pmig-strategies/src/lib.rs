@@ -370,6 +370,9 @@ pub struct Source<'a> {
     pub staging: PathBuf,
     /// The frozen process (between the stop and the commit).
     pub holder: Option<holder::Holder<'a>>,
+    /// A holder prepared while the process runs (pre-copy's rounds), told
+    /// to go at the stop.
+    pub primed: Option<holder::Primed<'a>>,
     pub phase: Phase,
     pub bytes: PhaseBytes,
     pub pages_sent: u64,
@@ -692,6 +695,7 @@ pub fn migrate_with(
         timeout: req.timeout,
         staging: staging.clone(),
         holder: None,
+        primed: None,
         phase: Phase::Preparation,
         bytes: PhaseBytes::default(),
         pages_sent: 0,

@@ -85,9 +85,9 @@ struct PushWindow {
 
 /// What the kernel reports about the connection (`TCP_INFO`).
 #[derive(Debug, Clone, Copy, Default)]
-struct TcpState {
+pub(crate) struct TcpState {
     /// Bytes written and not yet acknowledged (sent or not).
-    in_network: u64,
+    pub(crate) in_network: u64,
     /// Bytes acknowledged since the connection began.
     acked: u64,
     /// Smallest and smoothed round trip, ns (0: not known yet).
@@ -96,7 +96,7 @@ struct TcpState {
 }
 
 impl TcpState {
-    fn of(s: &std::net::TcpStream) -> Option<TcpState> {
+    pub(crate) fn of(s: &std::net::TcpStream) -> Option<TcpState> {
         use std::os::fd::AsRawFd;
         // SAFETY: tcp_info is plain data; all-zero is a valid value.
         let mut ti: libc::tcp_info = unsafe { std::mem::zeroed() };

@@ -165,11 +165,23 @@ impl Iterative {
             mib(total(&self.delayed)),
             mib(limit)
         );
+        // The holder that will capture the process at the stop does its
+        // preparation now (see `holder::Primed`).
+        let mut layout_read = Instant::now();
+        prime_holder(m);
         // With a down-time budget: the previous round's bytes, to see that
         // rounds still shrink.
         let mut previous = sent;
         for round in 1..=p.max_rounds.min(MAX_ROUNDS_LIMIT) {
             self.round = round;
+            // The mappings the holder read may have changed: re-read at most
+            // once a second, in the background.
+            if layout_read.elapsed() > LAYOUT_REFRESH {
+                if let Some(h) = m.primed.as_mut() {
+                    h.refresh();
+                    layout_read = Instant::now();
+                }
+            }
             if self.policy == Policy::Queued {
                 std::thread::sleep(HOT_INTERVAL.saturating_sub(last_scan.elapsed()));
             }
@@ -243,6 +255,7 @@ impl Iterative {
     }
 
     fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
+        mark("src: stop decided");
         let tracker = self.tracker.as_ref().ok_or_else(lost_tracker)?;
         // Queued pages are left out of the list: the holder saves them whole.
         let listed = subtract(&tracker.tracked(), &self.delayed);
@@ -252,7 +265,10 @@ impl Iterative {
         write_ranges(&list, &listed)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let holder = Holder::start_with(m.host, m.pid, &dir, &CaptureMode::WrittenSince(list))?;
+        let holder = match m.primed.take() {
+            Some(p) => p.go()?,
+            None => Holder::start_with(m.host, m.pid, &dir, &CaptureMode::WrittenSince(list))?,
+        };
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         tracing::info!(
@@ -422,6 +438,24 @@ fn restore_lazily_from_local(
     Ok(pid)
 }
 
+/// How old the mappings a primed holder read may grow before a round asks it
+/// to read them again.
+const LAYOUT_REFRESH: Duration = Duration::from_secs(1);
+
+/// Starts the holder for the stop (capture of the pages written since the
+/// last round into the staging directory's final image) and lets it prepare
+/// while the rounds go on. Without it the stop starts a holder itself.
+fn prime_holder(m: &mut Source) {
+    if m.primed.is_some() {
+        return;
+    }
+    let mode = CaptureMode::WrittenSince(m.staging.join(TRACKED_FILE));
+    match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), &mode) {
+        Ok(p) => m.primed = Some(p),
+        Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
+    }
+}
+
 /// What `--max-down-ms` says once Noack's fraction is met.
 #[derive(Debug, PartialEq, Eq)]
 enum Budget {
@@ -488,7 +522,27 @@ fn send_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> 
     m.count(24);
     m.rounds += 1;
     m.pages_sent += pages;
+    drain(m);
     Ok(sent)
+}
+
+/// Unacknowledged bytes below which a round counts as delivered: a few
+/// segments, whose last acknowledgement may be delayed.
+const DRAINED: u64 = 16 << 10;
+
+/// Waits until the peer has acknowledged nearly all this side wrote (at most
+/// the migration's timeout; without `TCP_INFO`, not at all). A round's time
+/// then includes its transfer, which the down-time budget compares, and the
+/// stop's image is not queued behind the round's tail, which may be
+/// megabytes of socket buffer: the process runs on while that drains.
+fn drain(m: &Source) {
+    let t = Instant::now();
+    while t.elapsed() < m.timeout {
+        match crate::post_copy::TcpState::of(m.ch.stream()) {
+            Some(s) if s.in_network > DRAINED => std::thread::sleep(Duration::from_micros(200)),
+            _ => return,
+        }
+    }
 }
 
 /// Source: waits for `Restored` and records it.

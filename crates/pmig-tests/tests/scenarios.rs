@@ -593,6 +593,82 @@ fn held_restore_is_killed_without_release() {
     r.quit_ok();
 }
 
+/// A primed holder (`pmig daemon --hold PID --hold-wait`, as pre-copy starts
+/// one during its rounds) prepares and then leaves the process running until
+/// `go`: without it (end of input) the holder exits and the process never
+/// stopped; with it, the process is frozen and captured, and `resume` lets it
+/// run on, intact.
+#[test]
+fn primed_holder_touches_the_process_only_after_go() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("primed");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("basic", &[], &d.work());
+    orig.expect_ready();
+    guard.track_pid(orig.pid());
+    let opid = orig.pid();
+    let pid = opid.to_string();
+    let holder = |dir: &Path| {
+        let mut cmd = Command::new(pmig_bin());
+        cmd.args(["daemon", "--hold", &pid, "--hold-wait", "--image-dir"])
+            .arg(dir);
+        Proc::spawn("primed holder", cmd)
+    };
+    let ready = |h: &mut Proc| {
+        let l = h.line(PMIG_TIMEOUT, "ready");
+        assert_eq!(l, r#""ready""#, "stderr: {}", h.stderr());
+    };
+    let running = |what: &str| {
+        let st = proc_state(opid);
+        assert!(
+            matches!(st, Some('S') | Some('R')),
+            "{what}: the process is in state {st:?}"
+        );
+    };
+
+    // Ready, refreshed, then let go without `go`.
+    let img = d.path("img1");
+    std::fs::create_dir_all(&img).unwrap();
+    let mut h = holder(&img);
+    ready(&mut h);
+    running("primed");
+    h.send("refresh");
+    ready(&mut h);
+    running("after a refresh");
+    h.close_stdin();
+    let st = h.wait(EXIT_TIMEOUT);
+    assert_eq!(st.code(), Some(0), "stderr: {}", h.stderr());
+    assert!(
+        std::fs::read_dir(&img).unwrap().next().is_none(),
+        "a holder not told to go wrote an image"
+    );
+    running("after the holder exited");
+    orig.check("basic", PMIG_TIMEOUT);
+
+    // `go`: frozen and captured; `resume`: it runs on.
+    let img = d.path("img2");
+    std::fs::create_dir_all(&img).unwrap();
+    let mut h = holder(&img);
+    ready(&mut h);
+    h.send("go");
+    let l = h.line(PMIG_TIMEOUT, "captured");
+    assert!(
+        l.starts_with(r#"{"captured":"#),
+        "{l}; stderr: {}",
+        h.stderr()
+    );
+    assert_eq!(proc_state(opid), Some('t'), "not frozen after go");
+    assert!(img.join("manifest.pmig").exists(), "no image after go");
+    h.send("resume");
+    let l = h.line(PMIG_TIMEOUT, "done");
+    assert_eq!(l, r#"{"done":"resumed"}"#, "stderr: {}", h.stderr());
+    h.close_stdin();
+    h.wait(EXIT_TIMEOUT);
+    running("after resume");
+    orig.check("basic", PMIG_TIMEOUT);
+    orig.quit_ok();
+}
+
 fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     let mut data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     f(&mut data);

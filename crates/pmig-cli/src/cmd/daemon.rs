@@ -87,13 +87,22 @@ pub struct Args {
     /// Internal: which pages the holder captures (full, handover, written:FILE).
     #[arg(long, hide = true, default_value = "full")]
     hold_mode: String,
+    /// Internal: the holder prepares (checks, mappings) and waits for `go` on
+    /// stdin before it freezes the process (`refresh` reads the mappings again).
+    #[arg(long, hide = true, requires = "hold")]
+    hold_wait: bool,
 }
 
 pub fn run(a: Args) -> Result<i32> {
     if let (Some(pid), Some(dir)) = (a.hold, &a.image_dir) {
         let mode = pmig_strategies::holder::CaptureMode::parse(&a.hold_mode)
             .with_context(|| format!("bad --hold-mode {}", a.hold_mode))?;
-        return Ok(pmig_strategies::holder::holder_main(pid, dir, &mode));
+        return Ok(pmig_strategies::holder::holder_main(
+            pid,
+            dir,
+            &mode,
+            a.hold_wait,
+        ));
     }
     let node = a.node.context("--node is required")?;
     let listen = a.listen.context("--listen is required")?;
