@@ -331,8 +331,10 @@ fn page_runs_read(
 /// reads smaps again.
 ///
 /// What this cannot see: a `madvise` that changes only the advice of a whole
-/// mapping (huge pages, don't-dump, don't-fork, wipe-on-fork, mergeable) in
-/// the moments between [`Layout::read`] and the freeze. [`Layout::changed_flags`]
+/// mapping (huge pages, don't-dump, don't-fork, wipe-on-fork, mergeable)
+/// between [`Layout::read`] and the freeze (the smaps read itself, or, for
+/// pre-copy's holder, which reads during the rounds, up to a second and a
+/// round). [`Layout::changed_flags`]
 /// names such mappings afterwards, while the process is still frozen.
 #[derive(Debug, Clone)]
 pub struct Layout {
