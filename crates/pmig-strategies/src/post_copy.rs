@@ -332,21 +332,18 @@ fn send_not_owed(
     found: &[(u64, u64)],
 ) -> Result<u64> {
     let none = pmig_engine::resources::memory::subtract_ranges(claimed, found);
-    let mut bytes = 0;
-    let mut chunks = none.chunks(pmig_proto::msg::MAX_PAGE_REQUEST).peekable();
-    if chunks.peek().is_none() {
-        tx.send(&Msg::NotOwed {
-            id,
-            ranges: Vec::new(),
-            last: true,
-        })?;
-        return Ok(32);
+    // At least one message, the last, even when the list is empty.
+    let mut chunks: Vec<&[(u64, u64)]> = none.chunks(pmig_proto::msg::MAX_PAGE_REQUEST).collect();
+    if chunks.is_empty() {
+        chunks.push(&[]);
     }
-    while let Some(c) = chunks.next() {
+    let n = chunks.len();
+    let mut bytes = 0;
+    for (i, c) in chunks.into_iter().enumerate() {
         tx.send(&Msg::NotOwed {
             id,
             ranges: c.to_vec(),
-            last: chunks.peek().is_none(),
+            last: i + 1 == n,
         })?;
         bytes += 32 + 16 * c.len() as u64;
     }
@@ -561,6 +558,9 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
     let scanned: Mutex<Option<Result<Ranges>>> = Mutex::new(None);
     let scanning = AtomicBool::new(known.is_none() && stash.is_none());
     let mut found: Option<Ranges> = None;
+    // Deferred and not scanned yet: the pages to push are not known (a
+    // deferred migration taken over knows them from its record).
+    let awaiting_scan = |found: &Option<Ranges>| known.is_none() && found.is_none();
     let mut not_owed_bytes = 0u64;
     let (tx, rx) = m.ch.halves();
     std::thread::scope(|s| -> Result<()> {
@@ -642,11 +642,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
             loop {
                 // The scan of the frozen copy has ended: tell the destination
                 // what it need not wait for, and push the rest.
-                if found.is_none()
-                    && claimed.is_some()
-                    && known.is_none()
-                    && !scanning.load(Ordering::Acquire)
-                {
+                if awaiting_scan(&found) && !scanning.load(Ordering::Acquire) {
                     if let Some(r) = scanned.lock().unwrap().take() {
                         let f = r?;
                         not_owed_bytes +=
@@ -665,10 +661,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
                     if done.load(Ordering::Acquire) {
                         break;
                     }
-                    let scan_ended = known.is_none()
-                        && claimed.is_some()
-                        && found.is_none()
-                        && !scanning.load(Ordering::Acquire);
+                    let scan_ended = awaiting_scan(&found) && !scanning.load(Ordering::Acquire);
                     if q.is_empty() && order.is_done() && !scan_ended {
                         // Nothing to push: wait for a request.
                         let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
@@ -681,7 +674,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
                     if order.answer(p) {
                         read_and_send(&mut *tx, p, 1, &mut buf)?;
                         answered += 1;
-                        if found.is_none() && known.is_none() {
+                        if awaiting_scan(&found) {
                             early.push(p);
                         }
                     }
