@@ -2090,6 +2090,7 @@ fn link_cut_after_handover_of_freeze_free_is_survived() {
 const MOVED_SCENARIOS: &[&str] = &[
     "basic",
     "mem",
+    "protect",
     "fpu",
     "files",
     "rseq",

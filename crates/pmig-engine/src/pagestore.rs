@@ -183,16 +183,22 @@ impl PageStore {
 }
 
 /// Read the pages of `ranges` from a (running) process, calling `sink` with
-/// up to `chunk` bytes at a time. Pages that cannot be read (unmapped
-/// meanwhile) are skipped: they will be resent at the stop.
+/// up to `chunk` bytes at a time. Returns the bytes read and the pages that
+/// could not be read (unmapped or made inaccessible meanwhile), as sorted
+/// runs: the caller must not count them as sent.
 pub fn read_ranges(
     pid: libc::pid_t,
     ranges: &[(u64, u64)],
     chunk: usize,
     sink: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
-) -> Result<u64> {
+) -> Result<(u64, Vec<(u64, u64)>)> {
     let mut buf = vec![0u8; chunk.max(PAGE as usize)];
     let mut total = 0;
+    let mut skipped: Vec<(u64, u64)> = Vec::new();
+    let mut skip = |a: u64| match skipped.last_mut() {
+        Some((s, l)) if *s + *l == a => *l += PAGE,
+        _ => skipped.push((a, PAGE)),
+    };
     for &(a, l) in ranges {
         let mut done = 0;
         while done < l {
@@ -201,6 +207,7 @@ pub fn read_ranges(
                 Ok(got) if got > 0 => {
                     let got = got - got % PAGE as usize;
                     if got == 0 {
+                        skip(a + done);
                         done += PAGE;
                         continue;
                     }
@@ -208,11 +215,14 @@ pub fn read_ranges(
                     total += got as u64;
                     done += got as u64;
                 }
-                _ => done += PAGE,
+                _ => {
+                    skip(a + done);
+                    done += PAGE;
+                }
             }
         }
     }
-    Ok(total)
+    Ok((total, skipped))
 }
 
 #[cfg(test)]
@@ -331,5 +341,61 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(t.index.len(), 1);
+    }
+
+    #[test]
+    fn read_ranges_reports_the_pages_it_could_not_read() {
+        let len = 6 * PAGE as usize;
+        // SAFETY: a new private mapping of our own.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base as u64;
+        for i in 0..6 {
+            // SAFETY: inside the mapping.
+            unsafe { *((base + i * PAGE) as *mut u8) = i as u8 + 1 };
+        }
+        // Pages 2 and 3 become inaccessible.
+        // SAFETY: part of our own mapping.
+        assert_eq!(
+            unsafe {
+                libc::mprotect(
+                    (base + 2 * PAGE) as *mut _,
+                    2 * PAGE as usize,
+                    libc::PROT_NONE,
+                )
+            },
+            0
+        );
+        let mut got = Vec::new();
+        let (bytes, skipped) = read_ranges(
+            std::process::id() as i32,
+            &[(base, 6 * PAGE)],
+            3 * PAGE as usize,
+            &mut |a, d| {
+                for (i, p) in d.chunks(PAGE as usize).enumerate() {
+                    got.push((a + i as u64 * PAGE, p[0]));
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(bytes, 4 * PAGE);
+        assert_eq!(skipped, vec![(base + 2 * PAGE, 2 * PAGE)]);
+        let want: Vec<(u64, u8)> = [0u64, 1, 4, 5]
+            .iter()
+            .map(|&i| (base + i * PAGE, i as u8 + 1))
+            .collect();
+        assert_eq!(got, want);
+        // SAFETY: our own mapping, no longer used.
+        unsafe { libc::munmap(base as *mut _, len) };
     }
 }

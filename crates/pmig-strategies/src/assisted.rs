@@ -58,12 +58,11 @@ impl Default for AssistedPostCopy {
 
 impl AssistedPostCopy {
     fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
-        let mut tracked = self
+        // Pages round 0 missed are left out: the holder saves them whole.
+        let tracked = self
             .it
-            .tracker()
-            .ok_or_else(|| StrategyError::Other("internal error: no write tracking".into()))?
-            .tracked();
-        tracked.sort_unstable();
+            .tracked_and_sent()
+            .ok_or_else(|| StrategyError::Other("internal error: no write tracking".into()))?;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
         let list = m.staging.join("written-since.ranges");

@@ -118,15 +118,25 @@ impl Stash {
             data: Vec::new(),
             index: HashMap::new(),
         };
-        pmig_engine::pagestore::read_ranges(m.pid, owed, 4 << 20, &mut |addr, b| {
-            let off = st.data.len();
-            st.data.extend_from_slice(b);
-            for i in 0..b.len() / PAGE as usize {
-                st.index
-                    .insert(addr + (i as u64) * PAGE, off + i * PAGE as usize);
-            }
-            Ok(())
-        })?;
+        let (_, skipped) =
+            pmig_engine::pagestore::read_ranges(m.pid, owed, 4 << 20, &mut |addr, b| {
+                let off = st.data.len();
+                st.data.extend_from_slice(b);
+                for i in 0..b.len() / PAGE as usize {
+                    st.index
+                        .insert(addr + (i as u64) * PAGE, off + i * PAGE as usize);
+                }
+                Ok(())
+            })?;
+        // The original is frozen: an owed page it cannot give is an error
+        // now, not a zero page later.
+        if let Some(&(a, _)) = skipped.first() {
+            return Err(StrategyError::Other(format!(
+                "cannot read {} owed pages of the frozen process {} (the first at {a:#x})",
+                skipped.iter().map(|r| r.1 / PAGE).sum::<u64>(),
+                m.pid
+            )));
+        }
         if let Some(h) = m.holder.take() {
             h.kill()?;
         }

@@ -92,6 +92,10 @@ pub(crate) struct Iterative {
     tracker: Option<DirtyTracker>,
     /// Queued: pages held back for the stop, sorted ranges.
     delayed: Vec<(u64, u64)>,
+    /// Pages a round could not read (made inaccessible or unmapped while
+    /// it ran): not on the destination, and maybe never written again, so
+    /// the stop saves them whole.
+    missed: Vec<(u64, u64)>,
     /// The round in progress (for errors).
     round: u32,
 }
@@ -102,13 +106,17 @@ impl Iterative {
             policy,
             tracker: None,
             delayed: Vec::new(),
+            missed: Vec::new(),
             round: 0,
         }
     }
 
-    /// The write tracking, from round 0 until the handover.
-    pub(crate) fn tracker(&self) -> Option<&DirtyTracker> {
-        self.tracker.as_ref()
+    /// The tracked ranges whose pages a round sent, less those the stop
+    /// must save whole (queued, or missed by a round), sorted: the holder's
+    /// `written:` list.
+    pub(crate) fn tracked_and_sent(&self) -> Option<Vec<(u64, u64)>> {
+        let t = self.tracker.as_ref()?.tracked();
+        Some(subtract(&subtract(&t, &self.delayed), &self.missed))
     }
 
     /// Drops the tracker: the kernel removes every registration and write
@@ -118,6 +126,7 @@ impl Iterative {
             tracing::debug!("write tracking removed");
         }
         self.delayed.clear();
+        self.missed.clear();
     }
 
     pub(crate) fn prepare(&mut self, m: &mut Source) -> Result<()> {
@@ -157,7 +166,7 @@ impl Iterative {
             self.delayed = intersect(&hot, &all);
             first = subtract(&first, &self.delayed);
         }
-        let sent = send_round(m, 0, &first)?;
+        let sent = send_round(m, 0, &first, &mut self.missed)?;
         tracing::info!(
             "round 0: sent {:.1} MiB of {:.1} MiB saveable ({:.1} MiB queued); limit {:.1} MiB",
             mib(sent),
@@ -204,7 +213,7 @@ impl Iterative {
                 }
             };
             let t_round = Instant::now();
-            let sent = send_round(m, round, &send)?;
+            let sent = send_round(m, round, &send, &mut self.missed)?;
             let round_ms = t_round.elapsed().as_secs_f64() * 1e3;
             tracing::info!(
                 "round {round}: sent {:.1} MiB; {:.1} MiB {} (limit {:.1} MiB)",
@@ -256,9 +265,9 @@ impl Iterative {
 
     fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
         mark("src: stop decided");
-        let tracker = self.tracker.as_ref().ok_or_else(lost_tracker)?;
-        // Queued pages are left out of the list: the holder saves them whole.
-        let listed = subtract(&tracker.tracked(), &self.delayed);
+        // Queued and missed pages are left out of the list: the holder saves
+        // them whole.
+        let listed = self.tracked_and_sent().ok_or_else(lost_tracker)?;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
         let list = m.staging.join(TRACKED_FILE);
@@ -493,7 +502,14 @@ fn mib(b: u64) -> f64 {
 
 /// Sends the pages of `ranges` (read from the running process) and
 /// `RoundDone`. Returns the bytes sent.
-fn send_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
+/// Sends the pages of `ranges` as round `round`; adds those it could not
+/// read to `missed`.
+fn send_round(
+    m: &mut Source,
+    round: u32,
+    ranges: &[(u64, u64)],
+    missed: &mut Vec<(u64, u64)>,
+) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
     let phase = if round == 0 { "round 0" } else { "rounds" };
     let want = total(ranges);
@@ -516,7 +532,14 @@ fn send_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> 
     if let Some(e) = failed {
         return Err(e);
     }
-    let sent = r?;
+    let (sent, skipped) = r?;
+    if !skipped.is_empty() {
+        tracing::info!(
+            "round {round}: {} pages could not be read; the stop saves them whole",
+            total(&skipped) / PAGE
+        );
+        *missed = normalize(&[missed.as_slice(), &skipped].concat());
+    }
     let pages = sent / PAGE;
     m.ch.send(&Msg::RoundDone { id, round, pages })?;
     m.count(24);

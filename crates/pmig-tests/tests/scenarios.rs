@@ -173,6 +173,7 @@ scenario!(timers, "timers", false);
 scenario!(alarm, "alarm", false);
 scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
+scenario!(protect, "protect", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -229,6 +230,7 @@ fn scenarios_pass_without_migration() {
         ("basic", &[]),
         ("basic", &["pmig-badimg"]),
         ("mem", &[]),
+        ("protect", &[]),
         ("bigheap", &[]),
         ("threads", &[]),
         ("robust", &[]),
