@@ -24,4 +24,4 @@ pub mod uffd;
 pub use dump::{dump, DumpOptions, DumpReport};
 pub use error::{EngineError, Result};
 pub use resources::RestoreOptions;
-pub use restore::{restore, restore_held, Release, Restored};
+pub use restore::{restore, restore_held, restore_held_with, Release, Restored, Verify};

@@ -619,10 +619,12 @@ impl Drop for Helper<'_> {
 
 impl Prespawned<'_> {
     /// Tells it to go on; None if it is gone (then a fresh one is started).
-    /// A held restore keeps its stdin for `release`.
+    /// A held restore keeps its stdin for `release`. Called only once the
+    /// image in its directory has been verified ([`start_restore`]), so it
+    /// is told not to verify it again.
     fn go(mut self) -> Option<Spawned> {
         let mut stdin = self.helper.stdin.take()?;
-        if stdin.write_all(b"go\n").is_err() {
+        if stdin.write_all(b"go verified\n").is_err() {
             return None;
         }
         let stdin = (self.mode == Mode::Held).then_some(stdin);

@@ -539,6 +539,101 @@ fn restore_waiting_for_go_does_nothing_without_it() {
     r.quit_ok();
 }
 
+/// `go verified`, which a daemon writes once it has verified the image in its
+/// own staging directory: the restore does not compute the parts' checksums
+/// again, but still checks the manifest, so a corrupt one is refused before
+/// anything is created; a good image restores and passes its check.
+#[test]
+fn restore_told_go_verified_checks_the_manifest_and_restores() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("goverified");
+    let mut guard = Guard::new();
+    assert!(
+        pids_with_comm(BADIMG_COMM).is_empty(),
+        "a {BADIMG_COMM} process is already running"
+    );
+    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
+    orig.expect_ready();
+    let img = d.path("img");
+    dump_ok(orig.pid(), &img, false);
+    orig.wait(EXIT_TIMEOUT);
+
+    let (pidfile, cmds, out) = (d.path("pid"), d.path("cmds"), d.path("out"));
+    std::fs::write(&cmds, "check\n").unwrap();
+    let restore = |dir: &Path| {
+        let mut cmd = Command::new(pmig_bin());
+        cmd.args(["restore", "--wait-go", "--detach", "--dir"])
+            .arg(dir)
+            .arg("--pidfile")
+            .arg(&pidfile)
+            .arg("--stdin")
+            .arg(&cmds)
+            .arg("--stdout")
+            .arg(&out)
+            .args(["--stderr", "/dev/null"]);
+        let mut r = Proc::spawn("restore told go verified", cmd);
+        r.send("go verified");
+        r.close_stdin();
+        r
+    };
+
+    let bad = d.path("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    for e in std::fs::read_dir(&img).unwrap().flatten() {
+        std::fs::copy(e.path(), bad.join(e.file_name())).unwrap();
+    }
+    edit(&bad.join("manifest.pmig"), |m| {
+        let i = m.len() - 3;
+        m[i] ^= 0xff;
+    });
+    let mut r = restore(&bad);
+    let st = r.wait(PMIG_TIMEOUT);
+    let leftovers = pids_with_comm(BADIMG_COMM);
+    for &p in &leftovers {
+        guard.track_pid(p);
+    }
+    assert!(!st.success(), "a corrupt manifest was restored");
+    let err = r.stderr_final().to_lowercase();
+    assert!(
+        ["manifest", "corrupt", "checksum"]
+            .iter()
+            .any(|k| err.contains(k)),
+        "stderr: {err}"
+    );
+    assert!(leftovers.is_empty(), "processes exist: {leftovers:?}");
+    assert!(!pidfile.exists(), "a pidfile was written");
+
+    let mut r = restore(&img);
+    let st = r.wait(PMIG_TIMEOUT);
+    assert!(st.success(), "stderr: {}", r.stderr_final());
+    guard.track_pid(read_pidfile(&pidfile, &r));
+    // Bounded: about 10 s.
+    let mut text = String::new();
+    for _ in 0..200 {
+        text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("PASS") || text.contains("FAIL") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        text.contains("PASS basic"),
+        "the restored process said: {text:?}"
+    );
+    // It quits (it follows its command file); bounded: about 10 s.
+    std::fs::write(&cmds, "check\nquit\n").unwrap();
+    for _ in 0..200 {
+        if pids_with_comm(BADIMG_COMM).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        pids_with_comm(BADIMG_COMM).is_empty(),
+        "the restored process did not quit"
+    );
+}
+
 /// `pmig restore --lazy --hold` prints the finished process while it is still
 /// stopped, and kills it when no `release` comes: nothing of it is left, not
 /// even its pid file, and the image still restores.

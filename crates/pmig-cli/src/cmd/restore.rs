@@ -37,7 +37,9 @@ pub struct Args {
     lazy: bool,
     /// Start, then wait for a line `go` on stdin before reading the image (a
     /// daemon starts the restore while the image is still on its way). End of
-    /// input without `go` exits with status 3, having done nothing.
+    /// input without `go` exits with status 3, having done nothing. `go
+    /// verified` says that the image was verified just now by the one who
+    /// wrote it (the manifest is still checked, the parts' checksums are not).
     #[arg(long)]
     wait_go: bool,
     /// Lazy restore for a total copy: once the process is complete, print
@@ -52,11 +54,17 @@ pub struct Args {
 /// Status of `--wait-go` when no `go` came.
 const NOT_STARTED: i32 = 3;
 
-/// `--wait-go`: true once `go` was read.
-fn wait_for_go(input: &mut impl std::io::BufRead) -> Result<bool> {
+/// `--wait-go`: what came instead of `go`, if not `go`: None without it;
+/// `go verified` (the daemon that started this restore has just verified
+/// the image in its own staging directory) spares the second verification.
+fn wait_for_go(input: &mut impl std::io::BufRead) -> Result<Option<pmig_engine::Verify>> {
     let mut line = String::new();
     input.read_line(&mut line).context("read stdin for go")?;
-    Ok(line.trim() == "go")
+    Ok(match line.trim() {
+        "go" => Some(pmig_engine::Verify::Check),
+        "go verified" => Some(pmig_engine::Verify::AlreadyChecked),
+        _ => None,
+    })
 }
 
 /// Our stdin, moved off fd 0, which becomes /dev/null: fd 0 may be handed to
@@ -79,10 +87,17 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         None
     };
-    if a.wait_go && !wait_for_go(input.as_mut().expect("taken above"))? {
-        eprintln!("pmig: restore not started (no go on stdin)");
-        return Ok(NOT_STARTED);
-    }
+    let verify = if a.wait_go {
+        match wait_for_go(input.as_mut().expect("taken above"))? {
+            Some(v) => v,
+            None => {
+                eprintln!("pmig: restore not started (no go on stdin)");
+                return Ok(NOT_STARTED);
+            }
+        }
+    } else {
+        pmig_engine::Verify::Check
+    };
     let opts = pmig_engine::RestoreOptions {
         stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
         pidfile: a.pidfile.clone(),
@@ -103,10 +118,11 @@ pub fn run(a: Args) -> Result<i32> {
             ))),
         }
     };
-    let r = pmig_engine::restore_held(
+    let r = pmig_engine::restore_held_with(
         &a.dir,
         &opts,
         if a.hold { Some(&mut release) } else { None },
+        verify,
     )?;
     if r.pid != r.original_pid {
         eprintln!(
