@@ -239,18 +239,8 @@ mod tests {
         assert_eq!(s.pages_held(), 3);
         // Compose with a minimal process image.
         let v = crate::resources::memory::Vma {
-            start: 0x10000,
-            end: 0x30000,
-            prot: 3,
-            backing: crate::resources::memory::Backing::Anon,
-            growsdown: false,
-            file: None,
-            offset: 0,
-            advice: vec![],
-            locked: false,
-            name: String::new(),
-            runs: vec![],
             present: vec![(0x10000, 0x2000)],
+            ..crate::resources::memory::test_vma(0x10000, 0x30000, 3)
         };
         let runs = {
             let mut pi = crate::image::tests_support::empty_image();

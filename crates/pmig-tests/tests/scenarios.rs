@@ -431,20 +431,27 @@ fn refuse_sysv_shm_shared_with_other_process() {
 
 const BADIMG_COMM: &str = "pmig-badimg";
 
-fn bad_image(what: &str, corrupt: impl FnOnce(&Path), keywords: &[&str]) {
-    let _l = serial(&PROCESS_TABLE);
-    let d = Dirs::new("badimg");
-    let mut guard = Guard::new();
+/// A `basic` scenario named BADIMG_COMM, dumped into `d`'s `img` (it exits
+/// with the dump): the image of the tests that restore, refuse or hold it.
+/// None of that name may be running before.
+fn dumped_basic(d: &Dirs, what: &str) -> std::path::PathBuf {
     assert!(
         pids_with_comm(BADIMG_COMM).is_empty(),
         "{what}: a {BADIMG_COMM} process is already running"
     );
     let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
     orig.expect_ready();
-    let pid = orig.pid();
     let img = d.path("img");
-    dump_ok(pid, &img, false);
+    dump_ok(orig.pid(), &img, false);
     orig.wait(EXIT_TIMEOUT);
+    img
+}
+
+fn bad_image(what: &str, corrupt: impl FnOnce(&Path), keywords: &[&str]) {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("badimg");
+    let mut guard = Guard::new();
+    let img = dumped_basic(&d, what);
     corrupt(&img);
 
     let pidfile = d.path("pid");
@@ -496,15 +503,7 @@ fn restore_waiting_for_go_does_nothing_without_it() {
     let _l = serial(&PROCESS_TABLE);
     let d = Dirs::new("waitgo");
     let mut guard = Guard::new();
-    assert!(
-        pids_with_comm(BADIMG_COMM).is_empty(),
-        "a {BADIMG_COMM} process is already running"
-    );
-    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
-    orig.expect_ready();
-    let img = d.path("img");
-    dump_ok(orig.pid(), &img, false);
-    orig.wait(EXIT_TIMEOUT);
+    let img = dumped_basic(&d, "--wait-go");
 
     let pidfile = d.path("pid");
     let (img_s, pid_s) = (img.to_str().unwrap(), pidfile.to_str().unwrap());
@@ -548,15 +547,7 @@ fn restore_told_go_verified_checks_the_manifest_and_restores() {
     let _l = serial(&PROCESS_TABLE);
     let d = Dirs::new("goverified");
     let mut guard = Guard::new();
-    assert!(
-        pids_with_comm(BADIMG_COMM).is_empty(),
-        "a {BADIMG_COMM} process is already running"
-    );
-    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
-    orig.expect_ready();
-    let img = d.path("img");
-    dump_ok(orig.pid(), &img, false);
-    orig.wait(EXIT_TIMEOUT);
+    let img = dumped_basic(&d, "go verified");
 
     let (pidfile, cmds, out) = (d.path("pid"), d.path("cmds"), d.path("out"));
     std::fs::write(&cmds, "check\n").unwrap();
@@ -642,15 +633,7 @@ fn held_restore_is_killed_without_release() {
     let _l = serial(&PROCESS_TABLE);
     let d = Dirs::new("hold");
     let mut guard = Guard::new();
-    assert!(
-        pids_with_comm(BADIMG_COMM).is_empty(),
-        "a {BADIMG_COMM} process is already running"
-    );
-    let mut orig = spawn_scenario("basic", &[BADIMG_COMM], &d.work());
-    orig.expect_ready();
-    let img = d.path("img");
-    dump_ok(orig.pid(), &img, false);
-    orig.wait(EXIT_TIMEOUT);
+    let img = dumped_basic(&d, "--hold");
 
     let pidfile = d.path("pid");
     let mut cmd = Command::new(pmig_bin());

@@ -1405,6 +1405,26 @@ impl Resource for Memory {
     }
 }
 
+/// An empty private anonymous [`Vma`] over [start, end) with `prot`, for
+/// tests.
+#[cfg(test)]
+pub(crate) fn test_vma(start: u64, end: u64, prot: i32) -> Vma {
+    Vma {
+        start,
+        end,
+        prot,
+        backing: Backing::Anon,
+        growsdown: false,
+        file: None,
+        offset: 0,
+        advice: vec![],
+        locked: false,
+        name: String::new(),
+        runs: vec![],
+        present: vec![],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1452,16 +1472,6 @@ mod tests {
         }
         // owed(): present less the runs in the image, whatever their order.
         let v = Vma {
-            start: 0x1000,
-            end: 0x9000,
-            prot: libc::PROT_READ | libc::PROT_WRITE,
-            backing: Backing::Anon,
-            growsdown: false,
-            file: None,
-            offset: 0,
-            advice: vec![],
-            locked: false,
-            name: String::new(),
             runs: vec![
                 Run {
                     addr: 0x6000,
@@ -1475,6 +1485,7 @@ mod tests {
                 },
             ],
             present: vec![(0x1000, 0x8000)],
+            ..test_vma(0x1000, 0x9000, libc::PROT_READ | libc::PROT_WRITE)
         };
         assert_eq!(
             v.owed(),
@@ -1620,24 +1631,6 @@ mod tests {
         assert_eq!(scanned.len(), 32);
     }
 
-    /// An empty anonymous Vma over [start, end) with `prot`.
-    fn vma_at(start: u64, end: u64, prot: i32) -> Vma {
-        Vma {
-            start,
-            end,
-            prot,
-            backing: Backing::Anon,
-            growsdown: false,
-            file: None,
-            offset: 0,
-            advice: vec![],
-            locked: false,
-            name: String::new(),
-            runs: vec![],
-            present: vec![],
-        }
-    }
-
     #[test]
     fn page_copier_packs_scattered_runs_and_reads_them_in_batches() {
         const PAGES: usize = 3000;
@@ -1679,8 +1672,8 @@ mod tests {
             (out, sends)
         });
         let pid = std::process::id() as pid_t;
-        let mut a = vma_at(base, hidden, libc::PROT_READ | libc::PROT_WRITE);
-        let mut b = vma_at(hidden, base + len as u64, libc::PROT_NONE);
+        let mut a = test_vma(base, hidden, libc::PROT_READ | libc::PROT_WRITE);
+        let mut b = test_vma(hidden, base + len as u64, libc::PROT_NONE);
         let mut copier = PageCopier::new(pid, mem, 0x10000, full_tx, empty_rx);
         copier.save(&mut a, &readable).unwrap();
         copier.save(&mut b, &unreadable).unwrap();
@@ -1728,7 +1721,7 @@ mod tests {
         let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(1);
         empty_tx.send(vec![0u8; COPY_BUF]).unwrap();
         let pid = std::process::id() as pid_t;
-        let mut v = vma_at(base, base + 4 * PAGE, libc::PROT_READ | libc::PROT_WRITE);
+        let mut v = test_vma(base, base + 4 * PAGE, libc::PROT_READ | libc::PROT_WRITE);
         let mut copier = PageCopier::new(pid, mem, 0, full_tx, empty_rx);
         copier
             .save(
