@@ -336,19 +336,7 @@ mod tests {
     #[test]
     fn read_ranges_reports_the_pages_it_could_not_read() {
         let len = 6 * PAGE as usize;
-        // SAFETY: a new private mapping of our own.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(base, libc::MAP_FAILED);
-        let base = base as u64;
+        let base = crate::resources::memory::anon_map(len) as u64;
         for i in 0..6 {
             // SAFETY: inside the mapping.
             unsafe { *((base + i * PAGE) as *mut u8) = i as u8 + 1 };

@@ -1405,6 +1405,25 @@ impl Resource for Memory {
     }
 }
 
+/// A new private anonymous read-write mapping of `len` bytes, for tests (the
+/// caller unmaps it).
+#[cfg(test)]
+pub(crate) fn anon_map(len: usize) -> *mut libc::c_void {
+    // SAFETY: a new mapping at an address of the kernel's choosing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p
+}
+
 /// An empty private anonymous [`Vma`] over [start, end) with `prot`, for
 /// tests.
 #[cfg(test)]
@@ -1492,24 +1511,6 @@ mod tests {
             vec![(0x1000, 0x1000), (0x3000, 0x3000), (0x7000, 0x2000)]
         );
         assert!(v.owes_pages() && v.deferrable());
-    }
-
-    /// A fresh private anonymous read-write mapping of `len` bytes (the
-    /// caller unmaps it).
-    fn anon_map(len: usize) -> *mut libc::c_void {
-        // SAFETY: a new mapping at an address of the kernel's choosing.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        p
     }
 
     #[test]
