@@ -23,9 +23,11 @@
 
 use crate::error::{io_err, Result, StrategyError};
 use crate::flushing::{compose_small, kept_pages, Keep};
-use crate::holder::{CaptureMode, Holder};
 use crate::post_copy::{destination_lazy, read_image, serve_source, Owing};
-use crate::pre_copy::{await_restored, receive_rounds, write_ranges, Iterative, Policy};
+use crate::pre_copy::{
+    await_restored, receive_rounds, stop_holder, write_ranges, Iterative, Policy, FINAL_DIR,
+    TRACKED_FILE,
+};
 use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
@@ -36,7 +38,6 @@ use pmig_proto::{code, Msg};
 const PAGE: u64 = 4096;
 /// Subdirectory of the staging directory for the image of the stop (both
 /// sides).
-const FINAL_DIR: &str = "final";
 /// Most `Owed` messages a destination accepts.
 const MAX_OWED_MESSAGES: usize = 1 << 20;
 
@@ -65,11 +66,12 @@ impl AssistedPostCopy {
             .ok_or_else(|| StrategyError::Other("internal error: no write tracking".into()))?;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
-        let list = m.staging.join("written-since.ranges");
+        let list = m.staging.join(TRACKED_FILE);
         write_ranges(&list, &tracked)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let holder = Holder::start_with(m.host, m.pid, &dir, &CaptureMode::WrittenSince(list))?;
+        // The holder primed after round 0, if it could be started.
+        let holder = stop_holder(m, &list, &dir)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.holder = Some(holder);
         // The final image holds, in the tracked ranges, exactly the pages

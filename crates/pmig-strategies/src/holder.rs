@@ -475,9 +475,14 @@ impl<'h> Primed<'h> {
             None => Err(std::io::ErrorKind::BrokenPipe.into()),
         };
         if let Err(e) = sent {
+            // It has exited: its last word says why, if it said one.
+            let why = match h.read() {
+                Ok(HolderMsg::Error(why)) => why,
+                _ => e.to_string(),
+            };
             h.reap();
             return Err(StrategyError::Other(format!(
-                "start the capture of process {pid}: {e}"
+                "cannot capture process {pid}: {why}"
             )));
         }
         if self.refreshing {

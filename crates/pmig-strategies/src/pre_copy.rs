@@ -71,9 +71,9 @@ pub const MAX_ROUNDS_LIMIT: u32 = 1000;
 /// Most messages a destination accepts before the final image.
 const MAX_ROUND_MESSAGES: u64 = 1 << 32;
 /// File in the source's staging directory listing the tracked ranges.
-const TRACKED_FILE: &str = "written-since.ranges";
+pub(crate) const TRACKED_FILE: &str = "written-since.ranges";
 /// Subdirectory of the staging directory for the final image (both sides).
-const FINAL_DIR: &str = "final";
+pub(crate) const FINAL_DIR: &str = "final";
 
 /// Which pages each round sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,10 +274,7 @@ impl Iterative {
         write_ranges(&list, &listed)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let holder = match m.primed.take() {
-            Some(p) => p.go()?,
-            None => Holder::start_with(m.host, m.pid, &dir, &CaptureMode::WrittenSince(list))?,
-        };
+        let holder = stop_holder(m, &list, &dir)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         tracing::info!(
@@ -462,6 +459,16 @@ fn prime_holder(m: &mut Source) {
     match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), &mode) {
         Ok(p) => m.primed = Some(p),
         Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
+    }
+}
+
+/// The holder of the stop, frozen and captured: the one primed during the
+/// rounds (it uses `<staging>/TRACKED_FILE` and `<staging>/FINAL_DIR`, which
+/// `list` and `dir` must be), else a new one.
+pub(crate) fn stop_holder<'a>(m: &mut Source<'a>, list: &Path, dir: &Path) -> Result<Holder<'a>> {
+    match m.primed.take() {
+        Some(p) => p.go(),
+        None => Holder::start_with(m.host, m.pid, dir, &CaptureMode::WrittenSince(list.into())),
     }
 }
 
