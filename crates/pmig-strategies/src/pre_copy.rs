@@ -507,10 +507,10 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
-/// Sends the pages of `ranges` (read from the running process) and
-/// `RoundDone`. Returns the bytes sent.
-/// Sends the pages of `ranges` as round `round`; adds those it could not
-/// read to `missed`.
+/// Sends the pages of `ranges` (read from the running process) as round
+/// `round`, then `RoundDone`, and waits for the link to carry them
+/// ([`drain`]). Returns the bytes sent; adds the pages it could not read to
+/// `missed`.
 fn send_round(
     m: &mut Source,
     round: u32,
