@@ -13,18 +13,23 @@
 //!    little, moves the least data and leaves nothing behind;
 //! 2. otherwise, D ≤ 0.2 · B: **pre-copy** — each round shrinks the dirty set
 //!    by at least a factor of five, so the final stop is short and nothing is
-//!    left behind;
+//!    left behind. Unless the request sets one, pre-copy chosen this way gets
+//!    a down-time budget of [`PRE_COPY_BUDGET_MS`] (`--max-down-ms`): after
+//!    Noack's rule is met it reruns while the last round took longer than
+//!    that to send and rounds still shrink;
 //! 3. otherwise: **post-copy** — the process writes faster than pre-copy can
 //!    catch up; resuming at once bounds the down time whatever the size, at
 //!    the price of a residual dependency while the pages drain.
 
 use crate::clock::mono_ns;
 use crate::error::{Result, StrategyError};
-use crate::{Source, StrategyKind};
+use crate::{PreCopyParams, Source, StrategyKind};
 use pmig_proto::Msg;
 use std::time::Duration;
 
 pub const PROBE_BYTES: usize = 8 << 20;
+/// The down-time budget of a pre-copy that `auto` chose (see the rule).
+pub const PRE_COPY_BUDGET_MS: f64 = 10.0;
 pub const WINDOW: Duration = Duration::from_millis(200);
 
 /// What `auto` measured and chose.
@@ -68,6 +73,18 @@ pub fn rule(rss: u64, dirty_per_s: f64, bandwidth: f64) -> (StrategyKind, String
                 bandwidth / 1e6
             ),
         )
+    }
+}
+
+/// The parameters of the strategy chosen, from the request's `p`: a pre-copy
+/// gets the down-time budget unless the request set one.
+pub fn params_for(kind: StrategyKind, p: PreCopyParams) -> PreCopyParams {
+    match kind {
+        StrategyKind::PreCopy if p.max_down_ms.is_none() => PreCopyParams {
+            max_down_ms: Some(PRE_COPY_BUDGET_MS),
+            ..p
+        },
+        _ => p,
     }
 }
 
@@ -123,6 +140,22 @@ pub fn choose(m: &mut Source) -> Result<Choice> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chosen_pre_copy_gets_a_budget_unless_the_request_set_one() {
+        let d = PreCopyParams::default();
+        assert_eq!(
+            params_for(StrategyKind::PreCopy, d).max_down_ms,
+            Some(PRE_COPY_BUDGET_MS)
+        );
+        let own = PreCopyParams {
+            max_down_ms: Some(25.0),
+            ..d
+        };
+        assert_eq!(params_for(StrategyKind::PreCopy, own), own);
+        assert_eq!(params_for(StrategyKind::PostCopy, d), d);
+        assert_eq!(params_for(StrategyKind::StopCopy, d), d);
+    }
 
     #[test]
     fn the_rule() {

@@ -738,6 +738,7 @@ pub fn migrate_with(
     if req.strategy == StrategyKind::Auto {
         let c = auto::choose(&mut m).map_err(ctx)?;
         kind = c.kind;
+        m.precopy = auto::params_for(kind, m.precopy);
         label = format!("auto:{}", c.kind);
         strategy = kind.implementation()?;
     }
