@@ -130,12 +130,15 @@ impl Stash {
             })?;
         // The original is frozen: an owed page it cannot give is an error
         // now, not a zero page later.
+        // After the handover: the copy on the destination cannot be
+        // completed, and the original must not run again.
         if let Some(&(a, _)) = skipped.first() {
-            return Err(StrategyError::Other(format!(
-                "cannot read {} owed pages of the frozen process {} (the first at {a:#x})",
+            let why = format!(
+                "cannot read {} owed pages of the frozen process {} (the first at {a:#x}); the process is lost",
                 skipped.iter().map(|r| r.1 / PAGE).sum::<u64>(),
                 m.pid
-            )));
+            );
+            return Err(m.lost(why));
         }
         if let Some(h) = m.holder.take() {
             h.kill()?;

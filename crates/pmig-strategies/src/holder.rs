@@ -354,6 +354,11 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
         tracing::error!("holder of {pid}: the daemon vanished after the handover; killing the original, which runs elsewhere");
         cmd = "kill".into();
     }
+    if cmd != "kill" && handed_over {
+        // The copy runs on the destination: the original never runs again.
+        tracing::error!("holder of {pid}: told to {cmd:?} after the handover; killing the original, which runs elsewhere");
+        cmd = "kill".into();
+    }
     if cmd == "kill" {
         match kill_and_reap(frozen) {
             Ok(()) => {
@@ -685,8 +690,17 @@ impl<'h> Holder<'h> {
         self.command("kill")
     }
 
-    /// Let the original run on, exactly as it was.
+    /// Let the original run on, exactly as it was: only before the handover.
+    /// After it the copy runs on the destination, so the original is killed
+    /// instead and the error says so.
     pub fn resume(mut self) -> Result<()> {
+        if self.handed {
+            let pid = self.pid;
+            self.command("kill")?;
+            return Err(StrategyError::Other(format!(
+                "process {pid} was not resumed: its copy runs on the destination since the handover (the original was killed)"
+            )));
+        }
         self.command("resume")
     }
 }
