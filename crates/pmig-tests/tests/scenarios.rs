@@ -749,6 +749,44 @@ fn primed_holder_touches_the_process_only_after_go() {
     orig.quit_ok();
 }
 
+/// After `handover` the destination runs the process: a holder then told to
+/// `resume` kills the original instead, so that it never runs next to its
+/// copy.
+#[test]
+fn holder_never_resumes_the_original_after_the_handover() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("handedover");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("basic", &[], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    guard.track_pid(pid);
+    let img = d.path("img");
+    std::fs::create_dir_all(&img).unwrap();
+    let mut cmd = Command::new(pmig_bin());
+    cmd.args(["daemon", "--hold", &pid.to_string(), "--image-dir"])
+        .arg(&img);
+    let mut h = Proc::spawn("holder", cmd);
+    let l = h.line(PMIG_TIMEOUT, "captured");
+    assert!(
+        l.starts_with(r#"{"captured":"#),
+        "{l}; stderr: {}",
+        h.stderr()
+    );
+    h.send("handover");
+    h.send("resume");
+    let l = h.line(PMIG_TIMEOUT, "done");
+    assert_eq!(l, r#"{"done":"killed"}"#, "stderr: {}", h.stderr());
+    h.close_stdin();
+    h.wait(EXIT_TIMEOUT);
+    let st = orig.wait(EXIT_TIMEOUT);
+    assert_eq!(
+        st.signal(),
+        Some(libc::SIGKILL),
+        "the original ended with {st:?}, not killed"
+    );
+}
+
 fn edit(path: &Path, f: impl FnOnce(&mut Vec<u8>)) {
     let mut data = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     f(&mut data);
