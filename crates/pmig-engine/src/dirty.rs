@@ -18,21 +18,41 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 pub struct DirtyTracker {
     pid: pid_t,
+    scope: Scope,
     uffd: OwnedFd,
     pagemap: std::fs::File,
     /// Ranges registered and protected, by start.
     tracked: std::collections::BTreeMap<u64, u64>,
 }
 
-/// Memory whose writes we track: writable, private, not special.
-fn trackable(m: &MapLine) -> bool {
-    m.write && !m.shared && !m.path.starts_with("[v")
+/// Which mappings a tracker covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Writable private memory, anonymous or a file's private copies
+    /// (pre-copy).
+    Writable,
+    /// Writable private mappings of files only: their private copies (a
+    /// library's data) are what a post-copy handover would otherwise copy
+    /// at the stop; anonymous memory moves after the resume.
+    PrivateFiles,
+}
+
+/// Memory whose writes we track: writable, private, not special; for
+/// [`Scope::PrivateFiles`], mappings of a file.
+fn trackable(scope: Scope, m: &MapLine) -> bool {
+    let file = m.inode != 0 && m.path.starts_with('/');
+    m.write && !m.shared && !m.path.starts_with("[v") && (scope == Scope::Writable || file)
 }
 
 impl DirtyTracker {
     /// Create the userfaultfd inside `pid` and protect all its writable
     /// private memory. Every write from now on is seen by [`scan`](Self::scan).
     pub fn attach(pid: pid_t) -> Result<DirtyTracker> {
+        Self::attach_scoped(pid, Scope::Writable)
+    }
+
+    /// [`attach`](Self::attach), tracking the mappings of `scope`.
+    pub fn attach_scoped(pid: pid_t, scope: Scope) -> Result<DirtyTracker> {
         let uffd = {
             let mut f = Frozen::freeze(pid)?;
             let fd = f.inject(
@@ -66,6 +86,7 @@ impl DirtyTracker {
             })?;
         let mut t = DirtyTracker {
             pid,
+            scope,
             uffd,
             pagemap,
             tracked: Default::default(),
@@ -79,26 +100,43 @@ impl DirtyTracker {
     pub fn track_new(&mut self) -> Result<Vec<(u64, u64)>> {
         let mut new = Vec::new();
         let maps = procfs::maps(self.pid)?;
+        let scope = self.scope;
         // Forget ranges that are gone or changed.
         self.tracked.retain(|s, l| {
             maps.iter()
-                .any(|m| m.start == *s && m.end - m.start == *l && trackable(m))
+                .any(|m| m.start == *s && m.end - m.start == *l && trackable(scope, m))
         });
-        for m in maps.iter().filter(|m| trackable(m)) {
+        for m in maps.iter().filter(|m| trackable(scope, m)) {
             if self.tracked.get(&m.start) == Some(&(m.end - m.start)) {
                 continue;
             }
             let len = m.end - m.start;
             // A range we cannot register (e.g. a special mapping) is simply
             // reported dirty every round.
-            if uffd::register_wp(&self.uffd, m.start, len).is_ok()
-                && uffd::write_protect(&self.uffd, m.start, len).is_ok()
-            {
+            if uffd::register_wp(&self.uffd, m.start, len).is_ok() && self.protect(m).is_ok() {
                 self.tracked.insert(m.start, len);
             }
             new.push((m.start, len));
         }
         Ok(new)
+    }
+
+    /// Write-protects a registered mapping. [`Scope::PrivateFiles`]: only
+    /// its private copies, read first. Protecting the rest of a file mapping
+    /// would leave a marker in every empty entry, which the page scans
+    /// count as a swapped page, so that every page of the file would look
+    /// like a private copy. A page copied after the read is not protected,
+    /// so it shows as written, and is saved at the stop.
+    fn protect(&self, m: &MapLine) -> Result<()> {
+        if self.scope == Scope::Writable {
+            return uffd::write_protect(&self.uffd, m.start, m.end - m.start);
+        }
+        let copies =
+            crate::resources::memory::private_file_copies(self.pid, &[(m.start, m.end - m.start)])?;
+        for (a, l) in copies {
+            uffd::write_protect(&self.uffd, a, l)?;
+        }
+        Ok(())
     }
 
     /// Pages written since the last scan (or since attach), as ranges; they
@@ -218,6 +256,7 @@ mod tests {
             &pagemap,
             target_page,
             target_page + 2 * 4096,
+            crate::resources::memory::Backing::Anon,
         )
         .unwrap();
         assert!(within(&present, target_page) && within(&written, target_page));
@@ -235,6 +274,7 @@ mod tests {
             &pagemap,
             target_page,
             target_page + 4096,
+            crate::resources::memory::Backing::Anon,
         )
         .unwrap();
         assert!(
@@ -247,6 +287,116 @@ mod tests {
                 .iter()
                 .any(|(s, l)| *s <= target_page && target_page < s + l),
             "page reported twice: {again:x?}"
+        );
+        drop(t);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    /// python3 with a file mapped privately (8 pages); each line `w i`
+    /// writes into page i of it.
+    fn python_file_writer(path: &std::path::Path) -> Option<std::process::Child> {
+        let prog = format!(
+            "import ctypes,mmap,os,sys\nos.closerange(3,65536)\nf=open('{}','r+b')\nm=mmap.mmap(f.fileno(),8*4096,flags=mmap.MAP_PRIVATE,prot=mmap.PROT_READ|mmap.PROT_WRITE)\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    i=int(line.split()[1])\n    m[i*4096]=0x41\n    print('ok',flush=True)\n",
+            path.display()
+        );
+        Command::new("python3")
+            .args(["-c", &prog])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()
+    }
+
+    /// Post-copy's private file copies: a tracker scoped to file mappings
+    /// covers the mapping (and no anonymous memory), reports its private
+    /// copies, and a capture told the tracked ranges saves, of the mapping,
+    /// only the pages written since while still listing every copy as
+    /// present.
+    #[test]
+    fn file_copies_written_since_are_all_a_capture_saves_of_them() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to create a userfaultfd in another process");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, vec![7u8; 8 * 4096]).unwrap();
+        let mut c = python_file_writer(&file).expect("python3");
+        let pid = c.id() as i32;
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut stdin = c.stdin.take().unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        let mut write = |i: u64| {
+            writeln!(stdin, "w {i}").unwrap();
+            let mut l = String::new();
+            out.read_line(&mut l).unwrap();
+            assert_eq!(l.trim(), "ok");
+        };
+        for i in 0..4 {
+            write(i);
+        }
+        let t = DirtyTracker::attach_scoped(pid, Scope::PrivateFiles).unwrap();
+        let tracked = t.tracked();
+        assert!(
+            tracked.contains(&(base, 8 * 4096)),
+            "{base:#x} not tracked: {tracked:x?}"
+        );
+        // No anonymous memory: the python heap is not tracked.
+        for (s, l) in &tracked {
+            let m = procfs::maps(pid)
+                .unwrap()
+                .into_iter()
+                .find(|m| m.start == *s)
+                .unwrap();
+            assert!(m.path.starts_with('/') && m.end - m.start == *l, "{m:?}");
+        }
+        let copies =
+            crate::resources::memory::private_file_copies(pid, &[(base, 8 * 4096)]).unwrap();
+        assert_eq!(copies, vec![(base, 4 * 4096)]);
+        // Page 2 again, and page 6 copied for the first time.
+        write(2);
+        write(6);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let mut frozen = Frozen::freeze(pid).unwrap();
+        tx.send(crate::resources::memory::PreScan::scan(
+            pid,
+            true,
+            crate::resources::memory::ScanFor::Written,
+        ))
+        .unwrap();
+        let img_dir = dir.path().join("img");
+        let mut w = pmig_image::ImageWriter::create(&img_dir).unwrap();
+        let (pi, _) = crate::dump::capture_with(
+            &mut frozen,
+            &mut w,
+            None,
+            crate::dump::Aids {
+                prescan: Some(rx),
+                defer_population: true,
+                written_since: Some(tracked),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        drop(frozen);
+        let v = pi.memory.vmas.iter().find(|v| v.start == base).unwrap();
+        let pages = |r: &mut dyn Iterator<Item = (u64, u64)>| -> Vec<u64> {
+            r.flat_map(|(a, l)| (0..l / 4096).map(move |k| (a - base) / 4096 + k))
+                .collect()
+        };
+        assert_eq!(
+            pages(&mut v.present.iter().copied()),
+            vec![0, 1, 2, 3, 6],
+            "{v:x?}"
+        );
+        assert_eq!(
+            pages(&mut v.runs.iter().map(|r| (r.addr, r.len))),
+            vec![2, 6],
+            "{v:x?}"
         );
         drop(t);
         let _ = c.kill();

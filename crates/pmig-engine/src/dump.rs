@@ -63,6 +63,8 @@ pub struct Aids {
     pub defer_population: bool,
     /// See [`Capture::written_since`](crate::resources::Capture).
     pub written_since: Option<Vec<(u64, u64)>>,
+    /// See [`Capture::copy_buffer`](crate::resources::Capture).
+    pub copy_buffer: Option<Vec<u8>>,
 }
 
 /// [`capture_filtered`] with `aids`; also says whether the layout read
@@ -79,6 +81,7 @@ pub fn capture_with(
     cx.prescan = aids.prescan;
     cx.defer_population = aids.defer_population;
     cx.written_since = aids.written_since;
+    cx.copy_buffer = aids.copy_buffer;
     let t = Instant::now();
     let lap = |what: &str| {
         tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);

@@ -31,6 +31,8 @@ pub struct MapLine {
     pub inode: u64,
     pub path: String,
     pub flags: Vec<String>,
+    /// smaps' `Anonymous:` (KiB): private pages no file holds (0 from maps).
+    pub anon_kib: u64,
 }
 
 fn parse_map_line(l: &str) -> Option<MapLine> {
@@ -54,6 +56,7 @@ fn parse_map_line(l: &str) -> Option<MapLine> {
         inode,
         path,
         flags: Vec::new(),
+        anon_kib: 0,
     })
 }
 
@@ -69,6 +72,14 @@ pub fn smaps(pid: pid_t) -> Result<Vec<MapLine>> {
         if let Some(rest) = l.strip_prefix("VmFlags:") {
             if let Some(m) = out.last_mut() {
                 m.flags = rest.split_whitespace().map(str::to_string).collect();
+            }
+        } else if let Some(rest) = l.strip_prefix("Anonymous:") {
+            if let Some(m) = out.last_mut() {
+                m.anon_kib = rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
             }
         } else if l.as_bytes().first().is_some_and(|c| c.is_ascii_hexdigit()) && l.contains('-') {
             if let Some(m) = parse_map_line(l) {

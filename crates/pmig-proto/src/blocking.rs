@@ -183,6 +183,12 @@ impl Incoming {
     pub fn into_parts(self) -> (Msg, Vec<u8>, usize) {
         (self.msg, self.body, self.att)
     }
+
+    /// The frame body, for [`Receiver::recycle`] once the attachment has
+    /// been used.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
 }
 
 fn write_hs<S: Stream>(s: &mut S, msg: &[u8]) -> io::Result<()> {
@@ -401,6 +407,11 @@ impl<S: Stream> Channel<S> {
         self.rx.recv_with()
     }
 
+    /// See [`Receiver::recycle`].
+    pub fn recycle(&mut self, body: Vec<u8>) {
+        self.rx.recycle(body);
+    }
+
     /// Receives one raw frame body.
     pub fn recv_frame(&mut self) -> Result<Vec<u8>, ProtoError> {
         self.rx.recv_frame()
@@ -514,6 +525,12 @@ impl<S: Stream> Receiver<S> {
     pub fn recv_with(&mut self) -> Result<Incoming, ProtoError> {
         let f = self.recv_frame()?;
         Incoming::parse(f)
+    }
+
+    /// Hands back a received message the caller is done with: a later large
+    /// frame is received into its memory (see [`Incoming::into_body`]).
+    pub fn recycle(&mut self, body: Vec<u8>) {
+        self.opener.recycle(body);
     }
 
     pub fn recv_frame(&mut self) -> Result<Vec<u8>, ProtoError> {

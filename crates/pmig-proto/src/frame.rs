@@ -51,7 +51,16 @@ pub struct FrameParser {
     body: Option<(usize, Vec<u8>)>,
     ready: VecDeque<Vec<u8>>,
     failed: bool,
+    /// A body handed back after use ([`Self::recycle`]), for the next large
+    /// frame: its memory is already touched, which on a VM saves a page
+    /// fault per 4 KiB received (about 1 ms per MiB measured here).
+    spare: Option<Vec<u8>>,
 }
+
+/// Frames at least this large take the recycled body.
+const RECYCLE_MIN: usize = 64 << 10;
+/// Recycled bodies larger than this are freed instead.
+const RECYCLE_MAX: usize = 32 << 20;
 
 impl FrameParser {
     /// A parser accepting frame bodies of at most `max_frame` bytes.
@@ -63,6 +72,23 @@ impl FrameParser {
             body: None,
             ready: VecDeque::new(),
             failed: false,
+            spare: None,
+        }
+    }
+
+    /// Takes back a frame body the caller is done with, to receive a later
+    /// large frame into (the largest one up to [`RECYCLE_MAX`] is kept).
+    pub fn recycle(&mut self, mut body: Vec<u8>) {
+        if body.capacity() < RECYCLE_MIN || body.capacity() > RECYCLE_MAX {
+            return;
+        }
+        if self
+            .spare
+            .as_ref()
+            .is_none_or(|s| s.capacity() < body.capacity())
+        {
+            body.clear();
+            self.spare = Some(body);
         }
     }
 
@@ -107,7 +133,15 @@ impl FrameParser {
         if len == 0 {
             self.ready.push_back(Vec::new());
         } else {
-            self.body = Some((len, Vec::with_capacity(len.min(BODY_PREALLOC) + TAG_LEN)));
+            let want = len.min(BODY_PREALLOC) + TAG_LEN;
+            let buf = match self.spare.take() {
+                Some(v) if len >= RECYCLE_MIN && v.capacity() >= want => v,
+                other => {
+                    self.spare = other;
+                    Vec::with_capacity(want)
+                }
+            };
+            self.body = Some((len, buf));
         }
         Ok(())
     }
@@ -325,6 +359,11 @@ impl Opener {
             parser: FrameParser::new(max_frame),
             peer,
         }
+    }
+
+    /// See [`FrameParser::recycle`].
+    pub(crate) fn recycle(&mut self, body: Vec<u8>) {
+        self.parser.recycle(body);
     }
 
     /// Space to read ciphertext into; follow with [`Self::filled`]. Never empty.
@@ -623,6 +662,39 @@ mod tests {
             feed(&mut o, &wire, 64),
             Err(ProtoError::Decrypt { nonce: 1, .. })
         ));
+    }
+
+    #[test]
+    fn recycled_body_receives_the_next_large_frame() {
+        let frame = |b: &[u8]| {
+            let mut f = (b.len() as u32).to_le_bytes().to_vec();
+            f.extend_from_slice(b);
+            f
+        };
+        let mut p = FrameParser::new(1 << 20);
+        let big = vec![5u8; 100 << 10];
+        p.push(&frame(&big)).unwrap();
+        let got = p.pop().unwrap();
+        assert_eq!(got, big);
+        let at = got.as_ptr();
+        p.recycle(got);
+        // A small frame does not take it.
+        p.push(&frame(b"hi")).unwrap();
+        let small = p.pop().unwrap();
+        assert_eq!(small, b"hi");
+        assert_ne!(small.as_ptr(), at);
+        // The next large one is received into it, and holds only its own bytes.
+        let next = vec![6u8; 90 << 10];
+        p.push(&frame(&next)).unwrap();
+        let got = p.pop().unwrap();
+        assert_eq!(got, next);
+        assert_eq!(got.as_ptr(), at, "the recycled body was not reused");
+        // Bodies too small to matter are not kept, nor smaller ones than the spare.
+        p.recycle(vec![1u8; 16]);
+        assert!(p.spare.is_none());
+        p.recycle(got);
+        p.recycle(vec![0u8; RECYCLE_MIN]);
+        assert_eq!(p.spare.as_ref().map(|v| v.as_ptr()), Some(at));
     }
 
     #[test]

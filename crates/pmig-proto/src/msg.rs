@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 4: a post-copy or ampom image
+/// The protocol version this build speaks. 5: a post-copy or ampom source
+/// may send the private copies of file mappings as a round of `PageData`
+/// before the image of the stop (§6.5), which a version-4 destination
+/// refuses. 4: a post-copy or ampom image
 /// lists writable private anonymous memory as wholly owed, and the source
 /// sends `NotOwed` for the pages it never had once the process runs at the
 /// destination (§6.5); a version-3 destination would never learn them. 3: a stop-copy image carries no
@@ -21,9 +24,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 4;
+pub const PROTO_VERSION: u16 = 5;
 /// The oldest protocol version this build can still speak.
-pub const MIN_PROTO_VERSION: u16 = 4;
+pub const MIN_PROTO_VERSION: u16 = 5;
 
 /// Largest frame body (and so largest encoded message plus attachment), in bytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;

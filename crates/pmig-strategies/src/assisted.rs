@@ -146,7 +146,7 @@ impl Strategy for AssistedPostCopy {
         // directory: start the restore now (see `Prespawned`).
         let staging = d.staging.clone();
         crate::stop_copy::prespawn_restore(d, &staging, true);
-        let first = receive_rounds(d, &mut store)?;
+        let first = receive_rounds(d, &mut store, None)?;
         let dir = d.staging.join(FINAL_DIR);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         receive_image_after(d, &dir, Some(first))?;
@@ -197,6 +197,7 @@ impl Strategy for AssistedPostCopy {
             "assisted post-copy: image composed from round 0 and the stop; {} pages owed",
             owed.iter().map(|(_, l)| l / PAGE).sum::<u64>()
         );
+        d.composed = Some(d.staging.clone());
         destination_lazy(d, false, false, true)
     }
 }

@@ -115,6 +115,11 @@ pub enum CaptureMode {
     /// `start len` per line, hex), only pages written since the last scan;
     /// everything else in full.
     WrittenSince(std::path::PathBuf),
+    /// [`CaptureMode::HandoverDeferred`] after the private copies of file
+    /// mappings were sent while the process ran (post-copy, ampom): in the
+    /// write-tracked ranges listed in this file, only the pages written
+    /// since.
+    HandoverDeferredWritten(std::path::PathBuf),
 }
 
 impl CaptureMode {
@@ -124,6 +129,9 @@ impl CaptureMode {
             CaptureMode::Handover => "handover".into(),
             CaptureMode::HandoverDeferred => "handover-deferred".into(),
             CaptureMode::WrittenSince(p) => format!("written:{}", p.display()),
+            CaptureMode::HandoverDeferredWritten(p) => {
+                format!("handover-deferred-written:{}", p.display())
+            }
         }
     }
 
@@ -132,9 +140,12 @@ impl CaptureMode {
             "full" => Some(CaptureMode::Full),
             "handover" => Some(CaptureMode::Handover),
             "handover-deferred" => Some(CaptureMode::HandoverDeferred),
-            _ => s
-                .strip_prefix("written:")
-                .map(|p| CaptureMode::WrittenSince(p.into())),
+            _ => match s.strip_prefix("handover-deferred-written:") {
+                Some(p) => Some(CaptureMode::HandoverDeferredWritten(p.into())),
+                None => s
+                    .strip_prefix("written:")
+                    .map(|p| CaptureMode::WrittenSince(p.into())),
+            },
         }
     }
 }
@@ -146,32 +157,68 @@ fn freeze_and_capture(
     dir: &Path,
     mode: &CaptureMode,
 ) -> Result<(Frozen, Captured, Option<Layout>)> {
-    let layout = prepare(pid)?;
-    freeze_and_capture_prepared(pid, dir, mode, layout)
+    let ready = prepare(pid, dir, mode)?;
+    freeze_and_capture_prepared(pid, mode, ready)
+}
+
+/// The most page data prepared for before the freeze (see [`prepare`]).
+const PREPARED_PAGES: u64 = 4 << 20;
+
+/// What is made before the freeze (see [`prepare`]).
+struct Ready {
+    layout: Layout,
+    writer: ImageWriter,
+    copy_buffer: Vec<u8>,
 }
 
 /// What comes before the freeze: the target's mount namespace, the checks,
-/// and its mappings with their flags, read while it runs so that the stop
-/// need not walk its page tables for them.
-fn prepare(pid: i32) -> Result<Layout> {
+/// its mappings with their flags, read while it runs so that the stop need
+/// not walk its page tables for them, and the image's files and a copy
+/// buffer, with their memory and storage allocated, so that the stop does
+/// not wait for fresh memory.
+fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
     join_mount_ns(pid)?;
     precheck_all(pid)?;
     mark("hold: prechecked");
     let layout = Layout::read(pid)?;
     mark("hold: layout read");
-    Ok(layout)
+    // A post-copy handover copies about the private pages outside writable
+    // anonymous memory; the others a few MiB at most (pre-copy's last
+    // pages), or the whole memory, in a stream that reuses its buffers.
+    let expected = match mode {
+        CaptureMode::HandoverDeferred | CaptureMode::HandoverDeferredWritten(_) => {
+            layout.private_bytes(true) + (256 << 10)
+        }
+        _ => PREPARED_PAGES,
+    }
+    .min(PREPARED_PAGES);
+    let mut writer = ImageWriter::create(dir)?;
+    writer.pages().reserve(expected);
+    let copy_buffer = pmig_engine::resources::memory::touched_copy_buffer(expected as usize);
+    mark("hold: buffers ready");
+    Ok(Ready {
+        layout,
+        writer,
+        copy_buffer,
+    })
 }
 
 /// [`freeze_and_capture`] once [`prepare`] has read `layout`.
 fn freeze_and_capture_prepared(
     pid: i32,
-    dir: &Path,
     mode: &CaptureMode,
-    layout: Layout,
+    ready: Ready,
 ) -> Result<(Frozen, Captured, Option<Layout>)> {
+    let Ready {
+        layout,
+        writer,
+        copy_buffer,
+    } = ready;
     let sent = layout.clone();
     let tracked = match mode {
-        CaptureMode::WrittenSince(list) => Some(read_tracked(list)?),
+        CaptureMode::WrittenSince(list) | CaptureMode::HandoverDeferredWritten(list) => {
+            Some(read_tracked(list)?)
+        }
         _ => None,
     };
     let frozen_ns = mono_ns();
@@ -181,9 +228,12 @@ fn freeze_and_capture_prepared(
     // From here on any error drops `frozen`, which resumes the process.
     // The checks are made again, now that nothing changes, and the pages
     // are scanned, in another thread while the rest is captured.
-    let defer_population = *mode == CaptureMode::HandoverDeferred;
+    let defer_population = matches!(
+        mode,
+        CaptureMode::HandoverDeferred | CaptureMode::HandoverDeferredWritten(_)
+    );
     let what = match mode {
-        CaptureMode::WrittenSince(_) => ScanFor::Written,
+        CaptureMode::WrittenSince(_) | CaptureMode::HandoverDeferredWritten(_) => ScanFor::Written,
         _ => ScanFor::Populated,
     };
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -201,8 +251,9 @@ fn freeze_and_capture_prepared(
             prescan: Some(rx),
             defer_population,
             written_since: tracked,
+            copy_buffer: Some(copy_buffer),
         };
-        capture_frozen(&mut frozen, frozen_ns, dir, mode, aids)
+        capture_frozen(&mut frozen, frozen_ns, writer, mode, aids)
     })
     .map(|(c, reused)| (frozen, c, reused.then_some(sent)))
 }
@@ -211,15 +262,16 @@ fn freeze_and_capture_prepared(
 fn capture_frozen(
     frozen: &mut Frozen,
     frozen_ns: u64,
-    dir: &Path,
+    mut w: ImageWriter,
     mode: &CaptureMode,
     aids: Aids,
 ) -> Result<(Captured, bool)> {
     let pid = frozen.pid;
-    let mut w = ImageWriter::create(dir)?;
     let (img, reused) = match mode {
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
-        CaptureMode::Handover | CaptureMode::HandoverDeferred => {
+        CaptureMode::Handover
+        | CaptureMode::HandoverDeferred
+        | CaptureMode::HandoverDeferredWritten(_) => {
             let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(frozen)?);
             mark("hold: handover pages");
             capture_with(frozen, &mut w, Some(&keep), aids)?
@@ -312,8 +364,8 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     mark("hold: started");
     let captured = if wait {
-        match wait_for_go(pid) {
-            Ok(Some(layout)) => freeze_and_capture_prepared(pid, dir, mode, layout),
+        match wait_for_go(pid, dir, mode) {
+            Ok(Some(ready)) => freeze_and_capture_prepared(pid, mode, ready),
             // Not asked to go: the process was never touched.
             Ok(None) => return 0,
             Err(e) => Err(e),
@@ -390,30 +442,36 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
 /// A primed holder's side: prepares, says `ready`, and reads the mappings
 /// again on each `refresh`, until `go` (returns the newest layout) or the end
 /// of its input (returns None).
-fn wait_for_go(pid: i32) -> Result<Option<Layout>> {
-    let mut layout = prepare(pid)?;
+fn wait_for_go(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Option<Ready>> {
+    let mut ready = prepare(pid, dir, mode)?;
     say(&HolderMsg::Ready);
     // Bounded: a refresh per pre-copy round at most.
     for _ in 0..(crate::pre_copy::MAX_ROUNDS_LIMIT + 16) {
         let mut line = String::new();
         match std::io::stdin().lock().read_line(&mut line) {
             Ok(n) if n > 0 => {}
-            _ => return Ok(None),
+            _ => {
+                // Not told to go: leave no image behind.
+                ready.writer.discard();
+                return Ok(None);
+            }
         }
         match line.trim() {
-            "go" => return Ok(Some(layout)),
+            "go" => return Ok(Some(ready)),
             "refresh" => {
-                layout = Layout::read(pid)?;
+                ready.layout = Layout::read(pid)?;
                 mark("hold: layout read again");
                 say(&HolderMsg::Ready);
             }
             other => {
+                ready.writer.discard();
                 return Err(StrategyError::Other(format!(
                     "holder of {pid}: unexpected instruction `{other}`"
-                )))
+                )));
             }
         }
     }
+    ready.writer.discard();
     Ok(None)
 }
 
@@ -713,5 +771,24 @@ impl Drop for Holder<'_> {
                 tracing::error!("{e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_modes_survive_the_command_line() {
+        for m in [
+            CaptureMode::Full,
+            CaptureMode::Handover,
+            CaptureMode::HandoverDeferred,
+            CaptureMode::WrittenSince("/tmp/a b/written-since.ranges".into()),
+            CaptureMode::HandoverDeferredWritten("/tmp/x/written-since.ranges".into()),
+        ] {
+            assert_eq!(CaptureMode::parse(&m.arg()), Some(m.clone()), "{}", m.arg());
+        }
+        assert_eq!(CaptureMode::parse("handover-deferred-"), None);
     }
 }

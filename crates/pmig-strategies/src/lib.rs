@@ -536,6 +536,11 @@ pub struct Destination<'a> {
     /// A `pmig restore` started before the image arrived (see
     /// [`stop_copy::Prespawned`]).
     pub(crate) restorer: Option<stop_copy::Prespawned<'a>>,
+    /// A directory holding an image this daemon composed itself, from an
+    /// image it verified and pages the authenticated channel brought: its
+    /// checksums were computed as it was written, so the restore does not
+    /// read it all again to check them (the manifest is still checked).
+    pub(crate) composed: Option<PathBuf>,
 }
 
 impl Destination<'_> {
@@ -923,6 +928,7 @@ pub fn serve_offer(
         staging: staging.clone(),
         received: 0,
         restorer: None,
+        composed: None,
     };
     let r = s.destination(&mut d);
     drop(d.restorer.take());

@@ -27,10 +27,18 @@ use crate::clock::{mark, mono_ns};
 use crate::demand_paging::Stash;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
-use crate::stop_copy::{prespawn_restore, receive_image, restore_from, send_image};
+use crate::pre_copy::{
+    compose, receive_rounds, send_round, subtract, write_ranges, FINAL_DIR, TRACKED_FILE,
+};
+use crate::stop_copy::{
+    prespawn_restore, receive_image, receive_image_after, restore_from, send_image,
+};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
+use pmig_engine::dirty::{DirtyTracker, Scope};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::lazy::{close_in_process, LazyMemory};
+use pmig_engine::pagestore::PageStore;
+use pmig_engine::resources::memory::private_file_copies;
 use pmig_engine::resources::memory::Backing;
 use pmig_proto::{code, Msg};
 use std::collections::VecDeque;
@@ -368,14 +376,80 @@ pub(crate) fn read_image(dir: &std::path::Path) -> Result<ProcessImage> {
 
 /// `post-copy`, and with AMPoM's prefetching on every fault, `ampom`: the
 /// same exchange, only the destination's fault handling differs.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct PostCopy {
     pub prefetch: bool,
+    /// The private copies of file mappings sent while the process ran.
+    copies: Option<FileCopies>,
+}
+
+impl std::fmt::Debug for PostCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostCopy")
+            .field("prefetch", &self.prefetch)
+            .field("copies_sent", &self.copies.is_some())
+            .finish()
+    }
 }
 
 impl PostCopy {
     pub fn ampom() -> PostCopy {
-        PostCopy { prefetch: true }
+        PostCopy {
+            prefetch: true,
+            copies: None,
+        }
+    }
+}
+
+/// Private copies of file mappings (a library's written data: 1.3 MiB of
+/// python3's 2 MiB at the stop) are not memory the destination can fault in
+/// through a userfaultfd, so without this they go with the state, and the
+/// stop waits for them. Instead they are sent while the process runs, as a
+/// round of `PageData` (protocol 5), with their mappings write-tracked
+/// ([`Scope::PrivateFiles`]); the stop then carries only those written since.
+struct FileCopies {
+    tracker: DirtyTracker,
+    /// Pages the round could not read: the stop saves them whole.
+    missed: Vec<(u64, u64)>,
+}
+
+impl FileCopies {
+    /// Tracks the writable private file mappings of the process and sends
+    /// their private copies. None when there is nothing to send or the
+    /// tracking cannot be set up (the stop then saves them, as before).
+    fn send(m: &mut Source) -> Result<Option<FileCopies>> {
+        let tracker = match DirtyTracker::attach_scoped(m.pid, Scope::PrivateFiles) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::info!(
+                    "process {}: private copies of file mappings go with the state: {e}",
+                    m.pid
+                );
+                return Ok(None);
+            }
+        };
+        let copies = private_file_copies(m.pid, &tracker.tracked())?;
+        if copies.is_empty() {
+            return Ok(None);
+        }
+        let mut missed = Vec::new();
+        let sent = send_round(m, 0, &copies, &mut missed)?;
+        tracing::info!(
+            "process {}: {} KiB of private copies of file mappings sent before the stop",
+            m.pid,
+            sent >> 10
+        );
+        Ok(Some(FileCopies { tracker, missed }))
+    }
+
+    /// The holder's mode: the tracked ranges whose pages were sent go to a
+    /// file in the staging directory.
+    fn mode(&self, m: &Source) -> Result<CaptureMode> {
+        std::fs::create_dir_all(&m.staging)
+            .map_err(io_err(format!("create {}", m.staging.display())))?;
+        let list = m.staging.join(TRACKED_FILE);
+        write_ranges(&list, &subtract(&self.tracker.tracked(), &self.missed))?;
+        Ok(CaptureMode::HandoverDeferredWritten(list))
     }
 }
 
@@ -388,12 +462,26 @@ impl Strategy for PostCopy {
         }
     }
 
-    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
+    fn prepare(&mut self, m: &mut Source) -> Result<()> {
+        // Dropped on failure: the kernel removes the write protection.
+        self.copies = None;
+        self.copies = FileCopies::send(m).map_err(|e| StrategyError::During {
+            what: "sending the private copies of file mappings (write tracking removed)".into(),
+            source: Box::new(e),
+        })?;
         Ok(())
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        handover_lazy(m, &HANDOVER)
+        let mode = match &self.copies {
+            Some(c) => c.mode(m),
+            None => Ok(HANDOVER),
+        };
+        let r = mode.and_then(|mode| handover_lazy(m, &mode));
+        // Captured (or failed, and the process resumes): the tracking has
+        // served its purpose.
+        self.copies = None;
+        r
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
@@ -402,8 +490,44 @@ impl Strategy for PostCopy {
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        destination_lazy(d, self.prefetch, false, false)
+        receive_with_copies(d)?;
+        destination_lazy(d, self.prefetch, false, true)
     }
+}
+
+/// Destination of post-copy and ampom: the image of the stop, into the
+/// staging directory, and before it the private copies of file mappings
+/// the source may have sent while the process ran ([`FileCopies`]): then the
+/// image of the stop goes aside and the image to restore is composed from
+/// both.
+fn receive_with_copies(d: &mut Destination) -> Result<()> {
+    let staging = d.staging.clone();
+    prespawn_restore(d, &staging, true);
+    let first = d.ch.recv_with()?;
+    if matches!(first.msg, Msg::ImageFile { .. }) {
+        receive_image_after(d, &staging, Some(first))?;
+        mark("dst: image received");
+        return Ok(());
+    }
+    let mut store = PageStore::create(&staging)?;
+    let first = receive_rounds(d, &mut store, Some(first))?;
+    let dir = staging.join(FINAL_DIR);
+    std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+    receive_image_after(d, &dir, Some(first))?;
+    mark("dst: image received");
+    let composed = compose(store, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = composed {
+        let text = format!("{}: cannot compose the image: {e}", d.host.node());
+        let _ = d.ch.send(&Msg::Error {
+            code: code::BAD_IMAGE,
+            text: text.chars().take(4000).collect(),
+        });
+        return Err(StrategyError::Other(text));
+    }
+    mark("dst: image composed");
+    d.composed = Some(staging);
+    Ok(())
 }
 
 /// CPU share of `pid` since the last call (AMPoM's C_i).
@@ -1089,6 +1213,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                                 *failed.lock().unwrap() = Some(format!("install pages: {e}"));
                                 break;
                             }
+                            rx.recycle(body);
                         }
                         Msg::NotOwed { id: i, ranges, .. } if i == id => lm.not_owed(&ranges),
                         other => {

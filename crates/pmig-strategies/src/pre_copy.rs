@@ -336,7 +336,7 @@ impl Iterative {
         let staging = d.staging.clone();
         crate::stop_copy::prespawn_restore(d, &staging, true);
         let mut store = PageStore::create(&d.staging)?;
-        let first = receive_rounds(d, &mut store)?;
+        let first = receive_rounds(d, &mut store, None)?;
         let dir = d.staging.join(FINAL_DIR);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         receive_image_after(d, &dir, Some(first))?;
@@ -432,6 +432,7 @@ fn restore_lazily_from_local(
         }
     };
     mark("dst: small image composed");
+    d.composed = Some(d.staging.clone());
     let (pid, st) = restore_and_fill(d, true, &store, &pages)?;
     d.ch.send(&Msg::PagesDone {
         id: d.offer.id,
@@ -511,7 +512,7 @@ fn mib(b: u64) -> f64 {
 /// `round`, then `RoundDone`, and waits for the link to carry them
 /// ([`drain`]). Returns the bytes sent; adds the pages it could not read to
 /// `missed`.
-fn send_round(
+pub(crate) fn send_round(
     m: &mut Source,
     round: u32,
     ranges: &[(u64, u64)],
@@ -581,8 +582,12 @@ pub(crate) fn await_restored(m: &mut Source) -> Result<()> {
 }
 
 /// Destination: stores `PageData` until the final image starts; returns its
-/// first message (`ImageFile`).
-pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Result<Incoming> {
+/// first message (`ImageFile`). `first` is a message already received.
+pub(crate) fn receive_rounds(
+    d: &mut Destination,
+    store: &mut PageStore,
+    mut first: Option<Incoming>,
+) -> Result<Incoming> {
     let bad = |d: &mut Destination, code: u32, what: String| {
         let _ = d.ch.send(&Msg::Error {
             code,
@@ -595,7 +600,10 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
     };
     let mut rounds = 0u32;
     for _ in 0..MAX_ROUND_MESSAGES {
-        let inc = d.ch.recv_with()?;
+        let inc = match first.take() {
+            Some(inc) => inc,
+            None => d.ch.recv_with()?,
+        };
         match inc.msg {
             Msg::PageData { id, addr } if id == d.offer.id => {
                 let data = inc.attachment();
@@ -614,6 +622,7 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
                 }
                 store.put(addr, data)?;
                 d.count_received(n);
+                d.ch.recycle(inc.into_body());
             }
             Msg::RoundDone { id, round, pages } if id == d.offer.id => {
                 rounds += 1;
@@ -649,7 +658,10 @@ pub(crate) fn receive_rounds(d: &mut Destination, store: &mut PageStore) -> Resu
 /// Destination: absorbs the verified final image of `dir` into the store and
 /// writes the complete image into the store's directory.
 /// Returns the composed image, as written, and its manifest.
-fn compose(mut store: PageStore, dir: &Path) -> Result<(ProcessImage, pmig_image::Manifest)> {
+pub(crate) fn compose(
+    mut store: PageStore,
+    dir: &Path,
+) -> Result<(ProcessImage, pmig_image::Manifest)> {
     let img = pmig_image::Image::open_verified(dir)?;
     let pi = ProcessImage::read(&img)?;
     mark("dst: final image decoded");

@@ -74,6 +74,9 @@ pub struct Capture<'a> {
     /// are saved (it must scan with [`memory::ScanFor::Written`]); this
     /// takes the place of `filter`.
     pub written_since: Option<Vec<(u64, u64)>>,
+    /// A page-copy buffer prepared before the freeze
+    /// ([`memory::touched_copy_buffer`]); used first.
+    pub copy_buffer: Option<Vec<u8>>,
     scratch: Option<u64>,
 }
 
@@ -91,6 +94,7 @@ impl<'a> Capture<'a> {
             prescan: None,
             defer_population: false,
             written_since: None,
+            copy_buffer: None,
             scratch: None,
         }
     }
