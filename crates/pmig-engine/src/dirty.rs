@@ -31,17 +31,24 @@ pub enum Scope {
     /// Writable private memory, anonymous or a file's private copies
     /// (pre-copy).
     Writable,
-    /// Writable private mappings of files only: their private copies (a
-    /// library's data) are what a post-copy handover would otherwise copy
-    /// at the stop; anonymous memory moves after the resume.
+    /// Private mappings of files only, writable or not: their private
+    /// copies (a library's data) are what a post-copy handover would
+    /// otherwise copy at the stop; anonymous memory moves after the resume.
     PrivateFiles,
 }
 
-/// Memory whose writes we track: writable, private, not special; for
-/// [`Scope::PrivateFiles`], mappings of a file.
+/// Memory whose writes we track: private, not special; writable for
+/// [`Scope::Writable`]; for [`Scope::PrivateFiles`], mappings of a file,
+/// read-only ones too (a library's relocated data, made read-only after
+/// the relocations, holds private copies; a write after `mprotect` is seen
+/// like any other).
 fn trackable(scope: Scope, m: &MapLine) -> bool {
     let file = m.inode != 0 && m.path.starts_with('/');
-    m.write && !m.shared && !m.path.starts_with("[v") && (scope == Scope::Writable || file)
+    let ours = match scope {
+        Scope::Writable => m.write,
+        Scope::PrivateFiles => file,
+    };
+    ours && !m.shared && !m.path.starts_with("[v")
 }
 
 impl DirtyTracker {
@@ -294,10 +301,11 @@ mod tests {
     }
 
     /// python3 with a file mapped privately (8 pages); each line `w i`
-    /// writes into page i of it.
+    /// writes into page i of it, `p ro` and `p rw` make it read-only or
+    /// writable again.
     fn python_file_writer(path: &std::path::Path) -> Option<std::process::Child> {
         let prog = format!(
-            "import ctypes,mmap,os,sys\nos.closerange(3,65536)\nf=open('{}','r+b')\nm=mmap.mmap(f.fileno(),8*4096,flags=mmap.MAP_PRIVATE,prot=mmap.PROT_READ|mmap.PROT_WRITE)\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    i=int(line.split()[1])\n    m[i*4096]=0x41\n    print('ok',flush=True)\n",
+            "import ctypes,mmap,os,sys\nos.closerange(3,65536)\nf=open('{}','r+b')\nm=mmap.mmap(f.fileno(),8*4096,flags=mmap.MAP_PRIVATE,prot=mmap.PROT_READ|mmap.PROT_WRITE)\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\na=ctypes.addressof(ctypes.c_char.from_buffer(m))\nlibc=ctypes.CDLL(None)\nfor line in sys.stdin:\n    c,x=line.split()\n    if c=='p':\n        assert libc.mprotect(ctypes.c_void_p(a),8*4096,1 if x=='ro' else 3)==0\n    else:\n        m[int(x)*4096]=0x41\n    print('ok',flush=True)\n",
             path.display()
         );
         Command::new("python3")
@@ -330,15 +338,18 @@ mod tests {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
-        let mut write = |i: u64| {
-            writeln!(stdin, "w {i}").unwrap();
+        let mut say = |what: &str| {
+            writeln!(stdin, "{what}").unwrap();
             let mut l = String::new();
             out.read_line(&mut l).unwrap();
             assert_eq!(l.trim(), "ok");
         };
         for i in 0..4 {
-            write(i);
+            say(&format!("w {i}"));
         }
+        // Read-only while tracking starts (like a library's relocated
+        // data), writable again later.
+        say("p ro");
         let t = DirtyTracker::attach_scoped(pid, Scope::PrivateFiles).unwrap();
         let tracked = t.tracked();
         assert!(
@@ -358,8 +369,9 @@ mod tests {
             crate::resources::memory::private_file_copies(pid, &[(base, 8 * 4096)]).unwrap();
         assert_eq!(copies, vec![(base, 4 * 4096)]);
         // Page 2 again, and page 6 copied for the first time.
-        write(2);
-        write(6);
+        say("p rw");
+        say("w 2");
+        say("w 6");
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let mut frozen = Frozen::freeze(pid).unwrap();
         tx.send(crate::resources::memory::PreScan::scan(
