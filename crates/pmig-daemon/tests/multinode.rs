@@ -506,7 +506,7 @@ fn destination_dies_before_handover_with_every_strategy_and_the_process_resumes(
             !env.c().status()[1].daemon_alive,
             "{strategy}: n2's daemon should have died"
         );
-        assert!(alive(pid), "{strategy}: the source process is gone");
+        assert!(alive(pid), "{strategy}: the source process is gone ({e})");
         let st = state(pid);
         assert!(
             !st.contains("stopped") && !st.contains("tracing stop"),

@@ -79,8 +79,24 @@ fn say(m: &HolderMsg) {
 /// Joins the mount namespace of `pid` if it differs from ours (needs a
 /// single-threaded caller and CAP_SYS_ADMIN).
 fn join_mount_ns(pid: i32) -> Result<()> {
-    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
-        .map_err(io_err(format!("read the mount namespace of process {pid}")))?;
+    let theirs = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).map_err(|e| {
+        // An exited process not yet reaped keeps its pid but not its namespaces.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit(')')
+                    .next()?
+                    .split_whitespace()
+                    .next()
+                    .map(String::from)
+            });
+        match state.as_deref() {
+            Some("Z") | Some("X") => StrategyError::Other(format!(
+                "process {pid} has exited (a zombie its parent has not reaped)"
+            )),
+            _ => io_err(format!("read the mount namespace of process {pid}"))(e),
+        }
+    })?;
     let ours =
         std::fs::read_link("/proc/self/ns/mnt").map_err(io_err("read our mount namespace"))?;
     if theirs == ours {

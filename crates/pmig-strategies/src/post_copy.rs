@@ -101,6 +101,8 @@ pub(crate) struct TcpState {
     /// Smallest and smoothed round trip, ns (0: not known yet).
     min_rtt_ns: u64,
     srtt_ns: u64,
+    /// Reset or closed: nothing more will be acknowledged.
+    pub(crate) closed: bool,
 }
 
 impl TcpState {
@@ -125,6 +127,17 @@ impl TcpState {
         if r != 0 || (len as usize) < need {
             return None;
         }
+        // A connection reset or closed acknowledges nothing any more, yet
+        // TIOCOUTQ still counts what was unacknowledged when it ended (a
+        // caller waiting for it to drain would wait out its timeout).
+        const TCP_TIME_WAIT: u8 = 6;
+        const TCP_CLOSE: u8 = 7;
+        if ti.tcpi_state == TCP_CLOSE || ti.tcpi_state == TCP_TIME_WAIT {
+            return Some(TcpState {
+                closed: true,
+                ..TcpState::default()
+            });
+        }
         let mut queued: libc::c_int = 0;
         // SAFETY: TIOCOUTQ (SIOCOUTQ) on a TCP socket stores one int: the
         // bytes written and not yet acknowledged.
@@ -136,6 +149,7 @@ impl TcpState {
             acked: ti.tcpi_bytes_acked,
             min_rtt_ns: ti.tcpi_min_rtt as u64 * 1000,
             srtt_ns: ti.tcpi_rtt as u64 * 1000,
+            closed: false,
         })
     }
 }
@@ -1298,6 +1312,7 @@ mod tests {
             acked,
             min_rtt_ns,
             srtt_ns,
+            closed: false,
         }
     }
 

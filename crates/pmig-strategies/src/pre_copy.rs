@@ -553,7 +553,7 @@ pub(crate) fn send_round(
     m.count(24);
     m.rounds += 1;
     m.pages_sent += pages;
-    drain(m);
+    drain(m)?;
     Ok(sent)
 }
 
@@ -566,14 +566,22 @@ const DRAINED: u64 = 16 << 10;
 /// then includes its transfer, which the down-time budget compares, and the
 /// stop's image is not queued behind the round's tail, which may be
 /// megabytes of socket buffer: the process runs on while that drains.
-fn drain(m: &Source) {
+/// A connection reset meanwhile is an error: the round never arrived.
+fn drain(m: &Source) -> Result<()> {
     let t = Instant::now();
     while t.elapsed() < m.timeout {
         match crate::post_copy::TcpState::of(m.ch.stream()) {
+            Some(s) if s.closed => {
+                return Err(StrategyError::Other(format!(
+                    "the connection to {} was reset before the pages sent reached it",
+                    m.peer
+                )))
+            }
             Some(s) if s.in_network > DRAINED => std::thread::sleep(Duration::from_micros(200)),
-            _ => return,
+            _ => return Ok(()),
         }
     }
+    Ok(())
 }
 
 /// Source: waits for `Restored` and records it.

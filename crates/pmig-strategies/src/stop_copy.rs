@@ -374,6 +374,8 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
         return Ok(());
     }
     let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(4);
+    // Installed messages come back to be received into again.
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|sc| -> Result<()> {
         let installer = sc.spawn(move || -> Result<()> {
             for (addr, body, att) in rx {
@@ -382,6 +384,7 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
                 if lm.owed_pages() == 0 {
                     return Ok(());
                 }
+                let _ = done_tx.send(body);
             }
             // The receiver stopped first: it reports why.
             Ok(())
@@ -390,6 +393,9 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
             // The source sends exactly the owed pages, each once.
             let mut got = 0u64;
             while got < total {
+                while let Ok(b) = done_rx.try_recv() {
+                    d.ch.recycle(b);
+                }
                 let (msg, body, att) = d.ch.recv_with()?.into_parts();
                 match msg {
                     Msg::PageData { id, addr } if id == d.offer.id => {
