@@ -22,8 +22,8 @@
 //! its frozen copy when `PagesDone` arrives.
 
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::{compose_small, kept_pages, Keep};
-use crate::post_copy::{destination_lazy, read_image, serve_source, Owing};
+use crate::flushing::{compose_small_from, kept_pages, Keep};
+use crate::post_copy::{destination_lazy, serve_source, Owing};
 use crate::pre_copy::{
     await_restored, receive_rounds, stop_holder, write_ranges, Iterative, Policy, FINAL_DIR,
     TRACKED_FILE,
@@ -77,10 +77,14 @@ impl AssistedPostCopy {
         // The final image holds, in the tracked ranges, exactly the pages
         // written since round 0: those are owed, except what the restore
         // itself touches.
-        let hand = kept_pages(&read_image(&dir)?, Keep::Handover);
+        // Decoded once, for both the pages to keep and the small image.
+        let img = pmig_image::Image::open(&dir).map_err(|e| StrategyError::Other(e.to_string()))?;
+        let pi = ProcessImage::read(&img).map_err(|e| StrategyError::Other(e.to_string()))?;
+        let hand = kept_pages(&pi, Keep::Handover);
         let keep =
             RangeFilter::outside_or(tracked.clone(), hand.iter().map(|&p| (p, PAGE)).collect());
-        let (kept, owed) = compose_small(&dir, &m.staging, &keep)?;
+        let (kept, owed) =
+            compose_small_from(pi, img.manifest.clone(), &img.pages_path(), &m.staging, &keep)?;
         m.pages_sent += kept;
         let owed_pages: u64 = owed.iter().map(|(_, l)| l / PAGE).sum();
         self.owed = owed;

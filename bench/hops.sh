@@ -1,0 +1,69 @@
+#!/bin/bash
+# Moves any program around a fresh 3-node local cluster and checks its
+# output against an unmigrated run (BENCHMARKS.md, "Post-copy: private file
+# copies before the stop").
+# Usage: [PMIG=BINARY] [LINK=unlimited] [WARM=SECONDS] bench/hops.sh STRATEGY CMD [ARGS...]
+# The program starts on n1 with its output to a file, runs WARM seconds
+# (default 1), then moves n1 -> n2 -> n3 -> n1; each hop prints its down_ms,
+# the bytes per phase, and the program's output is compared with that of
+# the same command run unmigrated (before the cluster comes up). With
+# TIMELINE=DIR, the daemons' timing marks of each hop are written to
+# DIR/hop-NODE.txt (ms from the first mark).
+set -u
+cd "$(dirname "$0")/.."
+B=${PMIG:-target/release/pmig}
+[ -x "$B" ] || { echo "build first: make build" >&2; exit 2; }
+[ $# -ge 2 ] || { echo "usage: $0 STRATEGY CMD [ARGS...]" >&2; exit 2; }
+strategy=$1; shift
+tmp=$(mktemp -d "${STATE_ROOT:-/tmp}/pmig-hops.XXXXXX")
+prefix=hp$$
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    "$B" cluster down --prefix "$prefix" --state-dir "$tmp/state" >/dev/null 2>&1
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+printf '%q ' "$@" >"$tmp/cmd"
+# The reference: the same command, unmigrated.
+(cd "$tmp" && bash -c "$(cat "$tmp/cmd")" >"$tmp/ref" 2>/dev/null </dev/null)
+[ -n "${TIMELINE:-}" ] && { mkdir -p "$TIMELINE"; export PMIG_LOG=info,pmig_timing=debug; }
+"$B" cluster up --prefix "$prefix" --nodes 3 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
+    >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
+addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
+x() { "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" "$@"; }
+pid=$(x n1 -- bash -c "cd $tmp; $(cat "$tmp/cmd") >$tmp/out 2>$tmp/err </dev/null 251>&- & echo \$!" \
+    </dev/null 2>/dev/null)
+sleep "${WARM:-1}"
+from=n1
+status=0
+for to in n2 n3 n1; do
+    x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json \
+        >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { echo "$from -> $to: $(cat "$tmp/m.err")"; status=1; break; }
+    python3 - "$tmp/m.json" "$from" "$to" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+b = d["bytes_per_phase"]
+print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  bytes before/at/after the stop "
+      f"{b['preparation']}/{b['down']}/{b['post']}")
+PY
+    pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
+    if [ -n "${TIMELINE:-}" ]; then
+        grep -ah pmig_timing "$tmp"/state/*/daemon.log | grep -av "pmig restore: pmig\|INFO" \
+            | sed 's/.*pmig_timing: //' | sort -n \
+            | awk 'NR==1{t0=$1} {t=$1; $1=""; printf "%8.2f %s\n", (t-t0)/1e6, $0}' >"$TIMELINE/hop-$to.txt"
+        for f in "$tmp"/state/*/daemon.log; do : >"$f"; done
+    fi
+    from=$to
+    sleep 0.3
+done
+# Bounded: at most 10 minutes for the program to finish.
+for _ in $(seq 6000); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && { echo "the program is still running after 10 minutes"; exit 1; }
+pid=
+if cmp -s "$tmp/out" "$tmp/ref"; then
+    echo "output equals the unmigrated run's ($(wc -c <"$tmp/out") bytes)"
+else
+    echo "OUTPUT DIFFERS from the unmigrated run:"; diff "$tmp/ref" "$tmp/out" | head -5; status=1
+fi
+exit $status
