@@ -176,6 +176,14 @@ impl Frozen {
         self.threads.iter().map(|t| t.tid).collect()
     }
 
+    /// Runs injected calls at `addr`, which must hold a `syscall`
+    /// instruction in executable memory of the process (e.g. the restorer's
+    /// own code, known without reading the process's mappings). An injected
+    /// `munmap` over it makes the next call look for another.
+    pub fn use_gadget(&mut self, addr: u64) {
+        self.gadget = Some(addr);
+    }
+
     /// Find a `syscall` instruction in the process to run injected calls at.
     fn gadget(&mut self) -> Result<u64> {
         if let Some(g) = self.gadget {
@@ -224,7 +232,7 @@ impl Frozen {
 
     /// Run several system calls in a row in thread `idx`, then put it back.
     pub fn inject_many(&mut self, idx: usize, calls: &[(i64, &[u64])]) -> Result<Vec<i64>> {
-        let gadget = self.gadget()?;
+        let mut gadget = self.gadget()?;
         let tid = self.threads[idx].tid;
         let saved = sys::get_regs(tid)?;
         let mut out = Vec::with_capacity(calls.len());
@@ -269,6 +277,11 @@ impl Frozen {
                     }
                 }
                 out.push(sys::get_regs(tid)?.rax as i64);
+                // The instruction may be gone with the memory it was in.
+                if *nr == libc::SYS_munmap && gadget >= a(0) && gadget - a(0) < a(1) {
+                    self.gadget = None;
+                    gadget = self.gadget()?;
+                }
             }
             Ok(())
         })();

@@ -488,7 +488,7 @@ fn restore_image_held(
                 | ptrace::Options::PTRACE_O_TRACESYSGOOD,
         )
         .ctx(|| format!("trace the new process {pid}"))?;
-        unregister_inherited_rseq(pid)?;
+        unregister_inherited_rseq(pid, p.area.syscall_insn())?;
         // SAFETY: writing one byte from a local to our pipe.
         if unsafe { libc::write(p.go_w.as_raw_fd(), b"g".as_ptr() as *const _, 1) } != 1 {
             return Err(errno_err("start the new process"));
@@ -496,6 +496,11 @@ fn restore_image_held(
         let tids = wait_for_traps(pid, pi.threads.threads.len(), &p)?;
         mark("restore: restorer done");
         let mut frozen = Frozen::adopt(pid, &tids);
+        // Injected calls run in the restorer's code (still mapped) instead
+        // of one found by reading the process's mappings.
+        if let Some(g) = p.area.syscall_insn() {
+            frozen.use_gadget(g);
+        }
         {
             let mut fin = Finish {
                 pid,
@@ -602,7 +607,7 @@ fn kill_and_reap(pid: pid_t) {
 /// The new process inherited our rseq registration, whose area the restorer
 /// is about to unmap: the kernel would then kill it with SIGSEGV on its next
 /// return to user space. Unregister it from inside the (still waiting) child.
-fn unregister_inherited_rseq(pid: pid_t) -> Result<()> {
+fn unregister_inherited_rseq(pid: pid_t, gadget: Option<u64>) -> Result<()> {
     ptrace::interrupt(Pid::from_raw(pid)).ctx(|| format!("interrupt the new process {pid}"))?;
     loop {
         match waitpid(Pid::from_raw(pid), Some(WaitPidFlag::__WALL))
@@ -623,6 +628,9 @@ fn unregister_inherited_rseq(pid: pid_t) -> Result<()> {
     let cfg = sys::rseq_config(pid)?;
     if cfg.ptr != 0 {
         let mut f = Frozen::adopt(pid, &[pid]);
+        if let Some(g) = gadget {
+            f.use_gadget(g);
+        }
         let r = f.inject(
             0,
             libc::SYS_rseq,

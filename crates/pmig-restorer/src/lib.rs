@@ -183,6 +183,18 @@ pub struct Area {
     pub descriptions: Vec<String>,
 }
 
+impl Area {
+    /// The address of a `syscall` instruction in the area's code (mapped
+    /// read+exec at `base` once the area is in place), for a tracer's
+    /// injected calls.
+    pub fn syscall_insn(&self) -> Option<u64> {
+        let code = &self.bytes[..(self.code_len as usize).min(self.bytes.len())];
+        code.windows(2)
+            .position(|w| w == [0x0f, 0x05])
+            .map(|i| self.base + i as u64)
+    }
+}
+
 fn round_up(v: u64, to: u64) -> u64 {
     v.div_ceil(to) * to
 }

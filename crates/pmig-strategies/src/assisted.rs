@@ -83,8 +83,13 @@ impl AssistedPostCopy {
         let hand = kept_pages(&pi, Keep::Handover);
         let keep =
             RangeFilter::outside_or(tracked.clone(), hand.iter().map(|&p| (p, PAGE)).collect());
-        let (kept, owed) =
-            compose_small_from(pi, img.manifest.clone(), &img.pages_path(), &m.staging, &keep)?;
+        let (kept, owed) = compose_small_from(
+            pi,
+            img.manifest.clone(),
+            &img.pages_path(),
+            &m.staging,
+            &keep,
+        )?;
         m.pages_sent += kept;
         let owed_pages: u64 = owed.iter().map(|(_, l)| l / PAGE).sum();
         self.owed = owed;
