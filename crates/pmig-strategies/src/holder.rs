@@ -198,13 +198,15 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
     mark("hold: prechecked");
     let layout = Layout::read(pid)?;
     mark("hold: layout read");
-    // A post-copy handover copies about the private pages outside writable
-    // anonymous memory; the others a few MiB at most (pre-copy's last
-    // pages), or the whole memory, in a stream that reuses its buffers.
+    // A handover copies about the private pages outside writable anonymous
+    // memory, or, when the file copies went before, little more than the
+    // stacks; the others a few MiB at most (pre-copy's last pages), or the
+    // whole memory, in a stream that reuses its buffers.
     let expected = match mode {
-        CaptureMode::HandoverDeferred | CaptureMode::HandoverDeferredWritten(_) => {
+        CaptureMode::Handover | CaptureMode::HandoverDeferred => {
             layout.private_bytes(true) + (256 << 10)
         }
+        CaptureMode::HandoverDeferredWritten(_) => 512 << 10,
         _ => PREPARED_PAGES,
     }
     .min(PREPARED_PAGES);

@@ -428,8 +428,8 @@ struct FileCopies {
 }
 
 impl FileCopies {
-    /// Tracks the writable private file mappings of the process and sends
-    /// their private copies. None when there is nothing to send or the
+    /// Tracks the private file mappings of the process and sends their
+    /// private copies. None when there is nothing to send or the
     /// tracking cannot be set up (the stop then saves them, as before).
     fn send(m: &mut Source) -> Result<Option<FileCopies>> {
         let tracker = match DirtyTracker::attach_scoped(m.pid, Scope::PrivateFiles) {

@@ -1042,9 +1042,7 @@ impl Resource for Memory {
             },
             None => None,
         };
-        // Writable private anonymous memory: the caller's filter (a
-        // post-copy handover's pages), else the pages written since.
-        let anon_filter = cx.filter.or(since);
+        let caller_filter = cx.filter;
         let defer = cx.defer_population;
         let pages = &mut *cx.pages;
         let mut vmas = Vec::new();
@@ -1116,29 +1114,37 @@ impl Resource for Memory {
                         runs: Vec::new(),
                         present: Vec::new(),
                     };
-                    let present = if defer && vma.deferrable() {
+                    // Whether the scan made at the freeze covered this
+                    // mapping: only then does it say which pages were
+                    // written since.
+                    let (present, scanned) = if defer && vma.deferrable() {
                         // Not scanned at the stop: the source scans its
                         // frozen copy after the handover.
-                        vec![(m.start, m.end - m.start)]
+                        (vec![(m.start, m.end - m.start)], false)
                     } else {
                         match prescan.take(m.start, m.end, backing) {
-                            Some(r) => r,
-                            None => page_runs(&pagemap, m.start, m.end, backing)?,
+                            Some(r) => (r, true),
+                            None => (page_runs(&pagemap, m.start, m.end, backing)?, false),
                         }
                     };
-                    // The filter decides only for writable private anonymous
-                    // memory: file-backed copies and shared memory are always
-                    // saved, and so are read-only anonymous pages. Left to the
-                    // userfaultfd, a read-only area came back as zeros after a
-                    // post-copy (the mem scenario moved between nodes); the
-                    // cause is not understood yet (UFFDIO_COPY itself works on
-                    // a read-only area), so such pages go with the state.
-                    let runs = match (backing, anon_filter, since) {
-                        (Backing::Anon, Some(keep), _) if vma.prot & libc::PROT_WRITE != 0 => {
+                    let since = since.filter(|_| scanned);
+                    // Writable private anonymous memory: the caller's filter
+                    // (a post-copy handover's pages), else the pages written
+                    // since; a file's private copies: the pages written
+                    // since. Shared memory and read-only anonymous pages are
+                    // always saved: left to the userfaultfd, a read-only area
+                    // came back as zeros after a post-copy (the mem scenario
+                    // moved between nodes); the cause is not understood yet
+                    // (UFFDIO_COPY itself works on a read-only area), so such
+                    // pages go with the state.
+                    let runs = match (backing, caller_filter.or(since)) {
+                        (Backing::Anon, Some(keep)) if vma.prot & libc::PROT_WRITE != 0 => {
                             filter_runs(&present, keep)
                         }
-                        // A file's private copies the tracking covered.
-                        (Backing::PrivateFile, _, Some(keep)) => filter_runs(&present, keep),
+                        (Backing::PrivateFile, _) => match since {
+                            Some(keep) => filter_runs(&present, keep),
+                            None => present.clone(),
+                        },
                         _ => present.clone(),
                     };
                     vma.present = present;
