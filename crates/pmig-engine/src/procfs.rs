@@ -116,6 +116,16 @@ pub fn stat_fields(pid: pid_t) -> Result<Vec<String>> {
         .collect())
 }
 
+/// Whether `pid` is a kernel thread (PF_KTHREAD in the flags, field 9 of
+/// /proc/PID/stat): it has no user memory to move, now or ever.
+pub fn is_kernel_thread(pid: pid_t) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat_fields(pid)
+        .ok()
+        .and_then(|f| f.get(6)?.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
 /// Field number `n` (1-based, as in proc(5)) of /proc/PID/stat.
 pub fn stat_field(fields: &[String], n: usize) -> u64 {
     fields
@@ -160,5 +170,27 @@ mod tests {
         assert!(s
             .iter()
             .any(|m| m.path == "[stack]" && m.flags.iter().any(|f| f == "gd")));
+    }
+
+    #[test]
+    fn kernel_threads_are_told_apart() {
+        assert!(!is_kernel_thread(std::process::id() as pid_t));
+        // kthreadd, where this pid namespace shows it (not in every container).
+        let kthreadd = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<pid_t>().ok())
+            .find(|&p| {
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| c.trim() == "kthreadd")
+                    && std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.is_empty())
+            });
+        match kthreadd {
+            Some(p) => assert!(
+                is_kernel_thread(p),
+                "kthreadd (pid {p}) not seen as a kernel thread"
+            ),
+            None => eprintln!("no kthreadd in this pid namespace: only the negative case checked"),
+        }
     }
 }

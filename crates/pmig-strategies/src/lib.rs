@@ -664,6 +664,11 @@ pub fn migrate_with(
             "the daemon cannot migrate itself".into(),
         ));
     }
+    if pmig_engine::procfs::is_kernel_thread(pid) {
+        return Err(StrategyError::Other(format!(
+            "process {pid} is a kernel thread: only user processes move; nothing was touched"
+        )));
+    }
     // `auto` resolves to a concrete strategy once the link can be measured.
     let mut strategy = if req.strategy == StrategyKind::Auto {
         StrategyKind::StopCopy.implementation()?

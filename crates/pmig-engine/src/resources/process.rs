@@ -68,6 +68,11 @@ impl Resource for Process {
     type State = ProcessState;
 
     fn precheck(pid: pid_t) -> Result<()> {
+        if procfs::is_kernel_thread(pid) {
+            return Err(crate::error::EngineError::Other(format!(
+                "cannot migrate process {pid}: it is a kernel thread; only user processes move"
+            )));
+        }
         let st = procfs::status(pid)?;
         let get = |k: &str| st.get(k).map(String::as_str).unwrap_or("");
         if get("State").starts_with('Z') || get("State").starts_with('X') {
