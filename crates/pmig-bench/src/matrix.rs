@@ -400,6 +400,10 @@ pub struct Record {
     /// Background push after the handover (bytes_post ÷ post_ms) as a fraction
     /// of the raw TCP throughput; NaN when nothing moved after the handover.
     pub post_rate_frac_tcp: f64,
+    /// The same push as a fraction of the slower of the raw TCP throughput
+    /// and the first-touch bandwidth: "the same limit as stop-copy" of the
+    /// drain target (every pushed page lands in fresh memory).
+    pub post_rate_frac_limit: f64,
     pub pages_sent: f64,
     pub rounds: f64,
     pub remote_faults: f64,
@@ -991,6 +995,8 @@ impl Run<'_> {
         } else {
             f64::NAN
         };
+        r.post_rate_frac_limit = r.post_rate_frac_tcp * r.tcp_bytes_per_s
+            / r.tcp_bytes_per_s.min(r.first_touch_bytes_per_s);
         let would = r.remote_faults + r.prefetch_hits;
         r.prefetch_share = if would > 0.0 {
             r.prefetch_hits / would
@@ -1252,6 +1258,7 @@ impl Record {
             &mut self.tcp_bytes_per_s,
             &mut self.rate_frac_tcp,
             &mut self.post_rate_frac_tcp,
+            &mut self.post_rate_frac_limit,
             &mut self.first_touch_bytes_per_s,
             &mut self.stop_rate_frac_limit,
             &mut self.pages_sent,

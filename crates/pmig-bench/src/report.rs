@@ -31,6 +31,7 @@ pub struct Combo {
     pub bytes_per_rss: Summary,
     pub rate_frac_tcp: Summary,
     pub post_rate_frac_tcp: Summary,
+    pub post_rate_frac_limit: Summary,
     pub remote_faults: Summary,
     pub prefetched_pages: Summary,
     pub prefetch_hits: Summary,
@@ -122,6 +123,7 @@ pub fn summarize_all(res: &Results) -> Summaries {
             bytes_per_rss: col(&rs, |r| r.bytes_per_rss),
             rate_frac_tcp: col(&rs, |r| r.rate_frac_tcp),
             post_rate_frac_tcp: col(&rs, |r| r.post_rate_frac_tcp),
+            post_rate_frac_limit: col(&rs, |r| r.post_rate_frac_limit),
             remote_faults: col(&rs, |r| r.remote_faults),
             prefetched_pages: col(&rs, |r| r.prefetched_pages),
             prefetch_hits: col(&rs, |r| r.prefetch_hits),
@@ -261,27 +263,29 @@ fn targets(cs: &[Combo], noise: &Summary) -> Vec<Target> {
             met: Some(worst <= 2.0),
         });
     }
-    // 2. post-copy push drains at ≥ 0.8 of the link's limit (raw TCP here).
+    // 2. post-copy push drains at ≥ 0.8 of the stop-copy limit: the slower
+    // of raw TCP and the first-touch bandwidth, both measured in the run.
     let pc: Vec<&Combo> = cs
         .iter()
-        .filter(|c| c.strategy == "post-copy" && c.n_ok > 0 && c.post_rate_frac_tcp.n > 0)
+        .filter(|c| c.strategy == "post-copy" && c.n_ok > 0 && c.post_rate_frac_limit.n > 0)
         .collect();
     if let Some(big) = pc.iter().max_by_key(|c| c.kib) {
-        let v: Vec<f64> = pc.iter().map(|c| c.post_rate_frac_tcp.median).collect();
+        let v: Vec<f64> = pc.iter().map(|c| c.post_rate_frac_limit.median).collect();
         let s = summarize(&v);
         t.push(Target {
-            target: "post-copy: background push ≥ 0.8 of raw TCP throughput".into(),
+            target: "post-copy: background push ≥ 0.8 of min(raw TCP, first touch)".into(),
             measured: format!(
-                "largest ({}, {}): {}; over all {} combinations: median {} ({}–{})",
+                "largest ({}, {}): {} (of raw TCP alone: {}); over all {} combinations: median {} ({}–{})",
                 size_label(&big.workload, big.kib),
                 big.link,
+                fmt_sig(big.post_rate_frac_limit.median),
                 fmt_sig(big.post_rate_frac_tcp.median),
                 s.n,
                 fmt_sig(s.median),
                 fmt_sig(s.min),
                 fmt_sig(s.max)
             ),
-            met: Some(big.post_rate_frac_tcp.median >= 0.8),
+            met: Some(big.post_rate_frac_limit.median >= 0.8),
         });
     }
     // 3. The migrated program never stalls > 10 ms (pauses other than the freeze).
@@ -716,7 +720,7 @@ fn csv_s(s: &str) -> String {
 pub fn raw_csv(res: &Results) -> String {
     let mut o = String::from(
         "workload,kib,link,strategy,rep,ok,error,chosen,iterations,rss_kib,preparation_ms,down_ms,post_ms,total_ms,\
-         bytes_total,bytes_post,bytes_per_rss,tcp_bytes_per_s,rate_frac_tcp,post_rate_frac_tcp,first_touch_bytes_per_s,stop_rate_frac_limit,pages_sent,rounds,\
+         bytes_total,bytes_post,bytes_per_rss,tcp_bytes_per_s,rate_frac_tcp,post_rate_frac_tcp,post_rate_frac_limit,first_touch_bytes_per_s,stop_rate_frac_limit,pages_sent,rounds,\
          remote_faults,prefetched_pages,prefetch_hits,prefetch_share,elapsed_ms,baseline_ms,delay_ms,max_pause_ms,\
          stall_ms,self_check,wall_s\n",
     );
@@ -733,6 +737,7 @@ pub fn raw_csv(res: &Results) -> String {
             r.tcp_bytes_per_s,
             r.rate_frac_tcp,
             r.post_rate_frac_tcp,
+            r.post_rate_frac_limit,
             r.first_touch_bytes_per_s,
             r.stop_rate_frac_limit,
             r.pages_sent,
@@ -778,6 +783,7 @@ pub fn summary_csv(s: &Summaries) -> String {
         "bytes_per_rss",
         "rate_frac_tcp",
         "post_rate_frac_tcp",
+        "post_rate_frac_limit",
         "delay_ms",
         "remote_faults",
         "prefetch_share",
@@ -799,6 +805,7 @@ pub fn summary_csv(s: &Summaries) -> String {
             &c.bytes_per_rss,
             &c.rate_frac_tcp,
             &c.post_rate_frac_tcp,
+            &c.post_rate_frac_limit,
             &c.delay_ms,
             &c.remote_faults,
             &c.prefetch_share,
@@ -877,6 +884,7 @@ mod tests {
             bytes_per_rss: 1.0,
             rate_frac_tcp: 0.5,
             post_rate_frac_tcp: f64::NAN,
+            post_rate_frac_limit: f64::NAN,
             remote_faults: faults,
             prefetch_share: f64::NAN,
             baseline_ms: 1000.0,

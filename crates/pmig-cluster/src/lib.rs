@@ -569,6 +569,10 @@ impl Cluster {
         .stderr(log2)
         // Own process group: a Ctrl-C at the terminal does not reach it.
         .process_group(0);
+        // A daemon outlives the command that started it: whatever else that
+        // command holds (a script's lock, a job server's pipe) must not stay
+        // open for the cluster's lifetime.
+        only_stdio(&mut cmd);
         let child = cmd.spawn().map_err(|e| ClusterError::Spawn {
             cmd: format!("ip netns exec {} {} daemon …", n.netns, bin.display()),
             source: e,

@@ -571,6 +571,58 @@ fn destination_that_never_answers_times_out_and_source_resumes() {
 }
 
 #[test]
+fn a_process_that_exits_during_its_migration_is_named_as_exited() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("x");
+    // The destination takes the image and never answers: the process stays
+    // frozen on the source until it is killed there, mid-migration.
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        "hang-before-restore\n",
+    )
+    .unwrap();
+    let (mut child, _out, _reference) = python_job(&mut env, "exits");
+    let pid = child.id() as i32;
+    wait_cpu(pid, 100);
+    let migrate = env
+        .c()
+        .command("n1", pmig_bin())
+        .unwrap()
+        .args(["migrate", "--timeout", "5", "--pid"])
+        .arg(pid.to_string())
+        .arg("--to")
+        .arg(env.addr("n2"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    env.pids.push(migrate.id() as i32);
+    // Frozen: a ptrace stop ("t").
+    let t0 = Instant::now();
+    while !state(pid).contains("t (tracing stop)") {
+        assert!(alive(pid), "the process ended before it was frozen");
+        assert!(t0.elapsed() < LIMIT, "the process was never frozen");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: killing the test's own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = child.wait();
+    let o = migrate.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "the migration of a killed process succeeded"
+    );
+    assert!(
+        e.contains("the process exited during the migration") && !e.contains("not touched"),
+        "unclear error: {e}"
+    );
+}
+
+#[test]
 fn wrong_cluster_key_on_destination_is_refused_and_process_untouched() {
     if !root() {
         return;

@@ -126,6 +126,22 @@ pub fn is_kernel_thread(pid: pid_t) -> bool {
         .is_some_and(|flags| flags & PF_KTHREAD != 0)
 }
 
+/// True once `pid` has exited or is exiting: no such process, a zombie
+/// (state Z or X, field 3 of /proc/PID/stat), or PF_EXITING in its flags
+/// (field 9; set as the exit begins, before the state changes).
+pub fn has_exited(pid: pid_t) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    match stat_fields(pid) {
+        Ok(f) => {
+            f.first().is_some_and(|st| st == "Z" || st == "X")
+                || f.get(6)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|flags| flags & PF_EXITING != 0)
+        }
+        Err(_) => true,
+    }
+}
+
 /// Field number `n` (1-based, as in proc(5)) of /proc/PID/stat.
 pub fn stat_field(fields: &[String], n: usize) -> u64 {
     fields

@@ -337,8 +337,11 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     let mut pf = Preflight::new(opts.clone(), pi.files.max_fd());
     pf.thread_tids = pi.threads.threads.iter().map(|t| t.tid).collect();
     Process::preflight(&pi.process, &mut pf)?;
+    mark("restore: preflight process");
     Identity::preflight(&pi.identity, &mut pf)?;
+    mark("restore: preflight identity");
     Files::preflight(&pi.files, &mut pf)?;
+    mark("restore: preflight files");
     // After Files: decides which of the fds it prepared becomes the ctty.
     if let Some(s) = &pi.session {
         Session::preflight(s, &mut pf)?;
@@ -346,7 +349,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     Signals::preflight(&pi.signals, &mut pf)?;
     Timers::preflight(&pi.timers, &mut pf)?;
     Threads::preflight(&pi.threads, &mut pf)?;
+    mark("restore: preflight session..threads");
     Memory::preflight(&pi.memory, &mut pf)?;
+    mark("restore: preflight memory");
     let pages_fd = pf.open_keep(&pages.to_string_lossy(), libc::O_RDONLY)?;
     let (status_r, status_w) = pipe()?;
     let status_w = pf.keep(status_w)?;
@@ -413,7 +418,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         Check::None,
         "close the restorer's files",
     );
+    mark("restore: planned");
     let base = choose_base(pi, b.area_len())?;
+    mark("restore: base chosen");
     let area = b.finish(base, status_w);
     pf.helpers.sort();
     Ok(Prepared {
@@ -508,12 +515,19 @@ fn restore_image_held(
                 area: (p.area.base, p.area.len),
             };
             Memory::finish(&pi.memory, &mut fin)?;
+            mark("restore: finish memory");
             Threads::finish(&pi.threads, &mut fin)?;
+            mark("restore: finish threads");
             Identity::finish(&pi.identity, &mut fin)?;
+            mark("restore: finish identity");
             Files::finish(&pi.files, &mut fin)?;
+            mark("restore: finish files");
             Signals::finish(&pi.signals, &mut fin)?;
+            mark("restore: finish signals");
             Timers::finish(&pi.timers, &mut fin)?;
+            mark("restore: finish timers");
             Process::finish(&pi.process, &mut fin)?;
+            mark("restore: finish process");
             if let Some(s) = &pi.session {
                 Session::finish(s, &mut fin)?;
             }

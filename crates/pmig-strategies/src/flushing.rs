@@ -234,18 +234,6 @@ pub(crate) fn restore_and_fill(
     }
 }
 
-/// True once `pid` has exited (or is a zombie).
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next())
-            .is_some_and(|st| st == "Z" || st == "X"),
-        Err(_) => true,
-    }
-}
-
 /// Serves a lazily restored process from the page store `store` (opened as
 /// `pages`): faults are answered from it while a background fill installs
 /// every other owed page in address order, after `pause` (a test hook). When
@@ -284,7 +272,7 @@ pub(crate) fn serve_store(
                     Ok(())
                 });
                 if let Err(e) = r {
-                    if !gone(pid) {
+                    if !pmig_engine::procfs::has_exited(pid) {
                         *failed.lock().unwrap() = Some(format!("serve a fault: {e}"));
                     }
                     break;
@@ -293,7 +281,7 @@ pub(crate) fn serve_store(
         });
         if let Some(p) = pause {
             let until = std::time::Instant::now() + p;
-            while std::time::Instant::now() < until && !gone(pid) {
+            while std::time::Instant::now() < until && !pmig_engine::procfs::has_exited(pid) {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         }
@@ -314,14 +302,14 @@ pub(crate) fn serve_store(
                 }
                 let b = &mut buf[..n * PAGE as usize];
                 if let Err(e) = pages.read(start, b).and_then(|_| lm.install(start, b)) {
-                    if !gone(pid) {
+                    if !pmig_engine::procfs::has_exited(pid) {
                         *failed.lock().unwrap() = Some(format!("fill from the store: {e}"));
                     }
                     break;
                 }
                 i += n;
             }
-            if gone(pid) {
+            if pmig_engine::procfs::has_exited(pid) {
                 break;
             }
         }
@@ -333,7 +321,7 @@ pub(crate) fn serve_store(
     }
     let st = lm.stats();
     lm.finish();
-    if !gone(pid) {
+    if !pmig_engine::procfs::has_exited(pid) {
         if let Err(e) = pmig_engine::lazy::close_in_process(pid, ufd) {
             tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
         }

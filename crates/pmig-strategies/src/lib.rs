@@ -786,9 +786,13 @@ pub fn migrate_with(
             let resumed = match m.holder.take() {
                 Some(h) => match h.resume() {
                     Ok(()) => "the process was resumed on the source, as it was".to_string(),
+                    Err(_) if pmig_engine::procfs::has_exited(pid) => EXITED_MEANWHILE.into(),
                     Err(e2) => format!("resuming the process failed too: {e2}"),
                 },
                 None if m.committed => "the process had already moved; it may be lost".to_string(),
+                // A process that ends on its own while it is being prepared
+                // makes the preparation fail: say so rather than blame it.
+                None if pmig_engine::procfs::has_exited(pid) => EXITED_MEANWHILE.into(),
                 None => "the process was not touched".to_string(),
             };
             // Best effort: the connection may be the thing that failed (a cut link),
@@ -807,6 +811,11 @@ pub fn migrate_with(
         &m, req, &label, &to_name, t0, prep_end, resumed, end,
     ))
 }
+
+/// The end of a failed migration's message when the process exited by
+/// itself before its handover.
+const EXITED_MEANWHILE: &str =
+    "the process exited during the migration, before its handover; nothing of it moved";
 
 /// The outcome of a migration as of `end`.
 #[allow(clippy::too_many_arguments)]
