@@ -39,6 +39,10 @@ pub struct LazyStats {
     pub fault_wait_max_us: u64,
     pub fault_wait_total_us: u64,
     pub fault_wait_hist: [u64; 6],
+    /// Fills the kernel refused while a change of the address space waited
+    /// for its event to be read, each followed by a read of the events and
+    /// a retry ([`uffd::Fill::Busy`]).
+    pub busy_fills: u64,
 }
 
 /// The upper bounds of [`LazyStats::fault_wait_hist`]'s buckets but the last.
@@ -308,6 +312,9 @@ struct State {
     journal: Option<std::fs::File>,
     /// Destination ranges memory was moved to (mremap) while pages were owed.
     remapped: Vec<(u64, u64)>,
+    /// Faults read while a fill waited for a change of the address space
+    /// (see [`uffd::Fill`]): handled with the next events.
+    deferred: Vec<u64>,
 }
 
 /// The journal of a [`LazyMemory`]: what a restarted daemon needs to rebuild
@@ -480,8 +487,11 @@ impl LazyMemory {
         let mut st = self.state.lock().unwrap();
         let n = data.len() as u64 / PAGE;
         let mut installed = 0;
+        let mut busy = 0;
         let mut i = 0;
         while i < n {
+            // Looked up again after a wait: the events read meanwhile may
+            // have moved or released the page.
             let Some(dst) = st.owed.dst_of(src + i * PAGE) else {
                 i += 1;
                 continue;
@@ -491,40 +501,99 @@ impl LazyMemory {
             while j < n && st.owed.dst_of(src + j * PAGE) == Some(dst + (j - i) * PAGE) {
                 j += 1;
             }
-            uffd::copy(
+            let (bytes, fill) = uffd::copy(
                 &self.uffd,
                 dst,
                 &data[(i * PAGE) as usize..(j * PAGE) as usize],
             )?;
-            st.log(Journal::INSTALLED, src + i * PAGE, j - i, 0);
-            let now = std::time::Instant::now();
-            st.installed(src + i * PAGE, j - i);
-            for k in i..j {
-                let s = src + k * PAGE;
-                if let Some(faulted) = st.prefetched.remove(&s) {
-                    if !faulted {
-                        st.stats.prefetch_hits += 1;
-                    }
-                }
-                if let Some(t) = st.faulted_at.remove(&s) {
-                    let us = now.duration_since(t).as_micros() as u64;
-                    st.stats.fault_waited(us);
-                }
-                if let Some(t) = st.asked_at.remove(&s) {
-                    let l = now.duration_since(t).as_secs_f64();
-                    st.latency = Some(match st.latency {
-                        Some(old) => 0.8 * old + 0.2 * l,
-                        None => l,
-                    });
-                }
+            let k = i + bytes / PAGE;
+            if k > i {
+                self.installed_run(&mut st, src + i * PAGE, k - i);
+                installed += k - i;
             }
-            st.first_install.get_or_insert(now);
-            st.installed_bytes += (j - i) * PAGE;
-            installed += j - i;
-            i = j;
+            i = k;
+            if fill == uffd::Fill::Busy {
+                self.changing(&mut st, &mut busy)?;
+            }
         }
         st.stats.installed_pages += installed;
         Ok(installed)
+    }
+
+    /// Bookkeeping of `n` source pages from `src` just installed.
+    fn installed_run(&self, st: &mut State, src: u64, n: u64) {
+        st.log(Journal::INSTALLED, src, n, 0);
+        let now = std::time::Instant::now();
+        st.installed(src, n);
+        for s in (src..src + n * PAGE).step_by(PAGE as usize) {
+            if let Some(faulted) = st.prefetched.remove(&s) {
+                if !faulted {
+                    st.stats.prefetch_hits += 1;
+                }
+            }
+            if let Some(t) = st.faulted_at.remove(&s) {
+                let us = now.duration_since(t).as_micros() as u64;
+                st.stats.fault_waited(us);
+            }
+            if let Some(t) = st.asked_at.remove(&s) {
+                let l = now.duration_since(t).as_secs_f64();
+                st.latency = Some(match st.latency {
+                    Some(old) => 0.8 * old + 0.2 * l,
+                    None => l,
+                });
+            }
+        }
+        st.first_install.get_or_insert(now);
+        st.installed_bytes += n * PAGE;
+    }
+
+    /// A fill was refused because a change of the address space waits for
+    /// its event to be read (see [`uffd::Fill`]): read the pending events
+    /// here, whichever thread this is (their faults are kept for the fault
+    /// loop), and give the changing thread a moment to go on. Fails after
+    /// about two seconds of this.
+    fn changing(&self, st: &mut State, tries: &mut u32) -> Result<()> {
+        const MAX_TRIES: u32 = 20_000;
+        *tries += 1;
+        st.stats.busy_fills += 1;
+        if *tries > MAX_TRIES {
+            return Err(crate::error::EngineError::Other(
+                "the process's address space kept changing: pages could not be installed for 2 s"
+                    .into(),
+            ));
+        }
+        let mut evs = Vec::new();
+        uffd::read_events(&self.uffd, &mut evs)?;
+        let mut faults = Vec::new();
+        self.apply_events(st, evs, &mut faults)?;
+        st.deferred.extend(faults);
+        std::thread::sleep(std::time::Duration::from_micros(100));
+        Ok(())
+    }
+
+    /// Apply the changes of the address space in `evs` to the state; their
+    /// faults go to `faults`. Threads waiting on a fault in a released,
+    /// unmapped or moved range are woken: the answer they wait for would
+    /// now be dropped (the page is owed no more, or owed elsewhere), so each
+    /// faults again and is answered for what is there now.
+    fn apply_events(&self, st: &mut State, evs: Vec<Event>, faults: &mut Vec<u64>) -> Result<()> {
+        for e in evs {
+            match e {
+                Event::Fault { addr, .. } => faults.push(addr),
+                Event::Remove { start, end } | Event::Unmap { start, end } => {
+                    st.log(Journal::DROPPED, start, end, 0);
+                    st.dropped(start, end);
+                    uffd::wake(&self.uffd, start, end.saturating_sub(start))?;
+                }
+                Event::Remap { from, to, len } => {
+                    st.log(Journal::REMAPPED, from, len, to);
+                    st.remapped(from, to, len);
+                    uffd::wake(&self.uffd, from, len)?;
+                }
+                Event::Other(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// The source never had the pages of `ranges` (source addresses): they
@@ -538,8 +607,12 @@ impl LazyMemory {
         }
     }
 
-    /// Wait up to `ms` for events; returns true if some are ready.
+    /// Wait up to `ms` for events; returns true if some are ready (or
+    /// faults read meanwhile wait to be handled).
     pub fn wait(&self, ms: i32) -> bool {
+        if !self.state.lock().unwrap().deferred.is_empty() {
+            return true;
+        }
         let mut p = libc::pollfd {
             fd: self.uffd.as_raw_fd(),
             events: libc::POLLIN,
@@ -583,43 +656,44 @@ impl LazyMemory {
         let mut evs = Vec::new();
         uffd::read_events(&self.uffd, &mut evs)?;
         let mut st = self.state.lock().unwrap();
+        // The kernel hands out faults before other events: apply the
+        // changes of the address space first, so that a fault on memory
+        // just moved or released is answered for what is there now.
+        let mut faults = std::mem::take(&mut st.deferred);
+        self.apply_events(&mut st, evs, &mut faults)?;
         let mut h = Handled::default();
-        for e in evs {
-            match e {
-                Event::Fault { addr, .. } => {
-                    let page = addr & !(PAGE - 1);
-                    match st.owed.src_at(page) {
-                        Some(src) => {
-                            st.stats.remote_faults += 1;
-                            h.faults.push(src);
-                            let now = std::time::Instant::now();
-                            st.faulted_at.entry(src).or_insert(now);
-                            if let Some(f) = st.prefetched.get_mut(&src) {
-                                *f = true; // prefetched, but too late
-                            }
-                            if st.requested.insert(src) {
-                                st.asked_at.insert(src, now);
-                                h.ask.push(src);
-                            }
-                        }
-                        None => {
-                            // Never populated at the source (or released
-                            // since): what the process expects there is zeros.
-                            st.stats.zero_faults += 1;
-                            uffd::zeropage(&self.uffd, page, PAGE)?;
-                        }
+        let mut busy = 0;
+        let mut k = 0;
+        while k < faults.len() {
+            let page = faults[k] & !(PAGE - 1);
+            match st.owed.src_at(page) {
+                Some(src) => {
+                    st.stats.remote_faults += 1;
+                    h.faults.push(src);
+                    let now = std::time::Instant::now();
+                    st.faulted_at.entry(src).or_insert(now);
+                    if let Some(f) = st.prefetched.get_mut(&src) {
+                        *f = true; // prefetched, but too late
+                    }
+                    if st.requested.insert(src) {
+                        st.asked_at.insert(src, now);
+                        h.ask.push(src);
                     }
                 }
-                Event::Remove { start, end } | Event::Unmap { start, end } => {
-                    st.log(Journal::DROPPED, start, end, 0);
-                    st.dropped(start, end);
-                }
-                Event::Remap { from, to, len } => {
-                    st.log(Journal::REMAPPED, from, len, to);
-                    st.remapped(from, to, len);
-                }
-                Event::Other(_) => {}
+                // Never populated at the source (or released since): what
+                // the process expects there is zeros.
+                None => match uffd::zeropage(&self.uffd, page, PAGE)? {
+                    uffd::Fill::Done => st.stats.zero_faults += 1,
+                    uffd::Fill::Busy => {
+                        // Read what is changing, then look at this fault again.
+                        self.changing(&mut st, &mut busy)?;
+                        let more = std::mem::take(&mut st.deferred);
+                        faults.extend(more);
+                        continue;
+                    }
+                },
             }
+            k += 1;
         }
         Ok(h)
     }
@@ -690,6 +764,7 @@ pub fn close_in_process(pid: libc::pid_t, fd: i32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
 
     fn rec(tag: u8, a: u64, b: u64, c: u64) -> Vec<u8> {
         let mut r = vec![tag];
@@ -701,6 +776,85 @@ mod tests {
 
     fn any_fd() -> OwnedFd {
         std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    /// A userfaultfd of this process with the lazy restore's features,
+    /// `n` fresh pages registered for missing pages, and a second
+    /// descriptor of it to poll without reading.
+    fn registered_here(n: u64) -> Option<(OwnedFd, OwnedFd, u64)> {
+        // SAFETY: userfaultfd returns a new descriptor or -1.
+        let fd =
+            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        if fd < 0 {
+            return None; // not allowed here (not root): nothing to test
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let uffd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        uffd::api(&uffd, uffd::LAZY_FEATURES).unwrap();
+        let base = crate::resources::memory::anon_map((n * PAGE) as usize) as u64;
+        let mut r = [base, n * PAGE, uffd::UFFDIO_REGISTER_MODE_MISSING, 0u64];
+        // SAFETY: UFFDIO_REGISTER with the uapi struct laid out in `r`.
+        assert_eq!(
+            unsafe { libc::ioctl(uffd.as_raw_fd(), uffd::UFFDIO_REGISTER as _, r.as_mut_ptr()) },
+            0
+        );
+        let peek = uffd.try_clone().unwrap();
+        Some((uffd, peek, base))
+    }
+
+    fn resident(addr: u64) -> bool {
+        let mut v = 0u8;
+        // SAFETY: mincore of one page of our own mapping into one byte.
+        let r = unsafe { libc::mincore(addr as *mut _, PAGE as usize, &mut v) };
+        r == 0 && v & 1 == 1
+    }
+
+    #[test]
+    fn an_install_while_memory_is_released_waits_for_the_release_instead_of_skipping_the_page() {
+        let Some((uffd, peek, base)) = registered_here(16) else {
+            return;
+        };
+        let lm = LazyMemory::new(uffd, &[(base, 16 * PAGE)], vec![(base, 16 * PAGE)]);
+        // Another thread releases pages 8-11: its madvise waits until the
+        // REMOVE event is read, and until then the kernel refuses to fill
+        // any page of this userfaultfd (EAGAIN).
+        let releaser = std::thread::spawn(move || {
+            // SAFETY: releasing pages of the mapping made above.
+            unsafe {
+                libc::madvise(
+                    (base + 8 * PAGE) as *mut _,
+                    4 * PAGE as usize,
+                    libc::MADV_DONTNEED,
+                )
+            }
+        });
+        let mut p = libc::pollfd {
+            fd: peek.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling one descriptor we own, for at most 10 s.
+        assert_eq!(
+            unsafe { libc::poll(&mut p, 1, 10_000) },
+            1,
+            "no REMOVE event"
+        );
+        let data = vec![0x5au8; PAGE as usize];
+        assert_eq!(lm.install(base, &data).unwrap(), 1);
+        assert!(
+            resident(base),
+            "the page was counted as installed but is not there"
+        );
+        // SAFETY: the page is present (checked above).
+        assert_eq!(unsafe { *(base as *const u8) }, 0x5a);
+        assert_eq!(releaser.join().unwrap(), 0);
+        // The released pages are owed no more; the others still are.
+        assert_eq!(lm.owed_pages(), 16 - 1 - 4);
+        // Closed first: with the descriptor open, munmap would wait for its
+        // UNMAP event to be read.
+        drop((lm, peek));
+        // SAFETY: unmapping the test's mapping.
+        unsafe { libc::munmap(base as *mut _, (16 * PAGE) as usize) };
     }
 
     #[test]

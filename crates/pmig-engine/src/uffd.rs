@@ -33,12 +33,26 @@ pub const UFFD_EVENT_REMAP: u8 = 0x14;
 pub const UFFD_EVENT_REMOVE: u8 = 0x15;
 pub const UFFD_EVENT_UNMAP: u8 = 0x16;
 
+/// Whether a fill went through, or stopped because the address space is
+/// changing: while a `munmap`, `madvise(MADV_DONTNEED)` or `mremap` of a
+/// registered range waits for its event to be read, the kernel refuses to
+/// fill pages (`EAGAIN`). The caller reads the pending events and tries
+/// again; skipping the page would leave its faulting thread asleep, or a
+/// later fault there answered with zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    Done,
+    Busy,
+}
+
 /// Install `data` at `dst` (page aligned) and wake the threads waiting for
-/// it. Returns the bytes installed; pages already present are skipped.
-pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<u64> {
+/// it. Returns the bytes dealt with from the start (installed, or skipped
+/// because the page is present already or its range is gone) and whether
+/// it stopped there because the address space is changing ([`Fill::Busy`]).
+pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
     let mut done = 0u64;
     let len = data.len() as u64;
-    // Each round installs at least one page or skips one that exists.
+    // Each round installs at least one page, skips one that exists, or stops.
     for _ in 0..=(len / 4096) {
         if done >= len {
             break;
@@ -55,21 +69,24 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<u64> {
         let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_COPY as _, c.as_mut_ptr()) };
         let copied = c[4] as i64;
         if r == 0 {
-            return Ok(len);
+            return Ok((len, Fill::Done));
         }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             // Partial copy: go on after what was done.
             Some(libc::EAGAIN) if copied > 0 => done += copied as u64,
+            // Nothing done: a change of the address space waits for its
+            // event to be read.
+            Some(libc::EAGAIN) => return Ok((done, Fill::Busy)),
             // The page exists already (faulted in, or installed twice): skip it.
-            Some(libc::EEXIST) | Some(libc::EAGAIN) => {
+            Some(libc::EEXIST) => {
                 if copied > 0 {
                     done += copied as u64;
                 }
                 done += 4096;
             }
             // The range is gone (unmapped meanwhile): nothing to install.
-            Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 => return Ok(done),
+            Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 => return Ok((len, Fill::Done)),
             _ => {
                 return Err(crate::error::EngineError::Sys {
                     what: format!("install pages at {:#x}", dst + done),
@@ -78,25 +95,30 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<u64> {
             }
         }
     }
-    Ok(done)
+    Ok((done.min(len), Fill::Done))
 }
 
-/// Map the zero page at `dst` (a page the source never had) and wake.
-pub fn zeropage(uffd: &OwnedFd, dst: u64, len: u64) -> Result<()> {
+/// Map the zero page at `dst` (a page the source never had) and wake; see
+/// [`Fill`] for `Busy`.
+pub fn zeropage(uffd: &OwnedFd, dst: u64, len: u64) -> Result<Fill> {
     let mut z = [dst, len, 0u64, 0u64];
     // SAFETY: UFFDIO_ZEROPAGE reads the range and writes a count into z[3].
     let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_ZEROPAGE as _, z.as_mut_ptr()) };
     if r < 0 {
         let e = std::io::Error::last_os_error();
-        if !matches!(e.raw_os_error(), Some(libc::EEXIST) | Some(libc::ENOENT)) {
-            return Err(crate::error::EngineError::Sys {
-                what: format!("map a zero page at {dst:#x}"),
-                source: e,
-            });
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) => return Ok(Fill::Busy),
+            Some(libc::EEXIST) | Some(libc::ENOENT) => {}
+            _ => {
+                return Err(crate::error::EngineError::Sys {
+                    what: format!("map a zero page at {dst:#x}"),
+                    source: e,
+                })
+            }
         }
         wake(uffd, dst, len)?;
     }
-    Ok(())
+    Ok(Fill::Done)
 }
 
 pub fn wake(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
