@@ -242,11 +242,21 @@ fn child_main(
                 child_fail(status_fd, 1);
             }
         }
-        // Close every fd that is neither a target fd nor a helper.
-        for fd in 0..fd_base {
-            if !setup.installs.iter().any(|i| i.1 == fd) {
-                libc::close(fd);
+        // Close every fd that is neither a target fd nor a helper: below
+        // fd_base, each run of fds between targets with one close_range.
+        let installed = |fd: i32| setup.installs.iter().any(|i| i.1 == fd);
+        let mut fd = 0;
+        while fd < fd_base {
+            if installed(fd) {
+                fd += 1;
+                continue;
             }
+            let first = fd;
+            while fd + 1 < fd_base && !installed(fd + 1) {
+                fd += 1;
+            }
+            libc::syscall(libc::SYS_close_range, first as u32, fd as u32, 0);
+            fd += 1;
         }
         let mut next = fd_base as u32;
         for &k in keep {

@@ -1202,7 +1202,7 @@ impl Resource for Memory {
 
     fn preflight(s: &MemoryState, pf: &mut Preflight) -> Result<()> {
         // The vDSO must have the same layout here (same kernel build).
-        if let Some((_, len)) = s.vdso {
+        if let Some((start, len)) = s.vdso {
             let ours = procfs::maps(std::process::id() as pid_t)?;
             let lo = ours
                 .iter()
@@ -1214,8 +1214,17 @@ impl Resource for Memory {
                 .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
                 .map(|m| m.end)
                 .max();
+            // The same length, and the code at the same offset in it: then
+            // ARCH_MAP_VDSO puts the code where the image expects it (the
+            // process holds pointers into it), without a check afterwards.
+            let text = ours.iter().find(|m| m.path == "[vdso]").map(|m| m.start);
+            let same_text = match (s.vdso_text, text, lo) {
+                (Some(want), Some(t), Some(lo)) => Some(want - start) == t.checked_sub(lo),
+                (None, _, _) => true,
+                _ => false,
+            };
             match (lo, hi) {
-                (Some(lo), Some(hi)) if hi - lo == len => {}
+                (Some(lo), Some(hi)) if hi - lo == len && same_text => {}
                 _ => {
                     return Err(EngineError::Incompatible(
                         "the vDSO layout of this kernel differs from the image's".into(),
@@ -1467,15 +1476,8 @@ impl Resource for Memory {
         Ok(())
     }
 
-    fn finish(s: &MemoryState, cx: &mut Finish) -> Result<()> {
-        if let Some(text) = s.vdso_text {
-            let maps = procfs::maps(cx.pid)?;
-            if !maps.iter().any(|m| m.path == "[vdso]" && m.start == text) {
-                return Err(EngineError::Restore(format!(
-                    "the vDSO did not land at {text:#x}"
-                )));
-            }
-        }
+    fn finish(_s: &MemoryState, cx: &mut Finish) -> Result<()> {
+        // Where the vDSO landed was made sure of in `preflight`.
         let (a, l) = cx.area;
         let r = cx.frozen.inject(0, libc::SYS_munmap, &[a, l])?;
         if r < 0 {
@@ -1859,6 +1861,44 @@ mod layout_tests {
     fn layout(maps: Vec<MapLine>) -> Layout {
         let locked_kib = locked_kib_of(&maps);
         Layout { maps, locked_kib }
+    }
+
+    #[test]
+    fn a_vdso_whose_code_sits_elsewhere_in_it_is_refused_before_anything_is_made() {
+        let ours = procfs::maps(std::process::id() as pid_t).unwrap();
+        let lo = ours
+            .iter()
+            .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
+            .map(|m| m.start)
+            .min()
+            .unwrap();
+        let hi = ours
+            .iter()
+            .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
+            .map(|m| m.end)
+            .max()
+            .unwrap();
+        let text = ours.iter().find(|m| m.path == "[vdso]").unwrap().start;
+        // The image's vDSO at another address, with our layout: accepted
+        // as far as the vDSO goes (the missing exe fails afterwards).
+        let state = |text_off: u64| MemoryState {
+            vmas: Vec::new(),
+            mm: MmFields {
+                exe: FileId {
+                    path: "/nonexistent/pmig-test-exe".into(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            vdso: Some((0x7000_0000_0000, hi - lo)),
+            vdso_text: Some(0x7000_0000_0000 + text_off),
+        };
+        let mut pf = Preflight::new(Default::default(), 2);
+        let same = Memory::preflight(&state(text - lo), &mut pf).unwrap_err();
+        assert!(!same.to_string().contains("vDSO"), "{same}");
+        // The same total length, but the code one page further in.
+        let moved = Memory::preflight(&state(text - lo + 4096), &mut pf).unwrap_err();
+        assert!(moved.to_string().contains("vDSO layout"), "{moved}");
     }
 
     #[test]
