@@ -809,6 +809,81 @@ mod tests {
         r == 0 && v & 1 == 1
     }
 
+    fn wchan_of(tid: i32) -> String {
+        std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan")).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_fault_read_with_a_release_is_answered_once_the_release_is_through() {
+        let Some((uffd, _peek, base)) = registered_here(16) else {
+            return;
+        };
+        // Pages 0-7 owed; 8-15 were never populated at the source.
+        let lm = LazyMemory::new(uffd, &[(base, 8 * PAGE)], vec![(base, 16 * PAGE)]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        // One thread releases pages 12-13 (held until its event is read) ...
+        let tx2 = tx.clone();
+        let releaser = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments.
+            tx2.send(("release", unsafe { libc::gettid() } as u64))
+                .unwrap();
+            // SAFETY: releasing pages of the mapping made above.
+            unsafe {
+                libc::madvise(
+                    (base + 12 * PAGE) as *mut _,
+                    2 * PAGE as usize,
+                    libc::MADV_DONTNEED,
+                )
+            }
+        });
+        let (_, rtid) = rx.recv().unwrap();
+        let t0 = std::time::Instant::now();
+        while !wchan_of(rtid as i32).contains("userfault") {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "the release never waited for its event"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // ... and another faults on page 10, which is owed no more.
+        let faulter = std::thread::spawn(move || {
+            // SAFETY: gettid has no arguments.
+            tx.send(("fault", unsafe { libc::gettid() } as u64))
+                .unwrap();
+            // SAFETY: reading a page of the mapping made above (served below).
+            let v = unsafe { std::ptr::read_volatile((base + 10 * PAGE) as *const u8) };
+            tx.send(("read", v as u64)).unwrap();
+        });
+        let (_, ftid) = rx.recv().unwrap();
+        while !wchan_of(ftid as i32).contains("handle_userfault") {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "the fault never reached the userfaultfd"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Both events are read together; the zero page for the fault is
+        // refused until the release has gone through.
+        let h = lm.handle_events().unwrap();
+        assert!(
+            h.ask.is_empty(),
+            "asked for a page that is not owed: {:?}",
+            h.ask
+        );
+        let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(
+            got.ok(),
+            Some(("read", 0)),
+            "the faulting thread was not answered"
+        );
+        faulter.join().unwrap();
+        assert_eq!(releaser.join().unwrap(), 0);
+        assert_eq!(lm.owed_pages(), 8);
+        drop((lm, _peek));
+        // SAFETY: unmapping the test's mapping.
+        unsafe { libc::munmap(base as *mut _, (16 * PAGE) as usize) };
+    }
+
     #[test]
     fn an_install_while_memory_is_released_waits_for_the_release_instead_of_skipping_the_page() {
         let Some((uffd, peek, base)) = registered_here(16) else {
