@@ -653,9 +653,11 @@ impl LazyMemory {
     /// once; the faulting thread waits until it is installed) and which
     /// faults happened.
     pub fn handle_events(&self) -> Result<Handled> {
+        // Events are read and applied under the lock, here and in
+        // `changing`: the state must see the changes in their order.
+        let mut st = self.state.lock().unwrap();
         let mut evs = Vec::new();
         uffd::read_events(&self.uffd, &mut evs)?;
-        let mut st = self.state.lock().unwrap();
         // The kernel hands out faults before other events: apply the
         // changes of the address space first, so that a fault on memory
         // just moved or released is answered for what is there now.
