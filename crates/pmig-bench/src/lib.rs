@@ -39,7 +39,8 @@ pub fn workload(name: &str) -> Result<std::path::PathBuf> {
     for c in candidates {
         let p = c.join(name);
         if p.exists() {
-            return Ok(p);
+            // Absolute: the workload runs inside a node, from another directory.
+            return Ok(std::path::absolute(&p).unwrap_or(p));
         }
     }
     Err(BenchError::Failed(format!(
