@@ -684,16 +684,36 @@ impl LazyMemory {
                 }
                 // Never populated at the source (or released since): what
                 // the process expects there is zeros.
-                None => match uffd::zeropage(&self.uffd, page, PAGE)? {
-                    uffd::Fill::Done => st.stats.zero_faults += 1,
-                    uffd::Fill::Busy => {
+                None => {
+                    // Ok(false): refused while the address space changes.
+                    // An error's `usize` is where the faults still to
+                    // handle start: this one again after the refusals
+                    // lasted too long, the next one after a plain failure.
+                    let r = match uffd::zeropage(&self.uffd, page, PAGE) {
+                        Ok(uffd::Fill::Done) => Ok(true),
                         // Read what is changing, then look at this fault again.
-                        self.changing(&mut st, &mut busy)?;
-                        let more = std::mem::take(&mut st.deferred);
-                        faults.extend(more);
-                        continue;
+                        Ok(uffd::Fill::Busy) => self
+                            .changing(&mut st, &mut busy)
+                            .map(|_| false)
+                            .map_err(|e| (e, k)),
+                        Err(e) => Err((e, k + 1)),
+                    };
+                    match r {
+                        Ok(true) => st.stats.zero_faults += 1,
+                        Ok(false) => {
+                            let more = std::mem::take(&mut st.deferred);
+                            faults.extend(more);
+                            continue;
+                        }
+                        Err((e, from)) => {
+                            // Not lost: the other faults come again with
+                            // the next events.
+                            let rest = faults.split_off(from.min(faults.len()));
+                            st.deferred.extend(rest);
+                            return Err(e);
+                        }
                     }
-                },
+                }
             }
             k += 1;
         }
