@@ -1158,16 +1158,25 @@ fn dirtier_and_python_move_around_three_nodes_with_ampom() {
 }
 
 /// demand-paging reports at the handover: nothing has moved after the
-/// resume yet, and the source serves until the process exits.
+/// resume yet, and the source serves until the process exits. Before the
+/// stop at most one round went, with the private copies of file mappings
+/// only: never the process's memory.
 fn demand_paging_report(rep: &serde_json::Value) {
     let b = &rep["bytes_per_phase"];
-    let down = b["down"].as_u64().unwrap();
+    let (prep, down) = (
+        b["preparation"].as_u64().unwrap(),
+        b["down"].as_u64().unwrap(),
+    );
     assert!(
         down < 4 << 20,
         "the stop sent {down} bytes: more than the state: {rep}"
     );
     assert!(rep["remote_faults"].is_u64(), "{rep}");
-    assert_eq!(rep["rounds"], 0, "{rep}");
+    assert!(rep["rounds"].as_u64().unwrap() <= 1, "{rep}");
+    assert!(
+        prep < 8 << 20,
+        "{prep} bytes before the stop: more than the file copies: {rep}"
+    );
     let r = &rep["residual"];
     assert_eq!(r["node"], rep["source"], "{rep}");
     assert!(

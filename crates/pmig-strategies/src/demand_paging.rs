@@ -3,13 +3,17 @@
 //! is pushed in the background: a page moves only when the process faults on
 //! it. The source serves pages until the migrated process exits.
 //!
-//! Source: the handover is post-copy's (a small image: state plus the pages
-//! the restore touches). The report goes to the user at the handover
-//! ([`Strategy::reports_at_handover`]); the residual work goes on in the
-//! daemon. Right after `Restored` the owed pages are copied aside from the
-//! frozen original (into the daemon's memory, [`Stash`]) and the original is
-//! killed, so no second copy of the process lingers; the stash then answers
-//! every `PageRequest` until `PagesDone`.
+//! Source: the preparation and the handover are post-copy's: the private
+//! copies of file mappings go while the process runs, and the stop takes a
+//! small image (state, the pages the restore touches, the file copies
+//! written since), leaving private anonymous memory unscanned. The report
+//! goes to the user at the handover ([`Strategy::reports_at_handover`]); the
+//! residual work goes on in the daemon. Right after `Restored` the frozen
+//! original is scanned, the pages it has are copied aside (into the daemon's
+//! memory, [`Stash`]) and the original is killed, so no second copy of the
+//! process lingers; the destination is told which claimed pages the source
+//! never had (`NotOwed`), and the stash answers every `PageRequest` until
+//! `PagesDone`.
 //!
 //! Destination: post-copy's lazy restore and fault loop without a push; the
 //! loop also watches the process ([`Watch`], a pidfd): when it exits with
@@ -26,8 +30,10 @@
 //! disappears, the process is lost at its next remote fault.
 
 use crate::error::{Result, StrategyError};
-use crate::holder::CaptureMode;
-use crate::post_copy::{destination_lazy, handover_lazy, owed_of, read_image, serve_source, Owing};
+use crate::post_copy::{
+    destination_lazy, handover_lazy, owed_of, read_image, receive_with_copies, serve_source,
+    FileCopies, Owing, HANDOVER,
+};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::lazy::LazyMemory;
 use pmig_proto::Msg;
@@ -42,28 +48,58 @@ const PAGE: u64 = 4096;
 /// `demand-paging`.
 #[derive(Default)]
 pub struct DemandPaging {
+    /// The private copies of file mappings sent while the process ran.
+    copies: Option<FileCopies>,
     /// From the handover to the end of the residual work.
-    stash: Option<(Stash, Vec<(u64, u64)>)>,
+    stash: Option<Stashed>,
 }
+
+/// The stash, the pages the image claimed as owed, and those the source
+/// had.
+type Stashed = (Stash, Vec<(u64, u64)>, Vec<(u64, u64)>);
 
 impl Strategy for DemandPaging {
     fn kind(&self) -> StrategyKind {
         StrategyKind::DemandPaging
     }
 
-    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
+    fn prepare(&mut self, m: &mut Source) -> Result<()> {
+        // As post-copy: dropped on failure (the kernel removes the write
+        // protection).
+        self.copies = None;
+        self.copies = FileCopies::send(m).map_err(|e| StrategyError::During {
+            what: "sending the private copies of file mappings (write tracking removed)".into(),
+            source: Box::new(e),
+        })?;
         Ok(())
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        handover_lazy(m, &CaptureMode::Handover)?;
+        let mode = match &self.copies {
+            Some(c) => c.mode(m),
+            None => Ok(HANDOVER),
+        };
+        let r = mode.and_then(|mode| handover_lazy(m, &mode));
+        self.copies = None;
+        r?;
         // The destination runs the process: from here on a failure loses it.
-        let owed = match read_image(&m.staging) {
+        // The stop left private anonymous memory unscanned (all of it is
+        // claimed): the frozen original says which pages it has.
+        let claimed = match read_image(&m.staging) {
             Ok(pi) => owed_of(&pi).0,
             Err(e) => return Err(lost(m, e)),
         };
-        match Stash::take(m, &owed) {
-            Ok(s) => self.stash = Some((s, owed)),
+        let found = match pmig_engine::resources::memory::populated_anon(m.pid, &claimed) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(lost(
+                    m,
+                    StrategyError::Other(format!("scan the frozen process: {e}")),
+                ))
+            }
+        };
+        match Stash::take(m, &found) {
+            Ok(s) => self.stash = Some((s, claimed, found)),
             Err(e) => return Err(lost(m, e)),
         }
         m.residual = Residual {
@@ -75,10 +111,14 @@ impl Strategy for DemandPaging {
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
-        let (stash, owed) = self.stash.take().ok_or_else(|| {
+        let (stash, claimed, found) = self.stash.take().ok_or_else(|| {
             StrategyError::Other("internal error: no stash after the handover".into())
         })?;
-        serve_source(m, Owing::Known(owed), Some(stash))?;
+        let owing = Owing::Deferred {
+            claimed,
+            found: Some(found),
+        };
+        serve_source(m, owing, Some(stash))?;
         m.residual.until = format!(
             "source, until the process exits (or moves on: every page is fetched first); ended {:.1} ms after the resume",
             (crate::clock::mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
@@ -87,7 +127,8 @@ impl Strategy for DemandPaging {
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        destination_lazy(d, false, true, false)
+        receive_with_copies(d)?;
+        destination_lazy(d, false, true, true)
     }
 
     fn reports_at_handover(&self) -> bool {

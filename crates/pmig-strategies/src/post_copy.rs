@@ -421,7 +421,7 @@ impl PostCopy {
 /// stop waits for them. Instead they are sent while the process runs, as a
 /// round of `PageData` (protocol 5), with their mappings write-tracked
 /// ([`Scope::PrivateFiles`]); the stop then carries only those written since.
-struct FileCopies {
+pub(crate) struct FileCopies {
     tracker: DirtyTracker,
     /// Pages the round could not read: the stop saves them whole.
     missed: Vec<(u64, u64)>,
@@ -431,7 +431,7 @@ impl FileCopies {
     /// Tracks the private file mappings of the process and sends their
     /// private copies. None when there is nothing to send or the
     /// tracking cannot be set up (the stop then saves them, as before).
-    fn send(m: &mut Source) -> Result<Option<FileCopies>> {
+    pub(crate) fn send(m: &mut Source) -> Result<Option<FileCopies>> {
         let tracker = match DirtyTracker::attach_scoped(m.pid, Scope::PrivateFiles) {
             Ok(t) => t,
             Err(e) => {
@@ -458,7 +458,7 @@ impl FileCopies {
 
     /// The holder's mode: the tracked ranges whose pages were sent go to a
     /// file in the staging directory.
-    fn mode(&self, m: &Source) -> Result<CaptureMode> {
+    pub(crate) fn mode(&self, m: &Source) -> Result<CaptureMode> {
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
         let list = m.staging.join(TRACKED_FILE);
@@ -514,7 +514,7 @@ impl Strategy for PostCopy {
 /// the source may have sent while the process ran ([`FileCopies`]): then the
 /// image of the stop goes aside and the image to restore is composed from
 /// both.
-fn receive_with_copies(d: &mut Destination) -> Result<()> {
+pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
     let staging = d.staging.clone();
     prespawn_restore(d, &staging, true);
     let first = d.ch.recv_with()?;
@@ -576,7 +576,7 @@ impl CpuShare {
 
 /// How post-copy and ampom capture at the stop: the handover pages only, and
 /// writable private anonymous memory left unscanned ([`Owing::Deferred`]).
-const HANDOVER: CaptureMode = CaptureMode::HandoverDeferred;
+pub(crate) const HANDOVER: CaptureMode = CaptureMode::HandoverDeferred;
 
 /// Source: freeze, capture the state with the handover pages only (`mode`:
 /// [`CaptureMode::Handover`] or [`CaptureMode::HandoverDeferred`]), send
