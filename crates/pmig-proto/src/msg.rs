@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 5: a post-copy or ampom source
+/// The protocol version this build speaks. 6: a demand-paging source sends
+/// post-copy's round of file copies before the stop and `NotOwed` after it
+/// (§6.3c), which a version-5 destination refuses. 5: a post-copy or ampom source
 /// may send the private copies of file mappings as a round of `PageData`
 /// before the image of the stop (§6.5), which a version-4 destination
 /// refuses. 4: a post-copy or ampom image
@@ -24,9 +26,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 5;
+pub const PROTO_VERSION: u16 = 6;
 /// The oldest protocol version this build can still speak.
-pub const MIN_PROTO_VERSION: u16 = 5;
+pub const MIN_PROTO_VERSION: u16 = 6;
 
 /// Largest frame body (and so largest encoded message plus attachment), in bytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
