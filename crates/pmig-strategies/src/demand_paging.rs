@@ -31,8 +31,7 @@
 
 use crate::error::{Result, StrategyError};
 use crate::post_copy::{
-    destination_lazy, handover_lazy, owed_of, read_image, receive_with_copies, serve_source,
-    FileCopies, Owing, HANDOVER,
+    destination_lazy, owed_of, read_image, receive_with_copies, serve_source, FileCopies, Owing,
 };
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::lazy::LazyMemory;
@@ -64,24 +63,13 @@ impl Strategy for DemandPaging {
     }
 
     fn prepare(&mut self, m: &mut Source) -> Result<()> {
-        // As post-copy: dropped on failure (the kernel removes the write
-        // protection).
         self.copies = None;
-        self.copies = FileCopies::send(m).map_err(|e| StrategyError::During {
-            what: "sending the private copies of file mappings (write tracking removed)".into(),
-            source: Box::new(e),
-        })?;
+        self.copies = FileCopies::prepare(m)?;
         Ok(())
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        let mode = match &self.copies {
-            Some(c) => c.mode(m),
-            None => Ok(HANDOVER),
-        };
-        let r = mode.and_then(|mode| handover_lazy(m, &mode));
-        self.copies = None;
-        r?;
+        FileCopies::handover(self.copies.take(), m)?;
         // The destination runs the process: from here on a failure loses it.
         // The stop left private anonymous memory unscanned (all of it is
         // claimed): the frozen original says which pages it has.

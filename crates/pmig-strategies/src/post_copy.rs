@@ -431,7 +431,7 @@ impl FileCopies {
     /// Tracks the private file mappings of the process and sends their
     /// private copies. None when there is nothing to send or the
     /// tracking cannot be set up (the stop then saves them, as before).
-    pub(crate) fn send(m: &mut Source) -> Result<Option<FileCopies>> {
+    fn send(m: &mut Source) -> Result<Option<FileCopies>> {
         let tracker = match DirtyTracker::attach_scoped(m.pid, Scope::PrivateFiles) {
             Ok(t) => t,
             Err(e) => {
@@ -456,9 +456,33 @@ impl FileCopies {
         Ok(Some(FileCopies { tracker, missed }))
     }
 
+    /// The preparation of post-copy, ampom and demand-paging: [`Self::send`],
+    /// with its error told as such. On failure nothing is kept: dropping
+    /// the tracker removes the write protection.
+    pub(crate) fn prepare(m: &mut Source) -> Result<Option<FileCopies>> {
+        FileCopies::send(m).map_err(|e| StrategyError::During {
+            what: "sending the private copies of file mappings (write tracking removed)".into(),
+            source: Box::new(e),
+        })
+    }
+
+    /// Their handover: the stop saves, of the tracked mappings, the pages
+    /// written since the copies went (or everything, without copies);
+    /// captured or failed (and the process resumes), the tracking has then
+    /// served its purpose.
+    pub(crate) fn handover(copies: Option<FileCopies>, m: &mut Source) -> Result<()> {
+        let mode = match &copies {
+            Some(c) => c.mode(m),
+            None => Ok(HANDOVER),
+        };
+        let r = mode.and_then(|mode| handover_lazy(m, &mode));
+        drop(copies);
+        r
+    }
+
     /// The holder's mode: the tracked ranges whose pages were sent go to a
     /// file in the staging directory.
-    pub(crate) fn mode(&self, m: &Source) -> Result<CaptureMode> {
+    fn mode(&self, m: &Source) -> Result<CaptureMode> {
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
         let list = m.staging.join(TRACKED_FILE);
@@ -477,25 +501,13 @@ impl Strategy for PostCopy {
     }
 
     fn prepare(&mut self, m: &mut Source) -> Result<()> {
-        // Dropped on failure: the kernel removes the write protection.
         self.copies = None;
-        self.copies = FileCopies::send(m).map_err(|e| StrategyError::During {
-            what: "sending the private copies of file mappings (write tracking removed)".into(),
-            source: Box::new(e),
-        })?;
+        self.copies = FileCopies::prepare(m)?;
         Ok(())
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        let mode = match &self.copies {
-            Some(c) => c.mode(m),
-            None => Ok(HANDOVER),
-        };
-        let r = mode.and_then(|mode| handover_lazy(m, &mode));
-        // Captured (or failed, and the process resumes): the tracking has
-        // served its purpose.
-        self.copies = None;
-        r
+        FileCopies::handover(self.copies.take(), m)
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
@@ -576,7 +588,7 @@ impl CpuShare {
 
 /// How post-copy and ampom capture at the stop: the handover pages only, and
 /// writable private anonymous memory left unscanned ([`Owing::Deferred`]).
-pub(crate) const HANDOVER: CaptureMode = CaptureMode::HandoverDeferred;
+const HANDOVER: CaptureMode = CaptureMode::HandoverDeferred;
 
 /// Source: freeze, capture the state with the handover pages only (`mode`:
 /// [`CaptureMode::Handover`] or [`CaptureMode::HandoverDeferred`]), send

@@ -1866,18 +1866,12 @@ mod layout_tests {
     #[test]
     fn a_vdso_whose_code_sits_elsewhere_in_it_is_refused_before_anything_is_made() {
         let ours = procfs::maps(std::process::id() as pid_t).unwrap();
-        let lo = ours
-            .iter()
-            .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
-            .map(|m| m.start)
-            .min()
-            .unwrap();
-        let hi = ours
-            .iter()
-            .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
-            .map(|m| m.end)
-            .max()
-            .unwrap();
+        let special = || {
+            ours.iter()
+                .filter(|m| m.path.starts_with("[vvar") || m.path == "[vdso]")
+        };
+        let lo = special().map(|m| m.start).min().unwrap();
+        let hi = special().map(|m| m.end).max().unwrap();
         let text = ours.iter().find(|m| m.path == "[vdso]").unwrap().start;
         // The image's vDSO at another address, with our layout: accepted
         // as far as the vDSO goes (the missing exe fails afterwards).
