@@ -7,11 +7,10 @@
 //! BENCHMARKS.md).
 
 use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, pmig_bin, root};
-use std::io::Read;
+use pmig_tests::{only_stdio, pmig_bin, root, Collected};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -107,14 +106,14 @@ impl Env {
     }
 
     /// `pmig run --on NODE -- ARGV` from n1, stdout collected.
-    fn run_on(&mut self, node: &str, argv: &[String]) -> (Child, Output) {
+    fn run_on(&mut self, node: &str, argv: &[String]) -> (Child, Collected) {
         let mut args = vec!["run", "--on", node, "--"];
         args.extend(argv.iter().map(|s| s.as_str()));
         let mut cmd = self.pmig("n1", &args);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped());
         let mut c = cmd.spawn().expect("spawn pmig run");
         self.pids.push(c.id() as i32);
-        let out = Output::collect(c.stdout.take().unwrap());
+        let out = pmig_tests::collect(c.stdout.take().unwrap());
         (c, out)
     }
 
@@ -151,39 +150,15 @@ impl Drop for Env {
     }
 }
 
-/// Bytes read from a pipe by a background thread.
-#[derive(Clone, Default)]
-struct Output(Arc<Mutex<Vec<u8>>>);
+/// Waits (bounded) until `out` shows `s`.
+fn wait_for(out: &Collected, s: &str) {
+    let text = out.text_containing(s, WAIT);
+    assert!(text.contains(s), "no {s:?} in the output: {text:?}");
+}
 
-impl Output {
-    fn collect(mut r: impl Read + Send + 'static) -> Output {
-        let o = Output::default();
-        let o2 = o.clone();
-        std::thread::spawn(move || {
-            let mut b = [0u8; 4096];
-            loop {
-                match r.read(&mut b) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => o2.0.lock().unwrap().extend_from_slice(&b[..n]),
-                }
-            }
-        });
-        o
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-    fn wait_for(&self, s: &str) {
-        let end = Instant::now() + WAIT;
-        while !self.text().contains(s) {
-            assert!(
-                Instant::now() < end,
-                "no {s:?} in the output: {:?}",
-                self.text()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// A job's whole output once it has exited: the reader may still be behind.
+fn final_text(out: &Collected) -> String {
+    out.text_at_eof(Duration::from_secs(10))
 }
 
 fn alive(pid: i32) -> bool {
@@ -250,10 +225,10 @@ fn owner_activity_sends_foreign_jobs_home_and_they_finish_correctly() {
         .spawn()
         .unwrap();
     env.pids.push(reference.id() as i32);
-    let ref_out = Output::collect(reference.stdout.take().unwrap());
+    let ref_out = pmig_tests::collect(reference.stdout.take().unwrap());
 
     let (mut c, out) = env.run_on("n2", &argv);
-    out.wait_for("READY");
+    wait_for(&out, "READY");
     let job = env.new_job(&argv, &[]);
     let id = job["id"].as_str().unwrap().to_string();
     assert_eq!(job["node"], "n2");
@@ -301,10 +276,11 @@ fn owner_activity_sends_foreign_jobs_home_and_they_finish_correctly() {
 
     // It finishes with the reference's result and status 0, at its home.
     let st = wait_exit(&mut c, "the evicted job", &env);
-    assert_eq!(st.code(), Some(0), "{st:?}: {}", out.text());
+    let text = final_text(&out);
+    assert_eq!(st.code(), Some(0), "{st:?}: {text}");
     assert!(reference.wait().unwrap().success());
-    assert_eq!(done_line(&out.text()), done_line(&ref_out.text()));
-    assert!(out.text().contains("verify=ok"));
+    assert_eq!(done_line(&text), done_line(&final_text(&ref_out)));
+    assert!(text.contains("verify=ok"));
     env.pmig_ok("n1", &["kill", "-s", "KILL", &sid]);
     let _ = wait_exit(&mut sc, "the shell job", &env);
 }
@@ -334,7 +310,7 @@ fn evict_to_idle_moves_to_an_idle_host_and_reports_it() {
     env.pmig_ok("n1", &["owner", "active"]);
     let argv = dirtier(&["--seconds", "0"]);
     let (mut c, out) = env.run_on("n2", &argv);
-    out.wait_for("READY");
+    wait_for(&out, "READY");
     let id = env.new_job(&argv, &[])["id"].as_str().unwrap().to_string();
     let end = Instant::now() + Duration::from_secs(60);
     loop {
@@ -371,8 +347,9 @@ fn evict_to_idle_moves_to_an_idle_host_and_reports_it() {
     // It still answers its home: stopped by SIGTERM, it verifies itself.
     env.pmig_ok("n1", &["kill", "-s", "TERM", &id]);
     let st = wait_exit(&mut c, "the evicted job", &env);
-    assert_eq!(st.code(), Some(0), "{st:?}: {}", out.text());
-    assert!(out.text().contains("verify=ok"), "{}", out.text());
+    let text = final_text(&out);
+    assert_eq!(st.code(), Some(0), "{st:?}: {text}");
+    assert!(text.contains("verify=ok"), "{text}");
 }
 
 #[test]
@@ -406,7 +383,7 @@ fn balancing_spreads_old_cpu_bound_jobs_and_settles() {
     for seed in ["1", "2", "3"] {
         let argv = dirtier(&["--seconds", "0", "--seed", seed]);
         let (c, out) = env.run_on("n2", &argv);
-        out.wait_for("READY");
+        wait_for(&out, "READY");
         let j = env.new_job(&argv, &ids);
         ids.push(j["id"].as_str().unwrap().to_string());
         runs.push((c, out));
@@ -500,7 +477,8 @@ fn balancing_spreads_old_cpu_bound_jobs_and_settles() {
     }
     for (mut c, out) in runs {
         let st = wait_exit(&mut c, "a balanced job", &env);
-        assert_eq!(st.code(), Some(0), "{st:?}: {}", out.text());
-        assert!(out.text().contains("verify=ok"), "{}", out.text());
+        let text = final_text(&out);
+        assert_eq!(st.code(), Some(0), "{st:?}: {text}");
+        assert!(text.contains("verify=ok"), "{text}");
     }
 }

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -148,26 +148,20 @@ fn proc_state(pid: i32) -> Option<char> {
 }
 
 /// Bytes read from a descriptor by a background thread.
-#[derive(Clone, Default)]
-struct Output(Arc<Mutex<Vec<u8>>>);
+#[derive(Clone)]
+struct Output(pmig_tests::Collected);
 
 impl Output {
-    fn collect(mut r: impl Read + Send + 'static) -> Output {
-        let o = Output::default();
-        let o2 = o.clone();
-        std::thread::spawn(move || {
-            let mut b = [0u8; 4096];
-            loop {
-                match r.read(&mut b) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => o2.0.lock().unwrap().extend_from_slice(&b[..n]),
-                }
-            }
-        });
-        o
+    fn collect(r: impl Read + Send + 'static) -> Output {
+        Output(pmig_tests::collect(r))
     }
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        self.0.text()
+    }
+    /// Everything, once the writer has closed (bounded): when the process
+    /// has exited, its reader may still be behind.
+    fn final_text(&self) -> String {
+        self.0.text_at_eof(Duration::from_secs(10))
     }
     /// Waits (bounded) until the output contains `s` at least `n` times.
     fn wait_for(&self, s: &str, n: usize) {
@@ -203,12 +197,12 @@ fn run_carries_cwd_env_stdio_and_exit_status() {
     let err = Output::collect(c.stderr.take().unwrap());
     let st = wait_exit(&mut c, "pmig run");
     let n2 = env.c().node("n2").unwrap().addr.to_string();
-    let text = out.text();
+    let text = out.final_text();
+    let err_text = err.final_text();
     assert_eq!(
         st.code(),
         Some(7),
-        "status {st:?}; stdout {text:?}; stderr {:?}",
-        err.text()
+        "status {st:?}; stdout {text:?}; stderr {err_text:?}"
     );
     assert!(
         text.contains(&format!("cwd={}\n", env.dir.display())),
@@ -224,7 +218,7 @@ fn run_carries_cwd_env_stdio_and_exit_status() {
         !text.contains("to-stderr"),
         "stderr mixed into stdout: {text:?}"
     );
-    assert!(err.text().contains("to-stderr"), "{:?}", err.text());
+    assert!(err_text.contains("to-stderr"), "{err_text:?}");
 
     // Killed by a signal: 128 + signal, like a shell.
     let st = env
@@ -380,8 +374,9 @@ fn sigterm_reaches_the_job_and_sigkill_of_the_home_ends_it() {
     // SAFETY: signalling the pmig run we started.
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
     let st = wait_exit(&mut c, "pmig run");
-    assert_eq!(st.code(), Some(3), "{st:?}: {:?}", out.text());
-    assert!(out.text().contains("got-term"));
+    let text = out.final_text();
+    assert_eq!(st.code(), Some(3), "{st:?}: {text:?}");
+    assert!(text.contains("got-term"));
 
     // The home's pmig run killed outright: the job is hung up, then gone.
     let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "sleep", "997"]);
@@ -602,7 +597,7 @@ fn a_job_keeps_its_home_through_migrations() {
     drop(input); // EOF reaches cat where it runs now
     let st = wait_exit(&mut c, "pmig run cat");
     assert_eq!(st.code(), Some(0), "{st:?}");
-    assert_eq!(out.text(), "one\ntwo\nthree\n");
+    assert_eq!(out.final_text(), "one\ntwo\nthree\n");
 
     // After a move, signals still reach it, and its exit status comes home.
     let mut cmd = env.pmig("n1", &["run", "--on", "n2", "--", "cat"]);

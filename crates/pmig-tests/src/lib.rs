@@ -245,7 +245,8 @@ impl Collected {
     }
 }
 
-fn collect<R: Read + Send + 'static>(mut r: R) -> Collected {
+/// Reads `r` to its end in a background thread.
+pub fn collect<R: Read + Send + 'static>(mut r: R) -> Collected {
     let c = Collected::default();
     let c2 = c.clone();
     std::thread::spawn(move || {
