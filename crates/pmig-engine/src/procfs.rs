@@ -189,6 +189,28 @@ mod tests {
     }
 
     #[test]
+    fn a_zombie_and_a_missing_process_have_exited_and_we_have_not() {
+        assert!(!has_exited(std::process::id() as pid_t));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as pid_t;
+        // Not reaped yet: a zombie once it has ended (bounded wait).
+        let t0 = std::time::Instant::now();
+        while !has_exited(pid) {
+            assert!(t0.elapsed().as_secs() < 10, "`true` never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(stat_fields(pid).unwrap()[0], "Z");
+        child.wait().unwrap();
+        // No process: pid_max itself is never given out.
+        let max: pid_t = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(has_exited(max));
+    }
+
+    #[test]
     fn kernel_threads_are_told_apart() {
         assert!(!is_kernel_thread(std::process::id() as pid_t));
         // kthreadd, where this pid namespace shows it (not in every container).
