@@ -41,7 +41,7 @@ static void h_winch(int s) {
 static void h_plain(int s) { (void)s; }
 
 struct want { int sig; int flags; void *handler; int masksig; };
-static struct want wants[8];
+static struct want wants[12];
 static int nwant;
 
 static void install(int sig, void *handler, int flags, int masksig) {
@@ -145,6 +145,8 @@ int main(void) {
     install(SIGINT, h_plain, SA_RESETHAND, SIGQUIT);
     install(SIGPIPE, SIG_IGN, 0, 0);
     install(SIGTERM, SIG_DFL, 0, 0);
+    /* pmig's own traps (int3) raise SIGTRAP inside the process. */
+    install(SIGTRAP, h_plain, SA_RESTART, 0);
     sigemptyset(&blockset);
     sigaddset(&blockset, SIGUSR1); sigaddset(&blockset, SIGUSR2); sigaddset(&blockset, RT2);
     sigaddset(&blockset, RT3); sigaddset(&blockset, SIGHUP); sigaddset(&blockset, SIGRTMIN + 7);

@@ -524,6 +524,9 @@ fn restore_image_held(
                 frozen: &mut frozen,
                 area: (p.area.base, p.area.len),
             };
+            // Before Memory, which removes the restorer area it writes in.
+            Signals::finish(&pi.signals, &mut fin)?;
+            mark("restore: finish signals");
             Memory::finish(&pi.memory, &mut fin)?;
             mark("restore: finish memory");
             Threads::finish(&pi.threads, &mut fin)?;
@@ -532,8 +535,6 @@ fn restore_image_held(
             mark("restore: finish identity");
             Files::finish(&pi.files, &mut fin)?;
             mark("restore: finish files");
-            Signals::finish(&pi.signals, &mut fin)?;
-            mark("restore: finish signals");
             Timers::finish(&pi.timers, &mut fin)?;
             mark("restore: finish timers");
             Process::finish(&pi.process, &mut fin)?;

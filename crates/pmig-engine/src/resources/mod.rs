@@ -280,3 +280,29 @@ pub struct Finish<'a> {
     /// Start and length of the restorer area, to be removed.
     pub area: (u64, u64),
 }
+
+impl Finish<'_> {
+    /// Writes `bytes` (at most a page) at the end of the restorer area and
+    /// returns their address in the process, for an injected call to read.
+    /// The area ends with the restorer's stacks, which nothing uses once
+    /// every thread sits on its trap. Only before [`Memory::finish`]
+    /// removes the area.
+    ///
+    /// [`Memory::finish`]: memory::Memory
+    pub fn scratch(&mut self, bytes: &[u8]) -> Result<u64> {
+        let (base, len) = self.area;
+        let at = (base + len - bytes.len() as u64) & !15;
+        if bytes.len() > 4096 || at < base {
+            return Err(EngineError::Restore(format!(
+                "{} bytes do not fit the restorer area's scratch",
+                bytes.len()
+            )));
+        }
+        if crate::sys::process_vm_write(self.pid, at, bytes)? != bytes.len() {
+            return Err(EngineError::Restore(
+                "short write into the restorer area".into(),
+            ));
+        }
+        Ok(at)
+    }
+}

@@ -1,8 +1,8 @@
 //! Signal dispositions (handlers, flags, masks) and the process-wide queue of
 //! pending signals. Per-thread pending signals belong to `threads`.
 
-use super::{Capture, PlanCx, Resource};
-use crate::error::Result;
+use super::{Capture, Finish, PlanCx, Resource};
+use crate::error::{EngineError, Result};
 use crate::sys;
 use pmig_restorer::{Arg, Check};
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,10 @@ impl Resource for Signals {
         let b = &mut *cx.b;
         for (i, a) in s.actions.iter().enumerate() {
             let sig = i as u64 + 1;
-            if !settable(sig) || *a == Action::default() {
+            // SIGTRAP's action is set in `finish`: each thread ends the plan
+            // on an int3, and the kernel resets the action of a trap signal
+            // that is blocked (every signal is, while the restorer runs).
+            if !settable(sig) || sig == libc::SIGTRAP as u64 || *a == Action::default() {
                 continue;
             }
             let d = b.data_of(&[a.handler, a.flags, a.restorer, a.mask]);
@@ -110,6 +113,34 @@ impl Resource for Signals {
                 Check::NonNeg,
                 format!("queue pending signal {sig}"),
             );
+        }
+        Ok(())
+    }
+
+    /// Sets SIGTRAP's action, once every thread has passed its trap (see
+    /// `plan`). Runs before the restorer area is removed, whose end holds
+    /// the action for the call to read.
+    fn finish(s: &SignalsState, cx: &mut Finish) -> Result<()> {
+        let Some(a) = s.actions.get(libc::SIGTRAP as usize - 1) else {
+            return Ok(());
+        };
+        if *a == Action::default() {
+            return Ok(());
+        }
+        let raw: Vec<u8> = [a.handler, a.flags, a.restorer, a.mask]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let at = cx.scratch(&raw)?;
+        let r = cx
+            .frozen
+            .inject(0, libc::SYS_rt_sigaction, &[libc::SIGTRAP as u64, at, 0, 8])?;
+        if r < 0 {
+            return Err(EngineError::RestoreStep {
+                step: 0,
+                what: "set the action of signal 5 (SIGTRAP)".into(),
+                err: std::io::Error::from_raw_os_error(-r as i32),
+            });
         }
         Ok(())
     }
