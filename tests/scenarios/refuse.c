@@ -6,6 +6,8 @@
  *   sysvshm ID SLOT a System V shm segment (made by the harness) attached here
  *                   and in another, unrelated process; SLOT picks our half.
  *   plain           nothing special (the tracer test runs it under a tracer)
+ *   seccomp-strict  seccomp strict mode (only read, write, exit, sigreturn),
+ *                   entered at the first check; quit ends with a raw exit.
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -29,8 +31,20 @@ static int is_sock(int fd) {
     return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+static int strict_on;
+
+static void exit_strict(void) {
+    if (strict_on) syscall(SYS_exit, scn_any_failed ? 1 : 0);   /* exit_group is not allowed */
+}
+
 static int check(void) {
-    if (!strcmp(mode, "socket")) {
+    if (!strcmp(mode, "seccomp-strict")) {
+        /* Reaching here again (and answering) proves it alive: in strict
+         * mode any other system call would have killed it. */
+        if (!strict_on && prctl(PR_SET_SECCOMP, 1 /* SECCOMP_MODE_STRICT */) != 0)
+            CHECK(0, "prctl(PR_SET_SECCOMP, strict): %s", strerror(errno));
+        strict_on = 1;
+    } else if (!strcmp(mode, "socket")) {
         CHECK(is_sock(fd1) && is_sock(fd2), "sockets gone");
     } else if (!strcmp(mode, "child")) {
         int st;
@@ -85,6 +99,8 @@ int main(int argc, char **argv) {
         shm = shmat(fd1, NULL, 0);
         if (shm == (void *)-1) scn_die("shmat %d", fd1);
         scn_fill(shm + (size_t)slot * SHM_HALF, SHM_HALF, 50 + (uint64_t)slot);
+    } else if (!strcmp(mode, "seccomp-strict")) {
+        if (atexit(exit_strict)) scn_die("atexit");
     } else if (strcmp(mode, "plain")) {
         scn_die("unknown mode %s", mode);
     }

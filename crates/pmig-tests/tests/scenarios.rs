@@ -332,6 +332,11 @@ fn refuse_child_process() {
 }
 
 #[test]
+fn refuse_seccomp_strict_mode() {
+    refusal("seccomp-strict", &["seccomp"]);
+}
+
+#[test]
 fn refuse_io_uring() {
     refusal("iouring", &["io_uring", "io-uring", "uring"]);
 }

@@ -88,8 +88,12 @@ impl Resource for Process {
                 format!("a process already being traced (by pid {tracer})"),
             ));
         }
-        if get("Seccomp") == "2" {
-            return Err(unsupported(pid, "a seccomp filter"));
+        match get("Seccomp") {
+            "2" => return Err(unsupported(pid, "a seccomp filter")),
+            // Only read, write, exit and sigreturn are allowed: the first
+            // system call pmig injected would have the kernel kill it.
+            "1" => return Err(unsupported(pid, "seccomp strict mode")),
+            _ => {}
         }
         let kids = children(pid);
         if !kids.is_empty() {
