@@ -6,6 +6,7 @@ use crate::ptrace::Frozen;
 use crate::resources::{
     files::Files,
     identity::Identity,
+    jobctl::JobCtl,
     memory::{Layout, Memory, PreScan},
     process::Process,
     session::Session,
@@ -103,6 +104,7 @@ pub fn capture_with(
     lap("threads");
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
+    let jobctl = JobCtl::capture(&mut cx)?;
     let reused = cx.layout_reused;
     Ok((
         ProcessImage {
@@ -114,6 +116,7 @@ pub fn capture_with(
             threads,
             memory,
             session: Some(session),
+            jobctl: Some(jobctl),
         },
         reused,
     ))

@@ -2,8 +2,8 @@
 
 use crate::error::Result;
 use crate::resources::{
-    files::Files, identity::Identity, memory::Memory, process::Process, session::Session,
-    signals::Signals, threads::Threads, timers::Timers, Resource,
+    files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, process::Process,
+    session::Session, signals::Signals, threads::Threads, timers::Timers, Resource,
 };
 use pmig_image::{Image, ImageWriter};
 
@@ -20,6 +20,9 @@ pub struct ProcessImage {
     /// None in images written before the `session` part existed (format
     /// 1.0): such a process is restored into pmig restore's session.
     pub session: Option<<Session as Resource>::State>,
+    /// None in images written before the `jobctl` part existed (format
+    /// 1.1 and older): such a process is restored running.
+    pub jobctl: Option<<JobCtl as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -33,6 +36,9 @@ impl ProcessImage {
         w.put(Memory::PART, &self.memory)?;
         if let Some(s) = &self.session {
             w.put(Session::PART, s)?;
+        }
+        if let Some(j) = &self.jobctl {
+            w.put(JobCtl::PART, j)?;
         }
         Ok(())
     }
@@ -48,6 +54,10 @@ impl ProcessImage {
             memory: img.get(Memory::PART)?,
             session: match img.manifest.part(Session::PART) {
                 Some(_) => Some(img.get(Session::PART)?),
+                None => None,
+            },
+            jobctl: match img.manifest.part(JobCtl::PART) {
+                Some(_) => Some(img.get(JobCtl::PART)?),
                 None => None,
             },
         })
@@ -114,6 +124,7 @@ pub mod tests_support {
                 vdso_text: None,
             },
             session: None,
+            jobctl: None,
         }
     }
 }
@@ -154,5 +165,21 @@ mod tests {
         let (back, m) = roundtrip(&pi);
         assert!(m.part(Session::PART).is_some());
         assert_eq!(back.session, Some(s));
+    }
+
+    #[test]
+    fn jobctl_part_is_optional_and_round_trips() {
+        // Format 1.1 and older: no `jobctl` part, the process runs.
+        let (pi, m) = roundtrip(&tests_support::empty_image());
+        assert!(m.part(JobCtl::PART).is_none());
+        assert!(pi.jobctl.is_none());
+        let mut pi = tests_support::empty_image();
+        let j = crate::resources::jobctl::JobCtlState {
+            stopped_by: Some(libc::SIGTSTP),
+        };
+        pi.jobctl = Some(j.clone());
+        let (back, m) = roundtrip(&pi);
+        assert!(m.part(JobCtl::PART).is_some());
+        assert_eq!(back.jobctl, Some(j));
     }
 }

@@ -38,6 +38,9 @@ pub struct Thread {
     /// The thread's own signal mask; while frozen every signal is blocked so
     /// that none is delivered (or lost) while we work on the thread.
     mask: Option<u64>,
+    /// The signal that had stopped the thread's process (job control), if
+    /// it was stopped when frozen: its first stop was a group-stop.
+    group_stop: Option<i32>,
 }
 
 /// Threads of one process, all stopped under our ptrace.
@@ -47,6 +50,8 @@ pub struct Frozen {
     pub threads: Vec<Thread>,
     gadget: Option<u64>,
     detached: bool,
+    /// Stop the process (SIGSTOP) as it is let go (see [`Frozen::detach`]).
+    stop_on_detach: bool,
 }
 
 fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
@@ -76,6 +81,7 @@ impl Frozen {
             threads: Vec::new(),
             gadget: None,
             detached: false,
+            stop_on_detach: false,
         };
         let mut seen = BTreeSet::new();
         // Threads can appear while we stop the others; loop until none is new.
@@ -106,13 +112,14 @@ impl Frozen {
                         return Err(e).ctx(|| format!("interrupt thread {tid}"));
                     }
                 }
-                if f.settle(tid)? {
+                if let Some(stop_sig) = f.settle(tid)? {
                     let mask = sys::get_sigmask(tid)?;
                     sys::set_sigmask(tid, !0u64)?;
                     f.threads.push(Thread {
                         tid,
                         stop: StopKind::Event,
                         mask: Some(mask),
+                        group_stop: (stop_sig != libc::SIGTRAP).then_some(stop_sig),
                     });
                 }
             }
@@ -125,11 +132,16 @@ impl Frozen {
         Ok(f)
     }
 
-    /// Wait until `tid` sits in an event stop. Returns false if it exited.
-    fn settle(&mut self, tid: pid_t) -> Result<bool> {
+    /// Wait until `tid` sits in an event stop; returns the stop's signal:
+    /// SIGTRAP for the stop our interrupt asked for, the stopping signal for
+    /// a group-stop (the process was stopped by job control). None if it
+    /// exited.
+    fn settle(&mut self, tid: pid_t) -> Result<Option<i32>> {
         for _ in 0..64 {
             match wait_stop(tid)? {
-                WaitStatus::PtraceEvent(_, _, ev) if ev == PTRACE_EVENT_STOP => return Ok(true),
+                WaitStatus::PtraceEvent(_, sig, ev) if ev == PTRACE_EVENT_STOP => {
+                    return Ok(Some(sig as i32))
+                }
                 WaitStatus::Stopped(_, sig) => {
                     // A signal was being delivered: let it be (the interrupt
                     // is still pending and stops the thread right after).
@@ -140,7 +152,7 @@ impl Frozen {
                     ptrace::cont(Pid::from_raw(tid), None)
                         .ctx(|| format!("resume thread {tid}"))?;
                 }
-                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => return Ok(false),
+                WaitStatus::Exited(..) | WaitStatus::Signaled(..) => return Ok(None),
                 _ => {}
             }
         }
@@ -157,11 +169,25 @@ impl Frozen {
                     tid,
                     stop: StopKind::Signal,
                     mask: None,
+                    group_stop: None,
                 })
                 .collect(),
             gadget: None,
             detached: false,
+            stop_on_detach: false,
         }
+    }
+
+    /// The signal that had stopped the process when it was frozen, if job
+    /// control had stopped it (SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU).
+    pub fn group_stop(&self) -> Option<i32> {
+        self.threads.iter().find_map(|t| t.group_stop)
+    }
+
+    /// Makes [`Frozen::detach`] leave the process stopped by job control,
+    /// as if by SIGSTOP, instead of running.
+    pub fn stop_on_detach(&mut self) {
+        self.stop_on_detach = true;
     }
 
     /// The signal mask thread `idx` had before the freeze.
@@ -318,7 +344,7 @@ impl Frozen {
         let tid = self.threads[idx].tid;
         ptrace::interrupt(Pid::from_raw(tid)).ctx(|| format!("interrupt thread {tid}"))?;
         ptrace::cont(Pid::from_raw(tid), None).ctx(|| format!("resume thread {tid}"))?;
-        if !self.settle(tid)? {
+        if self.settle(tid)?.is_none() {
             return Err(EngineError::Other(format!("thread {tid} exited")));
         }
         self.threads[idx].stop = StopKind::Event;
@@ -337,6 +363,16 @@ impl Frozen {
         self.detached = true;
         let parked = self.park_all();
         self.restore_masks();
+        // Queued while every thread is held: the first thing each does once
+        // let go is to take it and stop, before any instruction of its own.
+        // (Not earlier: a thread resumed under ptrace, to park it or for an
+        // injected call, would report the signal to us.)
+        // SAFETY: sending a signal to the process we hold.
+        let stopped = if self.stop_on_detach && unsafe { libc::kill(self.pid, libc::SIGSTOP) } < 0 {
+            Err(errno_err(format!("stop process {}", self.pid)))
+        } else {
+            Ok(())
+        };
         let mut first = None;
         for t in &self.threads {
             if let Err(e) = ptrace::detach(Pid::from_raw(t.tid), None) {
@@ -347,7 +383,7 @@ impl Frozen {
         }
         match first {
             Some(e) => Err(e).ctx(|| format!("detach from process {}", self.pid)),
-            None => parked,
+            None => parked.and(stopped),
         }
     }
 

@@ -19,9 +19,10 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    files::Files, identity::Identity, memory::Memory, memory::TASK_END, process::Process, session,
-    session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
-    timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
+    files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, memory::TASK_END,
+    process::Process, session, session::Session, signals::Signals, threads::Threads,
+    threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
+    RestoreOptions,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -541,6 +542,9 @@ fn restore_image_held(
             mark("restore: finish process");
             if let Some(s) = &pi.session {
                 Session::finish(s, &mut fin)?;
+            }
+            if let Some(j) = &pi.jobctl {
+                JobCtl::finish(j, &mut fin)?;
             }
         }
         let session = match &pi.session {

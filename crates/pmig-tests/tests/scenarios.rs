@@ -108,6 +108,76 @@ fn migrate_twice(name: &str, args: &[&str]) {
     );
 }
 
+/// Waits (bounded by `timeout`) until process `pid` is in state `want`.
+fn wait_for_state(what: &str, pid: i32, want: char, timeout: std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    while proc_state(pid) != Some(want) {
+        assert!(
+            t0.elapsed() < timeout,
+            "{what}: process {pid} is in state {:?}, want {want}",
+            proc_state(pid)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A process stopped by job control stays stopped through a dump with
+/// --leave-running, and is restored stopped: it answers its check only once
+/// it is sent SIGCONT.
+#[test]
+fn a_stopped_process_is_restored_stopped() {
+    let name = "basic";
+    let d = Dirs::new("stopped");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario(name, &[], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    // SAFETY: signalling the scenario process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    wait_for_state("the original after SIGSTOP", pid, 'T', CHECK_TIMEOUT);
+
+    dump_ok(pid, &d.path("img"), true);
+    assert_eq!(
+        proc_state(pid),
+        Some('T'),
+        "the original should still be stopped after dump --leave-running"
+    );
+    assert_eq!(
+        proc_status_field(pid, "TracerPid").as_deref(),
+        Some("0"),
+        "the original is still traced after dump --leave-running"
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    orig.wait(EXIT_TIMEOUT);
+
+    let mut r = spawn_restore(
+        "stopped (restore)",
+        &d.path("img"),
+        &d.path("pid"),
+        d.tmp.path(),
+    );
+    let t0 = std::time::Instant::now();
+    let rpid = loop {
+        let kids = children_of(r.pid());
+        if let [k] = kids[..] {
+            break k;
+        }
+        assert!(
+            t0.elapsed() < PMIG_TIMEOUT,
+            "pmig restore made no process; stderr:\n{}",
+            r.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    guard.track_pid(rpid);
+    wait_for_state("the restored process", rpid, 'T', CHECK_TIMEOUT);
+    // SAFETY: signalling the process this test restored.
+    unsafe { libc::kill(rpid, libc::SIGCONT) };
+    r.check(name, CHECK_TIMEOUT);
+    r.quit_ok();
+}
+
 /// Dump with --leave-running: the original must go on unharmed; afterwards
 /// (the original gone) the image must restore and pass too.
 fn leave_running(name: &str, args: &[&str]) {

@@ -14,6 +14,7 @@
 
 pub mod files;
 pub mod identity;
+pub mod jobctl;
 pub mod memory;
 pub mod process;
 pub mod session;
