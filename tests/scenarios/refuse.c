@@ -6,11 +6,14 @@
  *   sysvshm ID SLOT a System V shm segment (made by the harness) attached here
  *                   and in another, unrelated process; SLOT picks our half.
  *   plain           nothing special (the tracer test runs it under a tracer)
+ *   flock           an flock() lock on a file of its working directory
+ *   lockf           a POSIX (fcntl) lock on a file of its working directory
  *   seccomp-strict  seccomp strict mode (only read, write, exit, sigreturn),
  *                   entered at the first check; quit ends with a raw exit.
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/shm.h>
@@ -44,6 +47,15 @@ static int check(void) {
         if (!strict_on && prctl(PR_SET_SECCOMP, 1 /* SECCOMP_MODE_STRICT */) != 0)
             CHECK(0, "prctl(PR_SET_SECCOMP, strict): %s", strerror(errno));
         strict_on = 1;
+    } else if (!strcmp(mode, "flock") || !strcmp(mode, "lockf")) {
+        char p[64], info[512];
+        snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd1);
+        FILE *f = fopen(p, "r");
+        CHECK(f != NULL, "open %s", p);
+        size_t n = fread(info, 1, sizeof info - 1, f);
+        fclose(f);
+        info[n] = 0;
+        CHECK(strstr(info, !strcmp(mode, "flock") ? "FLOCK" : "POSIX") != NULL, "lock gone: %s", info);
     } else if (!strcmp(mode, "socket")) {
         CHECK(is_sock(fd1) && is_sock(fd2), "sockets gone");
     } else if (!strcmp(mode, "child")) {
@@ -99,6 +111,10 @@ int main(int argc, char **argv) {
         shm = shmat(fd1, NULL, 0);
         if (shm == (void *)-1) scn_die("shmat %d", fd1);
         scn_fill(shm + (size_t)slot * SHM_HALF, SHM_HALF, 50 + (uint64_t)slot);
+    } else if (!strcmp(mode, "flock") || !strcmp(mode, "lockf")) {
+        fd1 = open("locked", O_RDWR | O_CREAT, 0600);
+        if (fd1 < 0) scn_die("open locked");
+        if (!strcmp(mode, "flock") ? flock(fd1, LOCK_EX) : lockf(fd1, F_LOCK, 0)) scn_die("lock");
     } else if (!strcmp(mode, "seccomp-strict")) {
         if (atexit(exit_strict)) scn_die("atexit");
     } else if (strcmp(mode, "plain")) {

@@ -402,6 +402,16 @@ fn refuse_child_process() {
 }
 
 #[test]
+fn refuse_flock() {
+    refusal("flock", &["lock"]);
+}
+
+#[test]
+fn refuse_posix_lock() {
+    refusal("lockf", &["lock"]);
+}
+
+#[test]
 fn refuse_seccomp_strict_mode() {
     refusal("seccomp-strict", &["seccomp"]);
 }

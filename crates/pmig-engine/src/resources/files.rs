@@ -88,7 +88,26 @@ fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32)> {
             flags = i32::from_str_radix(v.trim(), 8).unwrap_or(0);
         }
     }
+    refuse_locks(pid, fd, &t)?;
     Ok((pos, flags))
+}
+
+/// Refuses a file lock held through fd `fd` (`info`: its fdinfo, which
+/// lists the flock and open-file-description locks of its open file and
+/// the POSIX locks the process holds on the file). A restored process
+/// reopens its files without their locks: a lock would be lost without a
+/// word, and whatever it protected exposed.
+fn refuse_locks(pid: pid_t, fd: i32, info: &str) -> Result<()> {
+    let Some(l) = info.lines().find_map(|l| l.strip_prefix("lock:")) else {
+        return Ok(());
+    };
+    // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:9986800 0 EOF"
+    let kind: Vec<&str> = l.split_whitespace().skip(1).take(3).collect();
+    let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
+    Err(unsupported(
+        pid,
+        format!("a file lock ({} on fd {fd}: {link})", kind.join(" ")),
+    ))
 }
 
 fn list_fds(pid: pid_t) -> Result<Vec<i32>> {
@@ -181,7 +200,11 @@ impl Resource for Files {
 
     fn precheck(pid: pid_t) -> Result<()> {
         for fd in list_fds(pid)? {
-            classify(pid, fd)?;
+            if classify(pid, fd)?.is_some() {
+                if let Ok(info) = procfs::read(pid, &format!("fdinfo/{fd}")) {
+                    refuse_locks(pid, fd, &info)?;
+                }
+            }
         }
         let root = procfs::readlink(pid, "root")?;
         if root != "/" {
