@@ -9,6 +9,7 @@ use crate::resources::{
     jobctl::JobCtl,
     memory::{Layout, Memory, PreScan},
     process::Process,
+    sched::Sched,
     session::Session,
     signals::Signals,
     threads::Threads,
@@ -105,6 +106,7 @@ pub fn capture_with(
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
     let jobctl = JobCtl::capture(&mut cx)?;
+    let sched = Sched::capture(&mut cx)?;
     let reused = cx.layout_reused;
     Ok((
         ProcessImage {
@@ -117,6 +119,7 @@ pub fn capture_with(
             memory,
             session: Some(session),
             jobctl: Some(jobctl),
+            sched: Some(sched),
         },
         reused,
     ))

@@ -3,7 +3,7 @@
 use crate::error::Result;
 use crate::resources::{
     files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, process::Process,
-    session::Session, signals::Signals, threads::Threads, timers::Timers, Resource,
+    sched::Sched, session::Session, signals::Signals, threads::Threads, timers::Timers, Resource,
 };
 use pmig_image::{Image, ImageWriter};
 
@@ -23,6 +23,9 @@ pub struct ProcessImage {
     /// None in images written before the `jobctl` part existed (format
     /// 1.1 and older): such a process is restored running.
     pub jobctl: Option<<JobCtl as Resource>::State>,
+    /// None in images written before the `sched` part existed (format 1.1
+    /// and older): the process gets this node's defaults.
+    pub sched: Option<<Sched as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -39,6 +42,9 @@ impl ProcessImage {
         }
         if let Some(j) = &self.jobctl {
             w.put(JobCtl::PART, j)?;
+        }
+        if let Some(x) = &self.sched {
+            w.put(Sched::PART, x)?;
         }
         Ok(())
     }
@@ -58,6 +64,10 @@ impl ProcessImage {
             },
             jobctl: match img.manifest.part(JobCtl::PART) {
                 Some(_) => Some(img.get(JobCtl::PART)?),
+                None => None,
+            },
+            sched: match img.manifest.part(Sched::PART) {
+                Some(_) => Some(img.get(Sched::PART)?),
                 None => None,
             },
         })
@@ -125,6 +135,7 @@ pub mod tests_support {
             },
             session: None,
             jobctl: None,
+            sched: None,
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
     files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, memory::TASK_END,
-    process::Process, session, session::Session, signals::Signals, threads::Threads,
+    process::Process, sched::Sched, session, session::Session, signals::Signals, threads::Threads,
     threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
     RestoreOptions,
 };
@@ -542,6 +542,9 @@ fn restore_image_held(
             mark("restore: finish process");
             if let Some(s) = &pi.session {
                 Session::finish(s, &mut fin)?;
+            }
+            if let Some(x) = &pi.sched {
+                Sched::finish(x, &mut fin)?;
             }
             if let Some(j) = &pi.jobctl {
                 JobCtl::finish(j, &mut fin)?;

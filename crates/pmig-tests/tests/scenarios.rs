@@ -244,6 +244,7 @@ scenario!(alarm, "alarm", false);
 scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
 scenario!(protect, "protect", false);
+scenario!(sched, "sched", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -312,6 +313,7 @@ fn scenarios_pass_without_migration() {
         ("alarm", &[]),
         ("posix_timers", &[]),
         ("identity", &[]),
+        ("sched", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

@@ -17,6 +17,7 @@ pub mod identity;
 pub mod jobctl;
 pub mod memory;
 pub mod process;
+pub mod sched;
 pub mod session;
 pub mod signals;
 pub mod threads;
