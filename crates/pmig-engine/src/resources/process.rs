@@ -95,6 +95,16 @@ impl Resource for Process {
             "1" => return Err(unsupported(pid, "seccomp strict mode")),
             _ => {}
         }
+        // The injected calls, the restorer and the saved registers are all
+        // x86-64; a 32-bit program (ia32 or x32) would only get a wrong
+        // error from the first injected call.
+        if let Ok(mut exe) = std::fs::File::open(format!("/proc/{pid}/exe")) {
+            let mut ident = [0u8; 5];
+            use std::io::Read;
+            if exe.read_exact(&mut ident).is_ok() && ident[..4] == *b"\x7fELF" && ident[4] == 1 {
+                return Err(unsupported(pid, "a 32-bit program (ia32 or x32)"));
+            }
+        }
         let kids = children(pid);
         if !kids.is_empty() {
             return Err(unsupported(
@@ -133,5 +143,75 @@ impl Resource for Process {
             comm,
             cmdline,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 32-bit program without libc: sleeps forever through `int 0x80`.
+    const SLEEPER_32: &str = r#"
+struct ts { int s, ns; };
+void _start(void) {
+    struct ts t = {1, 0};
+    for (;;) {
+        int r;
+        __asm__ volatile("int $0x80" : "=a"(r) : "a"(162), "b"(&t), "c"(0) : "memory");
+    }
+}
+"#;
+
+    #[test]
+    fn a_32_bit_program_is_refused_before_it_is_touched() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s32.c");
+        let bin = d.path().join("s32");
+        std::fs::write(&src, SLEEPER_32).unwrap();
+        let built = std::process::Command::new("cc")
+            .args([
+                "-m32",
+                "-static",
+                "-nostdlib",
+                "-O2",
+                "-fno-pic",
+                "-no-pie",
+                "-o",
+            ])
+            .arg(&bin)
+            .arg(&src)
+            .output();
+        if !built.as_ref().is_ok_and(|o| o.status.success()) {
+            eprintln!("skipped: this compiler cannot build a 32-bit program: {built:?}");
+            return;
+        }
+        let mut child = match std::process::Command::new(&bin).spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("skipped: this kernel does not run 32-bit programs: {e}");
+                return;
+            }
+        };
+        let pid = child.id() as pid_t;
+        // Its executable is known once exec is through (before, the child
+        // is a copy of this test).
+        let is_32 = |r: &Result<()>| r.as_ref().is_err_and(|e| e.to_string().contains("32-bit"));
+        let mut r = Process::precheck(pid);
+        for _ in 0..1000 {
+            if is_32(&r) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            r = Process::precheck(pid);
+        }
+        let alive = procfs::status(pid).is_ok_and(|s| {
+            s.get("State")
+                .is_some_and(|v| v.starts_with(['R', 'S', 'D']))
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let e = r.expect_err("a 32-bit program must be refused").to_string();
+        assert!(e.contains("32-bit"), "{e}");
+        assert!(alive, "the 32-bit program did not keep running");
     }
 }

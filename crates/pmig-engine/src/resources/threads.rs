@@ -17,6 +17,9 @@ const PR_GET_TID_ADDRESS: u64 = 40;
 const PR_GET_TIMERSLACK: u64 = 30;
 const PR_SET_TIMERSLACK: i32 = 29;
 
+/// The code segment selector of 64-bit user mode on x86-64 (`__USER_CS`).
+const USER_CS_64: u64 = 0x33;
+
 pub const THREAD_CLONE_FLAGS: u64 = (libc::CLONE_VM
     | libc::CLONE_FS
     | libc::CLONE_FILES
@@ -108,6 +111,15 @@ impl Resource for Threads {
             } else {
                 (0, libc::SS_DISABLE, 0)
             };
+            let regs = sys::get_regs(tid)?;
+            // 64-bit user code segment: a 64-bit program can still switch a
+            // thread to 32-bit code (the precheck only saw the executable).
+            if regs.cs != USER_CS_64 {
+                return Err(crate::error::unsupported(
+                    cx.pid,
+                    format!("a thread running 32-bit code (thread {tid})"),
+                ));
+            }
             let rseq = sys::rseq_config(tid)?;
             let stat = crate::procfs::read(cx.pid, &format!("task/{tid}/stat"))?;
             let nice = stat
@@ -120,7 +132,7 @@ impl Resource for Threads {
                 .unwrap_or(0);
             threads.push(ThreadState {
                 tid,
-                regs: regs_to_vec(&sys::get_regs(tid)?),
+                regs: regs_to_vec(&regs),
                 xstate: sys::get_xstate(tid)?,
                 sigmask: cx.frozen.sigmask(i)?,
                 pending: sys::peek_siginfo(tid, false)?,
