@@ -4,6 +4,7 @@ use crate::error::{EngineError, Result};
 use crate::image::{precheck_all, ProcessImage};
 use crate::ptrace::Frozen;
 use crate::resources::{
+    clocks::Clocks,
     files::Files,
     identity::Identity,
     jobctl::JobCtl,
@@ -107,6 +108,7 @@ pub fn capture_with(
     lap("memory");
     let jobctl = JobCtl::capture(&mut cx)?;
     let sched = Sched::capture(&mut cx)?;
+    let clocks = Clocks::capture(&mut cx)?;
     let reused = cx.layout_reused;
     Ok((
         ProcessImage {
@@ -120,6 +122,7 @@ pub fn capture_with(
             session: Some(session),
             jobctl: Some(jobctl),
             sched: Some(sched),
+            clocks: Some(clocks),
         },
         reused,
     ))

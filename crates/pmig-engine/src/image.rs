@@ -2,8 +2,9 @@
 
 use crate::error::Result;
 use crate::resources::{
-    files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, process::Process,
-    sched::Sched, session::Session, signals::Signals, threads::Threads, timers::Timers, Resource,
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
+    process::Process, sched::Sched, session::Session, signals::Signals, threads::Threads,
+    timers::Timers, Resource,
 };
 use pmig_image::{Image, ImageWriter};
 
@@ -26,6 +27,9 @@ pub struct ProcessImage {
     /// None in images written before the `sched` part existed (format 1.1
     /// and older): the process gets this node's defaults.
     pub sched: Option<<Sched as Resource>::State>,
+    /// None in images written before the `clocks` part existed (format 1.1
+    /// and older): the process gets this node's clocks.
+    pub clocks: Option<<Clocks as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -45,6 +49,9 @@ impl ProcessImage {
         }
         if let Some(x) = &self.sched {
             w.put(Sched::PART, x)?;
+        }
+        if let Some(c) = &self.clocks {
+            w.put(Clocks::PART, c)?;
         }
         Ok(())
     }
@@ -68,6 +75,10 @@ impl ProcessImage {
             },
             sched: match img.manifest.part(Sched::PART) {
                 Some(_) => Some(img.get(Sched::PART)?),
+                None => None,
+            },
+            clocks: match img.manifest.part(Clocks::PART) {
+                Some(_) => Some(img.get(Clocks::PART)?),
                 None => None,
             },
         })
@@ -136,6 +147,7 @@ pub mod tests_support {
             session: None,
             jobctl: None,
             sched: None,
+            clocks: None,
         }
     }
 }

@@ -19,10 +19,10 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, memory::TASK_END,
-    process::Process, sched::Sched, session, session::Session, signals::Signals, threads::Threads,
-    threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
-    RestoreOptions,
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
+    memory::TASK_END, process::Process, sched::Sched, session, session::Session, signals::Signals,
+    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx,
+    Preflight, Resource, RestoreOptions,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -349,6 +349,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     pf.thread_tids = pi.threads.threads.iter().map(|t| t.tid).collect();
     Process::preflight(&pi.process, &mut pf)?;
     mark("restore: preflight process");
+    if let Some(c) = &pi.clocks {
+        Clocks::preflight(c, &mut pf)?;
+    }
     Identity::preflight(&pi.identity, &mut pf)?;
     mark("restore: preflight identity");
     Files::preflight(&pi.files, &mut pf)?;

@@ -245,6 +245,7 @@ scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
 scenario!(protect, "protect", false);
 scenario!(sched, "sched", false);
+scenario!(timens, "timens", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -314,6 +315,7 @@ fn scenarios_pass_without_migration() {
         ("posix_timers", &[]),
         ("identity", &[]),
         ("sched", &[]),
+        ("timens", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

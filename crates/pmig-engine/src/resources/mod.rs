@@ -12,6 +12,7 @@
 //! Adding a kind of resource means adding one module here and one line in
 //! [`crate::image::ProcessImage`].
 
+pub mod clocks;
 pub mod files;
 pub mod identity;
 pub mod jobctl;
