@@ -1551,6 +1551,69 @@ fn pre_copy_with_a_down_time_budget_moves_the_dirtier() {
     assert_eq!(got, want, "the migrated dirtier's result differs");
 }
 
+/// A process stopped by job control moves with post-copy (the restore is
+/// lazy, and the destination later closes the userfaultfd inside it while
+/// it is stopped) and is still stopped on n2; once sent SIGCONT it finishes
+/// there with an unmigrated run's result.
+#[test]
+fn a_stopped_process_moves_with_post_copy_and_stays_stopped() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("st");
+    let (mut child, out, reference) = python_job(&mut env, "stopped");
+    let pid = child.id() as i32;
+    wait_cpu(pid, 100);
+    // SAFETY: stopping the test's own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    while !state(pid).contains("T (stopped)") {
+        assert!(
+            t0.elapsed() < LIMIT,
+            "SIGSTOP did not stop it: {}",
+            state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let rep = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}", env.log("n1")));
+    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new_pid);
+    let _ = child.wait();
+    // Until every page has moved the daemon still holds it now and then
+    // (to close its userfaultfd): it must come back to the stop each time.
+    let t0 = Instant::now();
+    loop {
+        let st = state(new_pid);
+        assert!(
+            st.contains("T (stopped)") || st.contains("t (tracing stop)"),
+            "the migrated process is not stopped: {st}"
+        );
+        if st.contains("T (stopped)")
+            && env
+                .log("n2")
+                .contains(&format!("post-copy of python3 (pid {new_pid}) complete"))
+        {
+            break;
+        }
+        assert!(t0.elapsed() < LIMIT, "post-copy did not end: {st}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cpu = cpu_ms(new_pid);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(cpu_ms(new_pid), cpu, "the stopped process ran");
+    // SAFETY: resuming the process this test moved.
+    unsafe { libc::kill(new_pid, libc::SIGCONT) };
+    wait_gone(new_pid);
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(&reference).unwrap(),
+        "output differs from the unmigrated run"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // the link cut during a migration
 
