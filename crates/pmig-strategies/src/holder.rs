@@ -196,6 +196,12 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
     join_mount_ns(pid)?;
     precheck_all(pid)?;
     mark("hold: prechecked");
+    // Most of what must reach a file server before another node opens the
+    // files goes now, while the process runs; the capture sends the rest.
+    let flushed = pmig_engine::resources::files::flush_network_writes(pid)?;
+    if flushed > 0 {
+        tracing::debug!("process {pid}: {flushed} files on network file systems written back");
+    }
     let layout = Layout::read(pid)?;
     mark("hold: layout read");
     // A handover copies about the private pages outside writable anonymous

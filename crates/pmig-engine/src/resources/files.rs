@@ -223,11 +223,15 @@ impl Resource for Files {
     fn capture(cx: &mut Capture) -> Result<FilesState> {
         let pid = cx.pid;
         let mut fds: Vec<Fd> = Vec::new();
+        let mut flush = NetworkFlush::new(pid);
         for fd in list_fds(pid)? {
             let Some(mut kind) = classify(pid, fd)? else {
                 continue;
             };
             let (pos, flags) = fdinfo(pid, fd)?;
+            if matches!(kind, FdKind::File { .. }) {
+                flush.fd(fd, flags)?;
+            }
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
             }
@@ -339,5 +343,185 @@ impl Resource for Files {
         }
         pf.child.umask = Some(s.umask);
         Ok(())
+    }
+}
+
+/// File systems whose files other nodes reach through a server (statfs
+/// `f_type`), and so may see without what this node still caches.
+const NETWORK_FS: &[(u32, &str)] = &[
+    (0x6969, "nfs"),
+    (0xff53_4d42, "cifs"),
+    (0xfe53_4d42, "smb2"),
+    (0x00c3_6400, "ceph"),
+    (0x6573_5546, "fuse"),
+    (0x5346_414f, "afs"),
+    (0x0102_1997, "9p"),
+    (0x7461_636f, "ocfs2"),
+    (0x0116_1970, "gfs2"),
+    (0x0bd0_0bd0, "lustre"),
+];
+
+/// The network file system `fd` is on, if it is on one.
+fn network_fs(fd: BorrowedFd) -> Option<&'static str> {
+    let st = nix::sys::statfs::fstatfs(fd).ok()?;
+    let t = st.filesystem_type().0 as u32;
+    NETWORK_FS.iter().find(|(m, _)| *m == t).map(|(_, n)| *n)
+}
+
+/// A copy of `pid`'s fd `fd` (the same open file), through a pidfd: unlike
+/// opening `/proc/PID/fd/N`, it needs no permission on the file itself,
+/// which a file server may deny a root that it squashes.
+fn dup_from(pidfd: BorrowedFd, fd: i32) -> Option<OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: pidfd_getfd takes a pidfd, an fd number and flags; on success
+    // it returns a new fd that we own.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
+    (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// Writes back to their servers the data a process wrote to files on
+/// network file systems (see [`flush_network_writes`]), each file once.
+pub struct NetworkFlush {
+    pid: pid_t,
+    pidfd: Option<OwnedFd>,
+    seen: std::collections::HashSet<(u64, u64)>,
+    /// Files written back so far.
+    pub flushed: usize,
+}
+
+impl NetworkFlush {
+    pub fn new(pid: pid_t) -> NetworkFlush {
+        NetworkFlush {
+            pid,
+            pidfd: None,
+            seen: Default::default(),
+            flushed: 0,
+        }
+    }
+
+    /// fd `fd` of the process, open with `flags` (from its fdinfo).
+    pub fn fd(&mut self, fd: i32, flags: i32) -> Result<()> {
+        use std::os::fd::{AsFd, FromRawFd};
+        if flags & libc::O_ACCMODE == libc::O_RDONLY || flags & libc::O_PATH != 0 {
+            return Ok(());
+        }
+        if self.pidfd.is_none() {
+            // SAFETY: pidfd_open takes a pid and flags; on success it
+            // returns a new fd that we own.
+            let r = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
+            if r < 0 {
+                return Err(EngineError::NoProcess(self.pid));
+            }
+            // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
+            self.pidfd = Some(unsafe { OwnedFd::from_raw_fd(r as i32) });
+        }
+        let Some(pidfd) = &self.pidfd else {
+            return Ok(());
+        };
+        match dup_from(pidfd.as_fd(), fd) {
+            Some(f) => self.file(f, || format!("fd {fd}")),
+            None => Ok(()), // closed meanwhile
+        }
+    }
+
+    /// A mapping of the process: only shared writable file mappings matter.
+    pub fn mapping(&mut self, m: &procfs::MapLine) -> Result<()> {
+        if !(m.shared && m.write && m.path.starts_with('/')) {
+            return Ok(());
+        }
+        // The mapping's own file, whatever its path is now.
+        let p = format!("/proc/{}/map_files/{:x}-{:x}", self.pid, m.start, m.end);
+        let f = std::fs::File::open(&p).map_err(|e| {
+            EngineError::Other(format!(
+                "cannot open {} (mapped shared and writable by process {}) to check where it lives: {e}",
+                m.path, self.pid
+            ))
+        })?;
+        self.file(f.into(), || m.path.clone())
+    }
+
+    fn file(&mut self, f: OwnedFd, what: impl Fn() -> String) -> Result<()> {
+        use std::os::fd::{AsFd, AsRawFd};
+        if network_fs(f.as_fd()).is_none() {
+            return Ok(());
+        }
+        let Ok(st) = nix::sys::stat::fstat(f.as_raw_fd()) else {
+            return Ok(());
+        };
+        if !self.seen.insert((st.st_dev, st.st_ino)) {
+            return Ok(());
+        }
+        // fsync writes back every dirty page of the file from this node,
+        // whichever open file or mapping made it dirty.
+        nix::unistd::fsync(f.as_raw_fd()).map_err(|e| {
+            EngineError::Other(format!(
+                "cannot write {} of process {} back to its file server: {e}",
+                what(),
+                self.pid
+            ))
+        })?;
+        self.flushed += 1;
+        Ok(())
+    }
+}
+
+/// Writes back to their servers the data process `pid` wrote to files on
+/// network file systems, through its open fds (opened for writing) and its
+/// shared writable file mappings, and returns how many files it flushed.
+///
+/// A migrated process reopens its files on another node: whatever this
+/// node's client still holds (writes not yet sent, dirty pages of a shared
+/// mapping) the other node would not see, and the process would read its
+/// own writes back stale. On local file systems nothing is needed: a file
+/// only another kernel could open is not shared, and nodes of one kernel
+/// (a local test cluster) share its page cache. The migration's holder
+/// calls this while the process runs, to do most of the writing off the
+/// stop; the capture then does the same for each fd and mapping it reads
+/// (`Files::capture`, `Memory::capture`), at the cost of one `fstatfs` per
+/// writable fd where nothing is on a network file system.
+pub fn flush_network_writes(pid: pid_t) -> Result<usize> {
+    let mut nf = NetworkFlush::new(pid);
+    for fd in list_fds(pid)? {
+        if let Ok((_, flags)) = fdinfo(pid, fd) {
+            nf.fd(fd, flags)?;
+        }
+    }
+    for m in procfs::maps(pid)? {
+        nf.mapping(&m)?;
+    }
+    Ok(nf.flushed)
+}
+
+#[cfg(test)]
+mod network_tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn local_files_are_not_on_a_network_file_system() {
+        let d = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(d.path().join("x")).unwrap();
+        assert_eq!(network_fs(f.as_fd()), None);
+        let dev = std::fs::File::open("/dev/null").unwrap();
+        assert_eq!(network_fs(dev.as_fd()), None);
+    }
+
+    #[test]
+    fn nothing_to_flush_for_a_process_on_local_files() {
+        // This test process has files open for writing (its output), and
+        // none on a network file system here.
+        let d = tempfile::tempdir().unwrap();
+        let _w = std::fs::File::create(d.path().join("w")).unwrap();
+        assert_eq!(
+            flush_network_writes(std::process::id() as pid_t).unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn the_table_knows_nfs_and_fuse() {
+        let has = |n: &str| NETWORK_FS.iter().any(|(_, x)| *x == n);
+        assert!(has("nfs") && has("fuse") && has("cifs") && has("ceph"));
     }
 }

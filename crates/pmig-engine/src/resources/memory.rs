@@ -1013,6 +1013,13 @@ impl Resource for Memory {
             }
             None => procfs::smaps(pid)?,
         };
+        // What the process wrote through shared mappings of files on a
+        // network file system must reach the server before another node
+        // maps them (see `files::flush_network_writes`).
+        let mut flush = super::files::NetworkFlush::new(pid);
+        for m in &maps {
+            flush.mapping(m)?;
+        }
         crate::timing::mark("memory: mappings read");
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
             .ctx(|| format!("open /proc/{pid}/pagemap"))?;
