@@ -26,9 +26,20 @@ impl Resource for JobCtl {
     type State = JobCtlState;
 
     fn capture(cx: &mut Capture) -> Result<JobCtlState> {
-        Ok(JobCtlState {
-            stopped_by: cx.frozen.group_stop(),
-        })
+        let mut stopped_by = cx.frozen.group_stop();
+        if stopped_by.is_some() {
+            // A SIGCONT sent while it was frozen ended the stop; being
+            // traced, the process also keeps it pending (it is restored
+            // with the other pending signals), and the SIGSTOP sent at the
+            // restore would discard it: the process must simply run.
+            let st = crate::procfs::status(cx.pid)?;
+            let pending =
+                |k: &str| crate::procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
+            if (pending("ShdPnd") | pending("SigPnd")) & (1 << (libc::SIGCONT - 1)) != 0 {
+                stopped_by = None;
+            }
+        }
+        Ok(JobCtlState { stopped_by })
     }
 
     fn finish(s: &JobCtlState, cx: &mut Finish) -> Result<()> {
@@ -36,5 +47,51 @@ impl Resource for JobCtl {
             cx.frozen.stop_on_detach();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ptrace::Frozen;
+
+    /// Freezes a `sleep` in the given job-control state and captures it.
+    fn captured(stop: bool, cont_while_frozen: bool) -> JobCtlState {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let state = || crate::procfs::status(pid).ok()?.get("State").cloned();
+        if stop {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            for _ in 0..2000 {
+                if state().is_some_and(|s| s.starts_with('T')) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        let mut frozen = Frozen::freeze(pid).unwrap();
+        if cont_while_frozen {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+        let d = tempfile::tempdir().unwrap();
+        let mut w = pmig_image::ImageWriter::create(d.path()).unwrap();
+        let mut cx = Capture::new(&mut frozen, w.pages());
+        let s = JobCtl::capture(&mut cx).unwrap();
+        drop(frozen);
+        let _ = child.kill();
+        let _ = child.wait();
+        s
+    }
+
+    #[test]
+    fn a_stop_by_job_control_is_seen_and_a_sigcont_while_frozen_ends_it() {
+        assert_eq!(captured(false, false).stopped_by, None);
+        assert_eq!(captured(true, false).stopped_by, Some(libc::SIGSTOP));
+        assert_eq!(captured(true, true).stopped_by, None);
     }
 }
