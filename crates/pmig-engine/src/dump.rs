@@ -90,6 +90,7 @@ pub fn capture_with(
         tracing::debug!("capture {what}: {:.2} ms", t.elapsed().as_secs_f64() * 1e3);
         crate::timing::mark(&format!("capture: {what}"));
     };
+    crate::resources::threads::refuse_32_bit_code(cx.frozen)?;
     let process = Process::capture(&mut cx)?;
     lap("process");
     let identity = Identity::capture(&mut cx)?;

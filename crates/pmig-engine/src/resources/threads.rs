@@ -20,6 +20,22 @@ const PR_SET_TIMERSLACK: i32 = 29;
 /// The code segment selector of 64-bit user mode on x86-64 (`__USER_CS`).
 const USER_CS_64: u64 = 0x33;
 
+/// Refuses a thread running 32-bit code: a 64-bit program can switch one
+/// to it (the precheck only saw the executable), and every injected call,
+/// the restorer and the saved registers are x86-64. Checked before the
+/// capture's first injected call.
+pub fn refuse_32_bit_code(frozen: &crate::ptrace::Frozen) -> Result<()> {
+    for t in &frozen.threads {
+        if sys::get_regs(t.tid)?.cs != USER_CS_64 {
+            return Err(crate::error::unsupported(
+                frozen.pid,
+                format!("a thread running 32-bit code (thread {})", t.tid),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub const THREAD_CLONE_FLAGS: u64 = (libc::CLONE_VM
     | libc::CLONE_FS
     | libc::CLONE_FILES
@@ -112,14 +128,6 @@ impl Resource for Threads {
                 (0, libc::SS_DISABLE, 0)
             };
             let regs = sys::get_regs(tid)?;
-            // 64-bit user code segment: a 64-bit program can still switch a
-            // thread to 32-bit code (the precheck only saw the executable).
-            if regs.cs != USER_CS_64 {
-                return Err(crate::error::unsupported(
-                    cx.pid,
-                    format!("a thread running 32-bit code (thread {tid})"),
-                ));
-            }
             let rseq = sys::rseq_config(tid)?;
             let stat = crate::procfs::read(cx.pid, &format!("task/{tid}/stat"))?;
             let nice = stat
