@@ -41,18 +41,10 @@ impl ProcessImage {
         w.put(Timers::PART, &self.timers)?;
         w.put(Threads::PART, &self.threads)?;
         w.put(Memory::PART, &self.memory)?;
-        if let Some(s) = &self.session {
-            w.put(Session::PART, s)?;
-        }
-        if let Some(j) = &self.jobctl {
-            w.put(JobCtl::PART, j)?;
-        }
-        if let Some(x) = &self.sched {
-            w.put(Sched::PART, x)?;
-        }
-        if let Some(c) = &self.clocks {
-            w.put(Clocks::PART, c)?;
-        }
+        put_optional(w, Session::PART, &self.session)?;
+        put_optional(w, JobCtl::PART, &self.jobctl)?;
+        put_optional(w, Sched::PART, &self.sched)?;
+        put_optional(w, Clocks::PART, &self.clocks)?;
         Ok(())
     }
 
@@ -65,24 +57,33 @@ impl ProcessImage {
             timers: img.get(Timers::PART)?,
             threads: img.get(Threads::PART)?,
             memory: img.get(Memory::PART)?,
-            session: match img.manifest.part(Session::PART) {
-                Some(_) => Some(img.get(Session::PART)?),
-                None => None,
-            },
-            jobctl: match img.manifest.part(JobCtl::PART) {
-                Some(_) => Some(img.get(JobCtl::PART)?),
-                None => None,
-            },
-            sched: match img.manifest.part(Sched::PART) {
-                Some(_) => Some(img.get(Sched::PART)?),
-                None => None,
-            },
-            clocks: match img.manifest.part(Clocks::PART) {
-                Some(_) => Some(img.get(Clocks::PART)?),
-                None => None,
-            },
+            session: optional(img, Session::PART)?,
+            jobctl: optional(img, JobCtl::PART)?,
+            sched: optional(img, Sched::PART)?,
+            clocks: optional(img, Clocks::PART)?,
         })
     }
+}
+
+/// The part `part` of `img`, None if the image has none (a part added by a
+/// minor format version, which older writers did not write).
+fn optional<T: serde::de::DeserializeOwned>(img: &Image, part: &str) -> Result<Option<T>> {
+    match img.manifest.part(part) {
+        Some(_) => Ok(Some(img.get(part)?)),
+        None => Ok(None),
+    }
+}
+
+/// Writes `value` as part `part`, if there is one.
+fn put_optional<T: serde::Serialize>(
+    w: &mut ImageWriter,
+    part: &str,
+    value: &Option<T>,
+) -> Result<()> {
+    if let Some(v) = value {
+        w.put(part, v)?;
+    }
+    Ok(())
 }
 
 /// Run every resource's precheck (read-only refusals).

@@ -86,7 +86,7 @@ fn get_ioprio(tid: pid_t) -> Result<i32> {
     Ok(r as i32)
 }
 
-/// Whether `a` differs from what a new thread gets anyway (SCHED_OTHER, no
+/// Whether `a` is what a new thread gets anyway (SCHED_OTHER, no
 /// flags, no clamps); its nice value is the threads part's.
 fn is_default(a: &SchedAttr) -> bool {
     a.policy == libc::SCHED_OTHER as u32
