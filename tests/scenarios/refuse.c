@@ -10,6 +10,12 @@
  *   lockf           a POSIX (fcntl) lock on a file of its working directory
  *   seccomp-strict  seccomp strict mode (only read, write, exit, sigreturn),
  *                   entered at the first check; quit ends with a raw exit.
+ *   sharedpipe      a self-pipe whose read end an unrelated process (a
+ *                   grandchild, reparented) also holds; it exits at
+ *                   end-of-file, when we are gone.
+ *   sharedeventfd   an eventfd an unrelated process (a grandchild) also
+ *                   holds; it exits when we are gone (it polls our pidfd).
+ *   sharedepoll     the same with an epoll instance.
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -20,6 +26,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/eventfd.h>
+#include <sys/epoll.h>
+#include <poll.h>
 #include <netinet/in.h>
 
 static const char *mode;
@@ -72,6 +81,14 @@ static int check(void) {
         struct shmid_ds ds;
         CHECK(shmctl(fd1, IPC_STAT, &ds) == 0, "IPC_STAT");
         CHECK(ds.shm_nattch >= 2, "shm segment has %lu attaches, want >= 2", (unsigned long)ds.shm_nattch);
+    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll")) {
+        char link[64] = "", p[64];
+        snprintf(p, sizeof p, "/proc/self/fd/%d", fd1);
+        const char *want = !strcmp(mode, "sharedepoll") ? "eventpoll" : "eventfd";
+        CHECK(readlink(p, link, sizeof link - 1) > 0 && strstr(link, want), "the %s is gone: '%s'", want, link);
+    } else if (!strcmp(mode, "sharedpipe")) {
+        struct stat a, b;
+        CHECK(fstat(fd1, &a) == 0 && fstat(fd2, &b) == 0 && S_ISFIFO(a.st_mode) && a.st_ino == b.st_ino, "the pipe is gone");
     }
     return 1;
 }
@@ -117,6 +134,38 @@ int main(int argc, char **argv) {
         if (!strcmp(mode, "flock") ? flock(fd1, LOCK_EX) : lockf(fd1, F_LOCK, 0)) scn_die("lock");
     } else if (!strcmp(mode, "seccomp-strict")) {
         if (atexit(exit_strict)) scn_die("atexit");
+    } else if (!strcmp(mode, "sharedpipe")) {
+        int p[2];
+        if (pipe(p)) scn_die("pipe");
+        fd1 = p[0];
+        fd2 = p[1];
+        pid_t c = fork();
+        if (c < 0) scn_die("fork");
+        if (c == 0) {
+            if (fork() == 0) {
+                char b;
+                close(fd2);
+                while (read(fd1, &b, 1) > 0) {}
+                _exit(0);
+            }
+            _exit(0);
+        }
+        if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll")) {
+        fd1 = !strcmp(mode, "sharedepoll") ? epoll_create1(0) : eventfd(7, 0);
+        if (fd1 < 0) scn_die("create");
+        pid_t me = getpid();
+        pid_t c = fork();
+        if (c < 0) scn_die("fork");
+        if (c == 0) {
+            if (fork() == 0) {
+                struct pollfd p = {.fd = (int)syscall(SYS_pidfd_open, me, 0), .events = POLLIN};
+                if (p.fd >= 0) poll(&p, 1, -1);
+                _exit(0);
+            }
+            _exit(0);
+        }
+        if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
     } else if (strcmp(mode, "plain")) {
         scn_die("unknown mode %s", mode);
     }

@@ -2221,6 +2221,9 @@ const MOVED_SCENARIOS: &[&str] = &[
     "timers",
     "alarm",
     "posix_timers",
+    "pipes",
+    "eventfd",
+    "epoll",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

@@ -9,6 +9,7 @@ use crate::resources::{
     identity::Identity,
     jobctl::JobCtl,
     memory::{Layout, Memory, PreScan},
+    pipes::Pipes,
     process::Process,
     sched::Sched,
     session::Session,
@@ -96,6 +97,7 @@ pub fn capture_with(
     let identity = Identity::capture(&mut cx)?;
     lap("identity");
     let files = Files::capture(&mut cx)?;
+    let pipes = Pipes::capture(&mut cx)?;
     lap("files");
     let session = Session::capture(&mut cx)?;
     lap("session");
@@ -124,6 +126,8 @@ pub fn capture_with(
             jobctl: Some(jobctl),
             sched: Some(sched),
             clocks: Some(clocks),
+            // Only images with pipes need format 1.3.
+            pipes: (!pipes.pipes.is_empty()).then_some(pipes),
         },
         reused,
     ))

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::resources::{
-    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, pipes::Pipes,
     process::Process, sched::Sched, session::Session, signals::Signals, threads::Threads,
     timers::Timers, Resource,
 };
@@ -30,6 +30,9 @@ pub struct ProcessImage {
     /// None in images written before the `clocks` part existed (format 1.1
     /// and older): the process gets this node's clocks.
     pub clocks: Option<<Clocks as Resource>::State>,
+    /// None in images written before the `pipes` part existed (format 1.2
+    /// and older), which held no pipe other than stdio.
+    pub pipes: Option<<Pipes as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -45,6 +48,7 @@ impl ProcessImage {
         put_optional(w, JobCtl::PART, &self.jobctl)?;
         put_optional(w, Sched::PART, &self.sched)?;
         put_optional(w, Clocks::PART, &self.clocks)?;
+        put_optional(w, Pipes::PART, &self.pipes)?;
         Ok(())
     }
 
@@ -61,6 +65,7 @@ impl ProcessImage {
             jobctl: optional(img, JobCtl::PART)?,
             sched: optional(img, Sched::PART)?,
             clocks: optional(img, Clocks::PART)?,
+            pipes: optional(img, Pipes::PART)?,
         })
     }
 }
@@ -149,6 +154,7 @@ pub mod tests_support {
             jobctl: None,
             sched: None,
             clocks: None,
+            pipes: None,
         }
     }
 }

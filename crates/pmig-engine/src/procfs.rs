@@ -160,6 +160,42 @@ pub fn hex_u64(s: &str) -> u64 {
     u64::from_str_radix(s.trim(), 16).unwrap_or(0)
 }
 
+/// The first fd of another process (neither `pid` nor this one, which may
+/// hold copies while it captures) for which `is_ours(other_pid, fd, link)`
+/// says it is one of `pid`'s own files: `(other_pid, link)`. Reads every
+/// process's fd table: callers use it only for kinds of file that a process
+/// may hold alone or share.
+pub fn other_holder(
+    pid: pid_t,
+    mut is_ours: impl FnMut(pid_t, i32, &str) -> bool,
+) -> Option<(pid_t, String)> {
+    let me = std::process::id() as pid_t;
+    for p in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(other) = p.file_name().to_str().and_then(|s| s.parse::<pid_t>().ok()) else {
+            continue;
+        };
+        if other == pid || other == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue; // gone, or not ours to read
+        };
+        for f in fds.flatten() {
+            let Some(fd) = f.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            let Ok(link) = std::fs::read_link(f.path()) else {
+                continue;
+            };
+            let link = link.to_string_lossy();
+            if is_ours(other, fd, &link) {
+                return Some((other, link.into_owned()));
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

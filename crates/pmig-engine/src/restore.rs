@@ -20,9 +20,9 @@ use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
-    memory::TASK_END, process::Process, sched::Sched, session, session::Session, signals::Signals,
-    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx,
-    Preflight, Resource, RestoreOptions,
+    memory::TASK_END, pipes::Pipes, process::Process, sched::Sched, session, session::Session,
+    signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup,
+    Finish, PlanCx, Preflight, Resource, RestoreOptions,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -354,6 +354,10 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     }
     Identity::preflight(&pi.identity, &mut pf)?;
     mark("restore: preflight identity");
+    // Before Files, which installs the ends.
+    if let Some(p) = &pi.pipes {
+        Pipes::preflight(p, &mut pf)?;
+    }
     Files::preflight(&pi.files, &mut pf)?;
     mark("restore: preflight files");
     // After Files: decides which of the fds it prepared becomes the ctty.

@@ -3,6 +3,7 @@
 
 use crate::error::{errno_err, Result};
 use libc::{c_long, c_void, pid_t};
+use std::os::fd::OwnedFd;
 
 pub const PTRACE_GETSIGMASK: u32 = 0x420a;
 pub const PTRACE_SETSIGMASK: u32 = 0x420b;
@@ -307,4 +308,29 @@ pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
+}
+
+/// A pidfd for process `pid`.
+pub fn pidfd_open(pid: pid_t) -> Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; on success it returns a new
+    // fd that we own.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if r < 0 {
+        return Err(crate::error::EngineError::NoProcess(pid));
+    }
+    // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(r as i32) })
+}
+
+/// A copy of fd `fd` of the process behind `pidfd` (the same open file).
+pub fn pidfd_getfd(pidfd: &OwnedFd, fd: i32) -> Result<OwnedFd> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: pidfd_getfd takes a pidfd, an fd number and flags; on success
+    // it returns a new fd that we own.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if r < 0 {
+        return Err(errno_err(format!("take a copy of fd {fd}")));
+    }
+    // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(r as i32) })
 }

@@ -246,6 +246,9 @@ scenario!(identity, "identity", false);
 scenario!(protect, "protect", false);
 scenario!(sched, "sched", false);
 scenario!(timens, "timens", false);
+scenario!(pipes, "pipes", false);
+scenario!(eventfd, "eventfd", false);
+scenario!(epoll, "epoll", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -316,6 +319,9 @@ fn scenarios_pass_without_migration() {
         ("identity", &[]),
         ("sched", &[]),
         ("timens", &[]),
+        ("pipes", &[]),
+        ("eventfd", &[]),
+        ("epoll", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),
@@ -418,6 +424,21 @@ fn refuse_posix_lock() {
 #[test]
 fn refuse_seccomp_strict_mode() {
     refusal("seccomp-strict", &["seccomp"]);
+}
+
+#[test]
+fn refuse_pipe_shared_with_another_process() {
+    refusal("sharedpipe", &["pipe shared with another process"]);
+}
+
+#[test]
+fn refuse_eventfd_shared_with_another_process() {
+    refusal("sharedeventfd", &["eventfd shared with another process"]);
+}
+
+#[test]
+fn refuse_epoll_shared_with_another_process() {
+    refusal("sharedepoll", &["epoll shared with another process"]);
 }
 
 #[test]

@@ -6,7 +6,11 @@
 //!   reopened by path.
 //! * fds 0, 1 and 2 that were a terminal or a pipe are connected to the
 //!   restoring command's own fds 0, 1 and 2, or to files named by the user.
-//! * Anything else (sockets, other pipes, eventfd, epoll, io_uring, ...) is
+//! * Pipes held by this process alone move with their data (see `pipes`),
+//!   eventfds with their count (see `eventfd`), epoll instances with what
+//!   they watch (see `epoll`).
+//! * Anything else (sockets, shared pipes, eventfds and epolls, io_uring,
+//!   timerfd, signalfd, ...) is
 //!   refused at dump time.
 
 use super::{Capture, Preflight, Resource};
@@ -54,6 +58,13 @@ pub enum FdKind {
     Stdio(StdioKind),
     /// Shares the open file description of an earlier fd.
     SameAs(i32),
+    /// One end of a pipe the process holds alone (format 1.3; the pipe
+    /// itself is in the `pipes` part).
+    Pipe { ino: u64, write: bool },
+    /// An eventfd the process holds alone (format 1.3; see `eventfd`).
+    EventFd { count: u64, semaphore: bool },
+    /// An epoll instance the process holds alone (format 1.3; see `epoll`).
+    Epoll { watches: Vec<super::epoll::Watch> },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,7 +88,8 @@ impl FilesState {
     }
 }
 
-fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32)> {
+/// fd `fd`'s offset and flags, and its whole fdinfo text.
+fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32, String)> {
     let t = procfs::read(pid, &format!("fdinfo/{fd}"))?;
     let mut pos = 0;
     let mut flags = 0;
@@ -89,7 +101,7 @@ fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32)> {
         }
     }
     refuse_locks(pid, fd, &t)?;
-    Ok((pos, flags))
+    Ok((pos, flags, t))
 }
 
 /// Refuses a file lock held through fd `fd` (`info`: its fdinfo, which
@@ -134,11 +146,25 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         return Err(what("io_uring"));
     }
     if link.starts_with("pipe:") {
-        return if fd <= 2 {
-            Ok(Some(FdKind::Stdio(StdioKind::Pipe)))
-        } else {
-            Err(what("a pipe other than stdio"))
+        if fd <= 2 {
+            return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
+        }
+        return match super::pipes::inode_of(&link) {
+            // Which end: from the fd's flags, in the capture.
+            Some(ino) => Ok(Some(FdKind::Pipe { ino, write: false })),
+            None => Err(what("this kind of pipe")),
         };
+    }
+    if link == super::epoll::LINK {
+        // What it watches: from the fdinfo, in the capture.
+        return Ok(Some(FdKind::Epoll { watches: vec![] }));
+    }
+    if link == super::eventfd::LINK {
+        // Its count: from the fdinfo, in the capture.
+        return Ok(Some(FdKind::EventFd {
+            count: 0,
+            semaphore: false,
+        }));
     }
     if link.starts_with("anon_inode:") {
         return Err(what(
@@ -199,13 +225,41 @@ impl Resource for Files {
     type State = FilesState;
 
     fn precheck(pid: pid_t) -> Result<()> {
+        let mut pipes = Vec::new();
+        let mut eventfds = Vec::new();
+        let mut epolls = Vec::new();
         for fd in list_fds(pid)? {
-            if classify(pid, fd)?.is_some() {
+            let kind = classify(pid, fd)?;
+            match kind {
+                Some(FdKind::Pipe { ino, .. }) => pipes.push(ino),
+                Some(FdKind::EventFd { .. }) => {
+                    eventfds.extend(super::eventfd::id_of(pid, fd));
+                }
+                Some(FdKind::Epoll { .. }) => epolls.push(fd),
+                _ => {}
+            }
+            if kind.is_some() {
                 if let Ok(info) = procfs::read(pid, &format!("fdinfo/{fd}")) {
                     refuse_locks(pid, fd, &info)?;
                 }
             }
         }
+        // Stdio is replaced on restore: a pipe from it to another fd of the
+        // process would be cut in two.
+        for fd in 0..=2 {
+            let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
+            if let Some(ino) = super::pipes::inode_of(&link) {
+                if pipes.contains(&ino) {
+                    return Err(unsupported(
+                        pid,
+                        format!("a pipe between fd {fd} (stdio) and another fd ({link})"),
+                    ));
+                }
+            }
+        }
+        super::pipes::refuse_shared(pid, &pipes)?;
+        super::eventfd::refuse_shared(pid, &eventfds)?;
+        super::epoll::refuse_shared(pid, &epolls)?;
         let root = procfs::readlink(pid, "root")?;
         if root != "/" {
             return Err(unsupported(pid, format!("a chroot ({root})")));
@@ -228,12 +282,24 @@ impl Resource for Files {
             let Some(mut kind) = classify(pid, fd)? else {
                 continue;
             };
-            let (pos, flags) = fdinfo(pid, fd)?;
+            let (pos, flags, info) = fdinfo(pid, fd)?;
             if matches!(kind, FdKind::File { .. }) {
                 flush.fd(fd, flags)?;
             }
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
+            }
+            if let FdKind::Epoll { watches } = &mut kind {
+                *watches = super::epoll::capture(pid, fd, &info)?;
+            }
+            if let FdKind::EventFd { count, semaphore } = &mut kind {
+                (*count, *semaphore) = super::eventfd::capture(pid, fd, &info)?;
+            }
+            if let FdKind::Pipe { write, .. } = &mut kind {
+                *write = flags & libc::O_ACCMODE == libc::O_WRONLY;
+                if flags & libc::O_DIRECT != 0 {
+                    return Err(unsupported(pid, format!("a pipe in packet mode (fd {fd})")));
+                }
             }
             // Shared open file description with an earlier fd?
             if !matches!(kind, FdKind::Stdio(_)) {
@@ -243,6 +309,9 @@ impl Resource for Files {
                 }) {
                     kind = FdKind::SameAs(prev.fd);
                 }
+            }
+            if let FdKind::Pipe { ino, write } = kind {
+                cx.pipe_ends.push(super::pipes::End { ino, fd, write });
             }
             fds.push(Fd {
                 fd,
@@ -319,6 +388,39 @@ impl Resource for Files {
                         pf.keep(dup)?
                     }
                 },
+                FdKind::Pipe { ino, write } => {
+                    let (r, w) = *pf.pipes.get(ino).ok_or_else(|| {
+                        EngineError::Image(pmig_image::ImageError::MissingPart(format!(
+                            "pipes: pipe:[{ino}] of fd {}",
+                            f.fd
+                        )))
+                    })?;
+                    let end = if *write { w } else { r };
+                    // The flags live in the open file description, which
+                    // the new process shares with us.
+                    // SAFETY: fcntl(F_SETFL) on a helper fd we hold.
+                    if unsafe { libc::fcntl(end, libc::F_SETFL, f.flags & libc::O_NONBLOCK) } < 0 {
+                        return Err(crate::error::errno_err(format!(
+                            "fd {}: set the flags of a pipe",
+                            f.fd
+                        )));
+                    }
+                    end
+                }
+                FdKind::EventFd { count, semaphore } => {
+                    super::eventfd::preflight(pf, *count, *semaphore, f.flags)?
+                }
+                FdKind::Epoll { .. } => {
+                    let ep = super::epoll::preflight(pf)?;
+                    // SAFETY: fcntl(F_SETFL) on a helper fd we hold.
+                    if unsafe { libc::fcntl(ep, libc::F_SETFL, f.flags & libc::O_NONBLOCK) } < 0 {
+                        return Err(crate::error::errno_err(format!(
+                            "fd {}: set the flags of an epoll",
+                            f.fd
+                        )));
+                    }
+                    ep
+                }
                 FdKind::SameAs(other) => *src_of.get(other).ok_or_else(|| {
                     EngineError::Image(pmig_image::ImageError::MissingPart(format!(
                         "files: fd {other}"
@@ -342,6 +444,15 @@ impl Resource for Files {
             )));
         }
         pf.child.umask = Some(s.umask);
+        Ok(())
+    }
+
+    fn plan(s: &FilesState, cx: &mut super::PlanCx) -> Result<()> {
+        for f in &s.fds {
+            if let FdKind::Epoll { watches } = &f.kind {
+                super::epoll::plan(cx, f.fd, watches);
+            }
+        }
         Ok(())
     }
 }
@@ -483,7 +594,7 @@ impl NetworkFlush {
 pub fn flush_network_writes(pid: pid_t) -> Result<usize> {
     let mut nf = NetworkFlush::new(pid);
     for fd in list_fds(pid)? {
-        if let Ok((_, flags)) = fdinfo(pid, fd) {
+        if let Ok((_, flags, _)) = fdinfo(pid, fd) {
             nf.fd(fd, flags)?;
         }
     }

@@ -13,10 +13,13 @@
 //! [`crate::image::ProcessImage`].
 
 pub mod clocks;
+pub mod epoll;
+pub mod eventfd;
 pub mod files;
 pub mod identity;
 pub mod jobctl;
 pub mod memory;
+pub mod pipes;
 pub mod process;
 pub mod sched;
 pub mod session;
@@ -80,6 +83,8 @@ pub struct Capture<'a> {
     /// A page-copy buffer prepared before the freeze
     /// ([`memory::touched_copy_buffer`]); used first.
     pub copy_buffer: Option<Vec<u8>>,
+    /// The pipe ends `files` found, for `pipes`.
+    pub pipe_ends: Vec<pipes::End>,
     scratch: Option<u64>,
 }
 
@@ -98,6 +103,7 @@ impl<'a> Capture<'a> {
             defer_population: false,
             written_since: None,
             copy_buffer: None,
+            pipe_ends: Vec::new(),
             scratch: None,
         }
     }
@@ -199,6 +205,8 @@ pub struct Preflight {
     pub uffd_fd: Option<i32>,
     /// Path → helper fd for mapped files, so each file is opened once.
     pub mapped_files: std::collections::HashMap<String, i32>,
+    /// Pipe inode (on the source) → helper fds of its read and write ends.
+    pub pipes: std::collections::HashMap<u64, (i32, i32)>,
     /// Which stdio fd becomes the controlling terminal (see `session`).
     pub ctty: session::CttyPlan,
     /// The thread ids of the image, by thread index (thread 0 first). A thread
@@ -222,6 +230,7 @@ impl Preflight {
             owned: Vec::new(),
             child: ChildSetup::default(),
             mapped_files: Default::default(),
+            pipes: Default::default(),
             ctty: Default::default(),
             thread_tids: Vec::new(),
         }
