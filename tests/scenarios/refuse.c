@@ -16,6 +16,8 @@
  *   sharedeventfd   an eventfd an unrelated process (a grandchild) also
  *                   holds; it exits when we are gone (it polls our pidfd).
  *   sharedepoll     the same with an epoll instance.
+ *   rdwrpipe        a self-pipe and its read end opened again, read-write,
+ *                   through /proc/self/fd.
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -151,6 +153,13 @@ int main(int argc, char **argv) {
             _exit(0);
         }
         if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+    } else if (!strcmp(mode, "rdwrpipe")) {
+        int p[2];
+        char path[64];
+        if (pipe(p)) scn_die("pipe");
+        snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
+        fd1 = open(path, O_RDWR);
+        if (fd1 < 0) scn_die("reopen the pipe read-write");
     } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll")) {
         fd1 = !strcmp(mode, "sharedepoll") ? epoll_create1(0) : eventfd(7, 0);
         if (fd1 < 0) scn_die("create");

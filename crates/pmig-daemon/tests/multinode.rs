@@ -2224,6 +2224,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "pipes",
     "eventfd",
     "epoll",
+    "signalfd",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

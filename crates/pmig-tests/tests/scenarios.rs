@@ -249,6 +249,7 @@ scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(epoll, "epoll", false);
+scenario!(signalfd, "signalfd", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -322,6 +323,7 @@ fn scenarios_pass_without_migration() {
         ("pipes", &[]),
         ("eventfd", &[]),
         ("epoll", &[]),
+        ("signalfd", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),
@@ -439,6 +441,11 @@ fn refuse_eventfd_shared_with_another_process() {
 #[test]
 fn refuse_epoll_shared_with_another_process() {
     refusal("sharedepoll", &["epoll shared with another process"]);
+}
+
+#[test]
+fn refuse_pipe_open_for_reading_and_writing() {
+    refusal("rdwrpipe", &["both reading and writing"]);
 }
 
 #[test]

@@ -8,9 +8,9 @@
 //!   restoring command's own fds 0, 1 and 2, or to files named by the user.
 //! * Pipes held by this process alone move with their data (see `pipes`),
 //!   eventfds with their count (see `eventfd`), epoll instances with what
-//!   they watch (see `epoll`).
+//!   they watch (see `epoll`), signalfds with their mask (see `signalfd`).
 //! * Anything else (sockets, shared pipes, eventfds and epolls, io_uring,
-//!   timerfd, signalfd, ...) is
+//!   timerfd, ...) is
 //!   refused at dump time.
 
 use super::{Capture, Preflight, Resource};
@@ -65,6 +65,8 @@ pub enum FdKind {
     EventFd { count: u64, semaphore: bool },
     /// An epoll instance the process holds alone (format 1.3; see `epoll`).
     Epoll { watches: Vec<super::epoll::Watch> },
+    /// A signalfd (format 1.3; see `signalfd`).
+    SignalFd { mask: u64 },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -91,17 +93,36 @@ impl FilesState {
 /// fd `fd`'s offset and flags, and its whole fdinfo text.
 fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32, String)> {
     let t = procfs::read(pid, &format!("fdinfo/{fd}"))?;
-    let mut pos = 0;
-    let mut flags = 0;
-    for l in t.lines() {
-        if let Some(v) = l.strip_prefix("pos:") {
-            pos = v.trim().parse().unwrap_or(0);
-        } else if let Some(v) = l.strip_prefix("flags:") {
-            flags = i32::from_str_radix(v.trim(), 8).unwrap_or(0);
-        }
-    }
+    let pos = t
+        .lines()
+        .find_map(|l| l.strip_prefix("pos:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
     refuse_locks(pid, fd, &t)?;
-    Ok((pos, flags, t))
+    Ok((pos, flags_of(&t), t))
+}
+
+/// The open flags in an fdinfo text.
+fn flags_of(info: &str) -> i32 {
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|v| i32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0)
+}
+
+/// Refuses a pipe end that a new pipe's end could not be: in packet mode,
+/// or (reopened through /proc/PID/fd/N) reading and writing at once.
+fn refuse_pipe_flags(pid: pid_t, fd: i32, flags: i32) -> Result<()> {
+    if flags & libc::O_DIRECT != 0 {
+        return Err(unsupported(pid, format!("a pipe in packet mode (fd {fd})")));
+    }
+    if flags & libc::O_ACCMODE == libc::O_RDWR {
+        return Err(unsupported(
+            pid,
+            format!("a pipe open for both reading and writing (fd {fd})"),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a file lock held through fd `fd` (`info`: its fdinfo, which
@@ -158,6 +179,10 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     if link == super::epoll::LINK {
         // What it watches: from the fdinfo, in the capture.
         return Ok(Some(FdKind::Epoll { watches: vec![] }));
+    }
+    if link == super::signalfd::LINK {
+        // Its mask: from the fdinfo, in the capture.
+        return Ok(Some(FdKind::SignalFd { mask: 0 }));
     }
     if link == super::eventfd::LINK {
         // Its count: from the fdinfo, in the capture.
@@ -241,6 +266,9 @@ impl Resource for Files {
             if kind.is_some() {
                 if let Ok(info) = procfs::read(pid, &format!("fdinfo/{fd}")) {
                     refuse_locks(pid, fd, &info)?;
+                    if matches!(kind, Some(FdKind::Pipe { .. })) {
+                        refuse_pipe_flags(pid, fd, flags_of(&info))?;
+                    }
                 }
             }
         }
@@ -289,6 +317,9 @@ impl Resource for Files {
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
             }
+            if let FdKind::SignalFd { mask } = &mut kind {
+                *mask = super::signalfd::capture(pid, fd, &info)?;
+            }
             if let FdKind::Epoll { watches } = &mut kind {
                 *watches = super::epoll::capture(pid, fd, &info)?;
             }
@@ -297,9 +328,7 @@ impl Resource for Files {
             }
             if let FdKind::Pipe { write, .. } = &mut kind {
                 *write = flags & libc::O_ACCMODE == libc::O_WRONLY;
-                if flags & libc::O_DIRECT != 0 {
-                    return Err(unsupported(pid, format!("a pipe in packet mode (fd {fd})")));
-                }
+                refuse_pipe_flags(pid, fd, flags)?;
             }
             // Shared open file description with an earlier fd?
             if !matches!(kind, FdKind::Stdio(_)) {
@@ -396,29 +425,16 @@ impl Resource for Files {
                         )))
                     })?;
                     let end = if *write { w } else { r };
-                    // The flags live in the open file description, which
-                    // the new process shares with us.
-                    // SAFETY: fcntl(F_SETFL) on a helper fd we hold.
-                    if unsafe { libc::fcntl(end, libc::F_SETFL, f.flags & libc::O_NONBLOCK) } < 0 {
-                        return Err(crate::error::errno_err(format!(
-                            "fd {}: set the flags of a pipe",
-                            f.fd
-                        )));
-                    }
+                    set_nonblocking(end, f)?;
                     end
                 }
                 FdKind::EventFd { count, semaphore } => {
                     super::eventfd::preflight(pf, *count, *semaphore, f.flags)?
                 }
+                FdKind::SignalFd { mask } => super::signalfd::preflight(pf, *mask, f.flags)?,
                 FdKind::Epoll { .. } => {
                     let ep = super::epoll::preflight(pf)?;
-                    // SAFETY: fcntl(F_SETFL) on a helper fd we hold.
-                    if unsafe { libc::fcntl(ep, libc::F_SETFL, f.flags & libc::O_NONBLOCK) } < 0 {
-                        return Err(crate::error::errno_err(format!(
-                            "fd {}: set the flags of an epoll",
-                            f.fd
-                        )));
-                    }
+                    set_nonblocking(ep, f)?;
                     ep
                 }
                 FdKind::SameAs(other) => *src_of.get(other).ok_or_else(|| {
@@ -455,6 +471,20 @@ impl Resource for Files {
         }
         Ok(())
     }
+}
+
+/// Gives the helper fd `helper`, which will become `f`, `f`'s O_NONBLOCK:
+/// the flag lives in the open file description, which the new process
+/// shares with us.
+fn set_nonblocking(helper: i32, f: &Fd) -> Result<()> {
+    // SAFETY: fcntl(F_SETFL) on a helper fd we hold.
+    if unsafe { libc::fcntl(helper, libc::F_SETFL, f.flags & libc::O_NONBLOCK) } < 0 {
+        return Err(crate::error::errno_err(format!(
+            "fd {}: set its flags",
+            f.fd
+        )));
+    }
+    Ok(())
 }
 
 /// File systems whose files other nodes reach through a server (statfs

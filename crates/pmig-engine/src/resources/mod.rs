@@ -23,6 +23,7 @@ pub mod pipes;
 pub mod process;
 pub mod sched;
 pub mod session;
+pub mod signalfd;
 pub mod signals;
 pub mod threads;
 pub mod timers;
