@@ -93,14 +93,20 @@ fn put_optional<T: serde::Serialize>(
 
 /// Run every resource's precheck (read-only refusals).
 pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
+    use crate::timing::mark;
     Process::precheck(pid)?;
+    mark("precheck: process");
     Files::precheck(pid)?;
+    mark("precheck: files");
     Timers::precheck(pid)?;
+    mark("precheck: timers");
     Memory::precheck(pid)?;
+    mark("precheck: memory");
     Identity::precheck(pid)?;
     Signals::precheck(pid)?;
     Threads::precheck(pid)?;
     Session::precheck(pid)?;
+    mark("precheck: the rest");
     Ok(())
 }
 

@@ -177,23 +177,40 @@ pub fn other_holder(
         if other == pid || other == me {
             continue;
         }
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
-            continue; // gone, or not ours to read
-        };
-        for f in fds.flatten() {
-            let Some(fd) = f.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-                continue;
-            };
-            let Ok(link) = std::fs::read_link(f.path()) else {
-                continue;
-            };
-            let link = link.to_string_lossy();
-            if is_ours(other, fd, &link) {
-                return Some((other, link.into_owned()));
-            }
+        if let Some(link) = held_by(other, &mut is_ours) {
+            return Some((other, link));
         }
     }
     None
+}
+
+/// The link of the first fd of process `other` that `is_ours(other, fd,
+/// link)` accepts; None if there is none, or the process is gone or not
+/// ours to read.
+pub fn held_by(other: pid_t, mut is_ours: impl FnMut(pid_t, i32, &str) -> bool) -> Option<String> {
+    let fds = std::fs::read_dir(format!("/proc/{other}/fd")).ok()?;
+    for f in fds.flatten() {
+        let Some(fd) = f.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(link) = std::fs::read_link(f.path()) else {
+            continue;
+        };
+        let link = link.to_string_lossy();
+        if is_ours(other, fd, &link) {
+            return Some(link.into_owned());
+        }
+    }
+    None
+}
+
+/// The thread group (process) of thread or process `tid`, from its status;
+/// None once it is gone.
+pub fn tgid_of(tid: pid_t) -> Option<pid_t> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 #[cfg(test)]

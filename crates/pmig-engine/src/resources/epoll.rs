@@ -92,25 +92,14 @@ pub fn capture(pid: pid_t, fd: i32, info: &str) -> Result<Vec<Watch>> {
     Ok(watches)
 }
 
-/// Refuses the epolls at `fds` of `pid` if another process holds one.
-pub fn refuse_shared(pid: pid_t, fds: &[i32]) -> Result<()> {
-    if fds.is_empty() {
-        return Ok(());
-    }
-    let held = |other: pid_t, ofd: i32, link: &str| {
-        link == LINK
-            && fds.iter().any(|&fd| {
-                // SAFETY: kcmp only compares kernel objects.
-                unsafe { libc::syscall(libc::SYS_kcmp, pid, other, KCMP_FILE, fd, ofd) == 0 }
-            })
-    };
-    match crate::procfs::other_holder(pid, held) {
-        Some((other, _)) => Err(unsupported(
-            pid,
-            format!("an epoll shared with another process (also held by pid {other})"),
-        )),
-        None => Ok(()),
-    }
+/// Whether fd `ofd` of process `other`, whose link is `link`, is one of
+/// the epolls at `fds` of `pid`.
+pub fn is_one_of(pid: pid_t, other: pid_t, ofd: i32, link: &str, fds: &[i32]) -> bool {
+    link == LINK
+        && fds.iter().any(|&fd| {
+            // SAFETY: kcmp only compares kernel objects.
+            unsafe { libc::syscall(libc::SYS_kcmp, pid, other, KCMP_FILE, fd, ofd) == 0 }
+        })
 }
 
 /// Creates the epoll instance for the new process: a helper fd it inherits.

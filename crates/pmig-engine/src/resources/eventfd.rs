@@ -10,7 +10,7 @@
 //! fd kind [`super::files::FdKind::EventFd`] (format 1.3).
 
 use super::Preflight;
-use crate::error::{errno_err, unsupported, EngineError, Result};
+use crate::error::{errno_err, EngineError, Result};
 use libc::pid_t;
 use std::os::fd::{FromRawFd, OwnedFd};
 
@@ -46,21 +46,10 @@ pub fn id_of(pid: pid_t, fd: i32) -> Option<u64> {
     parse(&info).map(|(id, _, _)| id)
 }
 
-/// Refuses the eventfds `ids` of `pid` if another process holds one.
-pub fn refuse_shared(pid: pid_t, ids: &[u64]) -> Result<()> {
-    if ids.is_empty() {
-        return Ok(());
-    }
-    let held = |other, fd, link: &str| {
-        link == LINK && id_of(other, fd).is_some_and(|id| ids.contains(&id))
-    };
-    match crate::procfs::other_holder(pid, held) {
-        Some((other, _)) => Err(unsupported(
-            pid,
-            format!("an eventfd shared with another process (also held by pid {other})"),
-        )),
-        None => Ok(()),
-    }
+/// Whether fd `fd` of process `other`, whose link is `link`, is one of
+/// the eventfds `ids`.
+pub fn is_one_of(other: pid_t, fd: i32, link: &str, ids: &[u64]) -> bool {
+    link == LINK && id_of(other, fd).is_some_and(|id| ids.contains(&id))
 }
 
 /// Creates the eventfd for the new process: a helper fd it inherits.

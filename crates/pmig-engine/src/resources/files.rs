@@ -13,6 +13,7 @@
 //!   timerfd, ...) is
 //!   refused at dump time.
 
+use super::holders::HeldAlone;
 use super::{Capture, Preflight, Resource};
 use crate::error::{unsupported, Ctx, EngineError, Result};
 use crate::procfs;
@@ -250,17 +251,15 @@ impl Resource for Files {
     type State = FilesState;
 
     fn precheck(pid: pid_t) -> Result<()> {
-        let mut pipes = Vec::new();
-        let mut eventfds = Vec::new();
-        let mut epolls = Vec::new();
+        let mut alone = HeldAlone::default();
         for fd in list_fds(pid)? {
             let kind = classify(pid, fd)?;
             match kind {
-                Some(FdKind::Pipe { ino, .. }) => pipes.push(ino),
+                Some(FdKind::Pipe { ino, .. }) => alone.pipes.push(ino),
                 Some(FdKind::EventFd { .. }) => {
-                    eventfds.extend(super::eventfd::id_of(pid, fd));
+                    alone.eventfds.extend(super::eventfd::id_of(pid, fd));
                 }
-                Some(FdKind::Epoll { .. }) => epolls.push(fd),
+                Some(FdKind::Epoll { .. }) => alone.epolls.push(fd),
                 _ => {}
             }
             if kind.is_some() {
@@ -277,7 +276,7 @@ impl Resource for Files {
         for fd in 0..=2 {
             let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
             if let Some(ino) = super::pipes::inode_of(&link) {
-                if pipes.contains(&ino) {
+                if alone.pipes.contains(&ino) {
                     return Err(unsupported(
                         pid,
                         format!("a pipe between fd {fd} (stdio) and another fd ({link})"),
@@ -285,9 +284,7 @@ impl Resource for Files {
                 }
             }
         }
-        super::pipes::refuse_shared(pid, &pipes)?;
-        super::eventfd::refuse_shared(pid, &eventfds)?;
-        super::epoll::refuse_shared(pid, &epolls)?;
+        alone.refuse_shared(pid)?;
         let root = procfs::readlink(pid, "root")?;
         if root != "/" {
             return Err(unsupported(pid, format!("a chroot ({root})")));

@@ -82,6 +82,7 @@ mod tests {
         let mut w = pmig_image::ImageWriter::create(d.path()).unwrap();
         let mut cx = Capture::new(&mut frozen, w.pages());
         let s = JobCtl::capture(&mut cx).unwrap();
+        drop(cx);
         drop(frozen);
         let _ = child.kill();
         let _ = child.wait();

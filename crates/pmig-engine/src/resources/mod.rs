@@ -16,6 +16,7 @@ pub mod clocks;
 pub mod epoll;
 pub mod eventfd;
 pub mod files;
+pub mod holders;
 pub mod identity;
 pub mod jobctl;
 pub mod memory;
@@ -87,9 +88,23 @@ pub struct Capture<'a> {
     /// The pipe ends `files` found, for `pipes`.
     pub pipe_ends: Vec<pipes::End>,
     scratch: Option<u64>,
+    /// The page of code for batched injected calls, if it could be mapped.
+    code: Option<u64>,
 }
 
 pub const SCRATCH_LEN: u64 = 4096;
+/// After the scratch page: the results of batched injected calls.
+const RESULTS_LEN: u64 = 4096;
+/// The code of batched injected calls.
+const CODE_LEN: u64 = 4096;
+
+impl Drop for Capture<'_> {
+    /// A capture that failed leaves no page of its own in the process, which
+    /// resumes (best effort: the process may be gone).
+    fn drop(&mut self) {
+        let _ = self.release_scratch();
+    }
+}
 
 impl<'a> Capture<'a> {
     pub fn new(frozen: &'a mut Frozen, pages: &'a mut PagesWriter) -> Capture<'a> {
@@ -106,40 +121,80 @@ impl<'a> Capture<'a> {
             copy_buffer: None,
             pipe_ends: Vec::new(),
             scratch: None,
+            code: None,
         }
     }
 
     /// A page of memory inside the target for injected calls to write into.
+    /// Mapped at the first use, with a page for the results of batched
+    /// calls after it and, in a mapping of its own, a page of executable
+    /// memory for their code (see [`Frozen::use_stub`]); without that
+    /// mapping, calls are injected one by one.
     pub fn scratch(&mut self) -> Result<u64> {
         if let Some(s) = self.scratch {
             return Ok(s);
         }
-        let r = self.frozen.inject(
+        let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        let r = self.frozen.inject_many(
             0,
-            libc::SYS_mmap,
             &[
-                0,
-                SCRATCH_LEN,
-                (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
-                u64::MAX,
-                0,
+                (
+                    libc::SYS_mmap,
+                    &[
+                        0,
+                        SCRATCH_LEN + RESULTS_LEN,
+                        (libc::PROT_READ | libc::PROT_WRITE) as u64,
+                        anon,
+                        u64::MAX,
+                        0,
+                    ],
+                ),
+                (
+                    libc::SYS_mmap,
+                    &[
+                        0,
+                        CODE_LEN,
+                        (libc::PROT_READ | libc::PROT_EXEC) as u64,
+                        anon,
+                        u64::MAX,
+                        0,
+                    ],
+                ),
             ],
         )?;
-        if r < 0 {
+        if r[1] >= 0 {
+            self.code = Some(r[1] as u64);
+        }
+        if r[0] < 0 {
             return Err(EngineError::Other(format!(
                 "map a scratch page in process {}: errno {}",
-                self.pid, -r
+                self.pid, -r[0]
             )));
         }
-        self.scratch = Some(r as u64);
-        Ok(r as u64)
+        let s = r[0] as u64;
+        self.scratch = Some(s);
+        if let Some(code) = self.code {
+            if !self.frozen.use_stub(code, s + SCRATCH_LEN) {
+                tracing::debug!("process {}: injected calls go one by one", self.pid);
+            }
+        }
+        Ok(s)
     }
 
-    /// Remove the scratch page (before memory is captured).
+    /// Remove the scratch page and the code page (before memory is
+    /// captured).
     pub fn release_scratch(&mut self) -> Result<()> {
+        self.frozen.drop_stub();
+        let mut calls: Vec<(i64, [u64; 2])> = Vec::new();
         if let Some(s) = self.scratch.take() {
-            self.frozen.inject(0, libc::SYS_munmap, &[s, SCRATCH_LEN])?;
+            calls.push((libc::SYS_munmap, [s, SCRATCH_LEN + RESULTS_LEN]));
+        }
+        if let Some(c) = self.code.take() {
+            calls.push((libc::SYS_munmap, [c, CODE_LEN]));
+        }
+        if !calls.is_empty() {
+            let calls: Vec<(i64, &[u64])> = calls.iter().map(|(n, a)| (*n, &a[..])).collect();
+            self.frozen.inject_many(0, &calls)?;
         }
         Ok(())
     }

@@ -20,7 +20,6 @@
 
 use super::{Capture, Preflight, Resource};
 use crate::error::{errno_err, unsupported, EngineError, Result};
-use libc::pid_t;
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -54,24 +53,12 @@ pub fn inode_of(link: &str) -> Option<u64> {
     link.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()
 }
 
-/// Refuses the pipes `inos` (pipes of `pid`) if any other process holds
-/// one of them: its data would stop flowing between the two. Reads every
-/// process's fd table, so only when the process has such pipes.
-pub fn refuse_shared(pid: pid_t, inos: &[u64]) -> Result<()> {
-    if inos.is_empty() {
-        return Ok(());
-    }
-    let held = |_, _, link: &str| inode_of(link).is_some_and(|i| inos.contains(&i));
-    match crate::procfs::other_holder(pid, held) {
-        Some((other, link)) => Err(unsupported(
-            pid,
-            format!("a pipe shared with another process ({link}, also held by pid {other})"),
-        )),
-        None => Ok(()),
-    }
+/// Whether an fd whose link is `link` is one of the pipes `inos`.
+pub fn is_one_of(link: &str, inos: &[u64]) -> bool {
+    inode_of(link).is_some_and(|i| inos.contains(&i))
 }
 
-fn fresh_pipe() -> Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn fresh_pipe() -> Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 writes two fds into the array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
@@ -252,39 +239,5 @@ mod tests {
         let n = unsafe { libc::read(r.as_raw_fd(), back.as_mut_ptr() as *mut _, back.len()) };
         assert_eq!(&back[..n as usize], msg);
         assert!(buffered(&r, cap).unwrap().is_empty());
-    }
-
-    #[test]
-    fn a_pipe_this_process_shares_with_a_child_is_refused() {
-        let (r, w) = fresh_pipe().unwrap();
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", r.as_raw_fd())).unwrap();
-        let ino = inode_of(link.to_str().unwrap()).unwrap();
-        // A child holding the read end: another holder of this pipe.
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
-            .stdin(std::process::Stdio::from(r))
-            .spawn()
-            .unwrap();
-        drop(w);
-        // Once we closed our ends, the child alone holds the pipe.
-        let alone = refuse_shared(child.id() as pid_t, &[ino]);
-        // A second process holding the same pipe (through its stdin).
-        let dup = std::fs::File::open(format!("/proc/{}/fd/0", child.id())).unwrap();
-        let mut other = std::process::Command::new("sleep")
-            .arg("30")
-            .stdin(std::process::Stdio::from(dup))
-            .spawn()
-            .unwrap();
-        let shared = refuse_shared(child.id() as pid_t, &[ino]);
-        let _ = child.kill();
-        let _ = other.kill();
-        let _ = child.wait();
-        let _ = other.wait();
-        assert!(alone.is_ok(), "{alone:?}");
-        let e = shared.unwrap_err().to_string();
-        assert!(
-            e.contains("pipe shared with another process") && e.contains(&other.id().to_string()),
-            "{e}"
-        );
     }
 }

@@ -1,0 +1,259 @@
+//! Files a process must hold alone to move: its pipes, eventfds and epoll
+//! instances. Moving one that another process also holds would cut the
+//! channel between the two, so such a file is refused. This module finds the
+//! other holders for all three kinds in one pass over every process's fd
+//! table ([`crate::procfs::other_holder`]); the kinds' own modules say what
+//! makes another process's fd the same file.
+//!
+//! The check runs before the freeze and again at the freeze (the precheck is
+//! made twice). The second pass reads far less: after a pass that found no
+//! other holder, a new holder can only be a process created since, and
+//! every process created since has a pid above the pid namespace's last pid
+//! at that pass (`/proc/sys/kernel/ns_last_pid`). So the second pass reads
+//! the fd tables of those pids' processes only (this holder's own threads
+//! among them are skipped), as long as the process holds no file of these
+//! kinds that the clean pass did not cover. Not seen this way: an existing
+//! process that in those few milliseconds (longer for pre-copy's rounds)
+//! opened `/proc/PID/fd/N` of one of the pipes, took an fd with
+//! `pidfd_getfd`, or received one over a unix socket from the process. On
+//! a busy host, with more than a few hundred pids created in between, or
+//! after a wrap-around of the pid counter, every process is read again.
+
+use super::{epoll, eventfd, pipes};
+use crate::error::{unsupported, Result};
+use libc::pid_t;
+use std::sync::Mutex;
+
+/// The pipes (by inode), eventfds (by eventfd id) and epolls (by fd) of one
+/// process, which it must hold alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldAlone {
+    pub pipes: Vec<u64>,
+    pub eventfds: Vec<u64>,
+    pub epolls: Vec<i32>,
+}
+
+/// The last pass that found no other holder: for which process, what it
+/// covered, and the pid namespace's last pid read before it.
+struct Clean {
+    pid: pid_t,
+    last_pid: u64,
+    covered: HeldAlone,
+}
+
+impl Clean {
+    /// Whether this pass covered `held` of `pid`: then only the processes
+    /// created since need a look.
+    fn covers(&self, pid: pid_t, held: &HeldAlone) -> bool {
+        self.pid == pid && held.covered_by(&self.covered)
+    }
+}
+
+static LAST_CLEAN: Mutex<Option<Clean>> = Mutex::new(None);
+
+/// The last pid allocated in this process's pid namespace.
+fn last_pid() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn subset<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+    a.iter().all(|x| b.contains(x))
+}
+
+impl HeldAlone {
+    pub fn is_empty(&self) -> bool {
+        self.pipes.is_empty() && self.eventfds.is_empty() && self.epolls.is_empty()
+    }
+
+    fn covered_by(&self, other: &HeldAlone) -> bool {
+        subset(&self.pipes, &other.pipes)
+            && subset(&self.eventfds, &other.eventfds)
+            && subset(&self.epolls, &other.epolls)
+    }
+
+    /// Whether fd `fd` of process `other`, whose link is `link`, is one of
+    /// these files of `pid`.
+    fn holds(&self, pid: pid_t, other: pid_t, fd: i32, link: &str) -> bool {
+        pipes::is_one_of(link, &self.pipes)
+            || eventfd::is_one_of(other, fd, link, &self.eventfds)
+            || epoll::is_one_of(pid, other, fd, link, &self.epolls)
+    }
+
+    /// Refuses these files of `pid` if another process holds one of them.
+    /// Reads every process's fd table, or, after a clean pass for `pid`
+    /// that covered them, only those of the processes created since (see
+    /// the module's documentation).
+    pub fn refuse_shared(&self, pid: pid_t) -> Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let now = last_pid();
+        let since = {
+            let clean = LAST_CLEAN.lock().unwrap_or_else(|e| e.into_inner());
+            match (clean.as_ref(), now) {
+                (Some(c), Some(now)) if c.covers(pid, self) => created_since(c.last_pid, now),
+                _ => None,
+            }
+        };
+        let holds = |other, fd, link: &str| self.holds(pid, other, fd, link);
+        let found = match since {
+            Some(pids) => holder_among(pid, pids, holds),
+            None => crate::procfs::other_holder(pid, holds),
+        };
+        let Some((other, link)) = found else {
+            if let Some(last_pid) = now {
+                *LAST_CLEAN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Clean {
+                    pid,
+                    last_pid,
+                    covered: self.clone(),
+                });
+            }
+            return Ok(());
+        };
+        let what = if link == eventfd::LINK {
+            format!("an eventfd shared with another process (also held by pid {other})")
+        } else if link == epoll::LINK {
+            format!("an epoll shared with another process (also held by pid {other})")
+        } else {
+            format!("a pipe shared with another process ({link}, also held by pid {other})")
+        };
+        Err(unsupported(pid, what))
+    }
+}
+
+/// The most pids created since a clean pass that are checked one by one;
+/// beyond, the whole fd table of every process is read again.
+const MAX_NEW_PIDS: u64 = 256;
+
+/// The pids this namespace allocated after `then` up to `now`, if they can
+/// be checked one by one: not too many, no wrap-around, and `/proc` is this
+/// pid namespace's (the holder may have joined another mount namespace).
+fn created_since(then: u64, now: u64) -> Option<std::ops::RangeInclusive<u64>> {
+    let me = std::process::id().to_string();
+    let proc_is_ours = std::fs::read_link("/proc/self").is_ok_and(|l| l.as_os_str() == me.as_str());
+    (now >= then && now - then <= MAX_NEW_PIDS && proc_is_ours).then_some(then + 1..=now)
+}
+
+/// The first process among `pids` (threads count as their process) other
+/// than `pid` and this one with an fd that `holds` accepts. A pid already
+/// gone again is skipped: its fds are closed, and any process it created
+/// has a pid in the range too.
+fn holder_among(
+    pid: pid_t,
+    pids: std::ops::RangeInclusive<u64>,
+    mut holds: impl FnMut(pid_t, i32, &str) -> bool,
+) -> Option<(pid_t, String)> {
+    let me = std::process::id() as pid_t;
+    let mut seen = Vec::new();
+    for p in pids {
+        let Some(tgid) = crate::procfs::tgid_of(p as pid_t) else {
+            continue;
+        };
+        if tgid == me || tgid == pid || seen.contains(&tgid) {
+            continue;
+        }
+        seen.push(tgid);
+        if let Some(link) = crate::procfs::held_by(tgid, &mut holds) {
+            return Some((tgid, link));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_pipe_this_process_shares_with_a_child_is_refused() {
+        let (r, w) = pipes::fresh_pipe().unwrap();
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", r.as_raw_fd())).unwrap();
+        let ino = pipes::inode_of(link.to_str().unwrap()).unwrap();
+        let held = HeldAlone {
+            pipes: vec![ino],
+            ..HeldAlone::default()
+        };
+        // A child holding the read end: another holder of this pipe.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::from(r))
+            .spawn()
+            .unwrap();
+        drop(w);
+        // Once we closed our ends, the child alone holds the pipe.
+        let alone = held.refuse_shared(child.id() as pid_t);
+        // A second process holding the same pipe (through its stdin): it is
+        // a new process, so the clean pass above does not excuse it.
+        let dup = std::fs::File::open(format!("/proc/{}/fd/0", child.id())).unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::from(dup))
+            .spawn()
+            .unwrap();
+        let shared = held.refuse_shared(child.id() as pid_t);
+        let _ = child.kill();
+        let _ = other.kill();
+        let _ = child.wait();
+        let _ = other.wait();
+        assert!(alone.is_ok(), "{alone:?}");
+        let e = shared.unwrap_err().to_string();
+        assert!(
+            e.contains("pipe shared with another process") && e.contains(&other.id().to_string()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn after_a_clean_pass_only_new_processes_are_read() {
+        let held = HeldAlone {
+            pipes: vec![1],
+            eventfds: vec![7],
+            epolls: vec![3],
+        };
+        let me = std::process::id() as pid_t;
+        let clean = Clean {
+            pid: me,
+            last_pid: last_pid().expect("ns_last_pid"),
+            covered: held.clone(),
+        };
+        assert!(clean.covers(me, &held));
+        let fewer = HeldAlone {
+            epolls: vec![],
+            ..held.clone()
+        };
+        assert!(clean.covers(me, &fewer));
+        let more = HeldAlone {
+            pipes: vec![1, 2],
+            ..held.clone()
+        };
+        assert!(!clean.covers(me, &more));
+        assert!(!clean.covers(me + 1, &held));
+        // A process created since is in the range, and found.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let now = last_pid().unwrap();
+        let range = created_since(clean.last_pid, now);
+        let found = range.clone().and_then(|r| {
+            holder_among(me, r, |other, fd, link| {
+                other == child.id() as pid_t && fd == 0 && link == "/dev/null"
+            })
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let range = range.expect("a few pids created since");
+        assert!(range.contains(&(child.id() as u64)), "{range:?}");
+        assert_eq!(found, Some((child.id() as pid_t, "/dev/null".to_string())));
+        // Wrapped around, or too many: every process is read again.
+        assert_eq!(created_since(now, now - 1), None);
+        assert_eq!(created_since(now, now + MAX_NEW_PIDS + 1), None);
+        assert_eq!(created_since(now, now), Some(now + 1..=now));
+    }
+}
