@@ -2225,6 +2225,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "eventfd",
     "epoll",
     "signalfd",
+    "pthreads",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

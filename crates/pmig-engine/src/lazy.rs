@@ -767,6 +767,11 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
             keep.insert((r.ptr + r.size as u64 - 1) & !(PAGE - 1));
         }
         let regs = crate::sys::get_regs(t.tid)?;
+        // glibc's thread descriptor, whose copy of the thread id the
+        // restore may rewrite (see [`crate::resources::tcb`]).
+        if regs.fs_base != 0 {
+            keep.extend(crate::resources::tcb::handover_pages(regs.fs_base));
+        }
         keep.insert(regs.rsp & !(PAGE - 1));
         // The red zone and a call or two below the stack pointer.
         keep.insert((regs.rsp - 256) & !(PAGE - 1));

@@ -544,13 +544,23 @@ impl Frozen {
             Ok(())
         };
         let mut first = None;
+        let mut exiting = Vec::new();
         for t in &self.threads {
-            if let Err(e) = ptrace::detach(Pid::from_raw(t.tid), None) {
-                if e != nix::errno::Errno::ESRCH && first.is_none() {
-                    first = Some(e);
+            match ptrace::detach(Pid::from_raw(t.tid), None) {
+                Ok(()) => {}
+                // Out of its stop: only SIGKILL does that, e.g. a thread let
+                // go before it called exit_group. It is exiting, and stays
+                // a zombie until we, its tracer, reap it; until then its
+                // process's parent cannot reap the process.
+                Err(nix::errno::Errno::ESRCH) => exiting.push(t.tid),
+                Err(e) => {
+                    if first.is_none() {
+                        first = Some(e);
+                    }
                 }
             }
         }
+        reap_exiting(&exiting);
         match first {
             Some(e) => Err(e).ctx(|| format!("detach from process {}", self.pid)),
             None => parked.and(stopped),
@@ -583,11 +593,37 @@ impl Drop for Frozen {
         if !self.detached {
             let _ = self.park_all();
             self.restore_masks();
-            for t in &self.threads {
-                let _ = ptrace::detach(Pid::from_raw(t.tid), None);
-            }
+            let exiting: Vec<pid_t> = self
+                .threads
+                .iter()
+                .filter(|t| {
+                    ptrace::detach(Pid::from_raw(t.tid), None) == Err(nix::errno::Errno::ESRCH)
+                })
+                .map(|t| t.tid)
+                .collect();
+            reap_exiting(&exiting);
         }
     }
+}
+
+/// Reaps the traced threads `tids`, which are exiting (bounded: about 2 s
+/// in all).
+fn reap_exiting(tids: &[pid_t]) {
+    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+    let mut left: Vec<pid_t> = tids.to_vec();
+    for _ in 0..2000 {
+        left.retain(|&tid| {
+            matches!(
+                waitpid(Pid::from_raw(tid), flags),
+                Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR)
+            )
+        });
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    tracing::warn!("threads {left:?} did not finish exiting");
 }
 
 /// Resumes `tid` and waits until it stops at the `int3` that ends a

@@ -538,6 +538,11 @@ fn restore_image_held(
             Memory::finish(&pi.memory, &mut fin)?;
             mark("restore: finish memory");
             Threads::finish(&pi.threads, &mut fin)?;
+            let lazy = p.pf.uffd_fd.is_some();
+            let n = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy)?;
+            if n > 0 {
+                tracing::debug!("process {pid}: new ids written into {n} thread descriptors");
+            }
             mark("restore: finish threads");
             Identity::finish(&pi.identity, &mut fin)?;
             mark("restore: finish identity");
@@ -702,21 +707,59 @@ fn unregister_inherited_rseq(pid: pid_t, gadget: Option<u64>) -> Result<()> {
 /// if another of its threads died meanwhile: then the process is dying, and
 /// a blocking wait for `t` could wait forever (a traced thread that has
 /// exited holds its group leader's report back until it is reaped).
-/// Polls without blocking: 50 µs between tries, the threads checked every
-/// 5 ms, at most 60 s.
+/// Waits for SIGCHLD between tries (see below), the other threads checked
+/// after every quiet 10 ms, at most 60 s.
 fn wait_thread(pid: pid_t, t: Pid) -> Result<Option<WaitStatus>> {
+    // Each stop of a traced thread sends us SIGCHLD: with it blocked in this
+    // thread, sigtimedwait wakes us as soon as a stop may be there (polling
+    // with short sleeps added up to 0.1 ms per stop). The wait is bounded,
+    // and on every quiet 10 ms the other threads are checked.
+    let mut chld = nix::sys::signal::SigSet::empty();
+    chld.add(nix::sys::signal::Signal::SIGCHLD);
+    let mut old = nix::sys::signal::SigSet::empty();
+    nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_BLOCK,
+        Some(&chld),
+        Some(&mut old),
+    )
+    .ctx(|| "block SIGCHLD".to_string())?;
+    let r = wait_thread_blocked(pid, t, &chld);
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&old),
+        None,
+    );
+    r
+}
+
+/// [`wait_thread`] once SIGCHLD (`chld`) is blocked.
+fn wait_thread_blocked(
+    pid: pid_t,
+    t: Pid,
+    chld: &nix::sys::signal::SigSet,
+) -> Result<Option<WaitStatus>> {
     let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
-    for i in 0..1_200_000u32 {
+    let quiet = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    for _ in 0..1_000_000u32 {
+        if std::time::Instant::now() > deadline {
+            break;
+        }
         match waitpid(t, flags) {
             Ok(WaitStatus::StillAlive) => {}
             Ok(s) => return Ok(Some(s)),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e).ctx(|| format!("wait for thread {t} of the new process")),
         }
-        if i % 100 == 99 && other_thread_dead(pid, t.as_raw()) {
+        // SAFETY: sigtimedwait reads the set and the timeout, both valid; no
+        // siginfo is asked for.
+        let r = unsafe { libc::sigtimedwait(chld.as_ref(), std::ptr::null_mut(), &quiet) };
+        if r < 0 && other_thread_dead(pid, t.as_raw()) {
             return Ok(None);
         }
-        std::thread::sleep(Duration::from_micros(50));
     }
     Err(EngineError::Restore(format!(
         "thread {t} of the new process did not stop within 60 s"
@@ -775,6 +818,7 @@ fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
                         )));
                     }
                     by_idx[idx] = Some(tid);
+                    mark("restore: thread trapped");
                     break;
                 }
                 WaitStatus::Stopped(_, sig) => {
@@ -800,6 +844,9 @@ fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
                         let new =
                             ptrace::getevent(t).ctx(|| format!("new thread of {tid}"))? as pid_t;
                         queue.push_back(new);
+                        mark("restore: clone event");
+                    } else {
+                        mark("restore: thread start");
                     }
                     // Otherwise: the first stop of a new thread.
                     ptrace::cont(t, None).ctx(|| format!("resume thread {tid}"))?;

@@ -397,6 +397,12 @@ pub(crate) fn kept_pages(pi: &ProcessImage, keep: Keep) -> HashSet<u64> {
                 set.insert(pg(ptr + size.max(1) as u64 - 1));
             }
         }
+        // glibc's thread descriptor, whose copy of the thread id the
+        // restore may rewrite (see `pmig_engine::resources::tcb`).
+        let fs_base = pmig_engine::resources::threads::regs_from_vec(&t.regs).fs_base;
+        if fs_base != 0 {
+            set.extend(pmig_engine::resources::tcb::handover_pages(fs_base));
+        }
         let Some(&rsp) = t.regs.get(REG_RSP) else {
             continue;
         };

@@ -250,6 +250,7 @@ scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
+scenario!(pthreads, "pthreads", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -324,6 +325,7 @@ fn scenarios_pass_without_migration() {
         ("eventfd", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),
+        ("pthreads", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

@@ -33,10 +33,11 @@ pub struct HeldAlone {
     pub epolls: Vec<i32>,
 }
 
-/// The last pass that found no other holder: for which process, what it
-/// covered, and the pid namespace's last pid read before it.
+/// The last pass that found no other holder: for which process (pid and
+/// start time, so that a reused pid is another process), what it covered,
+/// and the pid namespace's last pid read before it.
 struct Clean {
-    pid: pid_t,
+    process: (pid_t, u64),
     last_pid: u64,
     covered: HeldAlone,
 }
@@ -44,8 +45,8 @@ struct Clean {
 impl Clean {
     /// Whether this pass covered `held` of `pid`: then only the processes
     /// created since need a look.
-    fn covers(&self, pid: pid_t, held: &HeldAlone) -> bool {
-        self.pid == pid && held.covered_by(&self.covered)
+    fn covers(&self, process: (pid_t, u64), held: &HeldAlone) -> bool {
+        self.process == process && held.covered_by(&self.covered)
     }
 }
 
@@ -58,6 +59,12 @@ fn last_pid() -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// A process's pid and start time (field 22 of its stat).
+fn identity(pid: pid_t) -> Option<(pid_t, u64)> {
+    let f = crate::procfs::stat_fields(pid).ok()?;
+    Some((pid, f.get(19)?.parse().ok()?))
 }
 
 fn subset<T: PartialEq>(a: &[T], b: &[T]) -> bool {
@@ -92,10 +99,13 @@ impl HeldAlone {
             return Ok(());
         }
         let now = last_pid();
+        let process = identity(pid);
         let since = {
             let clean = LAST_CLEAN.lock().unwrap_or_else(|e| e.into_inner());
-            match (clean.as_ref(), now) {
-                (Some(c), Some(now)) if c.covers(pid, self) => created_since(c.last_pid, now),
+            match (clean.as_ref(), now, process) {
+                (Some(c), Some(now), Some(p)) if c.covers(p, self) => {
+                    created_since(c.last_pid, now)
+                }
                 _ => None,
             }
         };
@@ -105,9 +115,9 @@ impl HeldAlone {
             None => crate::procfs::other_holder(pid, holds),
         };
         let Some((other, link)) = found else {
-            if let Some(last_pid) = now {
+            if let (Some(last_pid), Some(process)) = (now, process) {
                 *LAST_CLEAN.lock().unwrap_or_else(|e| e.into_inner()) = Some(Clean {
-                    pid,
+                    process,
                     last_pid,
                     covered: self.clone(),
                 });
@@ -216,23 +226,26 @@ mod tests {
             epolls: vec![3],
         };
         let me = std::process::id() as pid_t;
+        let us = identity(me).expect("our own start time");
         let clean = Clean {
-            pid: me,
+            process: us,
             last_pid: last_pid().expect("ns_last_pid"),
             covered: held.clone(),
         };
-        assert!(clean.covers(me, &held));
+        assert!(clean.covers(us, &held));
         let fewer = HeldAlone {
             epolls: vec![],
             ..held.clone()
         };
-        assert!(clean.covers(me, &fewer));
+        assert!(clean.covers(us, &fewer));
         let more = HeldAlone {
             pipes: vec![1, 2],
             ..held.clone()
         };
-        assert!(!clean.covers(me, &more));
-        assert!(!clean.covers(me + 1, &held));
+        assert!(!clean.covers(us, &more));
+        // Another process, or the same pid reused by a later one.
+        assert!(!clean.covers((me + 1, us.1), &held));
+        assert!(!clean.covers((me, us.1 + 1), &held));
         // A process created since is in the range, and found.
         let mut child = std::process::Command::new("sleep")
             .arg("30")

@@ -26,6 +26,7 @@ pub mod sched;
 pub mod session;
 pub mod signalfd;
 pub mod signals;
+pub mod tcb;
 pub mod threads;
 pub mod timers;
 
