@@ -552,7 +552,10 @@ impl Frozen {
                 // go before it called exit_group. It is exiting, and stays
                 // a zombie until we, its tracer, reap it; until then its
                 // process's parent cannot reap the process.
-                Err(nix::errno::Errno::ESRCH) => exiting.push(t.tid),
+                Err(nix::errno::Errno::ESRCH) if t.tid != self.pid => exiting.push(t.tid),
+                // The group leader is left to the process's parent, who
+                // wants its exit status (reaped here, it would be lost).
+                Err(nix::errno::Errno::ESRCH) => {}
                 Err(e) => {
                     if first.is_none() {
                         first = Some(e);
@@ -598,6 +601,7 @@ impl Drop for Frozen {
                 .iter()
                 .filter(|t| {
                     ptrace::detach(Pid::from_raw(t.tid), None) == Err(nix::errno::Errno::ESRCH)
+                        && t.tid != self.pid
                 })
                 .map(|t| t.tid)
                 .collect();
