@@ -2226,6 +2226,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "epoll",
     "signalfd",
     "pthreads",
+    "jit",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

@@ -300,6 +300,59 @@ mod tests {
         let _ = c.wait();
     }
 
+    #[test]
+    fn untouched_private_memory_stays_unpopulated_and_a_first_touch_is_seen() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to create a userfaultfd in another process");
+            return;
+        }
+        // python3 with a private anonymous mapping of 256 pages, pages 0-3
+        // touched; each line i writes into page i.
+        let prog = "import ctypes,mmap,sys\nm=mmap.mmap(-1,256*4096,flags=mmap.MAP_PRIVATE|mmap.MAP_ANONYMOUS)\nfor i in range(4):\n    m[i*4096]=1\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    m[int(line)*4096]=2\n    print('ok',flush=True)\n";
+        let mut c = Command::new("python3")
+            .args(["-c", prog])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let pid = c.id() as i32;
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        let end = base + 256 * 4096;
+        let in_map = |r: &[(u64, u64)]| -> u64 {
+            r.iter()
+                .map(|&(s, l)| (s + l).min(end).saturating_sub(s.max(base)) / 4096)
+                .sum()
+        };
+        let mut t = DirtyTracker::attach(pid).unwrap();
+        assert!(t.is_tracked(base + 100 * 4096));
+        // Tracking must not make the untouched pages look populated (a
+        // write-protect marker in an empty entry reads as a swapped page).
+        let populated = crate::resources::memory::saveable_ranges(pid).unwrap();
+        assert_eq!(in_map(&populated), 4, "{populated:x?}");
+        let _ = t.scan().unwrap();
+        // The first write to page 100 (populated after the protection) is seen.
+        let mut stdin = c.stdin.take().unwrap();
+        writeln!(stdin, "100").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let dirty = t.scan().unwrap();
+        let p100 = base + 100 * 4096;
+        assert!(
+            dirty.iter().any(|&(s, l)| s <= p100 && p100 < s + l),
+            "first touch of {p100:#x} not reported: {dirty:x?}"
+        );
+        assert_eq!(in_map(&dirty), 1, "{dirty:x?}");
+        let populated = crate::resources::memory::saveable_ranges(pid).unwrap();
+        assert_eq!(in_map(&populated), 5, "{populated:x?}");
+        drop(t);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
     /// python3 with a file mapped privately (8 pages); each line `w i`
     /// writes into page i of it, `p ro` and `p rw` make it read-only or
     /// writable again.

@@ -731,15 +731,56 @@ impl LazyMemory {
 /// Most pages of the argument and environment strings sent with the state.
 const MAX_ARG_ENV_PAGES: u64 = 256;
 
+/// What the restore touches of one thread's memory before the process runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThreadPages {
+    /// The rseq area (address, length), written when rseq is registered.
+    pub rseq: Option<(u64, u32)>,
+    pub rsp: u64,
+    /// glibc's thread descriptor, whose copy of the thread id the restore
+    /// may rewrite (see [`crate::resources::tcb`]).
+    pub fs_base: u64,
+}
+
 /// Pages the restorer and the kernel touch before the process runs (each
-/// thread's rseq area, written when rseq is registered), the page each
-/// thread's stack pointer is on, and the pages of the argument and
-/// environment strings: a post-copy handover sends these along. The kernel
-/// reads the last ones for other processes (`/proc/PID/cmdline` and
-/// `environ`, which `ps` shows), and such a read of a page not yet arrived
-/// fails instead of waiting for it: it cannot wait on a userfaultfd.
-pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
+/// thread's rseq area and thread descriptor), the page each thread's stack
+/// pointer is on with the red zone below it, and the pages of the argument
+/// and environment strings `arg_env` ([start, end) each): a lazy handover
+/// sends these along. The kernel reads the last ones for other processes
+/// (`/proc/PID/cmdline` and `environ`, which `ps` shows), and such a read
+/// of a page not yet arrived fails instead of waiting for it: it cannot
+/// wait on a userfaultfd.
+pub fn handover_set(
+    threads: impl IntoIterator<Item = ThreadPages>,
+    arg_env: [(u64, u64); 2],
+) -> HashSet<u64> {
+    let pg = |a: u64| a & !(PAGE - 1);
     let mut keep = HashSet::new();
+    for (start, end) in arg_env {
+        let mut p = pg(start);
+        while p < end && keep.len() < MAX_ARG_ENV_PAGES as usize * 2 {
+            keep.insert(p);
+            p += PAGE;
+        }
+    }
+    for t in threads {
+        if let Some((ptr, size)) = t.rseq.filter(|r| r.0 != 0) {
+            keep.insert(pg(ptr));
+            keep.insert(pg(ptr + size.max(1) as u64 - 1));
+        }
+        if t.fs_base != 0 {
+            keep.extend(crate::resources::tcb::handover_pages(t.fs_base));
+        }
+        keep.insert(pg(t.rsp));
+        // The red zone and a call or two below the stack pointer.
+        keep.insert(pg(t.rsp.wrapping_sub(256)));
+    }
+    keep
+}
+
+/// [`handover_set`] of the frozen process `frozen`, from its threads'
+/// registers and rseq registrations.
+pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
     let stat = crate::procfs::read(frozen.pid, "stat").unwrap_or_default();
     // Fields 48–51 of /proc/PID/stat: arg_start, arg_end, env_start, env_end
     // (the first field after the command's closing parenthesis is field 3).
@@ -751,32 +792,18 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
                 .collect()
         })
         .unwrap_or_default();
-    for (a, b) in [(45, 46), (47, 48)] {
-        if let (Some(&start), Some(&end)) = (f.get(a), f.get(b)) {
-            let mut p = start & !(PAGE - 1);
-            while p < end && keep.len() < MAX_ARG_ENV_PAGES as usize * 2 {
-                keep.insert(p);
-                p += PAGE;
-            }
-        }
-    }
+    let at = |k: usize| f.get(k).copied().unwrap_or(0);
+    let mut threads = Vec::with_capacity(frozen.threads.len());
     for t in &frozen.threads {
         let r = crate::sys::rseq_config(t.tid)?;
-        if r.ptr != 0 {
-            keep.insert(r.ptr & !(PAGE - 1));
-            keep.insert((r.ptr + r.size as u64 - 1) & !(PAGE - 1));
-        }
         let regs = crate::sys::get_regs(t.tid)?;
-        // glibc's thread descriptor, whose copy of the thread id the
-        // restore may rewrite (see [`crate::resources::tcb`]).
-        if regs.fs_base != 0 {
-            keep.extend(crate::resources::tcb::handover_pages(regs.fs_base));
-        }
-        keep.insert(regs.rsp & !(PAGE - 1));
-        // The red zone and a call or two below the stack pointer.
-        keep.insert((regs.rsp - 256) & !(PAGE - 1));
+        threads.push(ThreadPages {
+            rseq: Some((r.ptr, r.size)),
+            rsp: regs.rsp,
+            fs_base: regs.fs_base,
+        });
     }
-    Ok(keep)
+    Ok(handover_set(threads, [(at(45), at(46)), (at(47), at(48))]))
 }
 
 /// Close fd `fd` inside process `pid` (briefly stopping it): the
@@ -954,6 +981,41 @@ mod tests {
         assert_eq!(lm.owed_pages(), 16 - 1 - 4);
         // Closed first: with the descriptor open, munmap would wait for its
         // UNMAP event to be read.
+        drop((lm, peek));
+        // SAFETY: unmapping the test's mapping.
+        unsafe { libc::munmap(base as *mut _, (16 * PAGE) as usize) };
+    }
+
+    #[test]
+    fn an_install_across_two_mappings_fills_both() {
+        let Some((uffd, peek, base)) = registered_here(16) else {
+            return;
+        };
+        // Pages 8-15 made executable: two mappings, both registered (a
+        // JIT's code heap next to other anonymous memory). One UFFDIO_COPY
+        // over both is refused with ENOENT.
+        // SAFETY: changing the protection of the test's own mapping.
+        let r = unsafe {
+            libc::mprotect(
+                (base + 8 * PAGE) as *mut _,
+                (8 * PAGE) as usize,
+                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            )
+        };
+        assert_eq!(r, 0);
+        let lm = LazyMemory::new(uffd, &[(base, 16 * PAGE)], vec![(base, 16 * PAGE)]);
+        let data: Vec<u8> = (0..16 * PAGE).map(|i| (i / PAGE) as u8 + 1).collect();
+        assert_eq!(lm.install(base, &data).unwrap(), 16);
+        assert_eq!(lm.owed_pages(), 0);
+        for k in 0..16 {
+            let a = base + k * PAGE;
+            assert!(
+                resident(a),
+                "page {k} was counted as installed but is not there"
+            );
+            // SAFETY: the page is present (checked above).
+            assert_eq!(unsafe { *(a as *const u8) }, k as u8 + 1, "page {k}");
+        }
         drop((lm, peek));
         // SAFETY: unmapping the test's mapping.
         unsafe { libc::munmap(base as *mut _, (16 * PAGE) as usize) };

@@ -116,6 +116,12 @@ pub fn stat_fields(pid: pid_t) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The start time of `pid` (field 22 of /proc/PID/stat, clock ticks after
+/// boot): with the pid, it names one process, not whichever reuses the pid.
+pub fn start_time(pid: pid_t) -> Option<u64> {
+    stat_fields(pid).ok()?.get(19)?.parse().ok()
+}
+
 /// Whether `pid` is a kernel thread (PF_KTHREAD in the flags, field 9 of
 /// /proc/PID/stat): it has no user memory to move, now or ever.
 pub fn is_kernel_thread(pid: pid_t) -> bool {

@@ -49,27 +49,34 @@ pub enum Fill {
 /// it. Returns the bytes dealt with from the start (installed, or skipped
 /// because the page is present already or its range is gone) and whether
 /// it stopped there because the address space is changing ([`Fill::Busy`]).
+///
+/// One UFFDIO_COPY must stay inside one mapping: a range that spans two
+/// (adjacent mappings with different protections, as a JIT's code heap
+/// next to its data) is refused whole with `ENOENT`, like a range that is
+/// gone. So on `ENOENT` the piece tried is halved, down to one page, and
+/// only a page refused on its own is skipped as gone; after a success the
+/// piece grows again.
 pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
+    const PG: u64 = 4096;
     let mut done = 0u64;
     let len = data.len() as u64;
-    // Each round installs at least one page, skips one that exists, or stops.
-    for _ in 0..=(len / 4096) {
+    let mut piece = len;
+    // Each round installs or skips at least one page, stops, or halves the
+    // piece (at most 64 times in a row).
+    for _ in 0..(len / PG + 1) * 66 {
         if done >= len {
             break;
         }
-        let mut c = [
-            dst + done,
-            data.as_ptr() as u64 + done,
-            len - done,
-            0u64,
-            0u64,
-        ];
-        // SAFETY: UFFDIO_COPY reads len-done bytes from our buffer and
+        let chunk = piece.min(len - done).max(PG);
+        let mut c = [dst + done, data.as_ptr() as u64 + done, chunk, 0u64, 0u64];
+        // SAFETY: UFFDIO_COPY reads `chunk` bytes from our buffer and
         // writes the result count into c[4].
         let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_COPY as _, c.as_mut_ptr()) };
         let copied = c[4] as i64;
         if r == 0 {
-            return Ok((len, Fill::Done));
+            done += chunk;
+            piece = piece.saturating_mul(2);
+            continue;
         }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
@@ -83,10 +90,15 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
                 if copied > 0 {
                     done += copied as u64;
                 }
-                done += 4096;
+                done += PG;
             }
-            // The range is gone (unmapped meanwhile): nothing to install.
-            Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 => return Ok((len, Fill::Done)),
+            // The piece spans mappings, or part of it is gone (unmapped
+            // meanwhile): try half of it.
+            Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 && chunk > PG => {
+                piece = (chunk / 2) & !(PG - 1)
+            }
+            // This page is gone: nothing to install there.
+            Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 => done += PG,
             _ => {
                 return Err(crate::error::EngineError::Sys {
                     what: format!("install pages at {:#x}", dst + done),
@@ -361,5 +373,125 @@ fn pagemap_scan_with(
         }
         at = walk_end;
     }
+    Ok(())
+}
+
+/// `/proc/PID/pagemap`: the entry is a swap entry (bit 62); with the
+/// reader's `CAP_SYS_ADMIN`, its bits 0–4 hold the swap type.
+const PM_SWAP: u64 = 1 << 62;
+const PM_SWAP_TYPE: u64 = 0x1f;
+
+/// The swap type the kernel gives a page-table marker (the kind a
+/// write-protect in asynchronous mode leaves in an empty entry), as
+/// `/proc/PID/pagemap` shows it; `None` when it cannot be learnt here (no
+/// userfaultfd, or entries without their swap type). Its value depends on
+/// the kernel's configuration, so it is measured once: a fresh page of
+/// this process is protected and its entry read.
+pub fn marker_swap_type() -> Option<u64> {
+    static TYPE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *TYPE.get_or_init(|| {
+        let t = measure_marker_type();
+        tracing::debug!("page-table marker swap type: {t:?}");
+        t
+    })
+}
+
+fn measure_marker_type() -> Option<u64> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::fs::FileExt;
+    // SAFETY: userfaultfd returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let uffd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    api(&uffd, UFFD_FEATURE_WP_ASYNC).ok()?;
+    // SAFETY: a fresh private anonymous page, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let a = p as u64;
+    let entry = (|| {
+        register_wp(&uffd, a, 4096).ok()?;
+        write_protect(&uffd, a, 4096).ok()?;
+        let pm = std::fs::File::open("/proc/self/pagemap").ok()?;
+        let mut b = [0u8; 8];
+        pm.read_exact_at(&mut b, a / 4096 * 8).ok()?;
+        Some(u64::from_le_bytes(b))
+    })();
+    drop(uffd);
+    // SAFETY: unmapping the page mapped above, which nothing else uses.
+    unsafe { libc::munmap(p, 4096) };
+    let e = entry?;
+    // A marker reads as a swap entry; without the type bits (a reader
+    // without CAP_SYS_ADMIN) it cannot be told from a swapped page.
+    (e & PM_SWAP != 0 && e & ((1 << 55) - 1) != 0).then_some(e & PM_SWAP_TYPE)
+}
+
+/// Drops from `runs` (start, len, categories of a PAGEMAP_SCAN whose `ret`
+/// had `PAGE_IS_PRESENT` and `PAGE_IS_SWAPPED`) the page-table markers:
+/// PAGEMAP_SCAN counts a marker as a swapped page, and an asynchronous
+/// write-protect leaves one in every empty entry of the range it protects,
+/// so without this every untouched page of protected memory (a reserved
+/// heap, a thread's stack) would look populated. Only runs reported
+/// swapped and not present are looked at, entry by entry, in `pagemap`.
+/// When markers cannot be told apart here ([`marker_swap_type`]), `runs`
+/// stays as it is: more pages, never fewer.
+pub fn drop_markers(pagemap: &std::fs::File, runs: &mut Vec<(u64, u64, u64)>) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    if !runs
+        .iter()
+        .any(|r| r.2 & PAGE_IS_SWAPPED != 0 && r.2 & PAGE_IS_PRESENT == 0)
+    {
+        return Ok(());
+    }
+    let Some(marker) = marker_swap_type() else {
+        return Ok(());
+    };
+    const BATCH: u64 = 8192;
+    let mut buf = vec![0u8; BATCH as usize * 8];
+    let mut out: Vec<(u64, u64, u64)> = Vec::with_capacity(runs.len());
+    let mut push = |a: u64, l: u64, c: u64| match out.last_mut() {
+        Some((s, n, k)) if *s + *n == a && *k == c => *n += l,
+        _ => out.push((a, l, c)),
+    };
+    for &(a, l, c) in runs.iter() {
+        if c & PAGE_IS_SWAPPED == 0 || c & PAGE_IS_PRESENT != 0 {
+            push(a, l, c);
+            continue;
+        }
+        let pages = l / 4096;
+        let mut i = 0;
+        while i < pages {
+            let n = BATCH.min(pages - i);
+            let b = &mut buf[..n as usize * 8];
+            pagemap.read_exact_at(b, (a / 4096 + i) * 8).map_err(|e| {
+                crate::error::EngineError::Sys {
+                    what: format!("read the page map at {:#x}", a + i * 4096),
+                    source: e,
+                }
+            })?;
+            for (k, e) in b.chunks_exact(8).enumerate() {
+                let e = u64::from_le_bytes(e.try_into().unwrap());
+                if e & PM_SWAP != 0 && e & PM_SWAP_TYPE == marker {
+                    continue;
+                }
+                push(a + (i + k as u64) * 4096, 4096, c);
+            }
+            i += n;
+        }
+    }
+    *runs = out;
     Ok(())
 }

@@ -49,9 +49,6 @@ use std::sync::Mutex;
 const PAGE: u64 = 4096;
 /// Pages per background fill step.
 const FILL_PAGES: usize = 256;
-/// Index of rip and rsp in the saved registers (`user_regs_struct`).
-const REG_RIP: usize = 16;
-const REG_RSP: usize = 19;
 
 /// Which private anonymous pages travel with the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,40 +385,35 @@ impl StorePages {
 
 /// The private anonymous pages `keep` selects from a full image.
 pub(crate) fn kept_pages(pi: &ProcessImage, keep: Keep) -> HashSet<u64> {
-    let mut set = HashSet::new();
-    let pg = |a: u64| a & !(PAGE - 1);
-    for t in &pi.threads.threads {
-        if let Some((ptr, size, _)) = t.rseq {
-            if ptr != 0 {
-                set.insert(pg(ptr));
-                set.insert(pg(ptr + size.max(1) as u64 - 1));
-            }
+    let regs = |t: &pmig_engine::resources::threads::ThreadState| {
+        pmig_engine::resources::threads::regs_from_vec(&t.regs)
+    };
+    let threads = pi.threads.threads.iter().map(|t| {
+        let r = regs(t);
+        pmig_engine::lazy::ThreadPages {
+            rseq: t.rseq.map(|(ptr, size, _)| (ptr, size)),
+            rsp: r.rsp,
+            fs_base: r.fs_base,
         }
-        // glibc's thread descriptor, whose copy of the thread id the
-        // restore may rewrite (see `pmig_engine::resources::tcb`).
-        let fs_base = pmig_engine::resources::threads::regs_from_vec(&t.regs).fs_base;
-        if fs_base != 0 {
-            set.extend(pmig_engine::resources::tcb::handover_pages(fs_base));
-        }
-        let Some(&rsp) = t.regs.get(REG_RSP) else {
-            continue;
-        };
-        set.insert(pg(rsp));
-        set.insert(pg(rsp.wrapping_sub(256)));
-        if keep == Keep::Working {
+    });
+    let mm = &pi.memory.mm;
+    let mut set = pmig_engine::lazy::handover_set(
+        threads,
+        [(mm.arg_start, mm.arg_end), (mm.env_start, mm.env_end)],
+    );
+    if keep == Keep::Working {
+        let pg = |a: u64| a & !(PAGE - 1);
+        for t in &pi.threads.threads {
+            let r = regs(t);
             // The top of the stack: the frames in use above the pointer.
             for k in 1..=4 {
-                set.insert(pg(rsp) + k * PAGE);
+                set.insert(pg(r.rsp) + k * PAGE);
             }
             // The code being run and its neighbours (anonymous code: JITs).
-            if let Some(&rip) = t.regs.get(REG_RIP) {
-                for k in [-1i64, 0, 1] {
-                    set.insert(pg(rip).wrapping_add_signed(k * PAGE as i64));
-                }
+            for k in [-1i64, 0, 1] {
+                set.insert(pg(r.rip).wrapping_add_signed(k * PAGE as i64));
             }
         }
-    }
-    if keep == Keep::Working {
         // The top page of the brk heap.
         for v in &pi.memory.vmas {
             if v.name == "[heap]" && v.end > v.start {

@@ -1054,7 +1054,7 @@ fn begin_record(
             ))
         })?,
     };
-    let start_time = crate::takeover::start_time(pid)
+    let start_time = pmig_engine::procfs::start_time(pid)
         .ok_or_else(|| StrategyError::Other(format!("process {pid} vanished")))?;
     crate::takeover::begin(
         d.host,

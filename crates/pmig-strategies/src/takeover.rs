@@ -82,16 +82,7 @@ fn dir(host: &dyn Host) -> PathBuf {
     host.state_dir().join("takeover")
 }
 
-/// Field 22 (start time) of `/proc/PID/stat`.
-pub fn start_time(pid: i32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.rsplit(')')
-        .next()?
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
-}
+use pmig_engine::procfs::start_time;
 
 /// Writes the record (atomically) and creates the empty journal; returns the
 /// journal opened for appending.

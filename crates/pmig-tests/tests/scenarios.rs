@@ -251,6 +251,7 @@ scenario!(eventfd, "eventfd", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(pthreads, "pthreads", false);
+scenario!(jit, "jit", false);
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {
@@ -326,6 +327,7 @@ fn scenarios_pass_without_migration() {
         ("epoll", &[]),
         ("signalfd", &[]),
         ("pthreads", &[]),
+        ("jit", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

@@ -63,8 +63,7 @@ fn last_pid() -> Option<u64> {
 
 /// A process's pid and start time (field 22 of its stat).
 fn identity(pid: pid_t) -> Option<(pid_t, u64)> {
-    let f = crate::procfs::stat_fields(pid).ok()?;
-    Some((pid, f.get(19)?.parse().ok()?))
+    Some((pid, crate::procfs::start_time(pid)?))
 }
 
 fn subset<T: PartialEq>(a: &[T], b: &[T]) -> bool {

@@ -273,12 +273,35 @@ fn page_runs(
         },
         Backing::SharedFile => return Ok(Vec::new()),
     };
-    let mut runs = Vec::new();
-    if crate::uffd::pagemap_scan(pagemap, 0, start, end, masks, &mut runs).is_ok() {
-        return Ok(runs);
+    match scan_populated(pagemap, start, end, masks)? {
+        Some(cat) => {
+            let mut runs = Vec::new();
+            for (a, n, _) in cat {
+                push_run(&mut runs, a, n);
+            }
+            Ok(runs)
+        }
+        // No PAGEMAP_SCAN (before Linux 6.7).
+        None => page_runs_read(pagemap, start, end, backing),
     }
-    // No PAGEMAP_SCAN (before Linux 6.7).
-    page_runs_read(pagemap, start, end, backing)
+}
+
+/// PAGEMAP_SCAN of [start, end) with `masks` (whose `ret` has
+/// `PAGE_IS_PRESENT` and `PAGE_IS_SWAPPED`): the runs with their
+/// categories, less the page-table markers a write tracker leaves in empty
+/// entries ([`crate::uffd::drop_markers`]). `None` without PAGEMAP_SCAN.
+fn scan_populated(
+    pagemap: &std::fs::File,
+    start: u64,
+    end: u64,
+    masks: crate::uffd::ScanMasks,
+) -> Result<Option<Vec<(u64, u64, u64)>>> {
+    let mut cat = Vec::new();
+    if crate::uffd::pagemap_scan_categories(pagemap, 0, start, end, masks, &mut cat).is_err() {
+        return Ok(None);
+    }
+    crate::uffd::drop_markers(pagemap, &mut cat)?;
+    Ok(Some(cat))
 }
 
 /// [`page_runs`] by reading the pagemap of [start, end).
@@ -581,11 +604,10 @@ pub(crate) fn populated_and_written(
         anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
         ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN,
     };
-    let mut cat = Vec::new();
-    if crate::uffd::pagemap_scan_categories(pagemap, 0, start, end, masks, &mut cat).is_err() {
+    let Some(cat) = scan_populated(pagemap, start, end, masks)? else {
         let present = page_runs_read(pagemap, start, end, backing)?;
         return Ok((present.clone(), present));
-    }
+    };
     let (mut present, mut written) = (Vec::new(), Vec::new());
     for (a, n, c) in cat {
         push_run(&mut present, a, n);
@@ -892,12 +914,17 @@ pub fn populated_anon(pid: pid_t, ranges: &[(u64, u64)]) -> Result<Vec<(u64, u64
     };
     let mut out = Vec::new();
     for &(a, l) in ranges {
-        let mut runs = Vec::new();
-        if crate::uffd::pagemap_scan(&pagemap, 0, a, a + l, masks, &mut runs).is_err() {
-            runs = page_runs_read(&pagemap, a, a + l, Backing::Anon)?;
-        }
-        for (s, n) in runs {
-            push_run(&mut out, s, n);
+        match scan_populated(&pagemap, a, a + l, masks)? {
+            Some(cat) => {
+                for (s, n, _) in cat {
+                    push_run(&mut out, s, n);
+                }
+            }
+            None => {
+                for (s, n) in page_runs_read(&pagemap, a, a + l, Backing::Anon)? {
+                    push_run(&mut out, s, n);
+                }
+            }
         }
     }
     Ok(out)
