@@ -18,8 +18,20 @@ strategy=$1; shift
 tmp=$(mktemp -d "${STATE_ROOT:-/tmp}/pmig-hops.XXXXXX")
 prefix=hp$$
 pid=
+# Each thread's state, kernel wait channel and system call: what a program
+# that does not end is doing, before the cleanup kills it.
+show_threads() {
+    grep -E "^(State|TracerPid):" "/proc/$pid/status" 2>/dev/null
+    for t in /proc/"$pid"/task/*; do
+        echo "  thread ${t##*/}: $(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null) syscall $(cat "$t/syscall" 2>/dev/null)"
+    done
+}
 cleanup() {
-    [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        echo "process $pid still runs at exit:" >&2
+        show_threads >&2
+        kill -9 "$pid" 2>/dev/null
+    fi
     "$B" cluster down --prefix "$prefix" --state-dir "$tmp/state" >/dev/null 2>&1
     rm -rf "$tmp"
 }
@@ -59,7 +71,10 @@ PY
 done
 # Bounded: at most 10 minutes for the program to finish.
 for _ in $(seq 6000); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && { echo "the program is still running after 10 minutes"; exit 1; }
+if kill -0 "$pid" 2>/dev/null; then
+    echo "the program is still running after 10 minutes"
+    exit 1
+fi
 pid=
 if cmp -s "$tmp/out" "$tmp/ref"; then
     echo "output equals the unmigrated run's ($(wc -c <"$tmp/out") bytes)"
