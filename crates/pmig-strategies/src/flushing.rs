@@ -53,8 +53,8 @@ const FILL_PAGES: usize = 256;
 /// Which private anonymous pages travel with the state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
-    /// Only what the restore itself touches (rseq areas, the stack pointer's
-    /// page): `flushing`.
+    /// Only what the restore itself touches and what the kernel reads for
+    /// others (see [`pmig_engine::lazy::handover_set`]): `flushing`.
     Handover,
     /// Also the current code, stack and heap pages: `freeze-free`.
     Working,

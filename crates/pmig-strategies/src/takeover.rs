@@ -26,6 +26,7 @@
 
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
+use pmig_engine::procfs::start_time;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -81,8 +82,6 @@ impl Active {
 fn dir(host: &dyn Host) -> PathBuf {
     host.state_dir().join("takeover")
 }
-
-use pmig_engine::procfs::start_time;
 
 /// Writes the record (atomically) and creates the empty journal; returns the
 /// journal opened for appending.
