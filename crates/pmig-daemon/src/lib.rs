@@ -43,6 +43,9 @@ pub const TEST_HOOKS_ENV: &str = "PMIG_TEST_HOOKS";
 /// How long a `Resume` for a migration that is not (yet) waiting for one is
 /// held before it is refused.
 const RESUME_EARLY_WAIT: Duration = Duration::from_secs(5);
+/// How long an `Answers` connection for a migration that does not take one
+/// (yet) is held before it is refused.
+const ANSWERS_EARLY_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -111,6 +114,9 @@ pub struct Node {
     /// waiting for its restarted daemon (`Resume`): id -> (destination node,
     /// where to hand the new connection).
     resumable: Mutex<HashMap<u64, Waiting>>,
+    /// Lazy migrations from this node that take a second connection for
+    /// their answers (`Answers`): id -> (destination node, where to hand it).
+    answers: Mutex<HashMap<u64, Waiting>>,
     /// Processes still arriving here (a lazy strategy fills their pages in).
     arriving: Mutex<HashSet<i32>>,
     /// Host selection (reporting, and the selector role when it is ours).
@@ -189,11 +195,29 @@ impl Host for Node {
             .remove(&id);
         r
     }
+    fn expect_answers(
+        &self,
+        id: u64,
+        peer: &str,
+    ) -> Option<std::sync::mpsc::Receiver<Channel<TcpStream>>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, (peer.to_string(), tx));
+        Some(rx)
+    }
+    fn forget_answers(&self, id: u64) {
+        self.answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
 }
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
-/// `fail-restore`, `hang-before-restore`.
+/// `answers-fail-after N`, `fail-restore`, `hang-before-restore`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
     if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
@@ -208,6 +232,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("die-after-bytes"), Some(n)) => h.die_after_bytes = n.parse().ok(),
             (Some("stall-after-bytes"), Some(n)) => h.stall_after_bytes = n.parse().ok(),
             (Some("stall-fill-ms"), Some(n)) => h.stall_fill_ms = n.parse().ok(),
+            (Some("answers-fail-after"), Some(n)) => h.answers_fail_after = n.parse().ok(),
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
             _ => {}
@@ -269,6 +294,7 @@ pub fn run(cfg: Config) -> Result<()> {
         busy: Mutex::new(HashSet::new()),
         exec: pmig_services::exec::Exec::new(),
         resumable: Mutex::new(HashMap::new()),
+        answers: Mutex::new(HashMap::new()),
         arriving: Mutex::new(HashSet::new()),
         selector,
         arrived: Mutex::new(HashMap::new()),
@@ -365,6 +391,41 @@ fn accept_peers(node: Arc<Node>, l: TcpListener) {
     }
 }
 
+/// The migration `id` in `map` waiting for a connection from `peer`, taken
+/// out of it; waits up to `within` (polling every `poll_ms`) for it to start
+/// waiting. A migration waiting for another node keeps waiting.
+fn take_waiting(
+    map: &Mutex<HashMap<u64, Waiting>>,
+    id: u64,
+    peer: &str,
+    within: Duration,
+    poll_ms: u64,
+) -> std::result::Result<SyncSender<Channel<TcpStream>>, ()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+        match m.remove(&id) {
+            Some((dest, tx)) if dest == peer => return Ok(tx),
+            Some(w) => {
+                m.insert(id, w);
+                return Err(());
+            }
+            None if Instant::now() >= deadline => return Err(()),
+            None => {}
+        }
+        drop(m);
+        std::thread::sleep(Duration::from_millis(poll_ms));
+    }
+}
+
+/// Refuses what a peer asked for on `ch` (best effort).
+fn refuse(ch: &mut Channel<TcpStream>, text: String) {
+    let _ = ch.send(&Msg::Error {
+        code: code::REFUSED,
+        text,
+    });
+}
+
 /// One node-to-node connection: authenticate, then serve messages.
 fn serve_peer(node: &Node, s: TcpStream) {
     let mut ch = match Channel::server(s, &node.key, &node.proto_config()) {
@@ -392,40 +453,42 @@ fn serve_peer(node: &Node, s: TcpStream) {
                 // source is to notice the loss (demand-paging first copies
                 // the owed pages aside): give the migration a moment to
                 // start waiting.
-                let deadline = Instant::now() + RESUME_EARLY_WAIT;
-                let waiting = loop {
-                    let w = node
-                        .resumable
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&id);
-                    if w.is_some() || Instant::now() >= deadline {
-                        break w;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                };
-                match waiting {
-                    Some((dest, tx)) if dest == peer => {
+                let w = take_waiting(&node.resumable, id, &peer, RESUME_EARLY_WAIT, 20);
+                match w {
+                    Ok(tx) => {
                         tracing::info!("{peer} resumes migration {id} (process {pid} there)");
                         let _ = tx.send(ch);
                     }
-                    other => {
-                        if let Some(w) = other {
-                            // Not the node the migration went to: keep waiting.
-                            node.resumable
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .insert(id, w);
-                        }
+                    Err(()) => {
                         tracing::warn!(
                             "{peer} asked to resume migration {id}, which is not waiting for it"
                         );
-                        let _ = ch.send(&Msg::Error {
-                            code: code::REFUSED,
-                            text: format!(
-                                "no migration {id} to {peer} is waiting to be resumed here"
-                            ),
-                        });
+                        refuse(
+                            &mut ch,
+                            format!("no migration {id} to {peer} is waiting to be resumed here"),
+                        );
+                    }
+                }
+                return;
+            }
+            Ok((Msg::Answers { id }, _, _)) => {
+                // The destination opens it right after it sent `Restored`,
+                // which this side may not have read yet.
+                match take_waiting(&node.answers, id, &peer, ANSWERS_EARLY_WAIT, 1) {
+                    Ok(tx) => {
+                        tracing::info!(
+                            "{peer} takes the answers of migration {id} on a second connection"
+                        );
+                        // The connection waits for answers only: no read timeout.
+                        let _ = ch.stream().set_read_timeout(None);
+                        let _ = tx.send(ch);
+                    }
+                    Err(()) => {
+                        tracing::warn!("{peer} asked for the answers of migration {id}, which is not serving it");
+                        refuse(
+                            &mut ch,
+                            format!("no migration {id} to {peer} is serving pages here"),
+                        );
                     }
                 }
                 return;

@@ -1122,8 +1122,20 @@ fn moves_programs_around(strategy: &str, tag: &str, check_report: fn(&serde_json
     }
     for n in ["n1", "n2", "n3"] {
         assert!(!env.log(n).contains("panicked"), "{n}:\n{}", env.log(n));
+        // Every node was a source once: the lazy strategies' destinations
+        // took their answers on a second connection (protocol 7).
+        if LAZY.contains(&strategy) {
+            assert!(
+                env.log(n).contains("takes the answers of migration"),
+                "{strategy}: no answers' connection was taken on {n}:\n{}",
+                env.log(n)
+            );
+        }
     }
 }
+
+/// The strategies whose source serves pages after the handover.
+const LAZY: [&str; 4] = ["post-copy", "ampom", "demand-paging", "assisted-post-copy"];
 
 #[test]
 fn dirtier_and_python_move_around_three_nodes_with_pre_copy() {
@@ -2178,6 +2190,54 @@ fn link_cut_after_handover_of_demand_paging_is_survived() {
         return;
     }
     link_cut_after_handover_is_survived("demand-paging", "ld");
+}
+
+/// Post-copy over a 100 Mbit link whose answers' connection (protocol 7)
+/// fails after three answers (test hook on the source): the source and the
+/// destination fall back to answering in the push's stream, pages answered
+/// on the broken connection are asked for again, and the dirtier's result
+/// matches an unmigrated run.
+#[test]
+fn a_failed_answers_connection_falls_back_to_the_push() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_link("af", pmig_cluster::Link::Mbit100);
+    std::fs::write(
+        env.node_dir("n1").join("test-hook"),
+        "answers-fail-after 3\n",
+    )
+    .unwrap();
+    let run = DirtierPair::start(&mut env, 40_000);
+    let m = env
+        .migrate_cmd("n1", run.pid, "n2", "post-copy", 20)
+        .spawn()
+        .unwrap();
+    let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
+        panic!(
+            "post-copy failed after its answers' connection did: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    });
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    let log = env.log("n1");
+    assert!(
+        log.contains("the answers' connection fails now"),
+        "fewer than four answer messages: the test proves nothing\nn1:\n{log}"
+    );
+    assert!(
+        log.contains("answering with the push"),
+        "the source did not fall back\nn1:\n{log}"
+    );
+    wait_gone(new);
+    let got = run.same_result("post-copy after its answers' connection failed");
+    eprintln!(
+        "post-copy with a failed answers' connection: {}; {got}",
+        figures(&[rep])
+    );
 }
 
 /// The page store's strategies need no link after the handover: the process

@@ -622,6 +622,20 @@ impl LazyMemory {
         unsafe { libc::poll(&mut p, 1, ms) > 0 }
     }
 
+    /// Source pages asked for and still owed (their answers are on their
+    /// way), in address order.
+    pub fn requested_pages(&self) -> Vec<u64> {
+        let st = self.state.lock().unwrap();
+        let mut v: Vec<u64> = st
+            .requested
+            .iter()
+            .copied()
+            .filter(|&p| st.owed.dst_of(p).is_some())
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Mark owed, not yet requested source pages as asked for ahead of a
     /// fault; returns those (the others are already on their way or here).
     pub fn prefetch(&self, pages: &[u64]) -> Vec<u64> {

@@ -538,20 +538,64 @@ impl<S: Stream> Receiver<S> {
             if let Some(f) = self.opener.next_frame()? {
                 return Ok(f);
             }
-            let space = self.opener.read_space();
-            match self.stream.read(space) {
-                Ok(0) => return Err(self.opener.eof_error()),
-                Ok(n) => self.opener.filled(n),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                    return Err(self.opener.eof_error())
-                }
-                Err(e) => return Err(io_err("receiving from", &self.opener.peer, e)),
+            self.read_some(false)?;
+        }
+    }
+
+    /// One read from the stream into the opener: nothing on an interrupted
+    /// read, nor, when the caller `polled` first, on a read that would block
+    /// (otherwise that is the stream's read timeout: an error).
+    fn read_some(&mut self, polled: bool) -> Result<(), ProtoError> {
+        let space = self.opener.read_space();
+        match self.stream.read(space) {
+            Ok(0) => Err(self.opener.eof_error()),
+            Ok(n) => {
+                self.opener.filled(n);
+                Ok(())
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) if polled && e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => Err(self.opener.eof_error()),
+            Err(e) => Err(io_err("receiving from", &self.opener.peer, e)),
         }
     }
 
     pub fn stream(&self) -> &S {
         &self.stream
+    }
+}
+
+impl<S: Stream + std::os::fd::AsRawFd> Receiver<S> {
+    /// Like [`Receiver::recv_with`], but gives up after about `wait` without
+    /// a whole message: `Ok(None)`. Whatever part of a message arrived is
+    /// kept for the next call, so the stream stays in step.
+    pub fn recv_with_within(&mut self, wait: Duration) -> Result<Option<Incoming>, ProtoError> {
+        if let Some(f) = self.opener.next_frame()? {
+            return Incoming::parse(f).map(Some);
+        }
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd, for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(None);
+            }
+            return Err(io_err("waiting for", &self.opener.peer, e));
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        // Readable (or closed, or failed: the read says which).
+        self.read_some(true)?;
+        match self.opener.next_frame()? {
+            Some(f) => Incoming::parse(f).map(Some),
+            None => Ok(None),
+        }
     }
 }

@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 6: a demand-paging source sends
+/// The protocol version this build speaks. 7: the destination of a lazy
+/// migration (post-copy, ampom, demand-paging, assisted-post-copy) opens a
+/// second connection, `Answers`, on which the source answers page requests
+/// apart from the background push (§6.5a); a version-6 source would refuse
+/// it. 6: a demand-paging source sends
 /// post-copy's round of file copies before the stop and `NotOwed` after it
 /// (§6.3c), which a version-5 destination refuses. 5: a post-copy or ampom source
 /// may send the private copies of file mappings as a round of `PageData`
@@ -26,9 +30,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 6;
+pub const PROTO_VERSION: u16 = 7;
 /// The oldest protocol version this build can still speak.
-pub const MIN_PROTO_VERSION: u16 = 6;
+pub const MIN_PROTO_VERSION: u16 = 7;
 
 /// Largest frame body (and so largest encoded message plus attachment), in bytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
@@ -226,6 +230,16 @@ pub enum Msg {
         ranges: Vec<(u64, u64)>,
         last: bool,
     },
+    /// 21, destination → source, first message on a second connection of a
+    /// lazy migration `id` (protocol 7): from now on the source sends the
+    /// answers to page requests (`PageData`) on this connection, while the
+    /// background push stays on the first, so that an answer never waits
+    /// behind pushed pages queued in the network or in the destination's
+    /// receive queue. The requests themselves still come on the first
+    /// connection. Nothing else is sent on it, in either direction.
+    Answers {
+        id: u64,
+    },
 }
 
 /// Service numbers carried by [`Msg::Service`].
@@ -302,6 +316,7 @@ impl Msg {
             Msg::Service { .. } => "Service",
             Msg::Resume { .. } => "Resume",
             Msg::NotOwed { .. } => "NotOwed",
+            Msg::Answers { .. } => "Answers",
         }
     }
 
@@ -599,6 +614,7 @@ mod tests {
                 ranges: vec![(0x7000_0000, 0x1000), (0x7000_3000, 0x4000)],
                 last: true,
             },
+            Msg::Answers { id: 9 },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();

@@ -353,3 +353,55 @@ fn loopback_throughput() {
         noise / raw
     );
 }
+
+#[test]
+fn receive_within_a_time_gives_up_and_keeps_a_partial_message() {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let srv = thread::spawn(move || Channel::server(b, &key(5), &Config::new("s")));
+    let c = Channel::client(a, &key(5), &Config::new("c")).unwrap();
+    let s = srv.join().unwrap().unwrap();
+    let (mut ctx, _crx) = c.split();
+    let (_stx, mut srx) = s.split();
+    // Nothing sent: no message, and no error.
+    let t = Instant::now();
+    assert!(srx
+        .recv_with_within(Duration::from_millis(20))
+        .unwrap()
+        .is_none());
+    assert!(t.elapsed() >= Duration::from_millis(15));
+    // A message larger than one read: the calls that see only part of it
+    // return nothing, and a later one returns it whole.
+    let body = data(3 << 20, 7);
+    let sent = body.clone();
+    let w = thread::spawn(move || {
+        ctx.send_with(
+            &Msg::PageData {
+                id: 1,
+                addr: 0x1000,
+            },
+            &[&sent],
+        )
+        .unwrap();
+        ctx
+    });
+    let mut got = None;
+    for _ in 0..100_000 {
+        if let Some(m) = srx.recv_with_within(Duration::from_millis(100)).unwrap() {
+            got = Some(m);
+            break;
+        }
+    }
+    let m = got.expect("the message arrived");
+    assert_eq!(
+        m.msg,
+        Msg::PageData {
+            id: 1,
+            addr: 0x1000
+        }
+    );
+    assert_eq!(m.attachment(), &body[..]);
+    // The peer gone: an error, not a wait.
+    drop(w.join().unwrap());
+    drop(_crx);
+    assert!(srx.recv_with_within(Duration::from_secs(5)).is_err());
+}

@@ -192,6 +192,9 @@ pub struct Hooks {
     /// this many ms after the restore (faults are served meanwhile), logging
     /// one line, so that pages are surely owed.
     pub stall_fill_ms: Option<u64>,
+    /// Source of a lazy migration: the answers' connection (protocol 7)
+    /// fails after this many answer messages (to test the fallback).
+    pub answers_fail_after: Option<u64>,
 }
 
 /// What a strategy needs from the node it runs on.
@@ -252,6 +255,19 @@ pub trait Host: Send + Sync {
     ) -> Option<Channel<TcpStream>> {
         None
     }
+    /// Source of a lazy migration: from now on, the connection the
+    /// destination `peer` opens with `Answers { id }` (for the answers to its
+    /// page requests) is handed to the returned receiver, until
+    /// [`Host::forget_answers`]. `None`: this host takes no such connection.
+    fn expect_answers(
+        &self,
+        _id: u64,
+        _peer: &str,
+    ) -> Option<std::sync::mpsc::Receiver<Channel<TcpStream>>> {
+        None
+    }
+    /// Ends what [`Host::expect_answers`] began.
+    fn forget_answers(&self, _id: u64) {}
 }
 
 /// Progress of a migration, for progress bars.

@@ -699,10 +699,6 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
         .as_ref()
         .map(|r| pages_of(r).len() as u64)
         .unwrap_or(0);
-    let mut order = PushOrder::new(match (&known, stash) {
-        (Some(r), None) => pages_of(r),
-        _ => Vec::new(),
-    });
     m.residual = crate::Residual {
         what: match &known {
             Some(_) => format!("{total} pages of private memory"),
@@ -716,8 +712,19 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
     m.set_timeout(None)?;
     let pid = m.pid;
     let id = m.id;
+    // The push's order, and the pages answered before the scan below ended
+    // (not pushed again).
+    let push = Mutex::new(PushState {
+        order: PushOrder::new(match (&known, stash) {
+            (Some(r), None) => pages_of(r),
+            _ => Vec::new(),
+        }),
+        early: Vec::new(),
+        scan_pending: known.is_none(),
+    });
     let requests: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
-    // Wakes the push loop when a request arrives or the peer is done.
+    // Wakes the push loop and the answering thread when a request arrives,
+    // the peer is done, or the answers' connection fails.
     let wake = Condvar::new();
     let done = AtomicBool::new(false);
     let failed: Mutex<Option<StrategyError>> = Mutex::new(None);
@@ -734,8 +741,17 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
     if window.is_none() {
         tracing::warn!("no TCP_INFO on the connection: the push is not windowed, and faults may wait behind it");
     }
-    // Pages answered before the scan below ended: not pushed again.
-    let mut early: Vec<u64> = Vec::new();
+    // The destination's second connection, for the answers (protocol 7):
+    // while it is up, requests are answered there, not in the push loop.
+    let side = m.host.expect_answers(id, &m.peer);
+    let side_up = AtomicBool::new(false);
+    // The answers' connection failed (or the destination said so): answers
+    // sent there may be lost, so every request is answered from now on,
+    // even for a page already pushed or answered.
+    let side_failed = AtomicBool::new(false);
+    let side_stream: Mutex<Option<std::net::TcpStream>> = Mutex::new(None);
+    let fail_after = m.host.hooks().answers_fail_after;
+    let peer = m.peer.clone();
     let scanned: Mutex<Option<Result<Ranges>>> = Mutex::new(None);
     let scanning = AtomicBool::new(known.is_none() && stash.is_none());
     let mut found: Option<Ranges> = None;
@@ -743,8 +759,21 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
     // deferred migration taken over knows them from its record).
     let awaiting_scan = |found: &Option<Ranges>| known.is_none() && found.is_none();
     let mut not_owed_bytes = 0u64;
+    let read_pages = |addr: u64, b: &mut [u8]| -> Result<()> {
+        let got = match stash {
+            Some(st) => st.read(addr, b),
+            None => pmig_engine::sys::process_vm_read(pid, addr, b)
+                .map_err(|e| StrategyError::Other(e.to_string()))?,
+        };
+        if got != b.len() {
+            return Err(StrategyError::Other(format!(
+                "short read of the frozen process at {addr:#x}"
+            )));
+        }
+        Ok(())
+    };
     let (tx, rx) = m.ch.halves();
-    std::thread::scope(|s| -> Result<()> {
+    let r = std::thread::scope(|s| -> Result<()> {
         if let (Some(c), Some(f)) = (&claimed, &known) {
             // Again (a takeover): the destination may not have it all.
             not_owed_bytes += send_not_owed(tx, id, c, f)?;
@@ -759,15 +788,46 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
                 *scanned.lock().unwrap() = Some(r);
                 let _q = requests.lock().unwrap();
                 scanning.store(false, Ordering::Release);
-                wake.notify_one();
+                wake.notify_all();
             });
         }
+        let answering = side.map(|side| {
+            let a = Answering {
+                id,
+                side,
+                requests: &requests,
+                wake: &wake,
+                done: &done,
+                up: &side_up,
+                failed: &side_failed,
+                stream: &side_stream,
+                push: &push,
+                read: &read_pages,
+                fail_after,
+            };
+            s.spawn(move || a.run())
+        });
         s.spawn(|| {
             loop {
                 match rx.recv() {
                     Ok(Msg::PageRequest { id: i, pages }) if i == id => {
                         requests.lock().unwrap().extend(pages);
-                        wake.notify_one();
+                        wake.notify_all();
+                    }
+                    Ok(Msg::Answers { id: i }) if i == id => {
+                        // The destination lost the answers' connection:
+                        // answer here from now on (the requests it asks
+                        // again follow on this connection).
+                        let _q = requests.lock().unwrap();
+                        side_up.store(false, Ordering::Release);
+                        side_failed.store(true, Ordering::Release);
+                        if let Some(st) = side_stream.lock().unwrap().take() {
+                            let _ = st.shutdown(std::net::Shutdown::Both);
+                        }
+                        tracing::warn!(
+                            "{peer} lost the answers' connection of migration {id}; answering with the push"
+                        );
+                        wake.notify_all();
                     }
                     Ok(Msg::PagesDone {
                         id: i,
@@ -796,22 +856,13 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
             done.store(true, Ordering::Release);
             // Taking the lock orders this with the push loop's check of `done`.
             let _q = requests.lock().unwrap();
-            wake.notify_one();
+            wake.notify_all();
         });
         let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
         type Tx = pmig_proto::blocking::Sender<std::net::TcpStream>;
         let mut read_and_send = |tx: &mut Tx, addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
             let b = &mut buf[..n * PAGE as usize];
-            let got = match &stash {
-                Some(st) => st.read(addr, b),
-                None => pmig_engine::sys::process_vm_read(pid, addr, b)
-                    .map_err(|e| StrategyError::Other(e.to_string()))?,
-            };
-            if got != b.len() {
-                return Err(StrategyError::Other(format!(
-                    "short read of the frozen process at {addr:#x}"
-                )));
-            }
+            read_pages(addr, b)?;
             tx.send_with(&Msg::PageData { id, addr }, &[b])?;
             sent_bytes += b.len() as u64 + 32;
             sent_pages += n as u64;
@@ -828,40 +879,57 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
                         let f = r?;
                         not_owed_bytes +=
                             send_not_owed(tx, id, claimed.as_deref().unwrap_or(&[]), &f)?;
-                        order = PushOrder::new(pages_of(&f));
-                        for p in early.drain(..) {
-                            order.mark_sent(p);
+                        let mut p = push.lock().unwrap();
+                        p.order = PushOrder::new(pages_of(&f));
+                        let early = std::mem::take(&mut p.early);
+                        for pg in early {
+                            p.order.mark_sent(pg);
                         }
-                        total = order.pages.len() as u64;
+                        p.scan_pending = false;
+                        total = p.order.pages.len() as u64;
                         found = Some(f);
                     }
                 }
-                // Faults go ahead of the push, whatever the window.
+                // Faults go ahead of the push, whatever the window (unless
+                // the answering thread takes them).
                 let req = {
                     let mut q = requests.lock().unwrap();
                     if done.load(Ordering::Acquire) {
                         break;
                     }
                     let scan_ended = awaiting_scan(&found) && !scanning.load(Ordering::Acquire);
-                    if q.is_empty() && order.is_done() && !scan_ended {
+                    let side = side_up.load(Ordering::Acquire);
+                    let push_done = push.lock().unwrap().order.is_done();
+                    if (q.is_empty() || side) && push_done && !scan_ended {
                         // Nothing to push: wait for a request.
                         let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
-                        q2.pop_front()
+                        if side_up.load(Ordering::Acquire) {
+                            None
+                        } else {
+                            q2.pop_front()
+                        }
+                    } else if side {
+                        None
                     } else {
                         q.pop_front()
                     }
                 };
                 if let Some(p) = req {
-                    if order.answer(p) {
+                    let answer = {
+                        let mut ps = push.lock().unwrap();
+                        let a = ps.order.answer(p);
+                        if a && ps.scan_pending {
+                            ps.early.push(p);
+                        }
+                        a || side_failed.load(Ordering::Acquire)
+                    };
+                    if answer {
                         read_and_send(&mut *tx, p, 1, &mut buf)?;
                         answered += 1;
-                        if awaiting_scan(&found) {
-                            early.push(p);
-                        }
                     }
                     continue;
                 }
-                if order.is_done() {
+                if push.lock().unwrap().order.is_done() {
                     continue;
                 }
                 if let Some(w) = &mut window {
@@ -873,7 +941,9 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
                     if !w.may_send(t.in_network) {
                         let wait = Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns));
                         let q = requests.lock().unwrap();
-                        if q.is_empty() && !done.load(Ordering::Acquire) {
+                        if (q.is_empty() || side_up.load(Ordering::Acquire))
+                            && !done.load(Ordering::Acquire)
+                        {
                             let _ = wake.wait_timeout(q, wait).unwrap();
                         }
                         continue;
@@ -881,13 +951,17 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
                 }
                 // The next run of consecutive pages, up to the window's chunk.
                 let max = window.as_ref().map(|w| w.chunk()).unwrap_or(16);
-                let Some((start, n)) = order.next_run(max) else {
+                let (run, left) = {
+                    let mut ps = push.lock().unwrap();
+                    (ps.order.next_run(max), ps.order.left)
+                };
+                let Some((start, n)) = run else {
                     continue;
                 };
                 read_and_send(&mut *tx, start, n, &mut buf)?;
                 progress(Progress {
                     phase: "push",
-                    done: total - order.left as u64,
+                    done: total - left as u64,
                     total,
                 });
             }
@@ -895,9 +969,22 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
         })();
         if served.is_err() {
             let _ = stream.shutdown(std::net::Shutdown::Both);
+            // The answering thread waits for `done` too.
+            done.store(true, Ordering::Release);
+            let _q = requests.lock().unwrap();
+            wake.notify_all();
+        }
+        if let Some(h) = answering {
+            if let Ok((bytes, pages, n)) = h.join() {
+                sent_bytes += bytes;
+                sent_pages += pages;
+                answered += n;
+            }
         }
         served
-    })?;
+    });
+    m.host.forget_answers(id);
+    r?;
     m.count(sent_bytes + not_owed_bytes);
     m.pages_sent += sent_pages;
     if let (Owing::Deferred { found: f, .. }, Some(got)) = (&mut *owing, found) {
@@ -918,6 +1005,150 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
         (mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
     );
     m.commit()
+}
+
+/// The push's state, shared by the push loop and the answering thread.
+struct PushState {
+    order: PushOrder,
+    /// Pages answered while the pages to push were not known yet.
+    early: Vec<u64>,
+    /// The scan that tells which pages to push has not ended.
+    scan_pending: bool,
+}
+
+/// Most pages per answer message on the answers' connection.
+const ANSWER_PAGES: usize = 64;
+
+/// Source: answers page requests on the destination's second connection
+/// (`Answers`), apart from the push, for as long as that connection works.
+/// Should it fail, the requests not answered go back to the queue, and the
+/// push loop answers them on the first connection, as before protocol 7.
+struct Answering<'a, F: Fn(u64, &mut [u8]) -> Result<()>> {
+    id: u64,
+    side: std::sync::mpsc::Receiver<pmig_proto::blocking::Channel<std::net::TcpStream>>,
+    requests: &'a Mutex<VecDeque<u64>>,
+    wake: &'a Condvar,
+    done: &'a AtomicBool,
+    /// Answers go on the second connection (set here, cleared on failure,
+    /// here or by the reader of the first connection, under the requests'
+    /// lock).
+    up: &'a AtomicBool,
+    failed: &'a AtomicBool,
+    /// The second connection, for the reader of the first to shut down.
+    stream: &'a Mutex<Option<std::net::TcpStream>>,
+    push: &'a Mutex<PushState>,
+    read: &'a F,
+    /// Test hook: the connection fails after this many answer messages.
+    fail_after: Option<u64>,
+}
+
+impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
+    /// Returns the bytes and pages sent, and the requests answered.
+    fn run(self) -> (u64, u64, u64) {
+        let mut sent = (0, 0, 0);
+        // The connection comes soon after the resume, or never (a cut link).
+        let mut ch = loop {
+            if self.done.load(Ordering::Acquire) {
+                return sent;
+            }
+            match self.side.recv_timeout(Duration::from_millis(50)) {
+                Ok(ch) => break ch,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return sent,
+            }
+        };
+        {
+            let _q = self.requests.lock().unwrap();
+            if self.failed.load(Ordering::Acquire) {
+                return sent;
+            }
+            *self.stream.lock().unwrap() = ch.stream().try_clone().ok();
+            self.up.store(true, Ordering::Release);
+        }
+        let mut buf = vec![0u8; ANSWER_PAGES * PAGE as usize];
+        let mut messages = 0u64;
+        loop {
+            let batch: Vec<u64> = {
+                let mut q = self.requests.lock().unwrap();
+                loop {
+                    // `up` is cleared under this lock: a request taken here
+                    // is one the push loop will not answer.
+                    if self.done.load(Ordering::Acquire) || !self.up.load(Ordering::Acquire) {
+                        return sent;
+                    }
+                    if !q.is_empty() {
+                        break q.drain(..).collect();
+                    }
+                    q = self
+                        .wake
+                        .wait_timeout(q, Duration::from_millis(50))
+                        .unwrap()
+                        .0;
+                }
+            };
+            let mut i = 0;
+            while i < batch.len() {
+                // A run of consecutive pages, answered in one message.
+                let mut n = 1;
+                while i + n < batch.len()
+                    && n < ANSWER_PAGES
+                    && batch[i + n] == batch[i] + n as u64 * PAGE
+                {
+                    n += 1;
+                }
+                let b = &mut buf[..n * PAGE as usize];
+                if self.fail_after == Some(messages) {
+                    tracing::warn!("test hook: the answers' connection fails now");
+                    let _ = ch.stream().shutdown(std::net::Shutdown::Both);
+                }
+                messages += 1;
+                let r = (self.read)(batch[i], b).and_then(|()| {
+                    ch.send_with(
+                        &Msg::PageData {
+                            id: self.id,
+                            addr: batch[i],
+                        },
+                        &[b],
+                    )
+                    .map_err(StrategyError::from)
+                });
+                if let Err(e) = r {
+                    if self.done.load(Ordering::Acquire) {
+                        // Nothing is owed any more: the destination closed it.
+                        return sent;
+                    }
+                    // Back to the push loop, on the first connection.
+                    tracing::warn!(
+                        "the answers' connection of migration {} failed ({e}); answering with the push",
+                        self.id
+                    );
+                    let mut q = self.requests.lock().unwrap();
+                    for &p in batch[i..].iter().rev() {
+                        q.push_front(p);
+                    }
+                    self.up.store(false, Ordering::Release);
+                    self.failed.store(true, Ordering::Release);
+                    self.wake.notify_all();
+                    return sent;
+                }
+                {
+                    // Not pushed again (a copy already pushed may still be
+                    // on its way: the first to arrive is installed).
+                    let mut ps = self.push.lock().unwrap();
+                    for k in 0..n {
+                        let p = batch[i + k];
+                        if ps.order.answer(p) && ps.scan_pending {
+                            ps.early.push(p);
+                        }
+                    }
+                }
+                sent.0 += b.len() as u64 + 32;
+                sent.1 += n as u64;
+                sent.2 += n as u64;
+                i += n;
+            }
+        }
+    }
 }
 
 /// A lazily restored process on the destination.
@@ -1113,7 +1344,39 @@ pub(crate) fn destination_lazy(
         node: d.host.node().to_string(),
         peer: d.peer.clone(),
         record,
+        answers: d
+            .host
+            .peer_addr(&d.offer.source_node)
+            .map(|addr| answers_from(d.host, addr)),
     })
+}
+
+/// How a lazily restored process's daemon opens the second connection, for
+/// the answers to its page requests (protocol 7).
+pub(crate) type AnswersFrom<'a> =
+    Box<dyn FnOnce() -> Result<pmig_proto::blocking::Channel<std::net::TcpStream>> + Send + 'a>;
+
+/// Connects to the source daemon at `addr` for the answers.
+pub(crate) fn answers_from(host: &dyn crate::Host, addr: String) -> AnswersFrom<'_> {
+    Box::new(move || {
+        Ok(pmig_proto::blocking::connect(
+            addr.as_str(),
+            host.cluster_key(),
+            &host.proto_config(),
+        )?)
+    })
+}
+
+/// Pages per `UFFDIO_COPY` call when a received message is installed: a
+/// long message is installed in pieces, so that an answer arriving on the
+/// other connection meanwhile waits for one piece at most.
+const INSTALL_PIECE: usize = 32;
+
+fn install_pieces(lm: &LazyMemory, addr: u64, data: &[u8]) -> pmig_engine::Result<()> {
+    for (k, piece) in data.chunks(INSTALL_PIECE * PAGE as usize).enumerate() {
+        lm.install(addr + (k * INSTALL_PIECE) as u64 * PAGE, piece)?;
+    }
+    Ok(())
 }
 
 /// A lazily restored process being served (after the restore, or after a
@@ -1131,6 +1394,9 @@ pub(crate) struct Serve<'a> {
     pub node: String,
     pub peer: String,
     pub record: Option<crate::takeover::Active>,
+    /// Opens the second connection, for the answers (none: they come with
+    /// the push).
+    pub answers: Option<AnswersFrom<'a>>,
 }
 
 /// Destination: serve faults until nothing is owed; with `prefetch`, each
@@ -1150,6 +1416,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         node,
         peer,
         record,
+        answers,
     } = sv;
     let end_record = || {
         if let Some(r) = &record {
@@ -1182,6 +1449,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     }
     bound_receive_queue(ch.stream());
     let done = AtomicBool::new(false);
+    let side_lost = AtomicBool::new(false);
     let failed: Mutex<Option<String>> = Mutex::new(None);
     let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
@@ -1191,6 +1459,25 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
             let mut cpu = CpuShare { pid, last: None };
             let t_start = std::time::Instant::now();
             while !done.load(Ordering::Acquire) {
+                if side_lost.swap(false, Ordering::AcqRel) {
+                    // Answers from now on on this connection, and again for
+                    // every page asked for and not here yet.
+                    let again = lm.requested_pages();
+                    let r = tx.send(&Msg::Answers { id }).and_then(|()| {
+                        for chunk in again.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
+                            tx.send(&Msg::PageRequest {
+                                id,
+                                pages: chunk.to_vec(),
+                            })?;
+                        }
+                        Ok(())
+                    });
+                    if let Err(e) = r {
+                        *failed.lock().unwrap() = Some(format!("ask the source for pages: {e}"));
+                        done.store(true, Ordering::Release);
+                        return;
+                    }
+                }
                 if let Some(w) = &watch {
                     match w.step(&lm, id) {
                         crate::demand_paging::Step::Exited(msg) => {
@@ -1256,18 +1543,82 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 }
             }
         });
+        // Answers on the second connection, installed as they arrive.
+        if let Some(open) = answers {
+            let (done, exited, failed, lm) = (&done, &exited, &failed, &lm);
+            let side_lost = &side_lost;
+            s.spawn(move || {
+                // However it ends before the migration does, answers sent on
+                // it may be lost: the fault loop tells the source, and asks
+                // again for every page still on its way.
+                let lost = || {
+                    if !done.load(Ordering::Acquire) {
+                        side_lost.store(true, Ordering::Release);
+                    }
+                };
+                let mut side = match open().and_then(|mut c| {
+                    c.send(&Msg::Answers { id })?;
+                    Ok(c)
+                }) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::info!("no second connection for the answers of migration {id} ({e}): they come with the push");
+                        lost();
+                        return;
+                    }
+                };
+                let (_, srx) = side.halves();
+                while !done.load(Ordering::Acquire) {
+                    match srx.recv_with_within(Duration::from_millis(20)) {
+                        Ok(None) => {}
+                        Ok(Some(inc)) => {
+                            let (msg, body, att) = inc.into_parts();
+                            match msg {
+                                Msg::PageData { id: i, addr } if i == id => {
+                                    if exited.load(Ordering::Acquire) {
+                                        continue;
+                                    }
+                                    if let Err(e) = install_pieces(lm, addr, &body[att..]) {
+                                        *failed.lock().unwrap() =
+                                            Some(format!("install pages: {e}"));
+                                        done.store(true, Ordering::Release);
+                                        return;
+                                    }
+                                    srx.recycle(body);
+                                }
+                                other => {
+                                    tracing::warn!("{} on the answers' connection of migration {id}; the answers come with the push", other.kind());
+                                    lost();
+                                    return;
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            if !done.load(Ordering::Acquire) {
+                                tracing::warn!("the answers' connection of migration {id} ended ({e}); the answers come with the push");
+                            }
+                            lost();
+                            return;
+                        }
+                    }
+                }
+            });
+        }
         while (!done.load(Ordering::Acquire) || exited.load(Ordering::Acquire))
             && lm.owed_pages() > 0
         {
-            match rx.recv_with() {
-                Ok(inc) => {
+            // Within a time: the last owed pages may come as answers on the
+            // second connection, and then nothing more comes on this one.
+            match rx.recv_with_within(Duration::from_millis(20)) {
+                Ok(None) => {}
+                Ok(Some(inc)) => {
                     let (msg, body, att) = inc.into_parts();
                     match msg {
                         Msg::PageData { id: i, .. }
                             if i == id && exited.load(Ordering::Acquire) => {}
                         Msg::Commit { id: i } if i == id && exited.load(Ordering::Acquire) => break,
                         Msg::PageData { id: i, addr } if i == id => {
-                            if let Err(e) = lm.install(addr, &body[att..]) {
+                            if let Err(e) = install_pieces(&lm, addr, &body[att..]) {
                                 *failed.lock().unwrap() = Some(format!("install pages: {e}"));
                                 break;
                             }

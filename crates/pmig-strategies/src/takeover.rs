@@ -251,6 +251,10 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
         node: host.node().to_string(),
         peer: rec.source_node.clone(),
         record: Some(act),
+        answers: Some(crate::post_copy::answers_from(
+            host,
+            rec.source_addr.clone(),
+        )),
     })
 }
 
