@@ -221,6 +221,18 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// The user CPU time of `pid` in clock ticks (0 once it is gone).
+fn utime_ticks(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .and_then(|x| x.1.split_whitespace().nth(11))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 fn state(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -987,6 +999,25 @@ fn move_around(
         }
         let new = rep["new_pid"].as_i64().unwrap() as i32;
         assert!(alive(new), "{what}: restored pid {new} is not running");
+        if strategy == "demand-paging" && new != pid {
+            // It reports at the handover, then copies the frozen original's
+            // pages aside (serving faults from the original meanwhile) and
+            // kills it: frozen until then, and gone soon after.
+            let t0 = Instant::now();
+            let ran = utime_ticks(pid);
+            while alive(pid) {
+                assert_eq!(
+                    utime_ticks(pid).max(ran),
+                    ran,
+                    "{what}: the source copy ran after the handover"
+                );
+                assert!(
+                    t0.elapsed() < Duration::from_secs(30),
+                    "{what}: the source copy outlived the copy of its pages by 30 s"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         assert!(
             !alive(pid) || new == pid,
             "{what}: the source copy survived"

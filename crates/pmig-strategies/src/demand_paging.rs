@@ -9,10 +9,12 @@
 //! written since), leaving private anonymous memory unscanned. The report
 //! goes to the user at the handover ([`Strategy::reports_at_handover`]); the
 //! residual work goes on in the daemon. Right after `Restored` the frozen
-//! original is scanned, the pages it has are copied aside (into the daemon's
-//! memory, [`Stash`]) and the original is killed, so no second copy of the
-//! process lingers; the destination is told which claimed pages the source
-//! never had (`NotOwed`), and the stash answers every `PageRequest` until
+//! original is scanned, and the destination is told which claimed pages the
+//! source never had (`NotOwed`). Then the pages it has are copied aside
+//! (into the daemon's memory, [`Stash`]) and the original is killed, so no
+//! second copy of the process lingers; requests are answered meanwhile from
+//! the frozen original (copying 1 GiB aside takes about a second, which a
+//! fault used to wait for), and from the copy once it is complete, until
 //! `PagesDone`.
 //!
 //! Destination: post-copy's lazy restore and fault loop without a push; the
@@ -53,9 +55,8 @@ pub struct DemandPaging {
     stash: Option<Stashed>,
 }
 
-/// The stash, the pages the image claimed as owed, and those the source
-/// had.
-type Stashed = (Stash, Vec<(u64, u64)>, Vec<(u64, u64)>);
+/// The pages the image claimed as owed, and those the source had.
+type Stashed = (Vec<(u64, u64)>, Vec<(u64, u64)>);
 
 impl Strategy for DemandPaging {
     fn kind(&self) -> StrategyKind {
@@ -86,12 +87,9 @@ impl Strategy for DemandPaging {
                 ))
             }
         };
-        match Stash::take(m, &found) {
-            Ok(s) => self.stash = Some((s, claimed, found)),
-            Err(e) => return Err(lost(m, e)),
-        }
+        self.stash = Some((claimed, found));
         m.residual = Residual {
-            what: "the pages not yet referenced".into(),
+            what: "the pages not yet referenced (in the frozen original until they are copied aside, then in the daemon's memory)".into(),
             node: Some(m.host.node().into()),
             until: "source, until the process exits".into(),
         };
@@ -99,14 +97,24 @@ impl Strategy for DemandPaging {
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
-        let (stash, claimed, found) = self.stash.take().ok_or_else(|| {
+        let (claimed, found) = self.stash.take().ok_or_else(|| {
             StrategyError::Other("internal error: no stash after the handover".into())
         })?;
+        let stash = Stash::new(m.pid);
+        let holder = m.holder.take();
         let owing = Owing::Deferred {
             claimed,
-            found: Some(found),
+            found: Some(found.clone()),
         };
-        serve_source(m, owing, Some(stash))?;
+        let (served, _kept) = std::thread::scope(|s| {
+            let filling = s.spawn(|| stash.fill(&found, holder));
+            let served = serve_source(m, owing, Some(&stash));
+            stash.cancel.store(true, Ordering::Release);
+            // A holder the copy could not replace goes (killing the
+            // original) only now that nothing is read from it any more.
+            (served, filling.join().ok().flatten())
+        });
+        served?;
         m.residual.until = format!(
             "source, until the process exits (or moves on: every page is fetched first); ended {:.1} ms after the resume",
             (crate::clock::mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
@@ -133,63 +141,110 @@ fn lost(m: &mut Source, e: StrategyError) -> StrategyError {
 }
 
 /// The owed pages of a frozen process, copied aside so that the process
-/// itself can go.
+/// itself can go. Until the copy is complete, pages are read from the
+/// frozen process.
 pub(crate) struct Stash {
+    pid: i32,
+    copy: std::sync::RwLock<Option<Copied>>,
+    /// Stop copying: nothing is served any more.
+    cancel: AtomicBool,
+}
+
+struct Copied {
     data: Vec<u8>,
     /// page address -> offset in `data`
     index: HashMap<u64, usize>,
 }
 
 impl Stash {
-    /// Copies the pages of `owed` from the frozen process and kills it.
-    pub(crate) fn take(m: &mut Source, owed: &[(u64, u64)]) -> Result<Stash> {
-        let mut st = Stash {
+    /// Pages of the frozen process `pid`, until [`Stash::fill`] has copied
+    /// them.
+    pub(crate) fn new(pid: i32) -> Stash {
+        Stash {
+            pid,
+            copy: std::sync::RwLock::new(None),
+            cancel: AtomicBool::new(false),
+        }
+    }
+
+    /// Copies the pages of `owed` from the frozen process, then serves
+    /// from the copy and kills the process (its `holder`). A page it cannot
+    /// give leaves the process as it is (the holder is returned, to be
+    /// dropped once nothing is read from it): reads go on going to it, and
+    /// a fault on that page fails (the process is lost then).
+    pub(crate) fn fill<'h>(
+        &self,
+        owed: &[(u64, u64)],
+        holder: Option<crate::holder::Holder<'h>>,
+    ) -> Option<crate::holder::Holder<'h>> {
+        let mut c = Copied {
             data: Vec::new(),
             index: HashMap::new(),
         };
-        let (_, skipped) =
-            pmig_engine::pagestore::read_ranges(m.pid, owed, 4 << 20, &mut |addr, b| {
-                let off = st.data.len();
-                st.data.extend_from_slice(b);
-                for i in 0..b.len() / PAGE as usize {
-                    st.index
-                        .insert(addr + (i as u64) * PAGE, off + i * PAGE as usize);
-                }
-                Ok(())
-            })?;
-        // The original is frozen: an owed page it cannot give is an error
-        // now, not a zero page later.
-        // After the handover: the copy on the destination cannot be
-        // completed, and the original must not run again.
-        if let Some(&(a, _)) = skipped.first() {
-            let why = format!(
-                "cannot read {} owed pages of the frozen process {} (the first at {a:#x}); the process is lost",
-                skipped.iter().map(|r| r.1 / PAGE).sum::<u64>(),
-                m.pid
-            );
-            return Err(m.lost(why));
+        let r = pmig_engine::pagestore::read_ranges(self.pid, owed, 4 << 20, &mut |addr, b| {
+            if self.cancel.load(Ordering::Acquire) {
+                return Err(pmig_engine::EngineError::Other("no longer needed".into()));
+            }
+            let off = c.data.len();
+            c.data.extend_from_slice(b);
+            for i in 0..b.len() / PAGE as usize {
+                c.index
+                    .insert(addr + (i as u64) * PAGE, off + i * PAGE as usize);
+            }
+            Ok(())
+        });
+        match r {
+            Ok((_, skipped)) if skipped.is_empty() => {}
+            Ok((_, skipped)) => {
+                tracing::error!(
+                    "demand paging of {}: cannot read {} owed pages of the frozen process (the first at {:#x}); it keeps them, and a fault there loses the process",
+                    self.pid,
+                    skipped.iter().map(|r| r.1 / PAGE).sum::<u64>(),
+                    skipped[0].0
+                );
+                return holder;
+            }
+            Err(_) if self.cancel.load(Ordering::Acquire) => return holder,
+            Err(e) => {
+                tracing::error!(
+                    "demand paging of {}: the owed pages could not be copied aside ({e}); they are read from the frozen process",
+                    self.pid
+                );
+                return holder;
+            }
         }
-        if let Some(h) = m.holder.take() {
-            h.kill()?;
+        let pages = c.index.len();
+        *self.copy.write().unwrap() = Some(c);
+        // No read goes to the process any more.
+        if let Some(h) = holder {
+            if let Err(e) = h.kill() {
+                tracing::warn!("demand paging of {}: {e}", self.pid);
+            }
         }
         tracing::info!(
-            "demand paging of {}: {} owed pages copied aside, the original is gone",
-            m.pid,
-            st.index.len()
+            "demand paging of {}: {pages} owed pages copied aside, the original is gone",
+            self.pid
         );
-        Ok(st)
+        None
     }
 
     /// Fills `buf` with the pages at `addr` (pages not stashed read as
     /// zeros: the source had none there). Returns the bytes filled.
-    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<usize> {
+        // Held while the frozen process is read: it is killed only once
+        // the copy has taken its place.
+        let g = self.copy.read().unwrap();
+        let Some(c) = &*g else {
+            return pmig_engine::sys::process_vm_read(self.pid, addr, buf)
+                .map_err(|e| StrategyError::Other(e.to_string()));
+        };
         for (i, page) in buf.chunks_mut(PAGE as usize).enumerate() {
-            match self.index.get(&(addr + i as u64 * PAGE)) {
-                Some(&o) => page.copy_from_slice(&self.data[o..o + PAGE as usize]),
+            match c.index.get(&(addr + i as u64 * PAGE)) {
+                Some(&o) => page.copy_from_slice(&c.data[o..o + PAGE as usize]),
                 None => page.fill(0),
             }
         }
-        buf.len()
+        Ok(buf.len())
     }
 }
 

@@ -645,8 +645,8 @@ pub(crate) fn handover_lazy(m: &mut Source, mode: &CaptureMode) -> Result<()> {
 /// the original already gone), serve requests from it and push nothing. On
 /// failure the process is lost (the destination copy has run): the frozen
 /// original is killed rather than resumed.
-pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<Stash>) -> Result<()> {
-    let mut r = serve_source_inner(m, &mut owing, &stash);
+pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<&Stash>) -> Result<()> {
+    let mut r = serve_source_inner(m, &mut owing, stash);
     // The destination vanished: its daemon may come back and take over.
     for _ in 0..8 {
         match &r {
@@ -672,7 +672,7 @@ pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<Stash
             m.id
         );
         m.ch = ch;
-        r = serve_source_inner(m, &mut owing, &stash);
+        r = serve_source_inner(m, &mut owing, stash);
     }
     if let Err(e) = &r {
         let peer = m.peer.clone();
@@ -683,7 +683,7 @@ pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<Stash
     r
 }
 
-fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) -> Result<()> {
+fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) -> Result<()> {
     // The pages to push, if known yet, and the claimed ones to narrow down.
     let (known, claimed) = match &*owing {
         Owing::Known(r) => (Some(r.clone()), None),
@@ -761,7 +761,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: &Option<Stash>) 
     let mut not_owed_bytes = 0u64;
     let read_pages = |addr: u64, b: &mut [u8]| -> Result<()> {
         let got = match stash {
-            Some(st) => st.read(addr, b),
+            Some(st) => st.read(addr, b)?,
             None => pmig_engine::sys::process_vm_read(pid, addr, b)
                 .map_err(|e| StrategyError::Other(e.to_string()))?,
         };
