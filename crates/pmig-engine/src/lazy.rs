@@ -736,9 +736,40 @@ impl LazyMemory {
 
     /// Nothing is owed any more: stop intercepting faults.
     pub fn finish(self) {
-        for (s, l) in &self.registered {
+        self.unregister_all();
+    }
+
+    /// Unregisters the ranges registered at restore and those moved since.
+    fn unregister_all(&self) {
+        let moved = self.state.lock().unwrap().remapped.clone();
+        for (s, l) in self.registered.iter().chain(moved.iter()) {
             let _ = uffd::unregister(&self.uffd, *s, *l);
         }
+    }
+
+    /// Nothing is owed any more and process `pid` runs on: unregisters
+    /// every range and closes the userfaultfd the process holds as `fd`,
+    /// reading its events until the close is done. A thread of the process
+    /// that unmaps, releases or moves registered memory waits in the kernel
+    /// until its event has been read, and such a thread cannot be stopped
+    /// to inject the close: without a reader, the close would wait for the
+    /// stop and the thread for the reader, forever.
+    pub fn finish_in_process(self, pid: libc::pid_t, fd: i32) -> Result<()> {
+        let closing = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !closing.load(std::sync::atomic::Ordering::Acquire) {
+                    // Faults here are on pages not owed: zero pages.
+                    if self.wait(5) && self.handle_events().is_err() {
+                        break;
+                    }
+                }
+            });
+            self.unregister_all();
+            let r = close_in_process(pid, fd);
+            closing.store(true, std::sync::atomic::Ordering::Release);
+            r
+        })
     }
 }
 

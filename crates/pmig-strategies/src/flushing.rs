@@ -317,11 +317,10 @@ pub(crate) fn serve_store(
         return Err(e);
     }
     let st = lm.stats();
-    lm.finish();
-    if !pmig_engine::procfs::has_exited(pid) {
-        if let Err(e) = pmig_engine::lazy::close_in_process(pid, ufd) {
-            tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
-        }
+    if pmig_engine::procfs::has_exited(pid) {
+        lm.finish();
+    } else if let Err(e) = lm.finish_in_process(pid, ufd) {
+        tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
     }
     if let Err(e) = std::fs::remove_dir_all(store) {
         tracing::warn!("cannot remove the page store {}: {e}", store.display());

@@ -36,7 +36,7 @@ use crate::stop_copy::{
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::dirty::{DirtyTracker, Scope};
 use pmig_engine::image::ProcessImage;
-use pmig_engine::lazy::{close_in_process, LazyMemory};
+use pmig_engine::lazy::LazyMemory;
 use pmig_engine::pagestore::PageStore;
 use pmig_engine::resources::memory::private_file_copies;
 use pmig_engine::resources::memory::Backing;
@@ -1673,8 +1673,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         tracing::info!("demand paging of {comm} (pid {pid}) ended with its exit: {st:?}");
         return Ok(pid);
     }
-    lm.finish();
-    if let Err(e) = close_in_process(pid, ufd) {
+    if let Err(e) = lm.finish_in_process(pid, ufd) {
         tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
     }
     // Nothing is owed: a takeover is no longer needed.
