@@ -4,7 +4,7 @@
 //! in the background, straight from the frozen source. The workload keeps a
 //! running sum of its memory and verifies it at the end.
 
-use pmig_engine::lazy::{close_in_process, handover_pages, LazyMemory};
+use pmig_engine::lazy::{handover_pages, LazyMemory};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::Backing;
 use pmig_tests::{serial, start_dirtier, Guard, HEAVY};
@@ -115,8 +115,8 @@ fn postcopy_resumes_first_then_pages_follow() {
         owed_pages,
         "every owed page installed or released: {stats:?}"
     );
-    lm.finish();
-    close_in_process(r.pid, r.uffd_fd_in_process.unwrap()).unwrap();
+    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
+        .unwrap();
     // The residual dependency has ended: the source can go.
     frozen.kill().unwrap();
     let _ = child.wait();
