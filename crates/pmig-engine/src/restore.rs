@@ -56,6 +56,10 @@ pub struct Restored {
     /// Its session, process group and controlling terminal (None for images
     /// without a `session` part).
     pub session: Option<session::SessionReport>,
+    /// CLOCK_MONOTONIC once every thread was let go (the process runs from
+    /// the first; 0 until then). The host's clock: a time namespace made
+    /// for the process applies to it, not to the restoring process.
+    pub resumed_ns: u64,
 }
 
 pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
@@ -590,6 +594,7 @@ fn restore_image_held(
             threads: tids.len(),
             verify: Duration::ZERO,
             total: Duration::ZERO,
+            resumed_ns: 0,
         };
         if let Some(release) = release {
             release(&r)?;
@@ -608,7 +613,10 @@ fn restore_image_held(
         }
         frozen.detach()?;
         mark("restore: detached");
-        Ok(r)
+        Ok(Restored {
+            resumed_ns: crate::timing::mono_ns(),
+            ..r
+        })
     })();
     if result.is_err() {
         kill_and_reap(pid);

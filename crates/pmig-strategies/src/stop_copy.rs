@@ -782,7 +782,7 @@ pub(crate) fn restore_from(
     } = start_restore(d, dir, if lazy { Mode::Lazy } else { Mode::Full })?;
     let mut json = String::new();
     let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut json));
-    let resumed_ns = mono_ns();
+    let eof_ns = mono_ns();
     mark("dst: pmig restore output read");
     let st = d.host.wait(&mut child).map_err(|e| {
         (
@@ -796,6 +796,7 @@ pub(crate) fn restore_from(
         return Err((code::RESTORE_FAILED, restore_failure(&err)));
     }
     let r = parse_restored(&json)?;
+    let resumed_ns = resumed_at(r.resumed_ns, eof_ns);
     tracing::info!(
         "restored process {} ({}) from {} as pid {}; its terminal/pipe stdio goes to {}",
         d.offer.pid,
@@ -816,7 +817,31 @@ fn log_restore_timing(err: &ErrLog) {
     }
 }
 
-/// `pmig restore --json`'s line (`resumed_ns` left 0).
+/// When the restored process started to run: the instant `pmig restore`
+/// reported (`reported`, its CLOCK_MONOTONIC once it let the process go;
+/// the same clock as ours, on the same node), else `eof_ns`, when its
+/// output ended (it exits right after the process runs: later by the
+/// helper's exit, so a down time measured to it is a little long).
+fn resumed_at(reported: u64, eof_ns: u64) -> u64 {
+    if reported > 0 && reported <= eof_ns {
+        reported
+    } else {
+        eof_ns
+    }
+}
+
+/// The instant in the last line of `pmig restore --json` that reports one
+/// (`resumed_ns`), or 0.
+fn reported_resume(json: &str) -> u64 {
+    json.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        .find_map(|v| v["resumed_ns"].as_u64().filter(|&n| n > 0))
+        .unwrap_or(0)
+}
+
+/// `pmig restore --json`'s line, with the instant the process was let run
+/// if it says (else `resumed_ns` is 0).
 fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
     let line = json.lines().next().unwrap_or("");
     let v: serde_json::Value = serde_json::from_str(line.trim()).map_err(|e| {
@@ -835,7 +860,7 @@ fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
     Ok(Started {
         pid,
         original_pid: v["original_pid"].as_i64().unwrap_or(0) as i32,
-        resumed_ns: 0,
+        resumed_ns: reported_resume(json),
         uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
     })
 }
@@ -865,7 +890,7 @@ impl Held<'_> {
         if let Some(mut s) = self.stdout.take() {
             let _ = s.read_to_string(&mut rest);
         }
-        let resumed_ns = mono_ns();
+        let resumed_ns = resumed_at(reported_resume(&rest), mono_ns());
         let mut child = self.helper.child.take().ok_or("pmig restore is gone")?;
         let st = self
             .helper
@@ -1051,5 +1076,22 @@ mod tests {
         std::fs::remove_dir(&moved).unwrap();
         writeln!(w, "pmig: later").unwrap();
         assert_eq!(restore_failure(&log), "later");
+    }
+
+    #[test]
+    fn the_resume_is_the_instant_pmig_restore_reports_and_never_after_its_output() {
+        let held = r#"{"pid":7,"original_pid":7,"uffd_fd":5,"held":true,"resumed_ns":0}"#;
+        let done = r#"{"pid":7,"original_pid":7,"uffd_fd":5,"held":false,"resumed_ns":1500}"#;
+        // Held: the line before the release says nothing; the last one does.
+        assert_eq!(reported_resume(held), 0);
+        assert_eq!(reported_resume(&format!("{held}\n{done}\n")), 1500);
+        let r = parse_restored(&format!("{done}\n")).unwrap();
+        assert_eq!((r.pid, r.resumed_ns), (7, 1500));
+        assert_eq!(resumed_at(r.resumed_ns, 2000), 1500);
+        // Not reported (an older pmig restore), or later than the end of its
+        // output (impossible on one clock): the end of the output.
+        assert_eq!(resumed_at(0, 2000), 2000);
+        assert_eq!(resumed_at(2500, 2000), 2000);
+        assert_eq!(reported_resume("not json\n"), 0);
     }
 }

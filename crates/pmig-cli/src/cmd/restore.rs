@@ -197,6 +197,7 @@ fn print_json(r: &pmig_engine::Restored, held: bool) {
             "verify_ms": r.verify.as_secs_f64() * 1e3, "total_ms": r.total.as_secs_f64() * 1e3,
             "uffd_fd": r.uffd_fd_in_process,
             "session": r.session,
+            "resumed_ns": r.resumed_ns,
             "held": held,
         })
     );
