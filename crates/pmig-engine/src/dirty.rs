@@ -11,7 +11,6 @@
 
 use crate::error::{EngineError, Result};
 use crate::procfs::{self, MapLine};
-use crate::ptrace::Frozen;
 use crate::uffd;
 use libc::pid_t;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -60,8 +59,7 @@ impl DirtyTracker {
 
     /// [`attach`](Self::attach), tracking the mappings of `scope`.
     pub fn attach_scoped(pid: pid_t, scope: Scope) -> Result<DirtyTracker> {
-        let uffd = {
-            let mut f = Frozen::freeze(pid)?;
+        let uffd = crate::ptrace::with_frozen(pid, |f| {
             let fd = f.inject(
                 0,
                 libc::SYS_userfaultfd,
@@ -77,9 +75,8 @@ impl DirtyTracker {
             // Close the process's own copy whatever happened: it must not
             // keep a descriptor it never opened.
             let _ = f.inject(0, libc::SYS_close, &[fd as u64]);
-            f.detach()?;
-            taken?
-        };
+            taken
+        })?;
         let got = uffd::api(&uffd, uffd::UFFD_FEATURE_WP_ASYNC)?;
         if got & uffd::UFFD_FEATURE_WP_ASYNC == 0 {
             return Err(EngineError::Other(
@@ -219,6 +216,7 @@ pub fn take_fd(pid: pid_t, fd: i32) -> Result<OwnedFd> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ptrace::Frozen;
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
 

@@ -854,10 +854,9 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
 /// Close fd `fd` inside process `pid` (briefly stopping it): the
 /// userfaultfd it kept while pages were owed.
 fn close_in_process(pid: libc::pid_t, fd: i32) -> Result<()> {
-    let mut f = crate::ptrace::Frozen::freeze(pid)?;
-    let r = f.inject(0, libc::SYS_close, &[fd as u64]);
-    f.detach()?;
-    r.map(|_| ())
+    crate::ptrace::with_frozen(pid, |f| {
+        f.inject(0, libc::SYS_close, &[fd as u64]).map(|_| ())
+    })
 }
 
 #[cfg(test)]

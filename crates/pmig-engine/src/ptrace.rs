@@ -139,6 +139,97 @@ fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
     }
 }
 
+/// How long [`Frozen::freeze`] waits for each thread to stop. A thread
+/// stops within microseconds unless it sits in an uninterruptible wait
+/// (state D: a disk or network file system that does not answer, a parent
+/// waiting for its `vfork` child to exec); beyond this the freeze gives up
+/// and the process runs on.
+pub const FREEZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// [`wait_stop`] bounded by `deadline`: None if `tid` has not changed state
+/// by then. Polls without blocking: for the first 0.2 ms yielding the CPU
+/// between tries (a running or sleeping thread stops within tens of
+/// microseconds), then sleeping 50 µs, doubling up to 1 ms.
+fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<WaitStatus>> {
+    use std::time::{Duration, Instant};
+    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+    let start = Instant::now();
+    let mut nap = Duration::from_micros(50);
+    loop {
+        match waitpid(Pid::from_raw(tid), flags) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(s) => return Ok(Some(s)),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e).ctx(|| format!("wait for thread {tid}")),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        if now - start < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(nap.min(deadline - now));
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+/// What thread `tid` of `pid` is doing, for an error: its state and the
+/// kernel function it waits in, e.g. "state D (uninterruptible wait) in
+/// wait_for_vfork_done".
+fn thread_state(pid: pid_t, tid: pid_t) -> String {
+    let dir = format!("/proc/{pid}/task/{tid}");
+    let state = std::fs::read_to_string(format!("{dir}/stat"))
+        .ok()
+        .and_then(|st| {
+            st.rsplit(')')
+                .next()?
+                .split_whitespace()
+                .next()
+                .map(String::from)
+        })
+        .unwrap_or_else(|| "?".into());
+    let what = match state.as_str() {
+        "D" => " (uninterruptible wait)",
+        "T" | "t" => " (stopped)",
+        "R" => " (running)",
+        "S" => " (sleeping)",
+        _ => "",
+    };
+    let wchan = std::fs::read_to_string(format!("{dir}/wchan")).unwrap_or_default();
+    let wchan = wchan.trim();
+    if wchan.is_empty() || wchan == "0" {
+        format!("state {state}{what}")
+    } else {
+        format!("state {state}{what} in {wchan}")
+    }
+}
+
+/// Runs `work` on process `pid`, frozen, then lets it run, all from a
+/// thread of its own that ends with it: for long-lived callers (the
+/// daemon), whose threads would otherwise keep a thread that did not stop
+/// in time seized (see [`Frozen::freeze_within`]).
+pub fn with_frozen<T: Send>(
+    pid: pid_t,
+    work: impl FnOnce(&mut Frozen) -> Result<T> + Send,
+) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut f = Frozen::freeze(pid)?;
+            let r = work(&mut f);
+            f.detach()?;
+            r
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(EngineError::Other(format!(
+                "the work on frozen process {pid} panicked"
+            )))
+        })
+    })
+}
+
 pub fn list_tids(pid: pid_t) -> Result<BTreeSet<pid_t>> {
     let rd =
         std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| EngineError::NoProcess(pid))?;
@@ -150,7 +241,20 @@ pub fn list_tids(pid: pid_t) -> Result<BTreeSet<pid_t>> {
 impl Frozen {
     /// Seize and stop every thread of `pid`. Signals that were about to be
     /// delivered are delivered first (they happened before the freeze).
+    /// Bounded by [`FREEZE_TIMEOUT`] per thread (see [`Frozen::freeze_within`]).
     pub fn freeze(pid: pid_t) -> Result<Frozen> {
+        Self::freeze_within(pid, FREEZE_TIMEOUT)
+    }
+
+    /// [`Frozen::freeze`], waiting at most `per_thread` for each thread to
+    /// stop. A thread that does not stop in time fails the freeze with an
+    /// error naming it and what it waits for; the threads already stopped
+    /// run on at once. That thread stays seized, and stops once its wait
+    /// ends, until the calling *thread* exits (the kernel then lets it go:
+    /// only the tracing thread can detach it, and it cannot while it runs).
+    /// A long-lived process (the daemon) freezes from a thread of its own
+    /// for that reason.
+    pub fn freeze_within(pid: pid_t, per_thread: std::time::Duration) -> Result<Frozen> {
         let mut f = Frozen {
             pid,
             threads: Vec::new(),
@@ -188,7 +292,7 @@ impl Frozen {
                         return Err(e).ctx(|| format!("interrupt thread {tid}"));
                     }
                 }
-                if let Some(stop_sig) = f.settle(tid)? {
+                if let Some(stop_sig) = f.settle(tid, per_thread)? {
                     let mask = sys::get_sigmask(tid)?;
                     sys::set_sigmask(tid, !0u64)?;
                     f.threads.push(Thread {
@@ -211,10 +315,19 @@ impl Frozen {
     /// Wait until `tid` sits in an event stop; returns the stop's signal:
     /// SIGTRAP for the stop our interrupt asked for, the stopping signal for
     /// a group-stop (the process was stopped by job control). None if it
-    /// exited.
-    fn settle(&mut self, tid: pid_t) -> Result<Option<i32>> {
+    /// exited; an error if it has not stopped `within`.
+    fn settle(&mut self, tid: pid_t, within: std::time::Duration) -> Result<Option<i32>> {
+        let deadline = std::time::Instant::now() + within;
         for _ in 0..64 {
-            match wait_stop(tid)? {
+            let Some(st) = wait_stop_until(tid, deadline)? else {
+                return Err(EngineError::Other(format!(
+                    "thread {tid} of process {} did not stop within {:?} ({})",
+                    self.pid,
+                    within,
+                    thread_state(self.pid, tid)
+                )));
+            };
+            match st {
                 WaitStatus::PtraceEvent(_, sig, ev) if ev == PTRACE_EVENT_STOP => {
                     return Ok(Some(sig as i32))
                 }
@@ -514,7 +627,7 @@ impl Frozen {
         let tid = self.threads[idx].tid;
         ptrace::interrupt(Pid::from_raw(tid)).ctx(|| format!("interrupt thread {tid}"))?;
         ptrace::cont(Pid::from_raw(tid), None).ctx(|| format!("resume thread {tid}"))?;
-        if self.settle(tid)?.is_none() {
+        if self.settle(tid, FREEZE_TIMEOUT)?.is_none() {
             return Err(EngineError::Other(format!("thread {tid} exited")));
         }
         self.threads[idx].stop = StopKind::Event;
@@ -795,5 +908,81 @@ mod tests {
         assert_eq!(&store[..2], &[0x48, 0xa3]);
         assert_eq!(u64::from_le_bytes(store[2..].try_into().unwrap()), 0x1008);
         assert_eq!(c.last(), Some(&0xcc));
+    }
+
+    /// The state letter of `pid` in its stat file.
+    fn state_of(pid: pid_t) -> Option<char> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        st.rsplit(')').next()?.trim_start().chars().next()
+    }
+
+    #[test]
+    fn a_thread_that_cannot_stop_fails_the_freeze_in_time_and_the_process_runs_on() {
+        // SAFETY: the child makes raw system calls only: clone (a child
+        // with its own memory, like fork, and our wait for it like vfork's:
+        // uninterruptible until it exits), pause and _exit.
+        let p = unsafe { libc::fork() };
+        if p == 0 {
+            unsafe {
+                let flags = (libc::CLONE_VFORK | libc::SIGCHLD) as libc::c_long;
+                let g = libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize);
+                if g == 0 {
+                    loop {
+                        libc::pause();
+                    }
+                }
+                libc::_exit(if g > 0 { 7 } else { 1 });
+            }
+        }
+        assert!(p > 0, "fork failed");
+        let _guard = Child(p);
+        // Bounded: until the child waits in the kernel for its own child.
+        let mut waiting = false;
+        for _ in 0..5000 {
+            if state_of(p) == Some('D') {
+                waiting = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(waiting, "the child never waited for its vfork-like child");
+        let err = std::thread::spawn(move || {
+            Frozen::freeze_within(p, std::time::Duration::from_millis(300))
+                .map(|_| ())
+                .expect_err("a thread in an uninterruptible wait cannot stop")
+                .to_string()
+        })
+        .join()
+        .unwrap();
+        assert!(
+            err.contains(&format!("thread {p} of process {p} did not stop"))
+                && err.contains("state D"),
+            "{err}"
+        );
+        // Its wait ends: it runs on and exits, not held by a trace.
+        let kids = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap();
+        let g: pid_t = kids.trim().parse().expect("one grandchild");
+        // SAFETY: killing the grandchild this test made.
+        unsafe { libc::kill(g, libc::SIGKILL) };
+        let flags = Some(WaitPidFlag::WNOHANG);
+        let mut status = None;
+        for _ in 0..10_000 {
+            match waitpid(Pid::from_raw(p), flags) {
+                Ok(WaitStatus::StillAlive) => {
+                    std::thread::sleep(std::time::Duration::from_millis(1))
+                }
+                Ok(s) => {
+                    status = Some(s);
+                    break;
+                }
+                Err(e) => panic!("wait for {p}: {e}"),
+            }
+        }
+        assert_eq!(
+            status,
+            Some(WaitStatus::Exited(Pid::from_raw(p), 7)),
+            "state {:?}",
+            state_of(p)
+        );
     }
 }
