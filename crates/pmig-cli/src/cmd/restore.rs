@@ -88,6 +88,9 @@ pub fn run(a: Args) -> Result<i32> {
         None
     };
     let verify = if a.wait_go {
+        // While the image is still on its way: what the restore would
+        // otherwise read while the process is stopped.
+        pmig_engine::resources::tcb::learn_own_glibc();
         match wait_for_go(input.as_mut().expect("taken above"))? {
             Some(v) => v,
             None => {

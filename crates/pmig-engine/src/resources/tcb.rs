@@ -46,6 +46,71 @@ fn is_glibc(path: &str) -> bool {
     name == "libc.so.6" || (name.starts_with("libc-2.") && name.ends_with(".so"))
 }
 
+/// Which file a path names now, and as of when: a library replaced or
+/// rewritten in place (an upgrade) is another file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+fn file_id(path: &str) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    })
+}
+
+/// The libraries looked up already ([`tid_offset_known`]).
+static KNOWN: std::sync::Mutex<Vec<(String, FileId, Option<u64>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// [`tid_offset`], looked up once per file: reading the symbol from the
+/// file takes about 0.4 ms, which a restore would spend while the process
+/// is stopped.
+fn tid_offset_known(path: &str) -> Result<Option<u64>> {
+    let id = file_id(path);
+    let known = |k: &Vec<(String, FileId, Option<u64>)>| {
+        k.iter()
+            .find(|(p, i, _)| p == path && Some(*i) == id)
+            .map(|k| k.2)
+    };
+    if let Some(off) = known(&KNOWN.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Ok(off);
+    }
+    let off = tid_offset(path)?;
+    if let Some(id) = id {
+        KNOWN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((path.to_string(), id, off));
+    }
+    Ok(off)
+}
+
+/// Looks up the glibc this process runs with, ahead of a restore: a
+/// restore that waits for its image does it (`pmig restore --wait-go`),
+/// since the image's glibc is most often the same file, whose lookup then
+/// costs one `stat` at the stop.
+pub fn learn_own_glibc() {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    if let Some(lib) = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| is_glibc(p))
+    {
+        let _ = tid_offset_known(lib);
+    }
+}
+
 /// The offset of the thread id in glibc's thread descriptor, as the library
 /// at `path` describes it to debuggers; None if it does not.
 fn tid_offset(path: &str) -> Result<Option<u64>> {
@@ -106,7 +171,7 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
     }) else {
         return Ok(0);
     };
-    let Some(off) = tid_offset(lib)? else {
+    let Some(off) = tid_offset_known(lib)? else {
         return Ok(0);
     };
     let pid = frozen.pid;
@@ -187,5 +252,37 @@ mod tests {
             [0x7f00_0000_0000, 0x7f00_0000_1000]
         );
         assert_eq!(handover_pages(0x7f00_0000_0000), [0x7f00_0000_0000; 2]);
+    }
+
+    #[test]
+    fn a_library_is_read_once_until_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libc.so.6");
+        let lib = lib.to_str().unwrap();
+        // Not an ELF file: no offset, remembered as such.
+        std::fs::write(lib, b"not a library").unwrap();
+        assert_eq!(tid_offset_known(lib).unwrap(), None);
+        let entries = |p: &str| KNOWN.lock().unwrap().iter().filter(|k| k.0 == p).count();
+        assert_eq!(entries(lib), 1);
+        assert_eq!(tid_offset_known(lib).unwrap(), None);
+        assert_eq!(entries(lib), 1, "looked up again though unchanged");
+        // Replaced by another file (an upgrade): looked up again.
+        let real = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5).map(String::from))
+            .find(|p| is_glibc(p));
+        let Some(real) = real else {
+            return; // not linked with glibc: the rest needs one
+        };
+        std::fs::copy(&real, dir.path().join("new")).unwrap();
+        std::fs::rename(dir.path().join("new"), lib).unwrap();
+        assert_eq!(
+            tid_offset_known(lib).unwrap(),
+            tid_offset(&real).unwrap(),
+            "the replaced file's offset"
+        );
+        assert!(tid_offset_known(lib).unwrap().is_some());
+        assert_eq!(entries(lib), 2);
     }
 }
