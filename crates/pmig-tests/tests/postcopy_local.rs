@@ -144,3 +144,146 @@ fn postcopy_resumes_first_then_pages_follow() {
     assert!(text.contains("verify=ok"), "workload output: {text}");
     eprintln!("post-copy: {stats:?}");
 }
+
+/// A program that fills 8 MiB of anonymous memory, says READY, and on
+/// SIGUSR1 unmaps it and says so before it exits.
+const UNMAPPER: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+static volatile sig_atomic_t go;
+static void on_usr1(int s) { (void)s; go = 1; }
+int main(void) {
+    size_t n = 8 << 20;
+    char *a = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED) return 3;
+    memset(a, 7, n);
+    sigset_t usr1, none;
+    sigemptyset(&usr1);
+    sigemptyset(&none);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, 0);
+    signal(SIGUSR1, on_usr1);
+    printf("READY\n");
+    fflush(stdout);
+    while (!go) sigsuspend(&none);
+    if (munmap(a, n)) return 2;
+    printf("unmapped\n");
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+/// The end of a lazy restore while a thread of the process unmaps memory
+/// still registered with the userfaultfd: that thread waits in the kernel
+/// until its unmap event is read, and cannot be stopped meanwhile. Closing
+/// the process's userfaultfd must read the event (and so let it go) rather
+/// than wait for it to stop (which, before the fix, hung for ever).
+#[test]
+fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
+    let mut guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let src_c = dir.path().join("unmapper.c");
+    let bin = dir.path().join("unmapper");
+    std::fs::write(&src_c, UNMAPPER).unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src_c)
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "cc failed");
+    let mut child = std::process::Command::new(&bin)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let src = child.id() as i32;
+    guard.track_pid(src);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("READY"), "unmapper: {line}");
+
+    let mut frozen = Frozen::freeze(src).unwrap();
+    let keep = handover_pages(&frozen).unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let keep_fn = |p: u64| keep.contains(&p);
+    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
+    pi.write_parts(&mut w).unwrap();
+    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    let outfile = dir.path().join("out.txt");
+    let opts = pmig_engine::RestoreOptions {
+        stdio: [None, Some(outfile.clone()), None],
+        pidfile: None,
+        lazy: true,
+    };
+    let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
+    guard.track_pid(r.pid);
+    let owed: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+        .flat_map(|v| v.owed())
+        .collect();
+    let registered: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
+        .map(|v| (v.start, v.len()))
+        .collect();
+    assert!(
+        registered.iter().any(|r| r.1 >= 8 << 20),
+        "the 8 MiB are not registered: {registered:?}"
+    );
+    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    // Every page in, before the process runs anything: no fault to serve.
+    for p in lm.owed_list() {
+        lm.install(p, &read_src(src, p, 4096)).unwrap();
+    }
+    assert_eq!(lm.owed_pages(), 0);
+    frozen.kill().unwrap();
+    let _ = child.wait();
+
+    // SAFETY: signalling the process this test restored.
+    assert_eq!(unsafe { libc::kill(r.pid, libc::SIGUSR1) }, 0);
+    // Bounded: until it waits in munmap for its event to be read.
+    let waiting = (0..10_000).any(|_| {
+        let st = std::fs::read_to_string(format!("/proc/{}/stat", r.pid)).unwrap_or_default();
+        let wchan = std::fs::read_to_string(format!("/proc/{}/wchan", r.pid)).unwrap_or_default();
+        let d = st
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('D'));
+        d && wchan.contains("userfaultfd") || {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            false
+        }
+    });
+    assert!(waiting, "the process never waited for its unmap event");
+
+    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
+        .expect("the userfaultfd closed while a thread unmapped registered memory");
+    let mut status = 0;
+    // Bounded: until it exits.
+    let exited = (0..10_000).any(|_| {
+        // SAFETY: waiting for our own child (the restored process).
+        let w = unsafe { libc::waitpid(r.pid, &mut status, libc::WNOHANG) };
+        w == r.pid || {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            false
+        }
+    });
+    assert!(exited, "the process did not exit after its munmap");
+    let text = std::fs::read_to_string(&outfile).unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status:#x}, output {text:?}"
+    );
+    assert_eq!(text, "unmapped\n");
+}
