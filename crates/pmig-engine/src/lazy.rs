@@ -753,7 +753,8 @@ impl LazyMemory {
     /// that unmaps, releases or moves registered memory waits in the kernel
     /// until its event has been read, and such a thread cannot be stopped
     /// to inject the close: without a reader, the close would wait for the
-    /// stop and the thread for the reader, forever.
+    /// stop and the thread for the reader, forever. A process that has
+    /// exited meanwhile needs no close.
     pub fn finish_in_process(self, pid: libc::pid_t, fd: i32) -> Result<()> {
         let closing = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -854,9 +855,13 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
 /// Close fd `fd` inside process `pid` (briefly stopping it): the
 /// userfaultfd it kept while pages were owed.
 fn close_in_process(pid: libc::pid_t, fd: i32) -> Result<()> {
-    crate::ptrace::with_frozen(pid, |f| {
+    match crate::ptrace::with_frozen(pid, |f| {
         f.inject(0, libc::SYS_close, &[fd as u64]).map(|_| ())
-    })
+    }) {
+        // It has exited (its descriptors with it): nothing is left to close.
+        Err(crate::EngineError::NoProcess(_)) => Ok(()),
+        r => r,
+    }
 }
 
 #[cfg(test)]

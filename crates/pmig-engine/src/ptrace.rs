@@ -230,6 +230,36 @@ pub fn with_frozen<T: Send>(
     })
 }
 
+/// Whether thread `tid` of `pid`, which refused to be traced, is exiting
+/// (or gone): not traced by another, and within 100 ms dead, a zombie, or
+/// gone. (An exiting thread refuses `PTRACE_SEIZE` from the moment it
+/// starts to exit, while its state still reads as running.)
+fn exiting(pid: pid_t, tid: pid_t) -> bool {
+    let status = format!("/proc/{pid}/task/{tid}/status");
+    let traced = std::fs::read_to_string(&status).ok().is_some_and(|t| {
+        t.lines()
+            .find_map(|l| l.strip_prefix("TracerPid:"))
+            .is_some_and(|v| v.trim() != "0")
+    });
+    if traced {
+        return false;
+    }
+    let stat = format!("/proc/{pid}/task/{tid}/stat");
+    (0..100).any(|_| {
+        let dead = match std::fs::read_to_string(&stat) {
+            Ok(st) => st
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with(['Z', 'X'])),
+            Err(_) => true,
+        };
+        dead || {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            false
+        }
+    })
+}
+
 pub fn list_tids(pid: pid_t) -> Result<BTreeSet<pid_t>> {
     let rd =
         std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| EngineError::NoProcess(pid))?;
@@ -276,6 +306,9 @@ impl Frozen {
                 match ptrace::seize(Pid::from_raw(tid), ptrace::Options::PTRACE_O_TRACESYSGOOD) {
                     Ok(()) => {}
                     Err(nix::errno::Errno::ESRCH) => continue,
+                    // A thread that has begun to exit cannot be traced any
+                    // more: as if it were gone.
+                    Err(nix::errno::Errno::EPERM) if exiting(pid, tid) => continue,
                     Err(nix::errno::Errno::EPERM) => {
                         return Err(if tid == pid {
                             EngineError::Other(format!("cannot stop process {pid}: ptrace not permitted (already traced, or not yours)"))
@@ -305,7 +338,12 @@ impl Frozen {
             }
         }
         if !f.threads.iter().any(|t| t.tid == pid) {
-            return Err(EngineError::NoProcess(pid));
+            if f.threads.is_empty() {
+                return Err(EngineError::NoProcess(pid));
+            }
+            return Err(EngineError::Other(format!(
+                "the main thread of process {pid} has exited and its other threads run on: not supported"
+            )));
         }
         // Main thread first, then by tid: the image's thread order.
         f.threads.sort_by_key(|t| (t.tid != pid, t.tid));
@@ -984,5 +1022,61 @@ mod tests {
             "state {:?}",
             state_of(p)
         );
+    }
+
+    #[test]
+    fn a_process_whose_main_thread_exited_is_refused_and_runs_on() {
+        let d = tempfile::tempdir().unwrap();
+        let (src, bin) = (d.path().join("z.c"), d.path().join("z"));
+        std::fs::write(
+            &src,
+            "#include <pthread.h>\n#include <unistd.h>\n\
+             static void *run(void *a) { (void)a; for (;;) pause(); return 0; }\n\
+             int main(void) { pthread_t t; pthread_create(&t, 0, run, 0); pthread_exit(0); }\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("cc")
+            .arg("-pthread")
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(built.success(), "cc failed");
+        let mut child = std::process::Command::new(&bin).spawn().unwrap();
+        let p = child.id() as pid_t;
+        let guard = Child(p);
+        // Bounded: until its main thread is a zombie.
+        let gone = (0..5000).any(|_| {
+            state_of(p) == Some('Z') || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        });
+        assert!(gone, "the main thread did not exit");
+        let err = std::thread::spawn(move || Frozen::freeze(p).map(|_| ()).unwrap_err())
+            .join()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains(&format!("the main thread of process {p} has exited")),
+            "{err}"
+        );
+        // The other thread was let go: it sleeps in pause, not stopped.
+        let other = list_tids(p).unwrap().into_iter().find(|&t| t != p).unwrap();
+        let state = || {
+            let st = std::fs::read_to_string(format!("/proc/{p}/task/{other}/stat")).unwrap();
+            st.rsplit(')').next().unwrap().trim_start().chars().next()
+        };
+        // Bounded: it may still be on its way back into pause.
+        let asleep = (0..1000).any(|_| {
+            state() == Some('S') || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        });
+        assert!(asleep, "thread {other} is in state {:?}", state());
+        drop(guard);
+        let _ = child.wait();
     }
 }
