@@ -252,6 +252,54 @@ scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(pthreads, "pthreads", false);
 scenario!(jit, "jit", false);
+scenario!(sleeps, "sleeps", false);
+
+/// The first field of `/proc/PID/task/TID/syscall`: the call a blocked
+/// thread is in.
+fn syscall_of(pid: i32, tid: i32) -> Option<String> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    t.split_whitespace().next().map(String::from)
+}
+
+/// A stop resumed on the source (here a dump with --leave-running, in a
+/// migration pmig's own earlier freezes, or job control) leaves a thread
+/// that was sleeping in `restart_syscall`; a later capture there must
+/// restore the original call (it finishes its sleep), not let it fail
+/// with EINTR.
+#[test]
+fn calls_restarting_after_an_earlier_stop_are_restored_not_failed() {
+    let d = Dirs::new("sleeps-restarting");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("sleeps", &[], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    dump_ok(pid, &d.path("img1"), true);
+    // Its four sleepers (one-hour timeouts) now restart their calls.
+    let restarting = tids_of(pid)
+        .into_iter()
+        .filter(|&t| syscall_of(pid, t).as_deref() == Some("219"))
+        .count();
+    assert_eq!(
+        restarting,
+        4,
+        "threads in restart_syscall after the first dump: {:?}",
+        tids_of(pid)
+            .into_iter()
+            .map(|t| syscall_of(pid, t))
+            .collect::<Vec<_>>()
+    );
+    dump_ok(pid, &d.path("img2"), false);
+    orig.wait(EXIT_TIMEOUT);
+    let mut r = spawn_restore(
+        "sleeps (restore of the second dump)",
+        &d.path("img2"),
+        &d.path("pid"),
+        d.tmp.path(),
+    );
+    r.check("sleeps", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.quit_ok();
+}
 
 /// The tids of `pid`'s threads, sorted.
 fn tids_of(pid: i32) -> Vec<i32> {

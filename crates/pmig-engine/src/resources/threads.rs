@@ -17,6 +17,73 @@ const PR_GET_TID_ADDRESS: u64 = 40;
 const PR_GET_TIMERSLACK: u64 = 30;
 const PR_SET_TIMERSLACK: i32 = 29;
 
+/// `restart_syscall`: what a thread runs after a stop (ptrace, job control)
+/// interrupted a call that resumes from a block of kernel state, the
+/// *restart block*: a relative `nanosleep` or `clock_nanosleep`, a `futex`
+/// wait with a timeout, a `poll` with a timeout.
+const SYS_RESTART_SYSCALL: u64 = libc::SYS_restart_syscall as u64;
+
+/// The call a thread stopped in `restart_syscall` was making, told from its
+/// argument registers (which still hold the original call's) and the memory
+/// they point to (`read(addr, len)`); None if it is none of the four calls
+/// that restart that way, or the arguments do not say which.
+///
+/// The restart block stays with the source's kernel: re-run there, the
+/// call would find an empty one and fail with EINTR, which a program that
+/// does not expect it (a `sleep` in perl, a C `nanosleep` loop) turns into
+/// a visible change. Known, the call is re-run from its start instead, with
+/// its own arguments: a sleep whose remaining time the kernel wrote back
+/// into its request (glibc's `sleep`, which passes one struct as both)
+/// sleeps what was left; other relative timeouts start over.
+fn restarted_call(r: &sys::UserRegs, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i64> {
+    let user_ptr = |a: u64| (4096..1 << 47).contains(&a);
+    let ptr_or_null = |a: u64| a == 0 || user_ptr(a);
+    let timespec_at = |a: u64| {
+        user_ptr(a)
+            && read(a, 16).is_some_and(|b| {
+                b.len() == 16 && {
+                    let s = i64::from_le_bytes(b[..8].try_into().unwrap());
+                    let ns = i64::from_le_bytes(b[8..].try_into().unwrap());
+                    s >= 0 && (0..1_000_000_000).contains(&ns)
+                }
+            })
+    };
+    let (a0, a1, a2, a3) = (r.rdi, r.rsi, r.rdx, r.r10);
+    // clock_nanosleep(clock, 0, req, rem): a clock id is an int (its upper
+    // half zero; CPU clocks are negative ints), and only relative sleeps
+    // (flags 0) restart this way.
+    let clock = a0 as u32 as i32;
+    if a0 >> 32 == 0 && (clock < 0 || clock <= 11) && a1 == 0 && timespec_at(a2) && ptr_or_null(a3)
+    {
+        return Some(libc::SYS_clock_nanosleep);
+    }
+    // futex(word, FUTEX_WAIT or FUTEX_WAIT_BITSET [| PRIVATE | CLOCK_REALTIME],
+    // value, timeout), the word still holding the value it waits on.
+    let op = a1 & !(128 | 256);
+    if (op == 0 || op == 9)
+        && user_ptr(a0)
+        && a0 % 4 == 0
+        && timespec_at(a3)
+        && read(a0, 4).is_some_and(|b| b.len() == 4 && b[..] == (a2 as u32).to_le_bytes())
+    {
+        return Some(libc::SYS_futex);
+    }
+    // nanosleep(req, rem)
+    if timespec_at(a0) && ptr_or_null(a1) {
+        return Some(libc::SYS_nanosleep);
+    }
+    // poll(fds, nfds, timeout in ms): a positive int timeout, and no fds or
+    // a readable array of them.
+    let fds_ok = (a0 == 0 && a1 == 0)
+        || (user_ptr(a0)
+            && (1..=1 << 20).contains(&a1)
+            && read(a0, 8).is_some_and(|b| b.len() == 8));
+    if fds_ok && a2 >> 32 == 0 && (a2 as u32 as i32) > 0 {
+        return Some(libc::SYS_poll);
+    }
+    None
+}
+
 /// The code segment selector of 64-bit user mode on x86-64 (`__USER_CS`).
 const USER_CS_64: u64 = 0x33;
 
@@ -127,7 +194,27 @@ impl Resource for Threads {
             } else {
                 (0, libc::SS_DISABLE, 0)
             };
-            let regs = sys::get_regs(tid)?;
+            let mut regs = sys::get_regs(tid)?;
+            if regs.orig_rax == SYS_RESTART_SYSCALL && regs.rax as i64 == ERESTART_RESTARTBLOCK {
+                let pid = cx.pid;
+                let read = |a: u64, n: usize| {
+                    let mut b = vec![0u8; n];
+                    let got = sys::process_vm_read(pid, a, &mut b).ok()?;
+                    b.truncate(got);
+                    Some(b)
+                };
+                match restarted_call(&regs, &read) {
+                    Some(nr) => {
+                        tracing::debug!(
+                            "thread {tid} was restarting an interrupted call: system call {nr}, re-run from its start"
+                        );
+                        regs.orig_rax = nr as u64;
+                    }
+                    None => tracing::warn!(
+                        "thread {tid} was restarting an interrupted call that cannot be told from its arguments: it will fail with EINTR"
+                    ),
+                }
+            }
             let rseq = sys::rseq_config(tid)?;
             let stat = crate::procfs::read(cx.pid, &format!("task/{tid}/stat"))?;
             let nice = stat
@@ -279,5 +366,90 @@ impl Resource for Threads {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Memory of a pretend process: address -> bytes.
+    struct Mem(BTreeMap<u64, Vec<u8>>);
+
+    impl Mem {
+        fn read(&self, a: u64, n: usize) -> Option<Vec<u8>> {
+            let (start, b) = self.0.range(..=a).next_back()?;
+            let off = (a - start) as usize;
+            (off < b.len()).then(|| b[off..(off + n).min(b.len())].to_vec())
+        }
+    }
+
+    fn timespec(s: i64, ns: i64) -> Vec<u8> {
+        [s.to_le_bytes(), ns.to_le_bytes()].concat()
+    }
+
+    fn call(mem: &Mem, a: [u64; 4]) -> Option<i64> {
+        // SAFETY: user_regs_struct is plain integers: all zero is valid.
+        let mut r: sys::UserRegs = unsafe { std::mem::zeroed() };
+        (r.rdi, r.rsi, r.rdx, r.r10) = (a[0], a[1], a[2], a[3]);
+        r.orig_rax = SYS_RESTART_SYSCALL;
+        r.rax = ERESTART_RESTARTBLOCK as u64;
+        restarted_call(&r, &|addr, n| mem.read(addr, n))
+    }
+
+    const TS: u64 = 0x7ffd_0000_1000;
+    const WORD: u64 = 0x5555_0000_2000;
+    const FDS: u64 = 0x5555_0000_3000;
+
+    fn mem() -> Mem {
+        let mut m = BTreeMap::new();
+        m.insert(TS, timespec(5, 250_000_000));
+        m.insert(WORD, 7u32.to_le_bytes().to_vec());
+        m.insert(FDS, [3i32.to_le_bytes(), 1u32.to_le_bytes()].concat());
+        Mem(m)
+    }
+
+    #[test]
+    fn the_calls_that_restart_are_told_from_their_arguments() {
+        let m = mem();
+        // glibc's sleep(): clock_nanosleep(CLOCK_REALTIME, 0, &ts, &ts).
+        assert_eq!(call(&m, [0, 0, TS, TS]), Some(libc::SYS_clock_nanosleep));
+        // A CPU clock (a negative int, upper half zero) and no rem.
+        let cpu = (-6i32) as u32 as u64;
+        assert_eq!(call(&m, [cpu, 0, TS, 0]), Some(libc::SYS_clock_nanosleep));
+        // futex(word, FUTEX_WAIT_PRIVATE, 7, &timeout) with the word at 7.
+        assert_eq!(call(&m, [WORD, 128, 7, TS]), Some(libc::SYS_futex));
+        assert_eq!(
+            call(&m, [WORD, 9 | 128 | 256, 7, TS]),
+            Some(libc::SYS_futex)
+        );
+        // nanosleep(&req, &rem) and nanosleep(&req, NULL).
+        assert_eq!(call(&m, [TS, TS, 0, 0]), Some(libc::SYS_nanosleep));
+        assert_eq!(call(&m, [TS, 0, 0, 0]), Some(libc::SYS_nanosleep));
+        // poll(fds, 1, 300) and poll(NULL, 0, 300).
+        assert_eq!(call(&m, [FDS, 1, 300, 0]), Some(libc::SYS_poll));
+        assert_eq!(call(&m, [0, 0, 300, 0]), Some(libc::SYS_poll));
+    }
+
+    #[test]
+    fn arguments_that_fit_no_call_give_none() {
+        let m = mem();
+        // A futex whose word no longer holds the value waited on, with no
+        // other reading: the timeout pointer is not a request.
+        assert_eq!(call(&m, [WORD, 128, 8, TS]), None);
+        // A "clock id" whose upper half is set is a pointer, not an int.
+        assert_eq!(call(&m, [0x7ffd_0000_0001, 0, TS, 0]), None);
+        // Absolute sleeps never restart this way; flags 1 is not clock_nanosleep.
+        assert_eq!(call(&m, [1, 1, TS, 0]), None);
+        // A request that is not a timespec (nanoseconds out of range).
+        let mut bad = mem();
+        bad.0.insert(TS, timespec(1, 2_000_000_000));
+        assert_eq!(call(&bad, [TS, 0, 0, 0]), None);
+        // poll with a timeout of 0 or -1 never has a restart block.
+        assert_eq!(call(&m, [FDS, 1, 0, 0]), None);
+        assert_eq!(call(&m, [FDS, 1, u32::MAX as u64, 0]), None);
+        // Unreadable memory.
+        assert_eq!(call(&Mem(BTreeMap::new()), [0, 0, TS, 0]), None);
     }
 }

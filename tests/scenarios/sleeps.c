@@ -1,0 +1,82 @@
+/* sleeps: four threads each blocked in a call with a timeout that the kernel
+ * resumes from a restart block after a stop: clock_nanosleep (relative),
+ * nanosleep, a futex wait and poll, each with a one-hour timeout so that none
+ * ends during a test. A stop (a dump, pmig's own freezes, job control) leaves
+ * such a thread in restart_syscall, whose restart block stays in the old
+ * kernel: a capture there must still restore the original call, not make it
+ * fail with EINTR.
+ * check: every thread is blocked again (state S) and none of the calls has
+ * returned anything but a finished sleep. */
+#include "common.h"
+#include <poll.h>
+#include <pthread.h>
+
+#define NT 4
+static int never;                 /* futex word, stays 0 */
+static int started;
+static pid_t tids[NT];
+static volatile int bad[NT];       /* errno of an unexpected return, or -1 */
+static const char *what[NT] = {"clock_nanosleep", "nanosleep", "futex wait", "poll"};
+
+static void *sleeper(void *arg) {
+    int i = (int)(intptr_t)arg;
+    tids[i] = scn_gettid();
+    scn_bump_and_wake(&started);
+    for (;;) {
+        struct timespec ts = {3600, 0}, rem = {0, 0};
+        long r;
+        switch (i) {
+        case 0: r = syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &ts, &ts); break;
+        case 1: r = syscall(SYS_nanosleep, &ts, &rem); break;
+        case 2:
+            r = scn_futex(&never, FUTEX_WAIT_PRIVATE, 0, &ts);
+            if (r < 0 && errno == ETIMEDOUT) r = 0;
+            break;
+        default: r = syscall(SYS_poll, NULL, 0, 3600 * 1000); break;
+        }
+        if (r != 0 && !bad[i]) bad[i] = r < 0 ? errno : -1;
+    }
+    return NULL;
+}
+
+/* The state letter of thread `tid` of this process. */
+static char state_of(pid_t tid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+    if (scn_read_file(path, buf, sizeof buf) < 0) return '?';
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' ? p[2] : '?';
+}
+
+static int check(void) {
+    /* Bounded: until each is blocked in its call again (after a restore it
+     * first re-runs the call, or fails and calls again). */
+    double end = scn_now() + 30;
+    for (int i = 0; i < NT; i++) {
+        while (state_of(tids[i]) != 'S' && scn_now() < end) {
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        CHECK(state_of(tids[i]) == 'S', "the %s thread is in state %c", what[i], state_of(tids[i]));
+    }
+    for (int i = 0; i < NT; i++)
+        CHECK(!bad[i], "the %s returned early: %s", what[i], bad[i] > 0 ? strerror(bad[i]) : "a non-zero result");
+    return 1;
+}
+
+int main(void) {
+    scn_name = "sleeps";
+    for (int i = 0; i < NT; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, sleeper, (void *)(intptr_t)i)) scn_die("pthread_create");
+    }
+    if (!scn_wait_at_least(&started, NT, 10)) scn_die("threads did not start");
+    /* Until each sits in its call. */
+    double end = scn_now() + 10;
+    for (int i = 0; i < NT; i++)
+        while (state_of(tids[i]) != 'S' && scn_now() < end) {
+            struct timespec ts = {0, 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    scn_run(check, NULL);
+}
