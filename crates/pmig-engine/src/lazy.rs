@@ -363,6 +363,16 @@ impl State {
         }
     }
 
+    /// The process's address space is gone (it exited, or replaced its
+    /// program): no page is owed any more.
+    fn gone(&mut self) {
+        if self.owed.len() == 0 {
+            return;
+        }
+        tracing::info!("the process's memory is gone (it exited): no page is owed any more");
+        self.dropped(0, u64::MAX);
+    }
+
     /// Destination range `[start, end)` was released or unmapped.
     fn dropped(&mut self, start: u64, end: u64) {
         for (_, s) in self.owed.take_dst_range(start, end) {
@@ -512,8 +522,13 @@ impl LazyMemory {
                 installed += k - i;
             }
             i = k;
-            if fill == uffd::Fill::Busy {
-                self.changing(&mut st, &mut busy)?;
+            match fill {
+                uffd::Fill::Busy => self.changing(&mut st, &mut busy)?,
+                uffd::Fill::Gone => {
+                    st.gone();
+                    break;
+                }
+                uffd::Fill::Done => {}
             }
         }
         st.stats.installed_pages += installed;
@@ -705,6 +720,10 @@ impl LazyMemory {
                     // lasted too long, the next one after a plain failure.
                     let r = match uffd::zeropage(&self.uffd, page, PAGE) {
                         Ok(uffd::Fill::Done) => Ok(true),
+                        Ok(uffd::Fill::Gone) => {
+                            st.gone();
+                            return Ok(h);
+                        }
                         // Read what is changing, then look at this fault again.
                         Ok(uffd::Fill::Busy) => self
                             .changing(&mut st, &mut busy)

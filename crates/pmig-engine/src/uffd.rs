@@ -43,6 +43,9 @@ pub const UFFD_EVENT_UNMAP: u8 = 0x16;
 pub enum Fill {
     Done,
     Busy,
+    /// The address space is gone: the process has exited (or replaced its
+    /// program). Nothing can be installed there any more, nor is needed.
+    Gone,
 }
 
 /// Install `data` at `dst` (page aligned) and wake the threads waiting for
@@ -99,6 +102,7 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
             }
             // This page is gone: nothing to install there.
             Some(libc::ENOENT) | Some(libc::EINVAL) if copied <= 0 => done += PG,
+            Some(libc::ESRCH) => return Ok((done, Fill::Gone)),
             _ => {
                 return Err(crate::error::EngineError::Sys {
                     what: format!("install pages at {:#x}", dst + done),
@@ -120,6 +124,7 @@ pub fn zeropage(uffd: &OwnedFd, dst: u64, len: u64) -> Result<Fill> {
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EAGAIN) => return Ok(Fill::Busy),
+            Some(libc::ESRCH) => return Ok(Fill::Gone),
             Some(libc::EEXIST) | Some(libc::ENOENT) => {}
             _ => {
                 return Err(crate::error::EngineError::Sys {

@@ -287,3 +287,89 @@ fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
     );
     assert_eq!(text, "unmapped\n");
 }
+
+/// Pages that arrive after the restored process has exited have nowhere to
+/// go and are owed no more: installing them is no error (a post-copy whose
+/// program ends early must not report it lost).
+#[test]
+fn pages_for_a_process_that_exited_are_dropped_not_an_error() {
+    let mut guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let src_c = dir.path().join("unmapper.c");
+    let bin = dir.path().join("unmapper");
+    std::fs::write(&src_c, UNMAPPER).unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src_c)
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "cc failed");
+    let mut child = std::process::Command::new(&bin)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let src = child.id() as i32;
+    guard.track_pid(src);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("READY"), "unmapper: {line}");
+
+    let mut frozen = Frozen::freeze(src).unwrap();
+    let keep = handover_pages(&frozen).unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let keep_fn = |p: u64| keep.contains(&p);
+    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
+    pi.write_parts(&mut w).unwrap();
+    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    let opts = pmig_engine::RestoreOptions {
+        stdio: [None, Some(dir.path().join("out.txt")), None],
+        pidfile: None,
+        lazy: true,
+    };
+    let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
+    guard.track_pid(r.pid);
+    let owed: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+        .flat_map(|v| v.owed())
+        .collect();
+    let registered: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
+        .map(|v| (v.start, v.len()))
+        .collect();
+    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    let list = lm.owed_list();
+    let n = list.len() as u64;
+    assert!(n >= 2048, "8 MiB must be owed, got {n} pages");
+    // Half of them in, then the process is killed and reaped.
+    for &p in &list[..list.len() / 2] {
+        lm.install(p, &read_src(src, p, 4096)).unwrap();
+    }
+    let page = list[list.len() / 2];
+    let data = read_src(src, page, 4096);
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    // SAFETY: killing and reaping the process this test restored.
+    unsafe { libc::kill(r.pid, libc::SIGKILL) };
+    let mut status = 0;
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::waitpid(r.pid, &mut status, 0) }, r.pid);
+    assert_eq!(
+        lm.install(page, &data)
+            .expect("a page for an exited process"),
+        0
+    );
+    assert_eq!(lm.owed_pages(), 0, "pages still owed to an exited process");
+    let st = lm.stats();
+    assert_eq!(st.installed_pages + st.dropped_pages, n, "{st:?}");
+}

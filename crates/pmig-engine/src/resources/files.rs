@@ -207,8 +207,13 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     if !link.starts_with('/') {
         return Err(what("this kind of file"));
     }
-    let md = std::fs::metadata(format!("/proc/{pid}/fd/{fd}"))
-        .ctx(|| format!("stat fd {fd} of process {pid}"))?;
+    let md = match std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+        Ok(md) => md,
+        // Closed since the readlink (a running process, before the freeze:
+        // `find` opens and closes directories all the time).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).ctx(|| format!("stat fd {fd} of process {pid}")),
+    };
     let ft = md.file_type();
     if ft.is_file() || ft.is_dir() {
         return Ok(Some(FdKind::File {

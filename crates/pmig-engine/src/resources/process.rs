@@ -109,11 +109,13 @@ impl Resource for Process {
         if !kids.is_empty() {
             return Err(unsupported(
                 pid,
-                format!(
-                    "a process with child processes ({} children, e.g. pid {})",
-                    kids.len(),
-                    kids[0]
-                ),
+                match kids.len() {
+                    1 => format!("a process with a child process (pid {})", kids[0]),
+                    n => format!(
+                        "a process with child processes ({n} children, e.g. pid {})",
+                        kids[0]
+                    ),
+                },
             ));
         }
         for ns in ["pid", "mnt", "user"] {
