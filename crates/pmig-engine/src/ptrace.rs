@@ -733,6 +733,17 @@ impl Frozen {
 }
 
 impl Frozen {
+    /// Gives thread `idx` the signal mask `mask` when it is let go
+    /// ([`Frozen::detach`]), and until then blocks every signal in it: a
+    /// signal that comes meanwhile (from a timer the restore has armed
+    /// already) waits for the thread to run, instead of stopping a later
+    /// injected call.
+    pub fn set_mask_at_detach(&mut self, idx: usize, mask: u64) -> Result<()> {
+        sys::set_sigmask(self.threads[idx].tid, !0u64)?;
+        self.threads[idx].mask = Some(mask);
+        Ok(())
+    }
+
     fn restore_masks(&self) {
         for t in &self.threads {
             if let Some(m) = t.mask {

@@ -373,3 +373,135 @@ fn pages_for_a_process_that_exited_are_dropped_not_an_error() {
     let st = lm.stats();
     assert_eq!(st.installed_pages + st.dropped_pages, n, "{st:?}");
 }
+
+/// A program with a 1 ms interval timer that waits for 2000 of its ticks
+/// over 8 MiB of its own memory, then says so.
+const TICKER: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/time.h>
+static volatile sig_atomic_t ticks;
+static void on_alrm(int s) { (void)s; ticks++; }
+int main(void) {
+    size_t n = 8 << 20;
+    char *a = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED) return 3;
+    memset(a, 5, n);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alrm;
+    sigaction(SIGALRM, &sa, 0);
+    struct itimerval it = {{0, 1000}, {0, 1000}};
+    setitimer(ITIMER_REAL, &it, 0);
+    printf("READY\n");
+    fflush(stdout);
+    while (ticks < 2000) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, 0);
+    }
+    for (size_t i = 0; i < n; i += 4096)
+        if (a[i] != 5) return 4;
+    printf("ticked\n");
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+/// A restore held stopped (stop-copy fills the memory before the process
+/// runs) while the process's interval timer, armed again by the restore,
+/// keeps firing: its signal must wait for the process to run, not stop the
+/// call injected after the release (that failed every stop-copy of a
+/// program with a 10 ms timer: "got SIGALRM during an injected system
+/// call").
+#[test]
+fn a_held_restore_lets_a_fast_timer_fire_only_once_the_process_runs() {
+    let mut guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let src_c = dir.path().join("ticker.c");
+    let bin = dir.path().join("ticker");
+    std::fs::write(&src_c, TICKER).unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src_c)
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "cc failed");
+    let mut child = std::process::Command::new(&bin)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let src = child.id() as i32;
+    guard.track_pid(src);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("READY"), "ticker: {line}");
+
+    let mut frozen = Frozen::freeze(src).unwrap();
+    let keep = handover_pages(&frozen).unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let keep_fn = |p: u64| keep.contains(&p);
+    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
+    pi.write_parts(&mut w).unwrap();
+    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    let owed: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+        .flat_map(|v| v.owed())
+        .collect();
+    let registered: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
+        .map(|v| (v.start, v.len()))
+        .collect();
+    let outfile = dir.path().join("out.txt");
+    let opts = pmig_engine::RestoreOptions {
+        stdio: [None, Some(outfile.clone()), None],
+        pidfile: None,
+        lazy: true,
+    };
+    let mut release = |r: &pmig_engine::Restored| -> pmig_engine::Result<()> {
+        // Held longer than many periods of its timer.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let fd = r.uffd.as_ref().expect("a userfaultfd").try_clone().unwrap();
+        let lm = LazyMemory::new(fd, &owed, registered.clone());
+        for p in lm.owed_list() {
+            lm.install(p, &read_src(src, p, 4096))?;
+        }
+        assert_eq!(lm.owed_pages(), 0);
+        lm.finish();
+        Ok(())
+    };
+    let r = pmig_engine::restore_held(stage.path(), &opts, Some(&mut release))
+        .expect("a held restore of a process with a fast timer");
+    guard.track_pid(r.pid);
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    let mut status = 0;
+    // Bounded: 2000 ticks of 1 ms, well within 30 s.
+    let exited = (0..30_000).any(|_| {
+        // SAFETY: waiting for our own child (the restored process).
+        let w = unsafe { libc::waitpid(r.pid, &mut status, libc::WNOHANG) };
+        w == r.pid || {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            false
+        }
+    });
+    assert!(exited, "the restored ticker did not finish");
+    let text = std::fs::read_to_string(&outfile).unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status:#x}, output {text:?}"
+    );
+    assert_eq!(text, "ticked\n");
+}

@@ -340,7 +340,10 @@ impl Resource for Threads {
             }
             sys::set_regs(tid, &r)?;
             sys::set_xstate(tid, &th.xstate)?;
-            sys::set_sigmask(tid, th.sigmask)?;
+            // Set when the process is let go: the timers armed below, and
+            // any signal sent to it meanwhile, must not interrupt the
+            // calls injected until then (a held restore's release).
+            cx.frozen.set_mask_at_detach(i, th.sigmask)?;
             // SAFETY: sched_setaffinity reads the mask we pass.
             let rc = unsafe {
                 libc::syscall(
