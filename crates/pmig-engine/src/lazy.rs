@@ -8,7 +8,7 @@
 //! memory (mremap) while pages are owed, the destination address changes and
 //! the source address does not; the map below keeps both.
 
-use crate::error::Result;
+use crate::error::{Ctx, Result};
 use crate::uffd::{self, Event};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -786,7 +786,7 @@ impl LazyMemory {
                 }
             });
             self.unregister_all();
-            let r = close_in_process(pid, fd);
+            let r = close_in_process(pid, fd, &self.uffd);
             closing.store(true, std::sync::atomic::Ordering::Release);
             r
         })
@@ -872,9 +872,28 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
 }
 
 /// Close fd `fd` inside process `pid` (briefly stopping it): the
-/// userfaultfd it kept while pages were owed.
-fn close_in_process(pid: libc::pid_t, fd: i32) -> Result<()> {
+/// userfaultfd it kept while pages were owed, `ours` being our copy of it.
+/// Only if `fd` is still that userfaultfd: one the process no longer holds
+/// (it replaced its program, and the descriptor, opened close-on-exec, is
+/// gone; the number may name another file now) is left alone.
+fn close_in_process(pid: libc::pid_t, fd: i32, ours: &OwnedFd) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = std::fs::File::from(ours.try_clone().ctx(|| "copy the userfaultfd".into())?)
+        .metadata()
+        .ctx(|| "stat the userfaultfd".into())?;
     match crate::ptrace::with_frozen(pid, |f| {
+        // Looked at while the process is stopped: it cannot change.
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let same = std::fs::read_link(&path)
+            .is_ok_and(|l| l.as_os_str() == "anon_inode:[userfaultfd]")
+            && std::fs::metadata(&path)
+                .is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino());
+        if !same {
+            tracing::info!(
+                "process {pid} no longer holds its userfaultfd as fd {fd} (it replaced its program?): nothing to close"
+            );
+            return Ok(());
+        }
         f.inject(0, libc::SYS_close, &[fd as u64]).map(|_| ())
     }) {
         // It has exited (its descriptors with it): nothing is left to close.

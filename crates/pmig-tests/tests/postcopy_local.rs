@@ -505,3 +505,129 @@ fn a_held_restore_lets_a_fast_timer_fire_only_once_the_process_runs() {
     );
     assert_eq!(text, "ticked\n");
 }
+
+/// Fills 8 MiB, says READY and, on SIGUSR1, replaces itself with itself in
+/// `after` mode, which opens /dev/null on every free fd up to 511 and waits.
+const EXECER: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static volatile sig_atomic_t go;
+static void on_usr1(int s) { (void)s; go = 1; }
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "after")) {
+        while (open("/dev/null", O_RDONLY) < 511) {}
+        for (;;) pause();
+    }
+    size_t n = 8 << 20;
+    char *a = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED) return 3;
+    memset(a, 7, n);
+    sigset_t usr1, none;
+    sigemptyset(&usr1);
+    sigemptyset(&none);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, 0);
+    signal(SIGUSR1, on_usr1);
+    printf("READY\n");
+    fflush(stdout);
+    while (!go) sigsuspend(&none);
+    sigprocmask(SIG_UNBLOCK, &usr1, 0);
+    execl("/proc/self/exe", argv[0], "after", (char *)0);
+    return 5;
+}
+"#;
+
+/// A process that replaced its program while pages were owed no longer
+/// holds the userfaultfd (opened close-on-exec), and its number may name
+/// another file of the new program: the end of the lazy restore must leave
+/// that file open.
+#[test]
+fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
+    let mut guard = Guard::new();
+    let dir = tempfile::tempdir().unwrap();
+    let src_c = dir.path().join("execer.c");
+    let bin = dir.path().join("execer");
+    std::fs::write(&src_c, EXECER).unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src_c)
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "cc failed");
+    let mut child = std::process::Command::new(&bin)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let src = child.id() as i32;
+    guard.track_pid(src);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("READY"), "execer: {line}");
+
+    let mut frozen = Frozen::freeze(src).unwrap();
+    let keep = handover_pages(&frozen).unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let keep_fn = |p: u64| keep.contains(&p);
+    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
+    pi.write_parts(&mut w).unwrap();
+    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    let opts = pmig_engine::RestoreOptions {
+        stdio: [None, Some(dir.path().join("out.txt")), None],
+        pidfile: None,
+        lazy: true,
+    };
+    let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
+    guard.track_pid(r.pid);
+    let owed: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+        .flat_map(|v| v.owed())
+        .collect();
+    let registered: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
+        .map(|v| (v.start, v.len()))
+        .collect();
+    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    for p in lm.owed_list() {
+        lm.install(p, &read_src(src, p, 4096)).unwrap();
+    }
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    let fd = r.uffd_fd_in_process.unwrap();
+    assert!(fd < 511, "the userfaultfd is fd {fd}");
+    let link = format!("/proc/{}/fd/{fd}", r.pid);
+    // SAFETY: signalling the process this test restored.
+    assert_eq!(unsafe { libc::kill(r.pid, libc::SIGUSR1) }, 0);
+    // Bounded: until the new program has opened its files.
+    let reopened = (0..10_000).any(|_| {
+        std::fs::read_link(&link).is_ok_and(|l| l.as_os_str() == "/dev/null")
+            && std::fs::read_link(format!("/proc/{}/fd/511", r.pid)).is_ok()
+            || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+    });
+    assert!(reopened, "the new program did not open fd {fd}");
+    lm.finish_in_process(r.pid, fd).unwrap();
+    assert_eq!(
+        std::fs::read_link(&link)
+            .ok()
+            .map(|l| l.display().to_string()),
+        Some("/dev/null".to_string()),
+        "fd {fd} of the new program was closed"
+    );
+}
