@@ -1,22 +1,27 @@
-/* sleeps: four threads each blocked in a call with a timeout that the kernel
- * resumes from a restart block after a stop: clock_nanosleep (relative),
- * nanosleep, a futex wait and poll, each with a one-hour timeout so that none
- * ends during a test. A stop (a dump, pmig's own freezes, job control) leaves
- * such a thread in restart_syscall, whose restart block stays in the old
- * kernel: a capture there must still restore the original call, not make it
- * fail with EINTR.
+/* sleeps: threads each blocked in a call with a one-hour timeout, so that
+ * none ends during a test. Four calls the kernel resumes from a restart block
+ * after a stop: clock_nanosleep (relative), nanosleep, a futex wait and poll.
+ * A stop (a dump, pmig's own freezes, job control) leaves such a thread in
+ * restart_syscall, whose restart block stays in the old kernel: a capture
+ * there must still restore the original call, not make it fail with EINTR.
+ * Two calls that any interruption ends with EINTR, the freeze's included:
+ * epoll_wait and sigtimedwait; the freeze must make them restart.
  * check: every thread is blocked again (state S) and none of the calls has
  * returned anything but a finished sleep. */
 #include "common.h"
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
 
-#define NT 4
+#define NT 6
 static int never;                 /* futex word, stays 0 */
 static int started;
 static pid_t tids[NT];
 static volatile int bad[NT];       /* errno of an unexpected return, or -1 */
-static const char *what[NT] = {"clock_nanosleep", "nanosleep", "futex wait", "poll"};
+static const char *what[NT] = {"clock_nanosleep", "nanosleep", "futex wait", "poll", "epoll_wait",
+                               "sigtimedwait"};
+static int ep = -1;
 
 static void *sleeper(void *arg) {
     int i = (int)(intptr_t)arg;
@@ -32,7 +37,20 @@ static void *sleeper(void *arg) {
             r = scn_futex(&never, FUTEX_WAIT_PRIVATE, 0, &ts);
             if (r < 0 && errno == ETIMEDOUT) r = 0;
             break;
-        default: r = syscall(SYS_poll, NULL, 0, 3600 * 1000); break;
+        case 3: r = syscall(SYS_poll, NULL, 0, 3600 * 1000); break;
+        case 4: {
+            struct epoll_event ev;
+            r = epoll_wait(ep, &ev, 1, 3600 * 1000);
+            break;
+        }
+        default: {
+            sigset_t set;
+            sigemptyset(&set);
+            sigaddset(&set, SIGUSR2);
+            r = sigtimedwait(&set, NULL, &ts);
+            if (r < 0 && errno == EAGAIN) r = 0;
+            break;
+        }
         }
         if (r != 0 && !bad[i]) bad[i] = r < 0 ? errno : -1;
     }
@@ -66,6 +84,13 @@ static int check(void) {
 
 int main(void) {
     scn_name = "sleeps";
+    ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0) scn_die("epoll_create1");
+    /* Blocked in every thread (they inherit it): sigtimedwait waits for it. */
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &usr2, NULL);
     for (int i = 0; i < NT; i++) {
         pthread_t t;
         if (pthread_create(&t, NULL, sleeper, (void *)(intptr_t)i)) scn_die("pthread_create");

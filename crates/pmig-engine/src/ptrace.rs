@@ -206,6 +206,39 @@ fn thread_state(pid: pid_t, tid: pid_t) -> String {
     }
 }
 
+/// Calls that end with EINTR, never restarted, when anything interrupts
+/// them, our own freeze included (it stops the thread without a signal):
+/// `epoll_wait` and its variants, `rt_sigtimedwait`, `semop`, `semtimedop`,
+/// `io_getevents`, `io_pgetevents`.
+const EINTR_ON_STOP: [i64; 8] = [
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_semop,
+    libc::SYS_semtimedop,
+    libc::SYS_io_getevents,
+    333, // io_pgetevents
+];
+const EINTR: i64 = -(libc::EINTR as i64);
+/// Restart the call if no handler runs (`-ERESTARTNOHAND`): a handler
+/// still gets EINTR.
+const ERESTARTNOHAND: i64 = -514;
+
+/// Thread `tid`, just stopped by our interrupt: if that ended one of the
+/// [`EINTR_ON_STOP`] calls with EINTR, the call is made to restart instead,
+/// as if the stop had never happened (after the freeze on this node, or
+/// after the restore on another). A signal with a handler that arrived
+/// meanwhile still ends it with EINTR, as it would have.
+fn undo_eintr(tid: pid_t) -> Result<()> {
+    let mut r = sys::get_regs(tid)?;
+    if r.rax as i64 == EINTR && EINTR_ON_STOP.contains(&(r.orig_rax as i64)) {
+        r.rax = ERESTARTNOHAND as u64;
+        sys::set_regs(tid, &r)?;
+    }
+    Ok(())
+}
+
 /// Runs `work` on process `pid`, frozen, then lets it run, all from a
 /// thread of its own that ends with it: for long-lived callers (the
 /// daemon), whose threads would otherwise keep a thread that did not stop
@@ -326,6 +359,9 @@ impl Frozen {
                     }
                 }
                 if let Some(stop_sig) = f.settle(tid, per_thread)? {
+                    if stop_sig == libc::SIGTRAP {
+                        undo_eintr(tid)?;
+                    }
                     let mask = sys::get_sigmask(tid)?;
                     sys::set_sigmask(tid, !0u64)?;
                     f.threads.push(Thread {
@@ -1089,5 +1125,70 @@ mod tests {
         assert!(asleep, "thread {other} is in state {:?}", state());
         drop(guard);
         let _ = child.wait();
+    }
+
+    #[test]
+    fn a_freeze_does_not_end_an_epoll_wait_with_eintr() {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (r, w) = (fds[0], fds[1]);
+        // SAFETY: the child makes raw system calls only (epoll_create1,
+        // epoll_wait, write, _exit).
+        let p = unsafe { libc::fork() };
+        if p == 0 {
+            unsafe {
+                let ep = libc::epoll_create1(0);
+                let mut ev: [libc::epoll_event; 1] = std::mem::zeroed();
+                let ret = libc::epoll_wait(ep, ev.as_mut_ptr(), 1, 600_000);
+                let e = *libc::__errno_location();
+                let out = [ret, e];
+                libc::write(w, out.as_ptr().cast(), 8);
+                libc::_exit(0);
+            }
+        }
+        assert!(p > 0, "fork failed");
+        let _guard = Child(p);
+        // SAFETY: closing our copy of the write end.
+        unsafe { libc::close(w) };
+        let in_epoll = |p: pid_t| {
+            std::fs::read_to_string(format!("/proc/{p}/syscall"))
+                .is_ok_and(|s| s.starts_with("232 "))
+                && state_of(p) == Some('S')
+        };
+        // Bounded: until it waits in epoll_wait.
+        assert!(
+            (0..5000).any(|_| in_epoll(p) || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }),
+            "the child never waited in epoll_wait"
+        );
+        let f = Frozen::freeze(p).unwrap();
+        f.detach().unwrap();
+        // Bounded: until it waits again, or has said how epoll_wait ended.
+        let mut said = [0i32; 2];
+        let mut ended = false;
+        // SAFETY: making our read end non-blocking.
+        unsafe { libc::fcntl(r, libc::F_SETFL, libc::O_NONBLOCK) };
+        for _ in 0..5000 {
+            // SAFETY: reading 8 bytes into an 8-byte array.
+            if unsafe { libc::read(r, said.as_mut_ptr().cast(), 8) } == 8 {
+                ended = true;
+                break;
+            }
+            if in_epoll(p) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // SAFETY: closing our read end.
+        unsafe { libc::close(r) };
+        assert!(
+            !ended,
+            "epoll_wait returned {} (errno {}) after the freeze",
+            said[0], said[1]
+        );
+        assert!(in_epoll(p), "the child is not back in epoll_wait");
     }
 }
