@@ -18,6 +18,8 @@
  *   sharedepoll     the same with an epoll instance.
  *   rdwrpipe        a self-pipe and its read end opened again, read-write,
  *                   through /proc/self/fd.
+ *   mqueue          a POSIX message queue, still named (unlinked at exit).
+ *   aio             an asynchronous I/O context (io_setup: its ring mapped).
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -46,6 +48,9 @@ static int is_sock(int fd) {
 }
 
 static int strict_on;
+static char mq_name[64];
+
+static void unlink_mq(void) { syscall(SYS_mq_unlink, mq_name + 1); }
 
 static void exit_strict(void) {
     if (strict_on) syscall(SYS_exit, scn_any_failed ? 1 : 0);   /* exit_group is not allowed */
@@ -67,6 +72,8 @@ static int check(void) {
         fclose(f);
         info[n] = 0;
         CHECK(strstr(info, !strcmp(mode, "flock") ? "FLOCK" : "POSIX") != NULL, "lock gone: %s", info);
+    } else if (!strcmp(mode, "mqueue")) {
+        CHECK(fcntl(fd1, F_GETFD) >= 0, "the message queue's fd %d is gone", fd1);
     } else if (!strcmp(mode, "socket")) {
         CHECK(is_sock(fd1) && is_sock(fd2), "sockets gone");
     } else if (!strcmp(mode, "child")) {
@@ -134,6 +141,14 @@ int main(int argc, char **argv) {
         fd1 = open("locked", O_RDWR | O_CREAT, 0600);
         if (fd1 < 0) scn_die("open locked");
         if (!strcmp(mode, "flock") ? flock(fd1, LOCK_EX) : lockf(fd1, F_LOCK, 0)) scn_die("lock");
+    } else if (!strcmp(mode, "mqueue")) {
+        snprintf(mq_name, sizeof mq_name, "/pmig-refuse-%d", (int)getpid());
+        fd1 = (int)syscall(SYS_mq_open, mq_name + 1, O_RDWR | O_CREAT, 0600, NULL);
+        if (fd1 < 0) scn_die("mq_open %s", mq_name);
+        if (atexit(unlink_mq)) scn_die("atexit");
+    } else if (!strcmp(mode, "aio")) {
+        unsigned long ctx = 0;
+        if (syscall(SYS_io_setup, 4, &ctx)) scn_die("io_setup");
     } else if (!strcmp(mode, "seccomp-strict")) {
         if (atexit(exit_strict)) scn_die("atexit");
     } else if (!strcmp(mode, "sharedpipe")) {

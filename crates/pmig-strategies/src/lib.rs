@@ -809,7 +809,10 @@ pub fn migrate_with(
                 // A process that ends on its own while it is being prepared
                 // makes the preparation fail: say so rather than blame it.
                 None if pmig_engine::procfs::has_exited(pid) => EXITED_MEANWHILE.into(),
-                None => "the process was not touched".to_string(),
+                // Not "not touched": preparing may have paused it briefly
+                // (the userfaultfd that tracks its writes is created from
+                // inside it), though nothing of it changed.
+                None => "the process was not moved and runs on as it was".to_string(),
             };
             // Best effort: the connection may be the thing that failed (a cut link),
             // so the Abort must not hold the error report up for another timeout.

@@ -470,6 +470,16 @@ fn refusal(mode: &str, keywords: &[&str]) {
 }
 
 #[test]
+fn refuse_mqueue() {
+    refusal("mqueue", &["POSIX message queue"]);
+}
+
+#[test]
+fn refuse_aio() {
+    refusal("aio", &["asynchronous I/O context"]);
+}
+
+#[test]
 fn refuse_socket() {
     refusal("socket", &["socket"]);
 }

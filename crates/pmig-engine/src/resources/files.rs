@@ -201,6 +201,12 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     if link.starts_with("/memfd:") {
         return Err(what("a memfd"));
     }
+    // A POSIX message queue reads as a path (its name, "(deleted)" once
+    // unlinked) but lives in the mqueue file system: reopened by path on
+    // another node it would be some other file, or nothing.
+    if on_mqueue_fs(pid, fd) {
+        return Err(what("a POSIX message queue"));
+    }
     if link.ends_with(" (deleted)") {
         return Err(what("a deleted file"));
     }
@@ -503,6 +509,14 @@ const NETWORK_FS: &[(u32, &str)] = &[
     (0x0116_1970, "gfs2"),
     (0x0bd0_0bd0, "lustre"),
 ];
+
+/// Whether fd `fd` of `pid` is on the mqueue file system (a POSIX message
+/// queue).
+fn on_mqueue_fs(pid: pid_t, fd: i32) -> bool {
+    const MQUEUE_MAGIC: u32 = 0x1980_0202;
+    nix::sys::statfs::statfs(format!("/proc/{pid}/fd/{fd}").as_str())
+        .is_ok_and(|st| st.filesystem_type().0 as u32 == MQUEUE_MAGIC)
+}
 
 /// The network file system `fd` is on, if it is on one.
 fn network_fs(fd: BorrowedFd) -> Option<&'static str> {

@@ -232,6 +232,17 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
             Backing::Anon
         }));
     }
+    // The ring of an asynchronous I/O context (io_setup) is mapped from
+    // the aio file system, and reads as a deleted file.
+    if p.starts_with("/[aio]") {
+        return Err(unsupported(
+            pid,
+            format!(
+                "an asynchronous I/O context (io_setup; its ring at {:#x})",
+                m.start
+            ),
+        ));
+    }
     if p.ends_with(" (deleted)") {
         return Err(unsupported(
             pid,
