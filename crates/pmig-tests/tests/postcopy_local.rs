@@ -145,6 +145,95 @@ fn postcopy_resumes_first_then_pages_follow() {
     eprintln!("post-copy: {stats:?}");
 }
 
+/// Builds the C program `source` as `name` in a new directory and starts
+/// it, tracked by `guard`, reading its stdout up to its READY line; returns
+/// the directory, the child and its pid.
+fn start_c(
+    name: &str,
+    source: &str,
+    guard: &mut Guard,
+) -> (tempfile::TempDir, std::process::Child, i32) {
+    let dir = tempfile::tempdir().unwrap();
+    let src_c = dir.path().join(format!("{name}.c"));
+    let bin = dir.path().join(name);
+    std::fs::write(&src_c, source).unwrap();
+    let built = std::process::Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src_c)
+        .status()
+        .expect("run cc");
+    assert!(built.success(), "cc failed");
+    let mut child = std::process::Command::new(&bin)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    guard.track_pid(pid);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("READY"), "{name}: {line}");
+    (dir, child, pid)
+}
+
+/// Freezes `src` and captures it with the handover pages only, as post-copy
+/// does, into a new directory: the frozen source, its image and the
+/// directory.
+fn capture_handover(src: i32) -> (Frozen, pmig_engine::image::ProcessImage, tempfile::TempDir) {
+    let mut frozen = Frozen::freeze(src).unwrap();
+    let keep = handover_pages(&frozen).unwrap();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let keep_fn = |p: u64| keep.contains(&p);
+    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
+    pi.write_parts(&mut w).unwrap();
+    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    (frozen, pi, stage)
+}
+
+/// Address ranges: (start, length).
+type Ranges = Vec<(u64, u64)>;
+
+/// The pages a lazy restore of `pi` owes, and the ranges it registers.
+fn owed_and_registered(pi: &pmig_engine::image::ProcessImage) -> (Ranges, Ranges) {
+    let anon = || pi.memory.vmas.iter().filter(|v| v.backing == Backing::Anon);
+    (
+        anon().flat_map(|v| v.owed()).collect(),
+        anon()
+            .filter(|v| v.owes_pages())
+            .map(|v| (v.start, v.len()))
+            .collect(),
+    )
+}
+
+/// A lazy restore's options, the process's stdout going to `out`.
+fn lazy_to(out: std::path::PathBuf) -> pmig_engine::RestoreOptions {
+    pmig_engine::RestoreOptions {
+        stdio: [None, Some(out), None],
+        pidfile: None,
+        lazy: true,
+    }
+}
+
+/// The wait status of our child `pid` once it has exited, polled every
+/// millisecond at most `polls` times; None if it has not exited by then.
+fn exit_status(pid: i32, polls: u32) -> Option<i32> {
+    let mut status = 0;
+    (0..polls)
+        .any(|_| {
+            // SAFETY: waiting for our own child (a restored process).
+            let w = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            w == pid || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        })
+        .then_some(status)
+}
+
 /// A program that fills 8 MiB of anonymous memory, says READY, and on
 /// SIGUSR1 unmaps it and says so before it exits.
 const UNMAPPER: &str = r#"
@@ -183,60 +272,14 @@ int main(void) {
 #[test]
 fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
     let mut guard = Guard::new();
-    let dir = tempfile::tempdir().unwrap();
-    let src_c = dir.path().join("unmapper.c");
-    let bin = dir.path().join("unmapper");
-    std::fs::write(&src_c, UNMAPPER).unwrap();
-    let built = std::process::Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src_c)
-        .status()
-        .expect("run cc");
-    assert!(built.success(), "cc failed");
-    let mut child = std::process::Command::new(&bin)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let src = child.id() as i32;
-    guard.track_pid(src);
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.starts_with("READY"), "unmapper: {line}");
+    let (dir, mut child, src) = start_c("unmapper", UNMAPPER, &mut guard);
 
-    let mut frozen = Frozen::freeze(src).unwrap();
-    let keep = handover_pages(&frozen).unwrap();
-    let stage = tempfile::tempdir().unwrap();
-    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
-    let keep_fn = |p: u64| keep.contains(&p);
-    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
-    pi.write_parts(&mut w).unwrap();
-    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
+    let (frozen, pi, stage) = capture_handover(src);
     let outfile = dir.path().join("out.txt");
-    let opts = pmig_engine::RestoreOptions {
-        stdio: [None, Some(outfile.clone()), None],
-        pidfile: None,
-        lazy: true,
-    };
+    let opts = lazy_to(outfile.clone());
     let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
     guard.track_pid(r.pid);
-    let owed: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon)
-        .flat_map(|v| v.owed())
-        .collect();
-    let registered: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
-        .map(|v| (v.start, v.len()))
-        .collect();
+    let (owed, registered) = owed_and_registered(&pi);
     assert!(
         registered.iter().any(|r| r.1 >= 8 << 20),
         "the 8 MiB are not registered: {registered:?}"
@@ -269,17 +312,7 @@ fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
 
     lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
         .expect("the userfaultfd closed while a thread unmapped registered memory");
-    let mut status = 0;
-    // Bounded: until it exits.
-    let exited = (0..10_000).any(|_| {
-        // SAFETY: waiting for our own child (the restored process).
-        let w = unsafe { libc::waitpid(r.pid, &mut status, libc::WNOHANG) };
-        w == r.pid || {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            false
-        }
-    });
-    assert!(exited, "the process did not exit after its munmap");
+    let status = exit_status(r.pid, 10_000).expect("the process did not exit after its munmap");
     let text = std::fs::read_to_string(&outfile).unwrap();
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -294,59 +327,13 @@ fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
 #[test]
 fn pages_for_a_process_that_exited_are_dropped_not_an_error() {
     let mut guard = Guard::new();
-    let dir = tempfile::tempdir().unwrap();
-    let src_c = dir.path().join("unmapper.c");
-    let bin = dir.path().join("unmapper");
-    std::fs::write(&src_c, UNMAPPER).unwrap();
-    let built = std::process::Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src_c)
-        .status()
-        .expect("run cc");
-    assert!(built.success(), "cc failed");
-    let mut child = std::process::Command::new(&bin)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let src = child.id() as i32;
-    guard.track_pid(src);
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.starts_with("READY"), "unmapper: {line}");
+    let (dir, mut child, src) = start_c("unmapper", UNMAPPER, &mut guard);
 
-    let mut frozen = Frozen::freeze(src).unwrap();
-    let keep = handover_pages(&frozen).unwrap();
-    let stage = tempfile::tempdir().unwrap();
-    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
-    let keep_fn = |p: u64| keep.contains(&p);
-    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
-    pi.write_parts(&mut w).unwrap();
-    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
-    let opts = pmig_engine::RestoreOptions {
-        stdio: [None, Some(dir.path().join("out.txt")), None],
-        pidfile: None,
-        lazy: true,
-    };
+    let (frozen, pi, stage) = capture_handover(src);
+    let opts = lazy_to(dir.path().join("out.txt"));
     let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
     guard.track_pid(r.pid);
-    let owed: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon)
-        .flat_map(|v| v.owed())
-        .collect();
-    let registered: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
-        .map(|v| (v.start, v.len()))
-        .collect();
+    let (owed, registered) = owed_and_registered(&pi);
     let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
     let list = lm.owed_list();
     let n = list.len() as u64;
@@ -418,58 +405,12 @@ int main(void) {
 #[test]
 fn a_held_restore_lets_a_fast_timer_fire_only_once_the_process_runs() {
     let mut guard = Guard::new();
-    let dir = tempfile::tempdir().unwrap();
-    let src_c = dir.path().join("ticker.c");
-    let bin = dir.path().join("ticker");
-    std::fs::write(&src_c, TICKER).unwrap();
-    let built = std::process::Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src_c)
-        .status()
-        .expect("run cc");
-    assert!(built.success(), "cc failed");
-    let mut child = std::process::Command::new(&bin)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let src = child.id() as i32;
-    guard.track_pid(src);
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.starts_with("READY"), "ticker: {line}");
+    let (dir, mut child, src) = start_c("ticker", TICKER, &mut guard);
 
-    let mut frozen = Frozen::freeze(src).unwrap();
-    let keep = handover_pages(&frozen).unwrap();
-    let stage = tempfile::tempdir().unwrap();
-    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
-    let keep_fn = |p: u64| keep.contains(&p);
-    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
-    pi.write_parts(&mut w).unwrap();
-    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
-    let owed: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon)
-        .flat_map(|v| v.owed())
-        .collect();
-    let registered: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
-        .map(|v| (v.start, v.len()))
-        .collect();
+    let (frozen, pi, stage) = capture_handover(src);
+    let (owed, registered) = owed_and_registered(&pi);
     let outfile = dir.path().join("out.txt");
-    let opts = pmig_engine::RestoreOptions {
-        stdio: [None, Some(outfile.clone()), None],
-        pidfile: None,
-        lazy: true,
-    };
+    let opts = lazy_to(outfile.clone());
     let mut release = |r: &pmig_engine::Restored| -> pmig_engine::Result<()> {
         // Held longer than many periods of its timer.
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -487,17 +428,7 @@ fn a_held_restore_lets_a_fast_timer_fire_only_once_the_process_runs() {
     guard.track_pid(r.pid);
     frozen.kill().unwrap();
     let _ = child.wait();
-    let mut status = 0;
-    // Bounded: 2000 ticks of 1 ms, well within 30 s.
-    let exited = (0..30_000).any(|_| {
-        // SAFETY: waiting for our own child (the restored process).
-        let w = unsafe { libc::waitpid(r.pid, &mut status, libc::WNOHANG) };
-        w == r.pid || {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            false
-        }
-    });
-    assert!(exited, "the restored ticker did not finish");
+    let status = exit_status(r.pid, 30_000).expect("the restored ticker did not finish");
     let text = std::fs::read_to_string(&outfile).unwrap();
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -548,59 +479,13 @@ int main(int argc, char **argv) {
 #[test]
 fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
     let mut guard = Guard::new();
-    let dir = tempfile::tempdir().unwrap();
-    let src_c = dir.path().join("execer.c");
-    let bin = dir.path().join("execer");
-    std::fs::write(&src_c, EXECER).unwrap();
-    let built = std::process::Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src_c)
-        .status()
-        .expect("run cc");
-    assert!(built.success(), "cc failed");
-    let mut child = std::process::Command::new(&bin)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let src = child.id() as i32;
-    guard.track_pid(src);
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert!(line.starts_with("READY"), "execer: {line}");
+    let (dir, mut child, src) = start_c("execer", EXECER, &mut guard);
 
-    let mut frozen = Frozen::freeze(src).unwrap();
-    let keep = handover_pages(&frozen).unwrap();
-    let stage = tempfile::tempdir().unwrap();
-    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
-    let keep_fn = |p: u64| keep.contains(&p);
-    let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
-    pi.write_parts(&mut w).unwrap();
-    w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
-    let opts = pmig_engine::RestoreOptions {
-        stdio: [None, Some(dir.path().join("out.txt")), None],
-        pidfile: None,
-        lazy: true,
-    };
+    let (frozen, pi, stage) = capture_handover(src);
+    let opts = lazy_to(dir.path().join("out.txt"));
     let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
     guard.track_pid(r.pid);
-    let owed: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon)
-        .flat_map(|v| v.owed())
-        .collect();
-    let registered: Vec<(u64, u64)> = pi
-        .memory
-        .vmas
-        .iter()
-        .filter(|v| v.backing == Backing::Anon && v.owes_pages())
-        .map(|v| (v.start, v.len()))
-        .collect();
+    let (owed, registered) = owed_and_registered(&pi);
     let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
     for p in lm.owed_list() {
         lm.install(p, &read_src(src, p, 4096)).unwrap();
