@@ -1005,13 +1005,15 @@ mod tests {
     fn a_thread_that_cannot_stop_fails_the_freeze_in_time_and_the_process_runs_on() {
         // SAFETY: the child makes raw system calls only: clone (a child
         // with its own memory, like fork, and our wait for it like vfork's:
-        // uninterruptible until it exits), pause and _exit.
+        // uninterruptible until it exits), prctl, pause and _exit.
         let p = unsafe { libc::fork() };
         if p == 0 {
             unsafe {
                 let flags = (libc::CLONE_VFORK | libc::SIGCHLD) as libc::c_long;
                 let g = libc::syscall(libc::SYS_clone, flags, 0usize, 0usize, 0usize, 0usize);
                 if g == 0 {
+                    // Gone with its parent, whatever the test does.
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
                     loop {
                         libc::pause();
                     }
