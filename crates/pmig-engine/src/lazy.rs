@@ -878,16 +878,14 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
 /// gone; the number may name another file now) is left alone.
 fn close_in_process(pid: libc::pid_t, fd: i32, ours: &OwnedFd) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let ours = std::fs::File::from(ours.try_clone().ctx(|| "copy the userfaultfd".into())?)
-        .metadata()
-        .ctx(|| "stat the userfaultfd".into())?;
+    let ours = nix::sys::stat::fstat(ours.as_raw_fd()).ctx(|| "stat the userfaultfd".into())?;
     match crate::ptrace::with_frozen(pid, |f| {
         // Looked at while the process is stopped: it cannot change.
         let path = format!("/proc/{pid}/fd/{fd}");
         let same = std::fs::read_link(&path)
             .is_ok_and(|l| l.as_os_str() == "anon_inode:[userfaultfd]")
             && std::fs::metadata(&path)
-                .is_ok_and(|m| m.dev() == ours.dev() && m.ino() == ours.ino());
+                .is_ok_and(|m| m.dev() == ours.st_dev && m.ino() == ours.st_ino);
         if !same {
             tracing::info!(
                 "process {pid} no longer holds its userfaultfd as fd {fd} (it replaced its program?): nothing to close"

@@ -180,15 +180,9 @@ fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<Wa
 /// wait_for_vfork_done".
 fn thread_state(pid: pid_t, tid: pid_t) -> String {
     let dir = format!("/proc/{pid}/task/{tid}");
-    let state = std::fs::read_to_string(format!("{dir}/stat"))
+    let state = crate::procfs::stat_fields(tid)
         .ok()
-        .and_then(|st| {
-            st.rsplit(')')
-                .next()?
-                .split_whitespace()
-                .next()
-                .map(String::from)
-        })
+        .and_then(|f| f.into_iter().next())
         .unwrap_or_else(|| "?".into());
     let what = match state.as_str() {
         "D" => " (uninterruptible wait)",
@@ -263,36 +257,6 @@ pub fn with_frozen<T: Send>(
     })
 }
 
-/// Whether thread `tid` of `pid`, which refused to be traced, is exiting
-/// (or gone): not traced by another, and within 100 ms dead, a zombie, or
-/// gone. (An exiting thread refuses `PTRACE_SEIZE` from the moment it
-/// starts to exit, while its state still reads as running.)
-fn exiting(pid: pid_t, tid: pid_t) -> bool {
-    let status = format!("/proc/{pid}/task/{tid}/status");
-    let traced = std::fs::read_to_string(&status).ok().is_some_and(|t| {
-        t.lines()
-            .find_map(|l| l.strip_prefix("TracerPid:"))
-            .is_some_and(|v| v.trim() != "0")
-    });
-    if traced {
-        return false;
-    }
-    let stat = format!("/proc/{pid}/task/{tid}/stat");
-    (0..100).any(|_| {
-        let dead = match std::fs::read_to_string(&stat) {
-            Ok(st) => st
-                .rsplit(')')
-                .next()
-                .is_some_and(|r| r.trim_start().starts_with(['Z', 'X'])),
-            Err(_) => true,
-        };
-        dead || {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-            false
-        }
-    })
-}
-
 pub fn list_tids(pid: pid_t) -> Result<BTreeSet<pid_t>> {
     let rd =
         std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| EngineError::NoProcess(pid))?;
@@ -341,7 +305,9 @@ impl Frozen {
                     Err(nix::errno::Errno::ESRCH) => continue,
                     // A thread that has begun to exit cannot be traced any
                     // more: as if it were gone.
-                    Err(nix::errno::Errno::EPERM) if exiting(pid, tid) => continue,
+                    // (It refuses from the moment it starts to exit, PF_EXITING,
+                    // while its state still reads as running.)
+                    Err(nix::errno::Errno::EPERM) if crate::procfs::has_exited(tid) => continue,
                     Err(nix::errno::Errno::EPERM) => {
                         return Err(if tid == pid {
                             EngineError::Other(format!("cannot stop process {pid}: ptrace not permitted (already traced, or not yours)"))

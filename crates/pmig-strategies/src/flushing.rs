@@ -317,9 +317,8 @@ pub(crate) fn serve_store(
         return Err(e);
     }
     let st = lm.stats();
-    if pmig_engine::procfs::has_exited(pid) {
-        lm.finish();
-    } else if let Err(e) = lm.finish_in_process(pid, ufd) {
+    // A process that has exited needs no close: finish_in_process says Ok.
+    if let Err(e) = lm.finish_in_process(pid, ufd) {
         tracing::warn!("could not close the userfaultfd inside {pid}: {e}");
     }
     if let Err(e) = std::fs::remove_dir_all(store) {

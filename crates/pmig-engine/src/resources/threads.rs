@@ -196,13 +196,7 @@ impl Resource for Threads {
             };
             let mut regs = sys::get_regs(tid)?;
             if regs.orig_rax == SYS_RESTART_SYSCALL && regs.rax as i64 == ERESTART_RESTARTBLOCK {
-                let pid = cx.pid;
-                let read = |a: u64, n: usize| {
-                    let mut b = vec![0u8; n];
-                    let got = sys::process_vm_read(pid, a, &mut b).ok()?;
-                    b.truncate(got);
-                    Some(b)
-                };
+                let read = |a: u64, n: usize| cx.read_mem(a, n).ok();
                 match restarted_call(&regs, &read) {
                     Some(nr) => {
                         tracing::debug!(
