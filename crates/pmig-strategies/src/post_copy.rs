@@ -96,6 +96,8 @@ struct PushWindow {
 pub(crate) struct TcpState {
     /// Bytes written and not yet acknowledged (sent or not).
     pub(crate) in_network: u64,
+    /// Of those, the bytes not sent yet (still in this socket's queue).
+    unsent: u64,
     /// Bytes acknowledged since the connection began.
     acked: u64,
     /// Smallest and smoothed round trip, ns (0: not known yet).
@@ -106,6 +108,18 @@ pub(crate) struct TcpState {
 }
 
 impl TcpState {
+    /// The connection's bytes written so far (its stream offset).
+    fn written(&self) -> u64 {
+        self.acked + self.in_network
+    }
+
+    /// Whether the byte before stream offset `end` has left this socket
+    /// and is not acknowledged yet: it is in the network, ahead of
+    /// anything written from now on.
+    fn on_the_wire(&self, end: u64) -> bool {
+        end > self.acked && end <= self.written() - self.unsent
+    }
+
     pub(crate) fn of(s: &std::net::TcpStream) -> Option<TcpState> {
         use std::os::fd::AsRawFd;
         // SAFETY: tcp_info is plain data; all-zero is a valid value.
@@ -144,8 +158,15 @@ impl TcpState {
         if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) } != 0 {
             return None;
         }
+        let mut unsent: libc::c_int = 0;
+        // SAFETY: SIOCOUTQNSD on a TCP socket stores one int: the bytes
+        // written and not sent yet. Unknown, all of them count as unsent.
+        if unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCOUTQNSD, &mut unsent) } != 0 {
+            unsent = queued;
+        }
         Some(TcpState {
             in_network: queued.max(0) as u64,
+            unsent: unsent.clamp(0, queued.max(0)) as u64,
             acked: ti.tcpi_bytes_acked,
             min_rtt_ns: ti.tcpi_min_rtt as u64 * 1000,
             srtt_ns: ti.tcpi_rtt as u64 * 1000,
@@ -265,6 +286,9 @@ impl PushWindow {
 struct PushOrder {
     pages: Vec<u64>,
     sent: Vec<bool>,
+    /// For a pushed page, the push connection's stream offset at the end of
+    /// the message that carried it (0: not pushed, or not known).
+    pushed_end: Vec<u64>,
     left: usize,
     cursor: usize,
 }
@@ -276,6 +300,7 @@ impl PushOrder {
         PushOrder {
             pages,
             sent: vec![false; n],
+            pushed_end: vec![0; n],
             left: n,
             cursor: 0,
         }
@@ -301,6 +326,22 @@ impl PushOrder {
             // Not one of the pushed pages (or nothing is pushed): answer.
             Err(_) => true,
         }
+    }
+
+    /// The run of `n` pages from `start` (from [`Self::next_run`]) was
+    /// pushed in a message ending at stream offset `end`.
+    fn pushed(&mut self, start: u64, n: usize, end: u64) {
+        if let Ok(i) = self.pages.binary_search(&start) {
+            let k = n.min(self.pages.len() - i);
+            self.pushed_end[i..i + k].fill(end);
+        }
+    }
+
+    /// Where the pushed copy of `page` ends in the push connection's
+    /// stream, if it was pushed.
+    fn pushed_end(&self, page: u64) -> Option<u64> {
+        let i = self.pages.binary_search(&page).ok()?;
+        (self.sent[i] && self.pushed_end[i] > 0).then_some(self.pushed_end[i])
     }
 
     /// Page `page` went out already (an answer sent before this order was
@@ -732,6 +773,8 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     let mut sent_bytes = 0u64;
     let mut sent_pages = 0u64;
     let mut answered = 0u64;
+    // Requests not answered: the pushed copy was on its way.
+    let mut left_to_push = 0u64;
     let progress = &mut m.progress;
     let stream =
         m.ch.stream()
@@ -802,6 +845,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                 failed: &side_failed,
                 stream: &side_stream,
                 push: &push,
+                push_stream: &stream,
                 read: &read_pages,
                 fail_after,
             };
@@ -960,6 +1004,9 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                     continue;
                 };
                 read_and_send(&mut *tx, start, n, &mut buf)?;
+                if let Some(t) = TcpState::of(&stream) {
+                    push.lock().unwrap().order.pushed(start, n, t.written());
+                }
                 progress(Progress {
                     phase: "push",
                     done: total - left as u64,
@@ -976,10 +1023,11 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
             wake.notify_all();
         }
         if let Some(h) = answering {
-            if let Ok((bytes, pages, n)) = h.join() {
+            if let Ok((bytes, pages, n, left)) = h.join() {
                 sent_bytes += bytes;
                 sent_pages += pages;
                 answered += n;
+                left_to_push += left;
             }
         }
         served
@@ -1000,7 +1048,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         m.prefetched_pages = prefetched;
         m.prefetch_hits = hits;
     }
-    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request); nothing is owed any more");
+    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request, {left_to_push} requests left to the pushed copy on its way); nothing is owed any more");
     m.residual.until = format!(
         "{:.1} ms after the resume (all pages moved)",
         (mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
@@ -1053,16 +1101,45 @@ struct Answering<'a, F: Fn(u64, &mut [u8]) -> Result<()>> {
     /// The second connection, for the reader of the first to shut down.
     stream: &'a Mutex<Option<std::net::TcpStream>>,
     push: &'a Mutex<PushState>,
+    /// The push's connection (the first).
+    push_stream: &'a std::net::TcpStream,
     read: &'a F,
     /// Test hook: the connection fails after this many answer messages.
     fail_after: Option<u64>,
 }
 
 impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
-    /// Returns the bytes and pages sent, and the requests answered.
-    fn run(self) -> (u64, u64, u64) {
+    /// Of the pages asked for in `batch`, those to answer: not one whose
+    /// pushed copy has left the push's socket and is not acknowledged yet.
+    /// That copy is in the network, ahead of an answer sent now: on a link
+    /// that is the bottleneck both wait in the same queue, so the answer
+    /// would come after it and only take the link's time (a program that
+    /// sweeps its memory in order faults just behind the push). A pushed
+    /// copy still in the socket's queue may be overtaken, and one already
+    /// acknowledged waits in the destination's receive queue, which an
+    /// answer overtakes: those are answered. Returns the pages skipped.
+    fn skip_pushed(&self, batch: &mut Vec<u64>) -> u64 {
+        let Some(t) = TcpState::of(self.push_stream) else {
+            return 0;
+        };
+        let before = batch.len();
+        let mut ps = self.push.lock().unwrap();
+        batch.retain(|&p| match ps.order.pushed_end(p) {
+            Some(end) if t.on_the_wire(end) => {
+                // Marks nothing new; the push goes on after the fault.
+                ps.order.answer(p);
+                false
+            }
+            _ => true,
+        });
+        (before - batch.len()) as u64
+    }
+
+    /// Returns the bytes and pages sent, the requests answered, and the
+    /// requests left to pushed copies on their way.
+    fn run(self) -> (u64, u64, u64, u64) {
         favour_this_thread();
-        let mut sent = (0, 0, 0);
+        let mut sent = (0, 0, 0, 0);
         // The connection comes soon after the resume, or never (a cut link).
         let mut ch = loop {
             if self.done.load(Ordering::Acquire) {
@@ -1085,7 +1162,7 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
         let mut buf = vec![0u8; ANSWER_PAGES * PAGE as usize];
         let mut messages = 0u64;
         loop {
-            let batch: Vec<u64> = {
+            let mut batch: Vec<u64> = {
                 let mut q = self.requests.lock().unwrap();
                 loop {
                     // `up` is cleared under this lock: a request taken here
@@ -1103,6 +1180,7 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                         .0;
                 }
             };
+            sent.3 += self.skip_pushed(&mut batch);
             let mut i = 0;
             while i < batch.len() {
                 // A run of consecutive pages, answered in one message.
@@ -1722,6 +1800,7 @@ mod tests {
     fn tcp(acked: u64, min_rtt_ns: u64, srtt_ns: u64) -> TcpState {
         TcpState {
             in_network: 0,
+            unsent: 0,
             acked,
             min_rtt_ns,
             srtt_ns,
@@ -1799,6 +1878,49 @@ mod tests {
         assert_eq!(o.next_run(8), Some((p(3), 2)));
         assert!(o.is_done());
         assert_eq!(o.next_run(8), None);
+    }
+
+    #[test]
+    fn pushed_copies_remember_where_they_end_in_the_stream() {
+        let p = |i: u64| 0x10000 + i * PAGE;
+        let mut o = PushOrder::new((0..8).map(p).collect());
+        assert_eq!(o.next_run(3), Some((p(0), 3)));
+        // Taken for the push, not written yet: not known.
+        assert_eq!(o.pushed_end(p(1)), None);
+        o.pushed(p(0), 3, 50_000);
+        assert_eq!(o.pushed_end(p(0)), Some(50_000));
+        assert_eq!(o.pushed_end(p(2)), Some(50_000));
+        // Answered, or never pushed: no pushed copy.
+        assert!(o.answer(p(5)));
+        assert_eq!(o.pushed_end(p(5)), None);
+        assert_eq!(o.pushed_end(p(4)), None);
+        assert_eq!(o.pushed_end(p(100)), None);
+    }
+
+    #[test]
+    fn only_a_copy_between_the_socket_and_the_acknowledgement_is_on_the_wire() {
+        // 100 000 bytes written: 60 000 acknowledged, 30 000 sent and not
+        // acknowledged, 10 000 not sent.
+        let t = TcpState {
+            in_network: 40_000,
+            unsent: 10_000,
+            ..tcp(60_000, MS, MS)
+        };
+        assert_eq!(t.written(), 100_000);
+        // Acknowledged: at the destination (maybe in its receive queue).
+        assert!(!t.on_the_wire(60_000));
+        assert!(t.on_the_wire(60_001));
+        assert!(t.on_the_wire(90_000));
+        // Still in this socket's queue: an answer may overtake it.
+        assert!(!t.on_the_wire(90_001));
+        assert!(!t.on_the_wire(100_000));
+        // Nothing known to be unsent counts as the wire.
+        let all_unsent = TcpState {
+            in_network: 40_000,
+            unsent: 40_000,
+            ..tcp(60_000, MS, MS)
+        };
+        assert!(!all_unsent.on_the_wire(80_000));
     }
 
     #[test]
