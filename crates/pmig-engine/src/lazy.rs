@@ -637,6 +637,15 @@ impl LazyMemory {
         unsafe { libc::poll(&mut p, 1, ms) > 0 }
     }
 
+    /// How many source pages are asked for and still owed.
+    pub fn requested_count(&self) -> usize {
+        let st = self.state.lock().unwrap();
+        st.requested
+            .iter()
+            .filter(|&&p| st.owed.dst_of(p).is_some())
+            .count()
+    }
+
     /// Source pages asked for and still owed (their answers are on their
     /// way), in address order.
     pub fn requested_pages(&self) -> Vec<u64> {
