@@ -440,7 +440,7 @@ mod tests {
             crate::dump::Aids {
                 prescan: Some(rx),
                 defer_population: true,
-                written_since: Some(tracked),
+                written_since: Some(tracked.clone()),
                 ..Default::default()
             },
         )
@@ -461,6 +461,54 @@ mod tests {
             vec![2, 6],
             "{v:x?}"
         );
+        // Pre-copy's stop: the written pages are sent apart, so the image
+        // holds no page of the tracked ranges, yet lists every copy as
+        // present; the tracker's scan, within those, names exactly the
+        // pages to send (outside them it also reports pages never
+        // populated, which have no protection to lose).
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let mut frozen = Frozen::freeze(pid).unwrap();
+        tx.send(crate::resources::memory::PreScan::scan(
+            pid,
+            true,
+            crate::resources::memory::ScanFor::Populated,
+        ))
+        .unwrap();
+        let mut w = pmig_image::ImageWriter::create(&dir.path().join("img2")).unwrap();
+        let (pi, _) = crate::dump::capture_with(
+            &mut frozen,
+            &mut w,
+            None,
+            crate::dump::Aids {
+                prescan: Some(rx),
+                defer_population: true,
+                written_since: Some(tracked.clone()),
+                written_apart: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut t = t;
+        let written = t.scan().unwrap();
+        drop(frozen);
+        let v = pi.memory.vmas.iter().find(|v| v.start == base).unwrap();
+        assert_eq!(
+            pages(&mut v.present.iter().copied()),
+            vec![0, 1, 2, 3, 6],
+            "{v:x?}"
+        );
+        assert!(v.runs.is_empty(), "{v:x?}");
+        let present: std::collections::HashSet<u64> =
+            pages(&mut v.present.iter().copied()).into_iter().collect();
+        let to_send: Vec<u64> = pages(
+            &mut written
+                .into_iter()
+                .filter(|&(a, _)| a >= base && a < base + 8 * 4096),
+        )
+        .into_iter()
+        .filter(|p| present.contains(p))
+        .collect();
+        assert_eq!(to_send, vec![2, 6], "written since the tracker attached");
         drop(t);
         let _ = c.kill();
         let _ = c.wait();

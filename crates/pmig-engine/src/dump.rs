@@ -67,6 +67,8 @@ pub struct Aids {
     pub defer_population: bool,
     /// See [`Capture::written_since`](crate::resources::Capture).
     pub written_since: Option<Vec<(u64, u64)>>,
+    /// See [`Capture::written_apart`](crate::resources::Capture).
+    pub written_apart: bool,
     /// See [`Capture::copy_buffer`](crate::resources::Capture).
     pub copy_buffer: Option<Vec<u8>>,
 }
@@ -85,6 +87,7 @@ pub fn capture_with(
     cx.prescan = aids.prescan;
     cx.defer_population = aids.defer_population;
     cx.written_since = aids.written_since;
+    cx.written_apart = aids.written_apart;
     cx.copy_buffer = aids.copy_buffer;
     let t = Instant::now();
     let lap = |what: &str| {

@@ -131,6 +131,10 @@ pub enum CaptureMode {
     /// `start len` per line, hex), only pages written since the last scan;
     /// everything else in full.
     WrittenSince(std::path::PathBuf),
+    /// Pre-copy: nothing of the write-tracked ranges listed in this file;
+    /// everything else in full. The source sends the pages written since
+    /// the last round itself, read from the frozen process (its last round).
+    WrittenApart(std::path::PathBuf),
     /// [`CaptureMode::HandoverDeferred`] after the private copies of file
     /// mappings were sent while the process ran (post-copy, ampom): in the
     /// write-tracked ranges listed in this file, only the pages written
@@ -145,6 +149,7 @@ impl CaptureMode {
             CaptureMode::Handover => "handover".into(),
             CaptureMode::HandoverDeferred => "handover-deferred".into(),
             CaptureMode::WrittenSince(p) => format!("written:{}", p.display()),
+            CaptureMode::WrittenApart(p) => format!("written-apart:{}", p.display()),
             CaptureMode::HandoverDeferredWritten(p) => {
                 format!("handover-deferred-written:{}", p.display())
             }
@@ -158,6 +163,9 @@ impl CaptureMode {
             "handover-deferred" => Some(CaptureMode::HandoverDeferred),
             _ => match s.strip_prefix("handover-deferred-written:") {
                 Some(p) => Some(CaptureMode::HandoverDeferredWritten(p.into())),
+                None if s.starts_with("written-apart:") => s
+                    .strip_prefix("written-apart:")
+                    .map(|p| CaptureMode::WrittenApart(p.into())),
                 None => s
                     .strip_prefix("written:")
                     .map(|p| CaptureMode::WrittenSince(p.into())),
@@ -240,9 +248,9 @@ fn freeze_and_capture_prepared(
     } = ready;
     let sent = layout.clone();
     let tracked = match mode {
-        CaptureMode::WrittenSince(list) | CaptureMode::HandoverDeferredWritten(list) => {
-            Some(read_tracked(list)?)
-        }
+        CaptureMode::WrittenSince(list)
+        | CaptureMode::WrittenApart(list)
+        | CaptureMode::HandoverDeferredWritten(list) => Some(read_tracked(list)?),
         _ => None,
     };
     let frozen_ns = mono_ns();
@@ -275,6 +283,7 @@ fn freeze_and_capture_prepared(
             prescan: Some(rx),
             defer_population,
             written_since: tracked,
+            written_apart: matches!(mode, CaptureMode::WrittenApart(_)),
             copy_buffer: Some(copy_buffer),
         };
         capture_frozen(&mut frozen, frozen_ns, writer, mode, aids)
@@ -302,7 +311,9 @@ fn capture_frozen(
         }
         // The pages written since the last round come with the scan
         // started at the freeze (`Aids::written_since`).
-        CaptureMode::WrittenSince(_) => capture_with(frozen, &mut w, None, aids)?,
+        CaptureMode::WrittenSince(_) | CaptureMode::WrittenApart(_) => {
+            capture_with(frozen, &mut w, None, aids)?
+        }
     };
     mark("hold: captured");
     finish_image(&img, w, pid)?;
@@ -809,6 +820,7 @@ mod tests {
             CaptureMode::Handover,
             CaptureMode::HandoverDeferred,
             CaptureMode::WrittenSince("/tmp/a b/written-since.ranges".into()),
+            CaptureMode::WrittenApart("/tmp/a b/written-since.ranges".into()),
             CaptureMode::HandoverDeferredWritten("/tmp/x/written-since.ranges".into()),
         ] {
             assert_eq!(CaptureMode::parse(&m.arg()), Some(m.clone()), "{}", m.arg());

@@ -23,13 +23,16 @@
 //!    during that (short) last round.
 //!
 //! Source, handover: the tracked ranges go to a file in the staging directory;
-//! the holder freezes the process, scans the pages written since the last
-//! round itself and captures only those plus all untracked memory
-//! ([`CaptureMode::WrittenSince`]); that partial image is streamed like a
-//! stop-copy image. The tracker lives until `Restored` (the holder's scan needs
-//! its registrations), then it is dropped, which removes every write
-//! protection. On any failure before `Restored` it is dropped too and the
-//! process resumes exactly as it was.
+//! the holder freezes the process and captures the state and all untracked
+//! memory, but no page of the tracked ranges ([`CaptureMode::WrittenApart`]).
+//! The source then scans the pages written since the last round and sends
+//! them from the frozen process as one more round ([`send_frozen_round`]):
+//! once through the stream into the destination's store, not into the image,
+//! a second copy of it and then the store. The partial image follows,
+//! streamed like a stop-copy image. The tracker lives until `Restored`, then
+//! it is dropped, which removes every write protection. On any failure
+//! before `Restored` it is dropped too and the process resumes exactly as it
+//! was.
 //!
 //! Destination: a [`PageStore`] in the staging directory takes the pages of
 //! every round (newest copy wins); the final image goes to a subdirectory, is
@@ -284,6 +287,29 @@ impl Iterative {
             mib(holder.captured.page_bytes)
         );
         m.holder = Some(holder);
+        // The pages written since the last round: read from the frozen
+        // process and sent once, as the rounds' pages are (the image holds
+        // none of the tracked ranges), instead of being copied into the
+        // image, received into a second copy and put into the store.
+        // The scan also reports pages never populated (no page table
+        // entry, no protection marker): only those the image lists as
+        // present (its populated pages at the freeze) are sent.
+        let present: Vec<(u64, u64)> = crate::post_copy::read_image(&dir)?
+            .memory
+            .vmas
+            .iter()
+            .flat_map(|v| v.present.iter().copied())
+            .collect();
+        let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
+        let written = intersect(&intersect(&tracker.scan()?, &listed), &present);
+        mark("src: written pages scanned");
+        let sent = send_frozen_round(m, self.round + 1, &written)?;
+        mark("src: written pages sent");
+        tracing::info!(
+            "process {}: {:.1} MiB written since the last round sent from the frozen process",
+            m.pid,
+            mib(sent)
+        );
         send_image(m, &dir)?;
         await_restored(m)
     }
@@ -456,7 +482,7 @@ fn prime_holder(m: &mut Source) {
     if m.primed.is_some() {
         return;
     }
-    let mode = CaptureMode::WrittenSince(m.staging.join(TRACKED_FILE));
+    let mode = CaptureMode::WrittenApart(m.staging.join(TRACKED_FILE));
     match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), &mode) {
         Ok(p) => m.primed = Some(p),
         Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
@@ -469,7 +495,7 @@ fn prime_holder(m: &mut Source) {
 pub(crate) fn stop_holder<'a>(m: &mut Source<'a>, list: &Path, dir: &Path) -> Result<Holder<'a>> {
     match m.primed.take() {
         Some(p) => p.go(),
-        None => Holder::start_with(m.host, m.pid, dir, &CaptureMode::WrittenSince(list.into())),
+        None => Holder::start_with(m.host, m.pid, dir, &CaptureMode::WrittenApart(list.into())),
     }
 }
 
@@ -554,6 +580,52 @@ pub(crate) fn send_round(
     m.rounds += 1;
     m.pages_sent += pages;
     drain(m)?;
+    Ok(sent)
+}
+
+/// The last round, at the stop: the pages of `ranges` read from the frozen
+/// process and sent as `PageData`, then `RoundDone`; no wait for the link
+/// (the image follows at once). A page `process_vm_readv` cannot read
+/// (protected since round 0) is read through `/proc/PID/mem`, which may;
+/// one that cannot be read at all fails the migration, since the image
+/// does not hold it. Returns the bytes sent.
+fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
+    let (id, pid) = (m.id, m.pid);
+    let mut failed: Option<StrategyError> = None;
+    let r = read_ranges(pid, ranges, PAGE_CHUNK, &mut |addr, data| {
+        if let Err(e) = m.ch.send_with(&Msg::PageData { id, addr }, &[data]) {
+            failed = Some(e.into());
+            return Err(EngineError::Other("sending pages failed".into()));
+        }
+        m.count(data.len() as u64 + 24);
+        Ok(())
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let (mut sent, skipped) = r?;
+    if !skipped.is_empty() {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
+            .map_err(io_err(format!("open /proc/{pid}/mem")))?;
+        let mut page = vec![0u8; PAGE as usize];
+        for &(a, l) in &skipped {
+            for addr in (a..a + l).step_by(PAGE as usize) {
+                mem.read_exact_at(&mut page, addr).map_err(|e| {
+                    StrategyError::Other(format!(
+                        "cannot read the page at {addr:#x} of the frozen process {pid}, written since the last round: {e}"
+                    ))
+                })?;
+                m.ch.send_with(&Msg::PageData { id, addr }, &[&page])?;
+                m.count(PAGE + 24);
+                sent += PAGE;
+            }
+        }
+    }
+    let pages = sent / PAGE;
+    m.ch.send(&Msg::RoundDone { id, round, pages })?;
+    m.count(24);
+    m.pages_sent += pages;
     Ok(sent)
 }
 

@@ -1078,6 +1078,10 @@ impl Resource for Memory {
         // every page is saved).
         let since_round;
         let since: Option<&dyn PageFilter> = match &cx.written_since {
+            Some(tracked) if cx.written_apart => {
+                since_round = RangeFilter::outside_or(tracked.clone(), Vec::new());
+                Some(&since_round as &dyn PageFilter)
+            }
             Some(tracked) => match prescan.written() {
                 Some(w) => {
                     since_round = RangeFilter::outside_or(tracked.clone(), w.to_vec());
@@ -1089,6 +1093,7 @@ impl Resource for Memory {
         };
         let caller_filter = cx.filter;
         let defer = cx.defer_population;
+        let apart = cx.written_apart && cx.written_since.is_some();
         let pages = &mut *cx.pages;
         let mut vmas = Vec::new();
         let mut vdso_lo = None;
@@ -1172,7 +1177,8 @@ impl Resource for Memory {
                             None => (page_runs(&pagemap, m.start, m.end, backing)?, false),
                         }
                     };
-                    let since = since.filter(|_| scanned);
+                    // Saving nothing of the tracked ranges needs no scan.
+                    let since = since.filter(|_| scanned || apart);
                     // Writable private anonymous memory: the caller's filter
                     // (a post-copy handover's pages), else the pages written
                     // since; a file's private copies: the pages written

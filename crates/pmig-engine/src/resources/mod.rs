@@ -83,6 +83,10 @@ pub struct Capture<'a> {
     /// are saved (it must scan with [`memory::ScanFor::Written`]); this
     /// takes the place of `filter`.
     pub written_since: Option<Vec<(u64, u64)>>,
+    /// With `written_since`: not even the pages written since are saved
+    /// (the caller sends them apart, read from the frozen process), so
+    /// nothing of the tracked ranges is; no written scan is needed.
+    pub written_apart: bool,
     /// A page-copy buffer prepared before the freeze
     /// ([`memory::touched_copy_buffer`]); used first.
     pub copy_buffer: Option<Vec<u8>>,
@@ -119,6 +123,7 @@ impl<'a> Capture<'a> {
             prescan: None,
             defer_population: false,
             written_since: None,
+            written_apart: false,
             copy_buffer: None,
             pipe_ends: Vec::new(),
             scratch: None,
