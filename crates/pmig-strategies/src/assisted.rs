@@ -51,7 +51,7 @@ pub struct AssistedPostCopy {
 impl Default for AssistedPostCopy {
     fn default() -> Self {
         AssistedPostCopy {
-            it: Iterative::new(Policy::Plain),
+            it: Iterative::new(Policy::Plain).written_in_image(),
             owed: Vec::new(),
         }
     }
@@ -71,7 +71,7 @@ impl AssistedPostCopy {
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         // The holder primed after round 0, if it could be started.
-        let holder = stop_holder(m, &list, &dir)?;
+        let holder = stop_holder(m, &list, &dir, false)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.holder = Some(holder);
         // The final image holds, in the tracked ranges, exactly the pages

@@ -101,6 +101,11 @@ pub(crate) struct Iterative {
     missed: Vec<(u64, u64)>,
     /// The round in progress (for errors).
     round: u32,
+    /// How the holder captures the tracked ranges at the stop: pre-copy
+    /// sends the pages written since the last round apart
+    /// ([`CaptureMode::WrittenApart`]); assisted-post-copy needs them in
+    /// the image, whose pages it owes ([`CaptureMode::WrittenSince`]).
+    written_apart: bool,
 }
 
 impl Iterative {
@@ -111,6 +116,17 @@ impl Iterative {
             delayed: Vec::new(),
             missed: Vec::new(),
             round: 0,
+            written_apart: true,
+        }
+    }
+
+    /// The holder of the stop saves the pages written since the last
+    /// round into the image (assisted-post-copy, whose image lists the
+    /// pages it owes: those written since round 0).
+    pub(crate) fn written_in_image(self) -> Iterative {
+        Iterative {
+            written_apart: false,
+            ..self
         }
     }
 
@@ -180,7 +196,7 @@ impl Iterative {
         // The holder that will capture the process at the stop does its
         // preparation now (see `holder::Primed`).
         let mut layout_read = Instant::now();
-        prime_holder(m);
+        prime_holder(m, self.written_apart);
         // With a down-time budget: the previous round's bytes, to see that
         // rounds still shrink.
         let mut previous = sent;
@@ -277,7 +293,7 @@ impl Iterative {
         write_ranges(&list, &listed)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let holder = stop_holder(m, &list, &dir)?;
+        let holder = stop_holder(m, &list, &dir, self.written_apart)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         tracing::info!(
@@ -287,6 +303,20 @@ impl Iterative {
             mib(holder.captured.page_bytes)
         );
         m.holder = Some(holder);
+        if self.written_apart {
+            self.send_written_apart(m, &dir, &listed)?;
+        }
+        send_image(m, &dir)?;
+        await_restored(m)
+    }
+
+    /// The stop's last round ([`CaptureMode::WrittenApart`]).
+    fn send_written_apart(
+        &mut self,
+        m: &mut Source,
+        dir: &Path,
+        listed: &[(u64, u64)],
+    ) -> Result<()> {
         // The pages written since the last round: read from the frozen
         // process and sent once, as the rounds' pages are (the image holds
         // none of the tracked ranges), instead of being copied into the
@@ -294,14 +324,14 @@ impl Iterative {
         // The scan also reports pages never populated (no page table
         // entry, no protection marker): only those the image lists as
         // present (its populated pages at the freeze) are sent.
-        let present: Vec<(u64, u64)> = crate::post_copy::read_image(&dir)?
+        let present: Vec<(u64, u64)> = crate::post_copy::read_image(dir)?
             .memory
             .vmas
             .iter()
             .flat_map(|v| v.present.iter().copied())
             .collect();
         let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
-        let written = intersect(&intersect(&tracker.scan()?, &listed), &present);
+        let written = intersect(&intersect(&tracker.scan()?, listed), &present);
         mark("src: written pages scanned");
         let sent = send_frozen_round(m, self.round + 1, &written)?;
         mark("src: written pages sent");
@@ -310,8 +340,7 @@ impl Iterative {
             m.pid,
             mib(sent)
         );
-        send_image(m, &dir)?;
-        await_restored(m)
+        Ok(())
     }
 
     pub(crate) fn post(&mut self, m: &mut Source) -> Result<()> {
@@ -478,11 +507,21 @@ const LAYOUT_REFRESH: Duration = Duration::from_secs(1);
 /// Starts the holder for the stop (capture of the pages written since the
 /// last round into the staging directory's final image) and lets it prepare
 /// while the rounds go on. Without it the stop starts a holder itself.
-fn prime_holder(m: &mut Source) {
+/// The holder's mode for the tracked ranges `list` (see
+/// [`Iterative::written_apart`]).
+fn stop_mode(list: &Path, apart: bool) -> CaptureMode {
+    if apart {
+        CaptureMode::WrittenApart(list.into())
+    } else {
+        CaptureMode::WrittenSince(list.into())
+    }
+}
+
+fn prime_holder(m: &mut Source, apart: bool) {
     if m.primed.is_some() {
         return;
     }
-    let mode = CaptureMode::WrittenApart(m.staging.join(TRACKED_FILE));
+    let mode = stop_mode(&m.staging.join(TRACKED_FILE), apart);
     match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), &mode) {
         Ok(p) => m.primed = Some(p),
         Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
@@ -492,10 +531,16 @@ fn prime_holder(m: &mut Source) {
 /// The holder of the stop, frozen and captured: the one primed during the
 /// rounds (it uses `<staging>/TRACKED_FILE` and `<staging>/FINAL_DIR`, which
 /// `list` and `dir` must be), else a new one.
-pub(crate) fn stop_holder<'a>(m: &mut Source<'a>, list: &Path, dir: &Path) -> Result<Holder<'a>> {
+/// `apart` must be what the rounds primed the holder with.
+pub(crate) fn stop_holder<'a>(
+    m: &mut Source<'a>,
+    list: &Path,
+    dir: &Path,
+    apart: bool,
+) -> Result<Holder<'a>> {
     match m.primed.take() {
         Some(p) => p.go(),
-        None => Holder::start_with(m.host, m.pid, dir, &CaptureMode::WrittenApart(list.into())),
+        None => Holder::start_with(m.host, m.pid, dir, &stop_mode(list, apart)),
     }
 }
 
