@@ -20,6 +20,10 @@
  *                   through /proc/self/fd.
  *   mqueue          a POSIX message queue, still named (unlinked at exit).
  *   aio             an asynchronous I/O context (io_setup: its ring mapped).
+ *   zombie          a child that exited (status 7) and is not waited for.
+ *   procfd          /proc/self/status held open.
+ *   sigio           a pipe's read end in signal-driven mode (O_ASYNC,
+ *                   F_SETOWN to us).
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -79,6 +83,25 @@ static int check(void) {
     } else if (!strcmp(mode, "child")) {
         int st;
         CHECK(waitpid(child, &st, WNOHANG) == 0, "child %d is no longer running", child);
+    } else if (!strcmp(mode, "zombie")) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        CHECK(waitid(P_PID, child, &si, WEXITED | WNOWAIT | WNOHANG) == 0 && si.si_pid == child,
+              "child %d cannot be waited for: %s", child, strerror(errno));
+        CHECK(si.si_code == CLD_EXITED && si.si_status == 7, "child %d: code %d status %d",
+              child, si.si_code, si.si_status);
+    } else if (!strcmp(mode, "procfd")) {
+        char b[4096];
+        ssize_t n = pread(fd1, b, sizeof b - 1, 0);
+        CHECK(n > 0, "read /proc/self/status: %s", strerror(errno));
+        b[n] = 0;
+        char want[32];
+        snprintf(want, sizeof want, "\nPid:\t%d\n", (int)getpid());
+        CHECK(strstr(b, want) != NULL, "the status read names another process");
+    } else if (!strcmp(mode, "sigio")) {
+        int fl = fcntl(fd1, F_GETFL);
+        CHECK(fl >= 0 && (fl & O_ASYNC), "O_ASYNC is gone (flags %#x)", fl);
+        CHECK(fcntl(fd1, F_GETOWN) == getpid(), "the owner is %d", fcntl(fd1, F_GETOWN));
     } else if (!strcmp(mode, "iouring")) {
         char link[64] = "";
         char p[64];
@@ -119,6 +142,23 @@ int main(int argc, char **argv) {
             if (getppid() != parent) _exit(0);
             for (;;) pause();
         }
+    } else if (!strcmp(mode, "zombie")) {
+        child = fork();
+        if (child < 0) scn_die("fork");
+        if (child == 0) _exit(7);
+        /* Exited, not reaped: WNOWAIT leaves it waitable. */
+        siginfo_t si;
+        if (waitid(P_PID, child, &si, WEXITED | WNOWAIT)) scn_die("waitid");
+    } else if (!strcmp(mode, "procfd")) {
+        fd1 = open("/proc/self/status", O_RDONLY);
+        if (fd1 < 0) scn_die("open /proc/self/status");
+    } else if (!strcmp(mode, "sigio")) {
+        int p[2];
+        if (pipe(p)) scn_die("pipe");
+        fd1 = p[0];
+        fd2 = p[1];
+        if (fcntl(fd1, F_SETOWN, getpid()) || fcntl(fd1, F_SETFL, fcntl(fd1, F_GETFL) | O_ASYNC))
+            scn_die("O_ASYNC");
     } else if (!strcmp(mode, "iouring")) {
         uint32_t params[30] = {0};   /* struct io_uring_params is 120 bytes */
         fd1 = (int)syscall(425 /* io_uring_setup */, 4, params);

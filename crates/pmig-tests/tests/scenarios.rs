@@ -480,6 +480,21 @@ fn refuse_aio() {
 }
 
 #[test]
+fn refuse_zombie_child() {
+    refusal("zombie", &["exited child", "exit status"]);
+}
+
+#[test]
+fn refuse_proc_file() {
+    refusal("procfd", &["/proc directory"]);
+}
+
+#[test]
+fn refuse_signal_driven_io() {
+    refusal("sigio", &["signal-driven I/O", "O_ASYNC"]);
+}
+
+#[test]
 fn refuse_socket() {
     refusal("socket", &["socket"]);
 }

@@ -100,7 +100,18 @@ fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32, String)> {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
     refuse_locks(pid, fd, &t)?;
-    Ok((pos, flags_of(&t), t))
+    let flags = flags_of(&t);
+    if flags & libc::O_ASYNC != 0 {
+        // Its owner and signal (F_SETOWN, F_SETSIG) are not in the fdinfo;
+        // reopened without them, the process would wait for signals that
+        // never come.
+        let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
+        return Err(unsupported(
+            pid,
+            format!("signal-driven I/O (O_ASYNC on fd {fd}: {link})"),
+        ));
+    }
+    Ok((pos, flags, t))
 }
 
 /// The open flags in an fdinfo text.
@@ -209,6 +220,11 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     }
     if link.ends_with(" (deleted)") {
         return Err(what("a deleted file"));
+    }
+    if names_a_process(&link) {
+        // Reopened by path it would name the frozen original, then
+        // nothing (or another node's process of that number).
+        return Err(what("a file of a process's /proc directory"));
     }
     if !link.starts_with('/') {
         return Err(what("this kind of file"));
@@ -509,6 +525,14 @@ const NETWORK_FS: &[(u32, &str)] = &[
     (0x0116_1970, "gfs2"),
     (0x0bd0_0bd0, "lustre"),
 ];
+
+/// Whether `path` lies in the /proc directory of a process or thread
+/// (`/proc/self/…` reads as the process's own number).
+fn names_a_process(path: &str) -> bool {
+    path.strip_prefix("/proc/")
+        .and_then(|rest| rest.split('/').next())
+        .is_some_and(|first| !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()))
+}
 
 /// Whether fd `fd` of `pid` is on the mqueue file system (a POSIX message
 /// queue).

@@ -21,14 +21,32 @@ pub struct ProcessState {
 /// scanning every process in /proc (about 1 ms with a few hundred
 /// processes, and this runs once more while the process is frozen).
 pub fn children(pid: pid_t) -> Vec<pid_t> {
-    let alive = |p: &pid_t| {
-        procfs::stat_fields(*p).is_ok_and(|f| f.first().map(String::as_str) != Some("Z"))
+    children_and_zombies(pid).0
+}
+
+/// The children of `pid` that run, and those that exited and were not
+/// waited for (zombies: their exit status is the parent's to collect).
+fn children_and_zombies(pid: pid_t) -> (Vec<pid_t>, Vec<pid_t>) {
+    let zombie = |f: &[String]| {
+        f.first().map(String::as_str) == Some("Z") || f.first().map(String::as_str) == Some("X")
+    };
+    let split = |kids: Vec<(pid_t, bool)>| {
+        let (z, a): (Vec<_>, Vec<_>) = kids.into_iter().partition(|k| k.1);
+        (
+            a.into_iter().map(|k| k.0).collect(),
+            z.into_iter().map(|k| k.0).collect(),
+        )
     };
     if let Some(listed) = listed_children(pid) {
-        return listed.into_iter().filter(alive).collect();
+        return split(
+            listed
+                .into_iter()
+                .filter_map(|p| procfs::stat_fields(p).ok().map(|f| (p, zombie(&f))))
+                .collect(),
+        );
     }
     let Ok(rd) = std::fs::read_dir("/proc") else {
-        return vec![];
+        return (vec![], vec![]);
     };
     let mut out = Vec::new();
     for e in rd.flatten() {
@@ -36,14 +54,12 @@ pub fn children(pid: pid_t) -> Vec<pid_t> {
             continue;
         };
         if let Ok(f) = procfs::stat_fields(p) {
-            if procfs::stat_field(&f, 4) as pid_t == pid
-                && f.first().map(String::as_str) != Some("Z")
-            {
-                out.push(p);
+            if procfs::stat_field(&f, 4) as pid_t == pid {
+                out.push((p, zombie(&f)));
             }
         }
     }
-    out
+    split(out)
 }
 
 /// The children every thread of `pid` lists, or None if the kernel has no
@@ -105,7 +121,15 @@ impl Resource for Process {
                 return Err(unsupported(pid, "a 32-bit program (ia32 or x32)"));
             }
         }
-        let kids = children(pid);
+        let (kids, zombies) = children_and_zombies(pid);
+        if let Some(z) = zombies.first() {
+            return Err(unsupported(
+                pid,
+                format!(
+                    "a process with an exited child it has not waited for (pid {z}): its exit status would be lost"
+                ),
+            ));
+        }
         if !kids.is_empty() {
             return Err(unsupported(
                 pid,
