@@ -589,8 +589,37 @@ pub(crate) fn send_round(
     ranges: &[(u64, u64)],
     missed: &mut Vec<(u64, u64)>,
 ) -> Result<u64> {
-    let (id, pid) = (m.id, m.pid);
     let phase = if round == 0 { "round 0" } else { "rounds" };
+    let (sent, skipped) = stream_pages(m, ranges, Some(phase))?;
+    if !skipped.is_empty() {
+        tracing::info!(
+            "round {round}: {} pages could not be read; the stop saves them whole",
+            total(&skipped) / PAGE
+        );
+        *missed = normalize(&[missed.as_slice(), &skipped].concat());
+    }
+    let pages = sent / PAGE;
+    m.ch.send(&Msg::RoundDone {
+        id: m.id,
+        round,
+        pages,
+    })?;
+    m.count(24);
+    m.rounds += 1;
+    m.pages_sent += pages;
+    drain(m)?;
+    Ok(sent)
+}
+
+/// Reads the pages of `ranges` from the process and sends them as
+/// `PageData`, showing progress as `phase` if given. Returns the bytes sent
+/// and the pages that could not be read.
+fn stream_pages(
+    m: &mut Source,
+    ranges: &[(u64, u64)],
+    phase: Option<&'static str>,
+) -> Result<(u64, Vec<(u64, u64)>)> {
+    let (id, pid) = (m.id, m.pid);
     let want = total(ranges);
     let mut done = 0u64;
     let mut failed: Option<StrategyError> = None;
@@ -601,31 +630,19 @@ pub(crate) fn send_round(
         }
         m.count(data.len() as u64 + 24);
         done += data.len() as u64;
-        (m.progress)(Progress {
-            phase,
-            done,
-            total: want,
-        });
+        if let Some(phase) = phase {
+            (m.progress)(Progress {
+                phase,
+                done,
+                total: want,
+            });
+        }
         Ok(())
     });
     if let Some(e) = failed {
         return Err(e);
     }
-    let (sent, skipped) = r?;
-    if !skipped.is_empty() {
-        tracing::info!(
-            "round {round}: {} pages could not be read; the stop saves them whole",
-            total(&skipped) / PAGE
-        );
-        *missed = normalize(&[missed.as_slice(), &skipped].concat());
-    }
-    let pages = sent / PAGE;
-    m.ch.send(&Msg::RoundDone { id, round, pages })?;
-    m.count(24);
-    m.rounds += 1;
-    m.pages_sent += pages;
-    drain(m)?;
-    Ok(sent)
+    Ok(r?)
 }
 
 /// The last round, at the stop: the pages of `ranges` read from the frozen
@@ -636,19 +653,7 @@ pub(crate) fn send_round(
 /// does not hold it. Returns the bytes sent.
 fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
-    let mut failed: Option<StrategyError> = None;
-    let r = read_ranges(pid, ranges, PAGE_CHUNK, &mut |addr, data| {
-        if let Err(e) = m.ch.send_with(&Msg::PageData { id, addr }, &[data]) {
-            failed = Some(e.into());
-            return Err(EngineError::Other("sending pages failed".into()));
-        }
-        m.count(data.len() as u64 + 24);
-        Ok(())
-    });
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    let (mut sent, skipped) = r?;
+    let (mut sent, skipped) = stream_pages(m, ranges, None)?;
     if !skipped.is_empty() {
         use std::os::unix::fs::FileExt;
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
