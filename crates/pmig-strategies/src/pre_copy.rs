@@ -504,9 +504,6 @@ fn restore_lazily_from_local(
 /// to read them again.
 const LAYOUT_REFRESH: Duration = Duration::from_secs(1);
 
-/// Starts the holder for the stop (capture of the pages written since the
-/// last round into the staging directory's final image) and lets it prepare
-/// while the rounds go on. Without it the stop starts a holder itself.
 /// The holder's mode for the tracked ranges `list` (see
 /// [`Iterative::written_apart`]).
 fn stop_mode(list: &Path, apart: bool) -> CaptureMode {
@@ -517,6 +514,9 @@ fn stop_mode(list: &Path, apart: bool) -> CaptureMode {
     }
 }
 
+/// Starts the holder for the stop (its capture into the staging
+/// directory's final image, in the mode `apart` names) and lets it prepare
+/// while the rounds go on. Without it the stop starts a holder itself.
 fn prime_holder(m: &mut Source, apart: bool) {
     if m.primed.is_some() {
         return;

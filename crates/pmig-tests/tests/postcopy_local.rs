@@ -17,6 +17,11 @@ fn read_src(pid: i32, addr: u64, len: usize) -> Vec<u8> {
     b
 }
 
+// Every test here restores in this process, at an area chosen free in this
+// process's address space and then mapped (MAP_FIXED_NOREPLACE): a test
+// running beside it may map memory there in between (seen once: "map the
+// restorer area …: File exists"). So they take turns (HEAVY).
+
 #[test]
 fn postcopy_resumes_first_then_pages_follow() {
     let _g = serial(&HEAVY);
@@ -290,6 +295,7 @@ int main(void) {
 /// than wait for it to stop (which, before the fix, hung for ever).
 #[test]
 fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
+    let _g = serial(&HEAVY);
     let mut guard = Guard::new();
     let (dir, mut child, src) = start_c("unmapper", UNMAPPER, &mut guard);
 
@@ -356,6 +362,7 @@ fn the_end_of_a_lazy_restore_lets_a_thread_unmapping_registered_memory_go() {
 /// program ends early must not report it lost).
 #[test]
 fn pages_for_a_process_that_exited_are_dropped_not_an_error() {
+    let _g = serial(&HEAVY);
     let mut guard = Guard::new();
     let (dir, mut child, src) = start_c("unmapper", UNMAPPER, &mut guard);
 
@@ -434,6 +441,7 @@ int main(void) {
 /// call").
 #[test]
 fn a_held_restore_lets_a_fast_timer_fire_only_once_the_process_runs() {
+    let _g = serial(&HEAVY);
     let mut guard = Guard::new();
     let (dir, mut child, src) = start_c("ticker", TICKER, &mut guard);
 
@@ -508,6 +516,7 @@ int main(int argc, char **argv) {
 /// that file open.
 #[test]
 fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
+    let _g = serial(&HEAVY);
     let mut guard = Guard::new();
     let (dir, mut child, src) = start_c("execer", EXECER, &mut guard);
 

@@ -496,7 +496,7 @@ fn refuse_signal_driven_io() {
 
 #[test]
 fn refuse_socket() {
-    refusal("socket", &["socket"]);
+    refusal("socket", &["unix socket"]);
 }
 
 #[test]

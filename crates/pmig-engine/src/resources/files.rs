@@ -173,7 +173,7 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     };
     let what = |w: &str| unsupported(pid, format!("{w} (fd {fd}: {link})"));
     if link.starts_with("socket:") {
-        return Err(what("a socket"));
+        return Err(what(socket_kind(pid, &link)));
     }
     if link.contains("io_uring") {
         return Err(what("io_uring"));
@@ -525,6 +525,41 @@ const NETWORK_FS: &[(u32, &str)] = &[
     (0x0116_1970, "gfs2"),
     (0x0bd0_0bd0, "lustre"),
 ];
+
+/// What kind of socket `link` ("socket:[INODE]") of `pid` is, from the
+/// process's network tables (its own network namespace).
+fn socket_kind(pid: pid_t, link: &str) -> &'static str {
+    let Some(inode) = link
+        .strip_prefix("socket:[")
+        .and_then(|r| r.strip_suffix(']'))
+    else {
+        return "a socket";
+    };
+    // The inode is the 10th column of tcp/udp/raw and the 7th of unix.
+    let tables: [(&str, usize, &'static str); 8] = [
+        ("tcp", 9, "a TCP socket"),
+        ("tcp6", 9, "a TCP socket"),
+        ("udp", 9, "a UDP socket"),
+        ("udp6", 9, "a UDP socket"),
+        ("raw", 9, "a raw socket"),
+        ("raw6", 9, "a raw socket"),
+        ("unix", 6, "a unix socket"),
+        ("netlink", 9, "a netlink socket"),
+    ];
+    for (table, col, kind) in tables {
+        let Ok(text) = procfs::read(pid, &format!("net/{table}")) else {
+            continue;
+        };
+        if text
+            .lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(col) == Some(inode))
+        {
+            return kind;
+        }
+    }
+    "a socket"
+}
 
 /// Whether `path` lies in the /proc directory of a process or thread
 /// (`/proc/self/…` reads as the process's own number).
