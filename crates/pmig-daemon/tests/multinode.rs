@@ -2384,6 +2384,8 @@ const MOVED_SCENARIOS: &[&str] = &[
     "alarm",
     "posix_timers",
     "pipes",
+    "prctl",
+    "noreserve",
     "eventfd",
     "epoll",
     "signalfd",

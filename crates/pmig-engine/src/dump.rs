@@ -10,6 +10,7 @@ use crate::resources::{
     jobctl::JobCtl,
     memory::{Layout, Memory, PreScan},
     pipes::Pipes,
+    prctl::Prctl,
     process::Process,
     sched::Sched,
     session::Session,
@@ -110,12 +111,15 @@ pub fn capture_with(
     lap("timers");
     let threads = Threads::capture(&mut cx)?;
     lap("threads");
+    let prctl = Prctl::capture(&mut cx)?;
+    lap("prctl");
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
     let jobctl = JobCtl::capture(&mut cx)?;
     let sched = Sched::capture(&mut cx)?;
     let clocks = Clocks::capture(&mut cx)?;
     let reused = cx.layout_reused;
+    let memory_flags = std::mem::take(&mut cx.memory_flags);
     Ok((
         ProcessImage {
             process,
@@ -131,6 +135,9 @@ pub fn capture_with(
             clocks: Some(clocks),
             // Only images with pipes need format 1.3.
             pipes: (!pipes.pipes.is_empty()).then_some(pipes),
+            // Only images with an attribute set need format 1.4.
+            prctl: (!prctl.is_default()).then_some(prctl),
+            memory_flags: (!memory_flags.is_empty()).then_some(memory_flags),
         },
         reused,
     ))

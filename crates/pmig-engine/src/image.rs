@@ -2,9 +2,20 @@
 
 use crate::error::Result;
 use crate::resources::{
-    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, pipes::Pipes,
-    process::Process, sched::Sched, session::Session, signals::Signals, threads::Threads,
-    timers::Timers, Resource,
+    clocks::Clocks,
+    files::Files,
+    identity::Identity,
+    jobctl::JobCtl,
+    memory::{Memory, MemoryFlags},
+    pipes::Pipes,
+    prctl::Prctl,
+    process::Process,
+    sched::Sched,
+    session::Session,
+    signals::Signals,
+    threads::Threads,
+    timers::Timers,
+    Resource,
 };
 use pmig_image::{Image, ImageWriter};
 
@@ -33,6 +44,12 @@ pub struct ProcessImage {
     /// None in images written before the `pipes` part existed (format 1.2
     /// and older), which held no pipe other than stdio.
     pub pipes: Option<<Pipes as Resource>::State>,
+    /// None when every prctl attribute is at its default, and in images
+    /// written before the `prctl` part existed (format 1.3 and older).
+    pub prctl: Option<<Prctl as Resource>::State>,
+    /// None when no mapping has a flag the `memory` part lacks, and in
+    /// images written before this part existed (format 1.3 and older).
+    pub memory_flags: Option<MemoryFlags>,
 }
 
 impl ProcessImage {
@@ -49,6 +66,8 @@ impl ProcessImage {
         put_optional(w, Sched::PART, &self.sched)?;
         put_optional(w, Clocks::PART, &self.clocks)?;
         put_optional(w, Pipes::PART, &self.pipes)?;
+        put_optional(w, Prctl::PART, &self.prctl)?;
+        put_optional(w, MemoryFlags::PART, &self.memory_flags)?;
         Ok(())
     }
 
@@ -66,6 +85,8 @@ impl ProcessImage {
             sched: optional(img, Sched::PART)?,
             clocks: optional(img, Clocks::PART)?,
             pipes: optional(img, Pipes::PART)?,
+            prctl: optional(img, Prctl::PART)?,
+            memory_flags: optional(img, MemoryFlags::PART)?,
         })
     }
 }
@@ -161,6 +182,8 @@ pub mod tests_support {
             sched: None,
             clocks: None,
             pipes: None,
+            prctl: None,
+            memory_flags: None,
         }
     }
 }

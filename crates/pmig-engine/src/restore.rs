@@ -20,9 +20,9 @@ use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
-    memory::TASK_END, pipes::Pipes, process::Process, sched::Sched, session, session::Session,
-    signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup,
-    Finish, PlanCx, Preflight, Resource, RestoreOptions,
+    memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session,
+    session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
+    timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -351,6 +351,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     raise_nofile();
     let mut pf = Preflight::new(opts.clone(), pi.files.max_fd());
     pf.thread_tids = pi.threads.threads.iter().map(|t| t.tid).collect();
+    if let Some(f) = &pi.memory_flags {
+        pf.noreserve = f.noreserve.iter().copied().collect();
+    }
     Process::preflight(&pi.process, &mut pf)?;
     mark("restore: preflight process");
     if let Some(c) = &pi.clocks {
@@ -420,6 +423,11 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         Threads::plan(&pi.threads, &mut cx)?;
         // After the threads: a POSIX timer may signal one of them.
         Timers::plan(&pi.timers, &mut cx)?;
+        // After the threads (some are per thread), before Identity drops
+        // privileges.
+        if let Some(p) = &pi.prctl {
+            Prctl::plan(p, &mut cx)?;
+        }
         Files::plan(&pi.files, &mut cx)?;
         // Before Identity drops privileges; signals are still blocked.
         if let Some(s) = &pi.session {

@@ -245,6 +245,8 @@ scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
 scenario!(protect, "protect", false);
 scenario!(sched, "sched", false);
+scenario!(prctl, "prctl", false);
+scenario!(noreserve, "noreserve", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
@@ -383,6 +385,8 @@ fn scenarios_pass_without_migration() {
         ("posix_timers", &[]),
         ("identity", &[]),
         ("sched", &[]),
+        ("prctl", &[]),
+        ("noreserve", &[]),
         ("timens", &[]),
         ("pipes", &[]),
         ("eventfd", &[]),

@@ -128,6 +128,24 @@ pub struct MemoryState {
     pub vdso_text: Option<u64>,
 }
 
+/// Mapping flags the `memory` part of format 1.3 has no field for, in a
+/// part of their own (format 1.4), written only when some mapping has one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryFlags {
+    /// Starts of the mappings made with `MAP_NORESERVE` (`nr` in smaps'
+    /// `VmFlags`): no swap reserved, so a sparse mapping larger than the
+    /// node's memory can exist (JVM heaps reserve this way).
+    pub noreserve: Vec<u64>,
+}
+
+impl MemoryFlags {
+    pub const PART: &'static str = "memflags";
+
+    pub fn is_empty(&self) -> bool {
+        self.noreserve.is_empty()
+    }
+}
+
 impl MemoryState {
     pub fn image_bytes(&self) -> u64 {
         self.vmas.iter().map(Vma::bytes_in_image).sum()
@@ -1150,6 +1168,9 @@ impl Resource for Memory {
                         _ => None,
                     };
                     let (advice, locked) = advice_of(&m.flags);
+                    if m.flags.iter().any(|f| f == "nr") {
+                        cx.memory_flags.noreserve.push(m.start);
+                    }
                     let mut vma = Vma {
                         start: m.start,
                         end: m.end,
@@ -1366,6 +1387,9 @@ impl Resource for Memory {
             }
             if v.growsdown {
                 flags |= libc::MAP_GROWSDOWN;
+            }
+            if cx.pf.noreserve.contains(&v.start) {
+                flags |= libc::MAP_NORESERVE;
             }
             let what = format!(
                 "map {:#x}-{:#x} {}",

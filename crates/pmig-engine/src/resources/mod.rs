@@ -21,6 +21,7 @@ pub mod identity;
 pub mod jobctl;
 pub mod memory;
 pub mod pipes;
+pub mod prctl;
 pub mod process;
 pub mod sched;
 pub mod session;
@@ -92,6 +93,8 @@ pub struct Capture<'a> {
     pub copy_buffer: Option<Vec<u8>>,
     /// The pipe ends `files` found, for `pipes`.
     pub pipe_ends: Vec<pipes::End>,
+    /// Set by the memory capture: the flags its part has no field for.
+    pub memory_flags: memory::MemoryFlags,
     scratch: Option<u64>,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
@@ -126,6 +129,7 @@ impl<'a> Capture<'a> {
             written_apart: false,
             copy_buffer: None,
             pipe_ends: Vec::new(),
+            memory_flags: Default::default(),
             scratch: None,
             code: None,
         }
@@ -276,6 +280,9 @@ pub struct Preflight {
     /// index here and let the restorer fill its new id in
     /// (`PlanBuilder::store_tid`).
     pub thread_tids: Vec<libc::pid_t>,
+    /// Starts of the mappings to make with `MAP_NORESERVE`
+    /// ([`memory::MemoryFlags`]).
+    pub noreserve: std::collections::HashSet<u64>,
 }
 
 impl Preflight {
@@ -295,6 +302,7 @@ impl Preflight {
             pipes: Default::default(),
             ctty: Default::default(),
             thread_tids: Vec::new(),
+            noreserve: Default::default(),
         }
     }
 
