@@ -5,8 +5,12 @@
 //! * R, the bytes a dump would move (populated private memory);
 //! * D, the dirty rate: bytes written per second over a 200 ms window, with
 //!   the same write tracking pre-copy uses (the process runs meanwhile);
-//! * B, the link's bandwidth: an 8 MiB probe (a `Ping` with an attachment)
-//!   timed to its `Pong`, minus the round-trip time.
+//! * B, the link's bandwidth: a probe (a `Ping` with an attachment) timed
+//!   to its `Pong`, minus the round-trip time. A first probe of 256 KiB
+//!   gives an estimate; unless it took [`PROBE_TIME`] by itself, a second
+//!   one sized to take about that long at the estimate (at most 8 MiB) is
+//!   the measurement. A slow link costs a fraction of a second, not the
+//!   seconds an 8 MiB probe takes on 10 Mbit.
 //!
 //! Rule (documented in the README):
 //! 1. R / B ≤ 50 ms: **stop-copy** — moving everything while stopped costs
@@ -28,6 +32,10 @@ use pmig_proto::Msg;
 use std::time::Duration;
 
 pub const PROBE_BYTES: usize = 8 << 20;
+/// The first, estimating probe.
+pub const FIRST_PROBE_BYTES: usize = 256 << 10;
+/// About how long the measuring probe should take.
+pub const PROBE_TIME: Duration = Duration::from_millis(200);
 /// The down-time budget of a pre-copy that `auto` chose (see the rule).
 pub const PRE_COPY_BUDGET_MS: f64 = 10.0;
 pub const WINDOW: Duration = Duration::from_millis(200);
@@ -106,22 +114,14 @@ pub fn choose(m: &mut Source) -> Result<Choice> {
         let d: u64 = t.scan().map_err(other)?.iter().map(|r| r.1).sum();
         d as f64 / ((mono_ns() - t0) as f64 / 1e9)
     };
-    let probe = vec![0u8; PROBE_BYTES];
-    let seq = m.id ^ 0x5a5a;
-    let t0 = mono_ns();
-    m.ch.send_with(&Msg::Ping { seq }, &[&probe])?;
-    m.count(PROBE_BYTES as u64);
-    match m.recv("Pong")? {
-        Msg::Pong { seq: s } if s == seq => {}
-        other => {
-            return Err(StrategyError::Protocol {
-                node: m.peer.clone(),
-                what: format!("expected Pong, got {}", other.kind()),
-            })
+    let (first, secs) = probe(m, FIRST_PROBE_BYTES, 0x5a5a)?;
+    let bandwidth = match second_probe_bytes(first, secs) {
+        Some(n) => {
+            let (n, secs) = probe(m, n, 0xa5a5)?;
+            n as f64 / secs.max(1e-6)
         }
-    }
-    let secs = ((mono_ns() - t0).saturating_sub(m.rtt_ns)) as f64 / 1e9;
-    let bandwidth = PROBE_BYTES as f64 / secs.max(1e-6);
+        None => first as f64 / secs.max(1e-6),
+    };
     let (kind, why) = rule(rss, dirty, bandwidth);
     tracing::info!(
         "auto for process {pid}: {} ({why}; {:.1} MiB to move)",
@@ -137,9 +137,56 @@ pub fn choose(m: &mut Source) -> Result<Choice> {
     })
 }
 
+/// Sends a `Ping` with `bytes` of attachment and waits for its `Pong`;
+/// returns the bytes and the seconds they took, less the round trip.
+fn probe(m: &mut Source, bytes: usize, tag: u64) -> Result<(usize, f64)> {
+    let data = vec![0u8; bytes];
+    let seq = m.id ^ tag;
+    let t0 = mono_ns();
+    m.ch.send_with(&Msg::Ping { seq }, &[&data])?;
+    m.count(bytes as u64);
+    match m.recv("Pong")? {
+        Msg::Pong { seq: s } if s == seq => {}
+        other => {
+            return Err(StrategyError::Protocol {
+                node: m.peer.clone(),
+                what: format!("expected Pong, got {}", other.kind()),
+            })
+        }
+    }
+    Ok((
+        bytes,
+        ((mono_ns() - t0).saturating_sub(m.rtt_ns)) as f64 / 1e9,
+    ))
+}
+
+/// The size of the measuring probe after a first one of `bytes` took
+/// `secs`: about [`PROBE_TIME`] at that rate, at most [`PROBE_BYTES`];
+/// None when the first took that long already (it is the measurement).
+fn second_probe_bytes(bytes: usize, secs: f64) -> Option<usize> {
+    let target = PROBE_TIME.as_secs_f64();
+    if secs >= target / 2.0 {
+        return None;
+    }
+    let n = (bytes as f64 / secs.max(1e-6) * target) as usize;
+    Some(n.clamp(bytes, PROBE_BYTES))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_measuring_probe_takes_about_the_probe_time() {
+        // 10 Mbit: 256 KiB took 0.21 s; that is the measurement.
+        assert_eq!(second_probe_bytes(256 << 10, 0.21), None);
+        // 100 Mbit: 256 KiB in 21 ms -> about 2.5 MB for 200 ms.
+        let n = second_probe_bytes(256 << 10, 0.021).unwrap();
+        assert!((2_300_000..2_700_000).contains(&n), "{n}");
+        // 1 Gbit and faster: capped at 8 MiB.
+        assert_eq!(second_probe_bytes(256 << 10, 0.002), Some(PROBE_BYTES));
+        assert_eq!(second_probe_bytes(256 << 10, 0.0), Some(PROBE_BYTES));
+    }
 
     #[test]
     fn a_chosen_pre_copy_gets_a_budget_unless_the_request_set_one() {

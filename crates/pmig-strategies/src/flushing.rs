@@ -79,13 +79,24 @@ impl Flushing {
     }
 
     fn handover_inner(&mut self, m: &mut Source, store: &Path) -> Result<()> {
-        std::fs::create_dir_all(store).map_err(io_err(format!("create {}", store.display())))?;
+        std::fs::create_dir_all(store).map_err(io_err(format!(
+            "create {} in the page store (--page-store)",
+            store.display()
+        )))?;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
         let holder = Holder::start_with(m.host, m.pid, store, &CaptureMode::Full)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.holder = Some(holder);
-        let set = kept_pages(&read_image(store)?, self.keep);
+        let image = read_image(store).map_err(|e| {
+            StrategyError::Other(format!(
+                "the page store {} does not hold the image written into it: {e} (the page \
+                 store must be one directory that every node, and the process's own mount \
+                 namespace, see)",
+                m.page_store.display()
+            ))
+        })?;
+        let set = kept_pages(&image, self.keep);
         let keep = RangeFilter::of_pages(set.iter().copied());
         let (kept, owed) = compose_small(store, &m.staging, &keep)?;
         self.owed_pages = owed.iter().map(|(_, l)| l / PAGE).sum();

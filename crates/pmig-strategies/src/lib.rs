@@ -821,9 +821,12 @@ pub fn migrate_with(
                 id,
                 reason: truncate(&e.to_string(), pmig_proto::msg::MAX_ERROR_TEXT),
             });
-            return Err(StrategyError::Other(format!(
-                "migration of process {pid} to {to_name} failed: {e}; {resumed}"
-            )));
+            // A process that ended by itself: that first, what failed with it after.
+            return Err(StrategyError::Other(if resumed == EXITED_MEANWHILE {
+                format!("migration of process {pid} to {to_name} failed: {resumed} (then: {e})")
+            } else {
+                format!("migration of process {pid} to {to_name} failed: {e}; {resumed}")
+            }));
         }
     };
     Ok(outcome_of(
