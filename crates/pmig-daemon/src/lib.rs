@@ -119,6 +119,9 @@ pub struct Node {
     answers: Mutex<HashMap<u64, Waiting>>,
     /// Processes still arriving here (a lazy strategy fills their pages in).
     arriving: Mutex<HashSet<i32>>,
+    /// Processes restored here, by source node and migration id: (pid,
+    /// start time), for the signals the source passes on (`Signals`).
+    restored: Mutex<HashMap<(String, u64), (i32, u64)>>,
     /// Host selection (reporting, and the selector role when it is ours).
     pub(crate) selector: Arc<pmig_services::selector::Selector>,
     /// Processes migrated here from other nodes, by pid (eviction, balancing).
@@ -213,11 +216,64 @@ impl Host for Node {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
     }
+    fn restored_here(&self, id: u64, peer: &str, pid: i32) {
+        let Some((_, _, start)) = evict::stat(pid) else {
+            return;
+        };
+        let mut r = self.restored.lock().unwrap_or_else(|p| p.into_inner());
+        // Bounded: the records of processes that ended go first.
+        if r.len() >= MAX_RESTORED_RECORDS {
+            r.retain(|_, (p, s)| {
+                evict::stat(*p).is_some_and(|(st, _, start)| start == *s && st != 'Z' && st != 'X')
+            });
+        }
+        if r.len() < MAX_RESTORED_RECORDS {
+            r.insert((peer.to_string(), id), (pid, start));
+        }
+    }
+}
+
+/// Most processes [`Node`] remembers as restored here (see `restored`).
+const MAX_RESTORED_RECORDS: usize = 4096;
+
+impl Node {
+    /// Delivers `signals` that `peer` passes on for migration `id` to the
+    /// process restored for it; the reply to send.
+    fn late_signals(&self, id: u64, peer: &str, signals: &[pmig_proto::msg::LateSignal]) -> Msg {
+        let rec = self
+            .restored
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(peer.to_string(), id))
+            .copied();
+        let text = match rec {
+            Some((pid, start)) => match evict::stat(pid) {
+                Some((st, _, s)) if s == start && st != 'Z' && st != 'X' => {
+                    let delivered = pmig_strategies::deliver_late_signals(pid, signals);
+                    tracing::info!(
+                            "{delivered} of {} signal(s) sent to the original on {peer} delivered to process {pid} (migration {id})",
+                            signals.len()
+                        );
+                    return Msg::SignalsDelivered { id, delivered };
+                }
+                _ => format!("process {pid} of migration {id} has ended here"),
+            },
+            None => format!("no process was restored here for migration {id} of {peer}"),
+        };
+        tracing::warn!(
+            "{} signal(s) from {peer} not delivered: {text}",
+            signals.len()
+        );
+        Msg::Error {
+            code: code::REFUSED,
+            text,
+        }
+    }
 }
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
-/// `answers-fail-after N`, `fail-restore`, `hang-before-restore`.
+/// `answers-fail-after N`, `fail-restore`, `hang-before-restore`, `hold-original`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
     if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
@@ -235,6 +291,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("answers-fail-after"), Some(n)) => h.answers_fail_after = n.parse().ok(),
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
+            (Some("hold-original"), _) => h.hold_original = true,
             _ => {}
         }
     }
@@ -296,6 +353,7 @@ pub fn run(cfg: Config) -> Result<()> {
         resumable: Mutex::new(HashMap::new()),
         answers: Mutex::new(HashMap::new()),
         arriving: Mutex::new(HashSet::new()),
+        restored: Mutex::new(HashMap::new()),
         selector,
         arrived: Mutex::new(HashMap::new()),
         evictions: Default::default(),
@@ -492,6 +550,12 @@ fn serve_peer(node: &Node, s: TcpStream) {
                     }
                 }
                 return;
+            }
+            Ok((Msg::Signals { id, signals }, _, _)) => {
+                let reply = node.late_signals(id, &peer, &signals);
+                if ch.send(&reply).is_err() {
+                    return;
+                }
             }
             Ok((Msg::MigrateOffer(offer), _, _)) => {
                 let (id, pid) = (offer.id, offer.pid);

@@ -2796,3 +2796,119 @@ fn ids_kept_with_pid_namespaces_auto() {
         ids_kept_with_pid_namespaces("auto", "ij");
     }
 }
+
+/// Signals sent to a moved process's old pid while its frozen original
+/// still exists reach the copy. The source keeps the original after the
+/// handover (test hook `hold-original`) until the test has sent, to the
+/// old pid, a `kill` (SI_USER) and two `sigqueue`s (SI_QUEUE, values 7 and
+/// 8): the copy must get exactly these three, in order, with their values,
+/// and none twice.
+fn late_signals(strategy: &str, tag: &str) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up(tag);
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-original\n").unwrap();
+    let release = env.node_dir("n1").join("release-original");
+    let cmds = env.dir.join("latesig.cmd");
+    std::fs::write(&cmds, "").unwrap();
+    let out = env.dir.join("latesig.out");
+    let bin = pmig_tests::scenario("latesig");
+    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+    wait_ready(&out);
+    let pid = child.id() as i32;
+    let got_lines = || -> Vec<String> {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("GOT"))
+            .map(str::to_string)
+            .collect()
+    };
+    let want = [
+        "GOT USR1 code 0",
+        "GOT RT value 7 code -1",
+        "GOT RT value 8 code -1",
+    ];
+    let rep = std::thread::scope(|sc| {
+        let m = sc.spawn(|| {
+            migrate_result(
+                env.migrate_cmd("n1", pid, "n2", strategy, 20)
+                    .output()
+                    .unwrap(),
+            )
+        });
+        wait_log(
+            &env,
+            "n1",
+            &format!("test hook: holding the original of {pid} "),
+        );
+        let st = state(pid);
+        assert!(
+            st.contains("t (tracing stop)"),
+            "the original is not held frozen: {st}"
+        );
+        // SAFETY: signals to the test's own child (the frozen original).
+        unsafe {
+            assert_eq!(libc::kill(pid, libc::SIGUSR1), 0);
+            for v in [7usize, 8] {
+                let val = libc::sigval {
+                    sival_ptr: v as *mut libc::c_void,
+                };
+                assert_eq!(libc::sigqueue(pid, libc::SIGRTMIN() + 1, val), 0);
+            }
+        }
+        let t0 = Instant::now();
+        while got_lines().len() < want.len() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the moved process got {:?} of {want:?} within 30 s\nn1:\n{}\nn2:\n{}",
+                got_lines(),
+                env.log("n1"),
+                env.log("n2")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::fs::write(&release, "").unwrap();
+        m.join().unwrap()
+    });
+    let rep = rep.unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new_pid);
+    // The original is gone now (killed after a last look for signals, before
+    // the report), so every signal it had has been passed on: none may come
+    // twice, and the copy handles any before it quits.
+    command(&cmds, "quit");
+    wait_gone(new_pid);
+    let _ = child.wait();
+    assert_eq!(
+        got_lines(),
+        want,
+        "signals lost, changed, reordered or doubled"
+    );
+    assert!(
+        env.log("n2")
+            .contains("signal(s) sent to the original on n1 delivered"),
+        "n2 does not log the delivery:\n{}",
+        env.log("n2")
+    );
+}
+
+#[test]
+fn late_signals_stop_copy() {
+    if root() {
+        late_signals("stop-copy", "lsa");
+    }
+}
+
+#[test]
+fn late_signals_post_copy() {
+    if root() {
+        late_signals("post-copy", "lsb");
+    }
+}
+
+#[test]
+fn late_signals_demand_paging() {
+    if root() {
+        late_signals("demand-paging", "lsc");
+    }
+}

@@ -34,6 +34,11 @@ impl ClusterKey {
         &self.0
     }
 
+    /// The key from 64 hex characters (as [`ClusterKey::to_hex`] writes it).
+    pub fn from_hex(text: &str) -> Option<Self> {
+        parse_key(Path::new("-"), text.as_bytes()).ok()
+    }
+
     /// The key as 64 lowercase hex characters (the key file format, without newline).
     pub fn to_hex(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -13,10 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 7: the destination of a lazy
+/// The protocol version this build speaks. 8: the holder of a frozen
+/// original passes the signals sent to it after its capture to the
+/// destination (`Signals`, §6.3h); a version-7 destination refuses them
+/// (unexpected message) and they are lost, as they were before, so version
+/// 7 is still spoken. 7: the destination of a lazy
 /// migration (post-copy, ampom, demand-paging, assisted-post-copy) opens a
 /// second connection, `Answers`, on which the source answers page requests
-/// apart from the background push (§6.5a); a version-6 source would refuse
+/// apart from the background push (§6.3a); a version-6 source would refuse
 /// it. 6: a demand-paging source sends
 /// post-copy's round of file copies before the stop and `NotOwed` after it
 /// (§6.3c), which a version-5 destination refuses. 5: a post-copy or ampom source
@@ -30,7 +34,7 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 7;
+pub const PROTO_VERSION: u16 = 8;
 /// The oldest protocol version this build can still speak.
 pub const MIN_PROTO_VERSION: u16 = 7;
 
@@ -42,6 +46,10 @@ pub const MAX_NODE_NAME: usize = 64;
 pub const MAX_ERROR_TEXT: usize = 4096;
 /// Largest number of pages in one `PageRequest`.
 pub const MAX_PAGE_REQUEST: usize = 4096;
+/// Largest number of signals in one `Signals`.
+pub const MAX_LATE_SIGNALS: usize = 4096;
+/// Size of a raw `siginfo_t` in `Signals`.
+pub const SIGINFO_LEN: usize = 128;
 
 /// Error codes carried by [`Msg::Error`].
 pub mod code {
@@ -240,6 +248,33 @@ pub enum Msg {
     Answers {
         id: u64,
     },
+    /// 22, source node → destination, first message on a new connection
+    /// (protocol 8), from the holder of the frozen original of migration
+    /// `id`: signals sent to the original after its capture (it stays
+    /// frozen while pages are owed). The destination delivers them to the
+    /// process it restored for `id` and answers `SignalsDelivered`. At
+    /// most `MAX_LATE_SIGNALS`.
+    Signals {
+        id: u64,
+        signals: Vec<LateSignal>,
+    },
+    /// 23, destination → source: of the last `Signals`, how many were
+    /// delivered.
+    SignalsDelivered {
+        id: u64,
+        delivered: u32,
+    },
+}
+
+/// A signal in [`Msg::Signals`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LateSignal {
+    /// The original thread it was sent to (`tgkill`), or 0: to the process.
+    pub tid: i32,
+    /// Whether that thread was the main thread.
+    pub main_thread: bool,
+    /// The raw `siginfo_t` (`SIGINFO_LEN` bytes) as the original had it queued.
+    pub info: Vec<u8>,
 }
 
 /// Service numbers carried by [`Msg::Service`].
@@ -317,6 +352,8 @@ impl Msg {
             Msg::Resume { .. } => "Resume",
             Msg::NotOwed { .. } => "NotOwed",
             Msg::Answers { .. } => "Answers",
+            Msg::Signals { .. } => "Signals",
+            Msg::SignalsDelivered { .. } => "SignalsDelivered",
         }
     }
 
@@ -417,6 +454,17 @@ impl Msg {
                         "PageStore: the path must be absolute, normal, at most {MAX_STORE_PATH} bytes and end in the migration id {id}"
                     )));
                 }
+            }
+            Msg::Signals { signals, .. }
+                if signals.len() > MAX_LATE_SIGNALS
+                    || signals
+                        .iter()
+                        .any(|s| s.info.len() != SIGINFO_LEN || s.tid < 0) =>
+            {
+                return Err(ProtoError::Malformed(format!(
+                    "Signals: at most {MAX_LATE_SIGNALS} signals of {SIGINFO_LEN} bytes each, got {}",
+                    signals.len()
+                )));
             }
             Msg::ImageFile { name, .. } if !is_safe_file_name(name) => {
                 return Err(ProtoError::Malformed(format!(
@@ -561,6 +609,21 @@ mod tests {
         assert!(!ok(not_owed(vec![(0, 4096); MAX_PAGE_REQUEST + 1])));
         let m = store("/var/tmp/pmig-pagestore/42");
         assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
+        let signals = |n: usize, len: usize, tid: i32| Msg::Signals {
+            id: 1,
+            signals: vec![
+                LateSignal {
+                    tid,
+                    main_thread: true,
+                    info: vec![0; len],
+                };
+                n
+            ],
+        };
+        assert!(ok(signals(2, SIGINFO_LEN, 0)));
+        assert!(!ok(signals(1, SIGINFO_LEN - 1, 0)));
+        assert!(!ok(signals(1, SIGINFO_LEN, -1)));
+        assert!(!ok(signals(MAX_LATE_SIGNALS + 1, SIGINFO_LEN, 0)));
     }
 
     #[test]
@@ -615,6 +678,18 @@ mod tests {
                 last: true,
             },
             Msg::Answers { id: 9 },
+            Msg::Signals {
+                id: 9,
+                signals: vec![LateSignal {
+                    tid: 1235,
+                    main_thread: false,
+                    info: vec![7; SIGINFO_LEN],
+                }],
+            },
+            Msg::SignalsDelivered {
+                id: 9,
+                delivered: 1,
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();

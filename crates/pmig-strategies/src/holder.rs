@@ -16,9 +16,18 @@
 //! ```text
 //! holder → daemon  {"captured":{"frozen_ns":…,"captured_ns":…,"page_bytes":…,"threads":…}}
 //!                  or {"error":"…"} (the process was not touched, or was resumed)
-//! daemon → holder  kill | resume          (end of file = resume)
+//! daemon → holder  handover [ADDR ID NODE KEY]   (any number of times)
+//!                  kill | resume          (end of file = resume, or kill
+//!                                          after a handover)
 //! holder → daemon  {"done":"killed"} | {"done":"resumed"} | {"error":"…"}
 //! ```
+//!
+//! After `handover` the original never runs again. With the destination's
+//! `ADDR`, the migration `ID`, this node's name and the cluster key (hex),
+//! the holder also passes on the signals sent to the frozen original after
+//! its capture: it looks every [`LATE_SIGNAL_POLL`] and once more before
+//! the kill, and sends what it finds to the destination (`Signals`,
+//! docs/protocol.md §6.3h), which delivers it to the copy.
 //!
 //! A *primed* holder (`--hold-wait`, [`Primed`]) first does everything that
 //! comes before the freeze (the mount namespace, the checks, the mappings
@@ -42,6 +51,7 @@ use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::precheck_all;
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter, ScanFor};
+use pmig_engine::resources::signals::LateSignals;
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
@@ -174,13 +184,19 @@ impl CaptureMode {
     }
 }
 
-/// Freezes `pid` and captures it into `dir`. Also returns the layout read
-/// before the freeze if the capture used it (see [`Layout`]).
-fn freeze_and_capture(
-    pid: i32,
-    dir: &Path,
-    mode: &CaptureMode,
-) -> Result<(Frozen, Captured, Option<Layout>)> {
+/// A frozen and captured process, as the holder keeps it.
+struct Held {
+    frozen: Frozen,
+    captured: Captured,
+    /// The layout read before the freeze, if the capture used it (see
+    /// [`Layout`]).
+    layout: Option<Layout>,
+    /// The signals sent to it since the capture.
+    late: LateSignals,
+}
+
+/// Freezes `pid` and captures it into `dir`.
+fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Held> {
     let ready = prepare(pid, dir, mode)?;
     freeze_and_capture_prepared(pid, mode, ready)
 }
@@ -236,11 +252,7 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
 }
 
 /// [`freeze_and_capture`] once [`prepare`] has read `layout`.
-fn freeze_and_capture_prepared(
-    pid: i32,
-    mode: &CaptureMode,
-    ready: Ready,
-) -> Result<(Frozen, Captured, Option<Layout>)> {
+fn freeze_and_capture_prepared(pid: i32, mode: &CaptureMode, ready: Ready) -> Result<Held> {
     let Ready {
         layout,
         writer,
@@ -288,7 +300,12 @@ fn freeze_and_capture_prepared(
         };
         capture_frozen(&mut frozen, frozen_ns, writer, mode, aids)
     })
-    .map(|(c, reused)| (frozen, c, reused.then_some(sent)))
+    .map(|(captured, reused, late)| Held {
+        frozen,
+        captured,
+        layout: reused.then_some(sent),
+        late,
+    })
 }
 
 /// The capture of [`freeze_and_capture`] once the process is frozen.
@@ -298,7 +315,7 @@ fn capture_frozen(
     mut w: ImageWriter,
     mode: &CaptureMode,
     aids: Aids,
-) -> Result<(Captured, bool)> {
+) -> Result<(Captured, bool, LateSignals)> {
     let pid = frozen.pid;
     let (img, reused) = match mode {
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
@@ -324,7 +341,15 @@ fn capture_frozen(
         page_bytes: img.memory.image_bytes(),
         threads: img.threads.threads.len(),
     };
-    Ok((c, reused))
+    let late = LateSignals::after(
+        img.signals.shared_pending.len(),
+        img.threads
+            .threads
+            .iter()
+            .map(|t| t.pending.len())
+            .collect(),
+    );
+    Ok((c, reused, late))
 }
 
 /// The ranges pre-copy write-protected since its last round: `start len`
@@ -408,7 +433,12 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
     } else {
         freeze_and_capture(pid, dir, mode)
     };
-    let (frozen, c, layout) = match captured {
+    let Held {
+        frozen,
+        captured: c,
+        layout,
+        mut late,
+    } = match captured {
         Ok(x) => x,
         Err(e) => {
             say(&HolderMsg::Error(e.to_string()));
@@ -420,15 +450,23 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
     // `handover`: the destination runs the process now, so if the daemon
     // vanishes (end of input) the original must not run again next to it.
     let mut handed_over = false;
-    let mut cmd = String::new();
-    for _ in 0..16 {
-        let mut line = String::new();
-        cmd = match std::io::stdin().lock().read_line(&mut line) {
-            Ok(_) => line.trim().to_string(),
-            Err(_) => String::new(),
+    let mut forward: Option<Forward> = None;
+    let mut input = Input::default();
+    let mut cmd = loop {
+        let wait = forward.as_ref().map(|_| LATE_SIGNAL_POLL);
+        let line = match input.next(wait) {
+            Got::Line(l) => l,
+            Got::Timeout => {
+                if let Some(f) = forward.as_mut() {
+                    f.pass_on(&frozen, &mut late);
+                }
+                continue;
+            }
+            Got::End => break String::new(),
         };
-        if cmd != "handover" {
-            break;
+        let mut words = line.split_whitespace();
+        if words.next() != Some("handover") {
+            break line;
         }
         if !handed_over {
             if let Some(l) = &layout {
@@ -436,7 +474,10 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
             }
         }
         handed_over = true;
-    }
+        if forward.is_none() {
+            forward = Forward::parse(pid, &words.collect::<Vec<_>>());
+        }
+    };
     if cmd.is_empty() && handed_over {
         tracing::error!("holder of {pid}: the daemon vanished after the handover; killing the original, which runs elsewhere");
         cmd = "kill".into();
@@ -447,6 +488,10 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
         cmd = "kill".into();
     }
     if cmd == "kill" {
+        // The last look: what came since is lost (microseconds).
+        if let Some(f) = forward.as_mut() {
+            f.pass_on(&frozen, &mut late);
+        }
         match kill_and_reap(frozen) {
             Ok(()) => {
                 say(&HolderMsg::Done("killed".into()));
@@ -471,6 +516,158 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
                 1
             }
         }
+    }
+}
+
+/// How often a holder looks for signals sent to the frozen original once
+/// the copy runs (see [`Forward`]).
+pub const LATE_SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What [`Input::next`] got.
+enum Got {
+    Line(String),
+    Timeout,
+    End,
+}
+
+/// The daemon's instructions on the holder's stdin, one per line, read
+/// straight from the descriptor so that a wait for the next one can end
+/// after a while.
+#[derive(Default)]
+struct Input {
+    buf: Vec<u8>,
+    end: bool,
+}
+
+impl Input {
+    /// The next line; after `wait` (if any) with none, `Timeout`.
+    fn next(&mut self, wait: Option<std::time::Duration>) -> Got {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        loop {
+            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=i).collect();
+                return Got::Line(String::from_utf8_lossy(&line).trim().to_string());
+            }
+            if self.end {
+                return Got::End;
+            }
+            let stdin = std::io::stdin();
+            let timeout = match wait {
+                Some(d) => PollTimeout::try_from(d).unwrap_or(PollTimeout::MAX),
+                None => PollTimeout::NONE,
+            };
+            let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(0) => return Got::Timeout,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => self.end = true,
+            }
+            let mut chunk = [0u8; 512];
+            match nix::unistd::read(stdin.as_raw_fd(), &mut chunk) {
+                Ok(n) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                Err(nix::errno::Errno::EINTR) => {}
+                _ => self.end = true,
+            }
+        }
+    }
+}
+
+/// Where the signals sent to the frozen original after its capture go:
+/// the destination daemon, for the process it restored.
+struct Forward {
+    pid: i32,
+    addr: String,
+    id: u64,
+    node: String,
+    key: pmig_proto::ClusterKey,
+    /// Set after a failure: the rest is logged, not sent.
+    failed: bool,
+}
+
+impl Forward {
+    /// From the words after `handover`: ADDR ID NODE KEY.
+    fn parse(pid: i32, w: &[&str]) -> Option<Forward> {
+        let [addr, id, node, key] = w else {
+            return None;
+        };
+        Some(Forward {
+            pid,
+            addr: addr.to_string(),
+            id: id.parse().ok()?,
+            node: node.to_string(),
+            key: pmig_proto::ClusterKey::from_hex(key)?,
+            failed: false,
+        })
+    }
+
+    /// Looks for new signals on `frozen` and sends them to the destination.
+    fn pass_on(&mut self, frozen: &Frozen, late: &mut LateSignals) {
+        if self.failed {
+            return;
+        }
+        let found = match late.take(frozen) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(
+                    "holder of {}: cannot look for signals sent to the original any more: {e}",
+                    self.pid
+                );
+                self.failed = true;
+                return;
+            }
+        };
+        if found.is_empty() {
+            return;
+        }
+        let n = found.len();
+        match self.send(found) {
+            Ok(d) => tracing::info!(
+                "holder of {}: {d} of {n} signal(s) sent to the original after its capture passed on to {} (migration {})",
+                self.pid, self.addr, self.id
+            ),
+            Err(e) => {
+                tracing::warn!(
+                    "holder of {}: {n} signal(s) sent to the original after its capture could not be passed on to {}: {e}",
+                    self.pid, self.addr
+                );
+                self.failed = true;
+            }
+        }
+    }
+
+    fn send(&self, found: Vec<pmig_engine::resources::signals::LateSignal>) -> Result<u32> {
+        use pmig_proto::Msg;
+        let cfg = pmig_proto::Config::new(&self.node);
+        let mut ch = pmig_proto::blocking::connect(&self.addr, &self.key, &cfg)?;
+        let _ = ch
+            .stream()
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)));
+        let mut delivered = 0;
+        for batch in found.chunks(pmig_proto::msg::MAX_LATE_SIGNALS) {
+            ch.send(&Msg::Signals {
+                id: self.id,
+                signals: batch
+                    .iter()
+                    .map(|s| pmig_proto::msg::LateSignal {
+                        tid: s.tid.unwrap_or(0),
+                        main_thread: s.main_thread,
+                        info: s.info.clone(),
+                    })
+                    .collect(),
+            })?;
+            match ch.recv()? {
+                Msg::SignalsDelivered { id, delivered: d } if id == self.id => delivered += d,
+                Msg::Error { text, .. } => return Err(StrategyError::Other(text)),
+                other => {
+                    return Err(StrategyError::Other(format!(
+                        "expected SignalsDelivered, got {}",
+                        other.kind()
+                    )))
+                }
+            }
+        }
+        Ok(delivered)
     }
 }
 
@@ -768,10 +965,20 @@ impl<'h> Holder<'h> {
     }
 
     /// The destination runs the process: from now on the original must never
-    /// run again, even if this daemon dies (the holder then kills it).
-    pub fn handed_over(&mut self) {
+    /// run again, even if this daemon dies (the holder then kills it). With
+    /// the destination's address `to` and the migration `id`, the holder
+    /// passes the signals sent to the original from now on to the copy.
+    pub fn handed_over(&mut self, to: Option<(std::net::SocketAddr, u64)>) {
+        let line = match to {
+            Some((addr, id)) => format!(
+                "handover {addr} {id} {} {}\n",
+                self.host.node(),
+                self.host.cluster_key().to_hex()
+            ),
+            None => "handover\n".into(),
+        };
         if let Some(s) = self.stdin.as_mut() {
-            if let Err(e) = s.write_all(b"handover\n") {
+            if let Err(e) = s.write_all(line.as_bytes()) {
                 tracing::warn!("tell the holder of {} about the handover: {e}", self.pid);
             }
         }
@@ -780,7 +987,31 @@ impl<'h> Holder<'h> {
 
     /// The destination runs the process: kill the frozen original.
     pub fn kill(mut self) -> Result<()> {
+        if self.handed && self.host.hooks().hold_original {
+            self.hold_for_test();
+        }
         self.command("kill")
+    }
+
+    /// The `hold-original` test hook: waits (at most 60 s) for
+    /// `<state dir>/release-original`, which it then removes.
+    fn hold_for_test(&self) {
+        let release = self.host.state_dir().join("release-original");
+        tracing::warn!(
+            "test hook: holding the original of {} until {} exists",
+            self.pid,
+            release.display()
+        );
+        for _ in 0..6000 {
+            if std::fs::remove_file(&release).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        tracing::warn!(
+            "test hook: {} never came; killing the original",
+            release.display()
+        );
     }
 
     /// Let the original run on, exactly as it was: only before the handover.

@@ -195,6 +195,10 @@ pub struct Hooks {
     /// Source of a lazy migration: the answers' connection (protocol 7)
     /// fails after this many answer messages (to test the fallback).
     pub answers_fail_after: Option<u64>,
+    /// Source: after the handover the frozen original is kept (not killed)
+    /// until `<state dir>/release-original` exists (at most 60 s), logging
+    /// one line, so that signals can be sent to it at a known point.
+    pub hold_original: bool,
 }
 
 /// What a strategy needs from the node it runs on.
@@ -268,6 +272,10 @@ pub trait Host: Send + Sync {
     }
     /// Ends what [`Host::expect_answers`] began.
     fn forget_answers(&self, _id: u64) {}
+    /// Destination: process `pid` runs here now, restored for migration
+    /// `id` from `peer`, whose holder may pass it signals sent to the
+    /// original (`Signals`) until the migration ends.
+    fn restored_here(&self, _id: u64, _peer: &str, _pid: i32) {}
 }
 
 /// Progress of a migration, for progress bars.
@@ -489,8 +497,9 @@ impl Source<'_> {
     pub fn restored(&mut self, pid: i32, since_resume_us: u64) {
         let now = mono_ns();
         self.new_pid = Some(pid);
+        let to = self.ch.stream().peer_addr().ok().map(|a| (a, self.id));
         if let Some(h) = self.holder.as_mut() {
-            h.handed_over();
+            h.handed_over(to);
         }
         self.resumed_ns =
             Some(now.saturating_sub(self.rtt_ns / 2 + since_resume_us.saturating_mul(1000)));
@@ -970,6 +979,32 @@ pub fn serve_offer(
     drop(d.restorer.take());
     let _ = std::fs::remove_dir_all(&staging);
     r.map(Some)
+}
+
+/// Destination: delivers to process `pid` the signals the holder of its
+/// frozen original passed on (`Signals`); returns how many were delivered.
+/// One that cannot be is logged (the process may have exited meanwhile).
+pub fn deliver_late_signals(pid: i32, signals: &[pmig_proto::msg::LateSignal]) -> u32 {
+    use pmig_engine::resources::signals::{deliver_late, LateSignal};
+    let mut delivered = 0;
+    for s in signals {
+        let late = LateSignal {
+            tid: (s.tid != 0).then_some(s.tid),
+            main_thread: s.main_thread,
+            info: s.info.clone(),
+        };
+        let sig = s.info.first().copied().unwrap_or(0);
+        match deliver_late(pid, &late) {
+            Ok(to) => {
+                delivered += 1;
+                tracing::debug!(
+                    "signal {sig} sent to the original delivered to process {pid} ({to})"
+                );
+            }
+            Err(e) => tracing::warn!("signal {sig} sent to the original of process {pid}: {e}"),
+        }
+    }
+    delivered
 }
 
 #[cfg(test)]

@@ -1346,6 +1346,7 @@ pub(crate) fn start_lazy(
         lm.set_journal(journal);
         act
     });
+    d.host.restored_here(d.offer.id, &d.peer, pid);
     d.ch.send(&Msg::Restored {
         id: d.offer.id,
         pid,

@@ -242,6 +242,7 @@ impl Strategy for StopCopy {
             Ok(t) => t,
             Err(e) => return Err(fail(d, code::RESTORE_FAILED, e)),
         };
+        d.host.restored_here(d.offer.id, &d.peer, pid);
         d.ch.send(&Msg::Restored {
             id: d.offer.id,
             pid,

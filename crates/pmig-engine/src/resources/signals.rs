@@ -145,3 +145,208 @@ impl Resource for Signals {
         Ok(())
     }
 }
+
+/// A signal that landed on the frozen original after its capture, to be
+/// delivered to the copy instead (see [`LateSignals`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateSignal {
+    /// The original thread's id, or None for the process-wide queue.
+    pub tid: Option<libc::pid_t>,
+    /// Whether that thread is the main thread.
+    pub main_thread: bool,
+    /// Raw `siginfo_t` (128 bytes).
+    pub info: Vec<u8>,
+}
+
+const SI_USER: i32 = 0;
+const SI_QUEUE: i32 = -1;
+const SI_TKILL: i32 = -6;
+
+/// The signal number and `si_code` of a raw `siginfo_t`.
+fn signo_code(info: &[u8]) -> Option<(i32, i32)> {
+    let word = |o: usize| Some(i32::from_le_bytes(info.get(o..o + 4)?.try_into().ok()?));
+    Some((word(0)?, word(8)?))
+}
+
+/// Whether a signal found on the frozen original was sent by someone to the
+/// process (`kill`, `sigqueue`, `tgkill`): those are the ones to deliver to
+/// its copy. Others are the original's own doing (its timers keep firing
+/// while it is frozen, and the copy has them too) or the kernel's.
+pub fn sent_by_someone(info: &[u8]) -> bool {
+    matches!(signo_code(info), Some((s, SI_USER | SI_QUEUE | SI_TKILL)) if (1..=64).contains(&s))
+}
+
+/// The signals queued on a frozen process after it was captured, a batch
+/// at a time. The process is frozen, so nothing takes signals off its
+/// queues: the first entries of each queue are those the image holds, and
+/// whatever is behind them arrived since. A standard (non-real-time) signal
+/// already queued is not queued again by the kernel, so a second one of the
+/// same number sent to the original is merged into the first, as it would
+/// be in a process that has it blocked.
+#[derive(Debug, Clone)]
+pub struct LateSignals {
+    shared_seen: usize,
+    /// By thread index, as in the image.
+    thread_seen: Vec<usize>,
+}
+
+impl LateSignals {
+    /// After a capture whose image holds `shared` process-wide pending
+    /// signals and `per_thread[i]` for thread `i`.
+    pub fn after(shared: usize, per_thread: Vec<usize>) -> LateSignals {
+        LateSignals {
+            shared_seen: shared,
+            thread_seen: per_thread,
+        }
+    }
+
+    /// The signals sent to the process since the last call (or the capture).
+    pub fn take(&mut self, frozen: &crate::ptrace::Frozen) -> Result<Vec<LateSignal>> {
+        let mut out = Vec::new();
+        let Some(main) = frozen.threads.first().map(|t| t.tid) else {
+            return Ok(out);
+        };
+        let shared = sys::peek_siginfo(main, true)?;
+        for info in shared.iter().skip(self.shared_seen) {
+            if sent_by_someone(info) {
+                out.push(LateSignal {
+                    tid: None,
+                    main_thread: false,
+                    info: info.clone(),
+                });
+            }
+        }
+        self.shared_seen = self.shared_seen.max(shared.len());
+        for (i, t) in frozen.threads.iter().enumerate() {
+            let seen = self.thread_seen.get(i).copied().unwrap_or(0);
+            let private = sys::peek_siginfo(t.tid, false)?;
+            for info in private.iter().skip(seen) {
+                if sent_by_someone(info) {
+                    out.push(LateSignal {
+                        tid: Some(t.tid),
+                        main_thread: i == 0,
+                        info: info.clone(),
+                    });
+                }
+            }
+            if i >= self.thread_seen.len() {
+                self.thread_seen.resize(i + 1, 0);
+            }
+            self.thread_seen[i] = seen.max(private.len());
+        }
+        Ok(out)
+    }
+}
+
+/// Delivers `s`, a signal sent to the original of process `pid` (see
+/// [`LateSignals`]), to `pid`, keeping what the sender put in it: a
+/// `sigqueue` keeps its value and sender, a `kill` arrives as a `kill` from
+/// the caller. A thread-directed one goes to the same thread when it kept
+/// its id here, to the main thread if it was sent there, and to the process
+/// otherwise (its thread has another id now). Returns where it went.
+pub fn deliver_late(pid: libc::pid_t, s: &LateSignal) -> Result<&'static str> {
+    let (sig, code) = signo_code(&s.info)
+        .filter(|_| s.info.len() == sys::SIGINFO_SIZE && sent_by_someone(&s.info))
+        .ok_or_else(|| EngineError::Other("not a signal sent by a process".into()))?;
+    let tid = match s.tid {
+        Some(t) if std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists() => Some(t),
+        Some(_) if s.main_thread => Some(pid),
+        _ => None,
+    };
+    // SAFETY: plain system calls on integers, and on a 128-byte siginfo
+    // buffer the kernel only reads.
+    let r = unsafe {
+        match (tid, code) {
+            (None, SI_QUEUE) => libc::syscall(libc::SYS_rt_sigqueueinfo, pid, sig, s.info.as_ptr()),
+            (None, _) => libc::kill(pid, sig) as libc::c_long,
+            (Some(t), SI_QUEUE) => {
+                libc::syscall(libc::SYS_rt_tgsigqueueinfo, pid, t, sig, s.info.as_ptr())
+            }
+            (Some(t), _) => libc::syscall(libc::SYS_tgkill, pid, t, sig),
+        }
+    };
+    if r < 0 {
+        return Err(crate::error::errno_err(format!(
+            "deliver signal {sig} to process {pid}"
+        )));
+    }
+    Ok(match tid {
+        None => "the process",
+        Some(t) if t == pid => "its main thread",
+        Some(_) => "the same thread",
+    })
+}
+
+#[cfg(test)]
+mod late_tests {
+    use super::*;
+
+    fn info(sig: i32, code: i32) -> Vec<u8> {
+        let mut v = vec![0u8; sys::SIGINFO_SIZE];
+        v[0..4].copy_from_slice(&sig.to_le_bytes());
+        v[8..12].copy_from_slice(&code.to_le_bytes());
+        v
+    }
+
+    #[test]
+    fn only_signals_someone_sent_are_passed_on() {
+        assert!(sent_by_someone(&info(libc::SIGTERM, SI_USER)));
+        assert!(sent_by_someone(&info(libc::SIGRTMIN() + 1, SI_QUEUE)));
+        assert!(sent_by_someone(&info(libc::SIGUSR1, SI_TKILL)));
+        // The original's own timers: SI_TIMER, and itimers' SI_KERNEL.
+        assert!(!sent_by_someone(&info(libc::SIGALRM, -2)));
+        assert!(!sent_by_someone(&info(libc::SIGALRM, 0x80)));
+        // A fault, a child's exit.
+        assert!(!sent_by_someone(&info(libc::SIGSEGV, 1)));
+        assert!(!sent_by_someone(&info(libc::SIGCHLD, 1)));
+        assert!(!sent_by_someone(&info(0, SI_USER)));
+        assert!(!sent_by_someone(&[0u8; 4]));
+    }
+
+    #[test]
+    fn a_queued_signal_keeps_its_value_and_a_bad_one_is_refused() {
+        // To ourselves, blocked, then read back with sigtimedwait.
+        let me = std::process::id() as libc::pid_t;
+        let sig = libc::SIGRTMIN() + 3;
+        // SAFETY: a zeroed sigset_t is valid; sigaddset/pthread_sigmask on it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        let mut i = info(sig, SI_QUEUE);
+        i[16..20].copy_from_slice(&4242i32.to_le_bytes()); // si_pid
+        i[24..32].copy_from_slice(&77u64.to_le_bytes()); // si_value
+        let tid = nix::unistd::gettid().as_raw();
+        let s = LateSignal {
+            tid: Some(tid),
+            main_thread: false,
+            info: i,
+        };
+        assert_eq!(deliver_late(me, &s).unwrap(), "the same thread");
+        // SAFETY: a zeroed siginfo_t is valid output storage.
+        let mut got: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let ts = libc::timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid set, output and timeout pointers.
+        let r = unsafe { libc::sigtimedwait(&set, &mut got, &ts) };
+        // SAFETY: restoring our own mask.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+        assert_eq!(r, sig);
+        // SAFETY: reading the union members of a SI_QUEUE siginfo.
+        unsafe {
+            assert_eq!(got.si_code, SI_QUEUE);
+            assert_eq!(got.si_pid(), 4242);
+            assert_eq!(got.si_value().sival_ptr as u64, 77);
+        }
+        let bad = LateSignal {
+            tid: None,
+            main_thread: false,
+            info: info(libc::SIGALRM, -2),
+        };
+        assert!(deliver_late(me, &bad).is_err());
+    }
+}
