@@ -1,0 +1,40 @@
+#!/bin/bash
+# Moves each program of a cases file around a fresh 3-node cluster with
+# bench/hops.sh and prints each run's hops and verdict (BENCHMARKS.md,
+# "A third sweep of real programs").
+# Usage: [PMIG=BINARY] [WARM=1] bench/sweep.sh CASES
+# CASES: one case per line, `STRATEGY|LINK|SHELL COMMAND` (blank lines and
+# lines starting with # are skipped). The commands may use $SWEEP_DATA, a
+# directory with text.txt (15 MB), text24.txt (370 MB) and after.tcl (a Tcl
+# loop with `after` timers), made on the first run (default
+# /var/tmp/pmig-sweep-data).
+set -u
+cd "$(dirname "$0")/.."
+[ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: $0 CASES" >&2; exit 2; }
+export SWEEP_DATA=${SWEEP_DATA:-/var/tmp/pmig-sweep-data}
+if [ ! -s "$SWEEP_DATA/text24.txt" ]; then
+    mkdir -p "$SWEEP_DATA"
+    awk 'BEGIN { for (i = 1; i <= 400000; i++)
+        printf "line %d alpha beta %d gamma %d\n", (i * 7919) % 1000003, i % 97, i }' \
+        >"$SWEEP_DATA/text.txt"
+    for _ in $(seq 24); do cat "$SWEEP_DATA/text.txt"; done >"$SWEEP_DATA/text24.txt"
+fi
+cat >"$SWEEP_DATA/after.tcl" <<'TCL'
+set n 0
+proc tick {} { global n; incr n; if {$n < 300} { after 10 tick } else { set ::done 1 } }
+after 10 tick
+vwait ::done
+puts "ticks $n"
+set s 0
+for {set i 0} {$i < 6000000} {incr i} { set s [expr {($s + $i * 7) % 1000003}] }
+puts "sum $s"
+TCL
+export WARM=${WARM:-1}
+status=0
+while IFS='|' read -r strategy link cmd; do
+    case "$strategy" in ''|'#'*) continue ;; esac
+    echo "=== $strategy [$link] $cmd"
+    LINK=$link timeout 900 bench/hops.sh "$strategy" bash -c "$cmd" 2>&1 | tail -6
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+done <"$1"
+exit $status
