@@ -1743,7 +1743,13 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         done.store(true, Ordering::Release);
     });
     if let Some(e) = failed.lock().unwrap().take() {
-        tracing::error!("post-copy of {comm} (pid {pid}): {e}; the process is lost");
+        // assisted-post-copy's pages dirtied since round 0 come as post-copy's.
+        let how = match (until_exit, prefetch) {
+            (true, _) => "demand paging",
+            (false, true) => "ampom",
+            (false, false) => "post-copy",
+        };
+        tracing::error!("{how} of {comm} (pid {pid}): {e}; the process is lost");
         return Err(fail(ch, format!("{node}: {e}; the process is lost")));
     }
     let st = lm.stats();
@@ -1757,7 +1763,8 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     }
     // Nothing is owed: a takeover is no longer needed.
     end_record();
-    tracing::info!("post-copy of {comm} (pid {pid}) complete: {st:?}");
+    let how = if prefetch { "ampom" } else { "post-copy" };
+    tracing::info!("{how} of {comm} (pid {pid}) complete: {st:?}");
     ch.send(&Msg::PagesDone {
         id,
         installed: st.installed_pages,
