@@ -273,7 +273,8 @@ impl Node {
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
-/// `answers-fail-after N`, `fail-restore`, `hang-before-restore`, `hold-original`.
+/// `answers-fail-after N`, `fail-restore`, `hang-before-restore`,
+/// `hold-original`, `hold-flush`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
     if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
@@ -292,6 +293,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
             (Some("hold-original"), _) => h.hold_original = true,
+            (Some("hold-flush"), _) => h.hold_flush = true,
             _ => {}
         }
     }
@@ -325,7 +327,7 @@ pub fn run(cfg: Config) -> Result<()> {
             source: std::io::Error::last_os_error(),
         });
     }
-    remove_stale_staging(&cfg.staging_root);
+    remove_stale_staging(&cfg.staging_root, &cfg.node);
     let me = pmig_services::Peer {
         name: cfg.node.clone(),
         addr: cfg
@@ -932,20 +934,24 @@ pub(crate) fn migrate_core(
 }
 
 /// Removes staging directories (`pmig-<node>-<daemon pid>-in|out-…`) left behind by
-/// daemons that died (killed in the middle of a migration).
-fn remove_stale_staging(root: &Path) {
+/// earlier daemons of this node that died (killed in the middle of a
+/// migration). Only this node's: the staging root may be shared with other
+/// nodes (a local cluster's nodes share `/dev/shm`), whose daemons' pids
+/// mean nothing here (each node may have a pid namespace of its own).
+fn remove_stale_staging(root: &Path, node: &str) {
     let Ok(rd) = std::fs::read_dir(root) else {
         return;
     };
+    let ours = format!("pmig-{node}-");
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("pmig-") else {
+        let Some(rest) = name.strip_prefix(&ours) else {
             continue;
         };
-        let parts: Vec<&str> = rest.splitn(4, '-').collect();
+        let parts: Vec<&str> = rest.splitn(3, '-').collect();
         let (Some(pid), Some(dir)) = (
-            parts.get(1).and_then(|p| p.parse::<i32>().ok()),
-            parts.get(2),
+            parts.first().and_then(|p| p.parse::<i32>().ok()),
+            parts.get(1),
         ) else {
             continue;
         };
@@ -1006,5 +1012,33 @@ fn reaper(node: &Node) {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_nodes_stale_staging_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        // No such pid (above the kernel's pid_max limit of 2^22).
+        let dead = 1 << 23;
+        let names = [
+            format!("pmig-n1-{dead}-in-n2-7"),
+            format!("pmig-n1-{me}-out-n2-8"),
+            format!("pmig-n2-{dead}-in-n1-9"),
+            format!("pmig-n1x-{dead}-in-n1-10"),
+            "pmig-n1-notapid-in-1".to_string(),
+        ];
+        for n in &names {
+            std::fs::create_dir(root.path().join(n)).unwrap();
+        }
+        remove_stale_staging(root.path(), "n1");
+        let left: Vec<bool> = names.iter().map(|n| root.path().join(n).exists()).collect();
+        // Only n1's directory of a dead daemon goes: n2's daemon (and its pid)
+        // may live in another pid namespace.
+        assert_eq!(left, [false, true, true, true, true]);
     }
 }

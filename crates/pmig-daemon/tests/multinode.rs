@@ -1036,9 +1036,10 @@ fn move_around(
         }
         let new = rep["new_pid"].as_i64().unwrap() as i32;
         assert!(alive(new), "{what}: restored pid {new} is not running");
-        if strategy == "demand-paging" && new != pid {
+        if matches!(strategy, "demand-paging" | "freeze-free") && new != pid {
             // It reports at the handover, then copies the frozen original's
-            // pages aside (serving faults from the original meanwhile) and
+            // pages aside (demand-paging) or into the page store
+            // (freeze-free), serving faults from the original meanwhile, and
             // kills it: frozen until then, and gone soon after.
             // utime is the kernel's split of the run time by tick samples
             // (cputime_adjust): the kernel time of dying can show as user
@@ -1359,7 +1360,38 @@ fn dirtier_and_python_move_around_three_nodes_with_freeze_free() {
     if !root() {
         return;
     }
-    moves_programs_around("freeze-free", "k", flushing_report);
+    moves_programs_around("freeze-free", "k", freeze_free_report);
+}
+
+/// freeze-free: a small stop; until the page store is complete the source
+/// keeps the frozen original and answers faults, then the store is the
+/// residual dependency and is removed once every page has been read (the
+/// report comes at the handover).
+fn freeze_free_report(rep: &serde_json::Value) {
+    let b = &rep["bytes_per_phase"];
+    let down = b["down"].as_u64().unwrap();
+    assert!(
+        down < 4 << 20,
+        "the stop sent {down} bytes: more than the state: {rep}"
+    );
+    let r = &rep["residual"];
+    assert_eq!(r["node"], rep["source"], "{rep}");
+    let what = r["what"].as_str().unwrap_or("");
+    let until = r["until"].as_str().unwrap_or("");
+    assert!(
+        until.contains("the page store is complete") && until.contains("every page is read"),
+        "{rep}"
+    );
+    let store = what
+        .rsplit_once("page store ")
+        .map(|(_, w)| w.trim_end_matches(')'))
+        .unwrap_or_else(|| panic!("no page store in {rep}"));
+    assert!(store.starts_with("/var/tmp/pmig-pagestore/"), "{rep}");
+    let t0 = Instant::now();
+    while std::path::Path::new(store).exists() {
+        assert!(t0.elapsed() < LIMIT, "{store} was not removed: {rep}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// assisted-post-copy: everything once before the stop (round 0), only the
@@ -2935,4 +2967,64 @@ fn late_signals_demand_paging() {
     if root() {
         late_signals("demand-paging", "lsc");
     }
+}
+
+/// freeze-free resumes the process before the page store is written: the
+/// source's flush is held (test hook `hold-flush`), and meanwhile the moved
+/// process runs on n2 (it uses CPU there, its faults answered by the
+/// source) with the store incomplete. Once the flush goes, the destination
+/// takes the store over, reads the rest from it and removes it, and the
+/// dirtier's result equals an unmigrated run's.
+#[test]
+fn freeze_free_resumes_before_the_store_is_written() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("ff");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-flush\n").unwrap();
+    let release = env.node_dir("n1").join("release-flush");
+    let run = DirtierPair::start(&mut env, 40_000);
+    let rep = env
+        .migrate_with("n1", run.pid, "n2", "freeze-free")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    wait_log(&env, "n1", "test hook: the flush of migration");
+    let what = rep["residual"]["what"].as_str().unwrap_or("").to_string();
+    let store = what
+        .rsplit_once("page store ")
+        .map(|(_, w)| PathBuf::from(w.trim_end_matches(')')))
+        .unwrap_or_else(|| panic!("no page store in {rep}"));
+    assert!(store.is_dir(), "no store {}: {rep}", store.display());
+    // The process runs on n2 while nothing is in the store.
+    let ran = utime_ticks(new);
+    let t0 = Instant::now();
+    while utime_ticks(new) <= ran {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the moved process did not run while the flush was held: {}",
+            state(new)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for f in ["complete", "taken", "pages.pmig"] {
+        assert!(
+            !store.join(f).exists(),
+            "{} exists while the flush is held",
+            store.join(f).display()
+        );
+    }
+    assert!(!env.log("n2").contains("is complete"), "{}", env.log("n2"));
+    std::fs::write(&release, "").unwrap();
+    wait_log(&env, "n2", "the page store");
+    wait_log(&env, "n2", "is complete");
+    let t0 = Instant::now();
+    while store.exists() {
+        assert!(t0.elapsed() < LIMIT, "{} was not removed", store.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_gone(new);
+    let got = run.same_result("freeze-free with the flush held");
+    eprintln!("freeze-free, flush held: {got}");
 }

@@ -13,7 +13,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 8: the holder of a frozen
+/// The protocol version this build speaks. 9: `freeze-free` resumes the
+/// process before the page store is written (§6.3d): `PageStore` comes
+/// first, then demand-paging's preparation and handover, and the store is
+/// complete when the file `complete` appears in it. Both sides refuse
+/// `freeze-free` with a version-7 or -8 peer, which would flush at the
+/// stop; every other strategy is unchanged, so those versions are still
+/// spoken. 8: the holder of a frozen
 /// original passes the signals sent to it after its capture to the
 /// destination (`Signals`, §6.3h); a version-7 destination refuses them
 /// (unexpected message) and they are lost, as they were before, so version
@@ -34,7 +40,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 8;
+pub const PROTO_VERSION: u16 = 9;
+/// The first version whose `freeze-free` flushes after the resume.
+pub const FREEZE_FREE_AFTER_RESUME: u16 = 9;
 /// The oldest protocol version this build can still speak.
 pub const MIN_PROTO_VERSION: u16 = 7;
 

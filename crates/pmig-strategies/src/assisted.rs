@@ -22,7 +22,7 @@
 //! its frozen copy when `PagesDone` arrives.
 
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::{compose_small_from, kept_pages, Keep};
+use crate::flushing::{compose_small_from, kept_pages};
 use crate::post_copy::{destination_lazy, serve_source, Owing};
 use crate::pre_copy::{
     await_restored, receive_rounds, stop_holder, write_ranges, Iterative, Policy, FINAL_DIR,
@@ -80,7 +80,7 @@ impl AssistedPostCopy {
         // Decoded once, for both the pages to keep and the small image.
         let img = pmig_image::Image::open(&dir).map_err(|e| StrategyError::Other(e.to_string()))?;
         let pi = ProcessImage::read(&img).map_err(|e| StrategyError::Other(e.to_string()))?;
-        let hand = kept_pages(&pi, Keep::Handover);
+        let hand = kept_pages(&pi);
         let keep =
             RangeFilter::outside_or(tracked.clone(), hand.iter().map(|&p| (p, PAGE)).collect());
         let (kept, owed) = compose_small_from(
@@ -207,7 +207,7 @@ impl Strategy for AssistedPostCopy {
             owed.iter().map(|(_, l)| l / PAGE).sum::<u64>()
         );
         d.composed = Some(d.staging.clone());
-        destination_lazy(d, false, false, true)
+        destination_lazy(d, false, false, true, None)
     }
 }
 

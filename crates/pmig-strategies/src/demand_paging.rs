@@ -56,7 +56,15 @@ pub struct DemandPaging {
 }
 
 /// The pages the image claimed as owed, and those the source had.
-type Stashed = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+pub(crate) type Stashed = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+
+impl DemandPaging {
+    /// After the handover: the pages the image claimed as owed, and those
+    /// the frozen original has (freeze-free serves them as this does).
+    pub(crate) fn take_owed(&mut self) -> Option<Stashed> {
+        self.stash.take()
+    }
+}
 
 impl Strategy for DemandPaging {
     fn kind(&self) -> StrategyKind {
@@ -124,7 +132,7 @@ impl Strategy for DemandPaging {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         receive_with_copies(d)?;
-        destination_lazy(d, false, true, true)
+        destination_lazy(d, false, true, true, None)
     }
 
     fn reports_at_handover(&self) -> bool {

@@ -1,14 +1,16 @@
-//! `flushing` (Sprite, Noack §2.3.3) and `freeze-free` (Choices, §2.3.4):
-//! the source flushes the process's pages to a page store on a shared file
-//! system and is gone at once; the destination faults pages from the store.
+//! `flushing` (Sprite, Noack §2.3.3): the source flushes the process's
+//! pages to a page store on a shared file system and is gone at once; the
+//! destination faults pages from the store. (`freeze-free` flushes to the
+//! same kind of store after the resume: [`crate::freeze_free`], which uses
+//! this module's store reading.)
 //!
 //! Source: the holder freezes the process and writes its FULL image into
 //! `<page store>/<id>/` (the store is a directory on a file system every node
 //! shares; the local test cluster's nodes share the root file system, so the
 //! default `/var/tmp/pmig-pagestore` works there). From that image a small
 //! one is composed in the staging directory: the state, every page outside
-//! private anonymous memory, and only the anonymous pages in the *kept* set
-//! ([`Keep`]); the other anonymous pages are owed. `PageStore` (the store
+//! private anonymous memory, and only the anonymous pages the restore
+//! touches (`kept_pages`); the other anonymous pages are owed. `PageStore` (the store
 //! path) and the small image go to the destination. After `Restored` the
 //! frozen original is killed at once: nothing is left on the source node;
 //! the residual dependency is the page store, until every page is read.
@@ -18,13 +20,6 @@
 //! memory part gives the runs: address → offset), while a background fill
 //! installs every other owed page from the store; when nothing is owed the
 //! store directory is removed.
-//!
-//! `freeze-free` keeps more: the code page under each thread's instruction
-//! pointer and its neighbours, the top of each stack, and the top page of
-//! the brk heap (Choices sends the current code, stack and heap pages). pmig
-//! has no message channels yet, so Choices' "the process never stops
-//! receiving messages" is not observable here: its freeze time is the down
-//! time.
 //!
 //! Nothing lost: before `Restored` every failure resumes the source (the
 //! store directory is removed); after it, a store that cannot be read makes
@@ -50,19 +45,9 @@ const PAGE: u64 = 4096;
 /// Pages per background fill step.
 const FILL_PAGES: usize = 256;
 
-/// Which private anonymous pages travel with the state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Keep {
-    /// Only what the restore itself touches and what the kernel reads for
-    /// others (see [`pmig_engine::lazy::handover_set`]): `flushing`.
-    Handover,
-    /// Also the current code, stack and heap pages: `freeze-free`.
-    Working,
-}
-
-/// `flushing` and `freeze-free`.
+/// `flushing`.
+#[derive(Default)]
 pub struct Flushing {
-    keep: Keep,
     /// `<page store>/<id>`, once chosen.
     store: Option<PathBuf>,
     /// Pages left in the store (owed).
@@ -70,9 +55,8 @@ pub struct Flushing {
 }
 
 impl Flushing {
-    pub fn new(keep: Keep) -> Flushing {
+    pub fn new() -> Flushing {
         Flushing {
-            keep,
             store: None,
             owed_pages: 0,
         }
@@ -96,7 +80,7 @@ impl Flushing {
                 m.page_store.display()
             ))
         })?;
-        let set = kept_pages(&image, self.keep);
+        let set = kept_pages(&image);
         let keep = RangeFilter::of_pages(set.iter().copied());
         let (kept, owed) = compose_small(store, &m.staging, &keep)?;
         self.owed_pages = owed.iter().map(|(_, l)| l / PAGE).sum();
@@ -116,10 +100,7 @@ impl Flushing {
 
 impl Strategy for Flushing {
     fn kind(&self) -> StrategyKind {
-        match self.keep {
-            Keep::Handover => StrategyKind::Flushing,
-            Keep::Working => StrategyKind::FreezeFree,
-        }
+        StrategyKind::Flushing
     }
 
     fn prepare(&mut self, _m: &mut Source) -> Result<()> {
@@ -192,7 +173,7 @@ impl Strategy for Flushing {
 /// under a takeover record that names the store. The `stall-fill-ms` test
 /// hook delays the fill. A failed restore removes the store; a failed fill
 /// kills the process and reports it lost. Returns the pid and the fill's
-/// figures. Used by `flushing`/`freeze-free` and by pre-copy's local fill.
+/// figures. Used by `flushing` and by pre-copy's local fill.
 pub(crate) fn restore_and_fill(
     d: &mut Destination,
     composed: bool,
@@ -351,7 +332,26 @@ pub(crate) struct StorePages {
 }
 
 impl StorePages {
+    /// freeze-free's store: the page data, one run after the other.
+    pub(crate) const FLAT_PAGES: &'static str = "pages";
+    /// freeze-free's store: the runs (address, length, offset in
+    /// [`Self::FLAT_PAGES`]) as JSON.
+    pub(crate) const FLAT_RUNS: &'static str = "runs.json";
+
+    /// The store in `dir`: an image (flushing), or freeze-free's flat pages.
     pub(crate) fn open(dir: &Path) -> Result<StorePages> {
+        let runs_path = dir.join(Self::FLAT_RUNS);
+        if runs_path.exists() {
+            let text = std::fs::read(&runs_path)
+                .map_err(io_err(format!("read {}", runs_path.display())))?;
+            let mut runs: Vec<(u64, u64, u64)> = serde_json::from_slice(&text)
+                .map_err(|e| StrategyError::Other(format!("{}: {e}", runs_path.display())))?;
+            runs.sort_unstable();
+            let pages = dir.join(Self::FLAT_PAGES);
+            let file =
+                std::fs::File::open(&pages).map_err(io_err(format!("open {}", pages.display())))?;
+            return Ok(StorePages { file, runs });
+        }
         let img = pmig_image::Image::open(dir)?;
         let pi = ProcessImage::read(&img)?;
         StorePages::of(&pi, &img.pages_path())
@@ -373,7 +373,7 @@ impl StorePages {
 
     /// Fills `buf` with the pages at `addr`; pages the store lacks (never
     /// populated) read as zeros.
-    fn read(&self, addr: u64, buf: &mut [u8]) -> pmig_engine::Result<()> {
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> pmig_engine::Result<()> {
         for (i, page) in buf.chunks_mut(PAGE as usize).enumerate() {
             let a = addr + i as u64 * PAGE;
             let k = self.runs.partition_point(|r| r.0 <= a);
@@ -392,8 +392,10 @@ impl StorePages {
     }
 }
 
-/// The private anonymous pages `keep` selects from a full image.
-pub(crate) fn kept_pages(pi: &ProcessImage, keep: Keep) -> HashSet<u64> {
+/// The private anonymous pages of a full image that travel with the state:
+/// those the restore touches and the kernel reads for others
+/// ([`pmig_engine::lazy::handover_set`]).
+pub(crate) fn kept_pages(pi: &ProcessImage) -> HashSet<u64> {
     let regs = |t: &pmig_engine::resources::threads::ThreadState| {
         pmig_engine::resources::threads::regs_from_vec(&t.regs)
     };
@@ -406,31 +408,10 @@ pub(crate) fn kept_pages(pi: &ProcessImage, keep: Keep) -> HashSet<u64> {
         }
     });
     let mm = &pi.memory.mm;
-    let mut set = pmig_engine::lazy::handover_set(
+    pmig_engine::lazy::handover_set(
         threads,
         [(mm.arg_start, mm.arg_end), (mm.env_start, mm.env_end)],
-    );
-    if keep == Keep::Working {
-        let pg = |a: u64| a & !(PAGE - 1);
-        for t in &pi.threads.threads {
-            let r = regs(t);
-            // The top of the stack: the frames in use above the pointer.
-            for k in 1..=4 {
-                set.insert(pg(r.rsp) + k * PAGE);
-            }
-            // The code being run and its neighbours (anonymous code: JITs).
-            for k in [-1i64, 0, 1] {
-                set.insert(pg(r.rip).wrapping_add_signed(k * PAGE as i64));
-            }
-        }
-        // The top page of the brk heap.
-        for v in &pi.memory.vmas {
-            if v.name == "[heap]" && v.end > v.start {
-                set.insert(v.end - PAGE);
-            }
-        }
-    }
-    set
+    )
 }
 
 /// Writes into `out` the image `store` with, of its writable private

@@ -520,7 +520,7 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
 }
 
 /// How often a holder looks for signals sent to the frozen original once
-/// the copy runs (see [`Forward`]).
+/// the copy runs (see `Forward`).
 pub const LATE_SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What [`Input::next`] got.

@@ -24,6 +24,7 @@ pub mod clock;
 pub mod demand_paging;
 pub mod error;
 pub mod flushing;
+pub mod freeze_free;
 pub mod holder;
 pub mod post_copy;
 pub mod pre_copy;
@@ -102,12 +103,8 @@ impl StrategyKind {
                 Ok(Box::new(pre_copy::Iterative::new(pre_copy::Policy::Queued)))
             }
             StrategyKind::DemandPaging => Ok(Box::<demand_paging::DemandPaging>::default()),
-            StrategyKind::Flushing => {
-                Ok(Box::new(flushing::Flushing::new(flushing::Keep::Handover)))
-            }
-            StrategyKind::FreezeFree => {
-                Ok(Box::new(flushing::Flushing::new(flushing::Keep::Working)))
-            }
+            StrategyKind::Flushing => Ok(Box::new(flushing::Flushing::new())),
+            StrategyKind::FreezeFree => Ok(Box::new(freeze_free::FreezeFree::default())),
             StrategyKind::AssistedPostCopy => Ok(Box::<assisted::AssistedPostCopy>::default()),
             other => Err(StrategyError::NotImplemented(
                 other.as_str().into(),
@@ -195,6 +192,10 @@ pub struct Hooks {
     /// Source of a lazy migration: the answers' connection (protocol 7)
     /// fails after this many answer messages (to test the fallback).
     pub answers_fail_after: Option<u64>,
+    /// freeze-free's source: the flush to the page store waits, logging one
+    /// line, until `<state dir>/release-flush` exists (at most 60 s), so
+    /// that the store is surely incomplete meanwhile.
+    pub hold_flush: bool,
     /// Source: after the handover the frozen original is kept (not killed)
     /// until `<state dir>/release-original` exists (at most 60 s), logging
     /// one line, so that signals can be sent to it at a known point.

@@ -589,7 +589,7 @@ impl Strategy for PostCopy {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         receive_with_copies(d)?;
-        destination_lazy(d, self.prefetch, false, true)
+        destination_lazy(d, self.prefetch, false, true, None)
     }
 }
 
@@ -1408,11 +1408,16 @@ fn begin_record(
 /// With `until_exit` (demand-paging), the migration also ends when the
 /// process exits with pages still owed: `PagesDone` then tells the source.
 /// With `composed`, the image is already in the staging directory.
+///
+/// With `store` (freeze-free), the source writes the whole process into
+/// that page store directory meanwhile; once it is complete the rest is read
+/// from there (see [`Serve::store`]).
 pub(crate) fn destination_lazy(
     d: &mut Destination,
     prefetch: bool,
     until_exit: bool,
     composed: bool,
+    store: Option<std::path::PathBuf>,
 ) -> Result<i32> {
     let Lazy {
         pid,
@@ -1429,6 +1434,8 @@ pub(crate) fn destination_lazy(
         }),
     )?;
     serve_faults(Serve {
+        host: d.host,
+        store,
         ch: &mut d.ch,
         id: d.offer.id,
         pid,
@@ -1478,6 +1485,14 @@ fn install_pieces(lm: &LazyMemory, addr: u64, data: &[u8]) -> pmig_engine::Resul
 /// A lazily restored process being served (after the restore, or after a
 /// takeover by a restarted daemon).
 pub(crate) struct Serve<'a> {
+    pub host: &'a dyn crate::Host,
+    /// freeze-free: the page store the source is writing the process into.
+    /// When it is complete (`STORE_COMPLETE` in it), the fault loop stops
+    /// asking the source: it marks the store taken (`STORE_TAKEN`), switches
+    /// its takeover record to the store, sends `PagesDone`, and serves the
+    /// rest from the store ([`crate::flushing::serve_store`]), which it then
+    /// removes.
+    pub store: Option<std::path::PathBuf>,
     pub ch: &'a mut pmig_proto::blocking::Channel<std::net::TcpStream>,
     pub id: u64,
     pub pid: i32,
@@ -1501,6 +1516,8 @@ pub(crate) struct Serve<'a> {
 /// pages still owed: `PagesDone` then tells the source.
 pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     let Serve {
+        host,
+        store,
         ch,
         id,
         pid,
@@ -1547,6 +1564,8 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     let done = AtomicBool::new(false);
     let side_lost = AtomicBool::new(false);
     let failed: Mutex<Option<String>> = Mutex::new(None);
+    // freeze-free: the store is complete and taken; the rest comes from it.
+    let switched = AtomicBool::new(false);
     let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
@@ -1555,7 +1574,18 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
             let mut ampom = pmig_engine::ampom::Ampom::default();
             let mut cpu = CpuShare { pid, last: None };
             let t_start = std::time::Instant::now();
+            let mut looked = std::time::Instant::now();
             while !done.load(Ordering::Acquire) {
+                if let Some(dir) = store.as_deref() {
+                    if looked.elapsed() >= STORE_LOOK {
+                        if take_store(dir) {
+                            switched.store(true, Ordering::Release);
+                            done.store(true, Ordering::Release);
+                            return;
+                        }
+                        looked = std::time::Instant::now();
+                    }
+                }
                 if side_lost.swap(false, Ordering::AcqRel) {
                     // Answers from now on on this connection, and again for
                     // every page asked for and not here yet.
@@ -1752,6 +1782,22 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         tracing::error!("{how} of {comm} (pid {pid}): {e}; the process is lost");
         return Err(fail(ch, format!("{node}: {e}; the process is lost")));
     }
+    if switched.load(Ordering::Acquire) {
+        let dir = store.unwrap_or_default();
+        return from_store(
+            host,
+            ch,
+            id,
+            pid,
+            ufd,
+            lm,
+            &dir,
+            record.as_ref(),
+            &comm,
+            &node,
+            &peer,
+        );
+    }
     let st = lm.stats();
     if exited.load(Ordering::Acquire) {
         end_record();
@@ -1772,12 +1818,21 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         prefetched: st.prefetched,
         prefetch_hits: st.prefetch_hits,
     })?;
-    // Answers to requests the source had queued may still be on their way:
-    // they are no longer needed.
+    await_final_commit(ch, id, pid, &peer)
+}
+
+/// After `PagesDone`: waits for the source's `Commit` (answers to requests
+/// it had queued may still be on their way: they are no longer needed).
+fn await_final_commit(
+    ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>,
+    id: u64,
+    pid: i32,
+    peer: &str,
+) -> Result<i32> {
     let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(60)));
     loop {
         match ch.recv_with() {
-            Ok(inc) if matches!(inc.msg, Msg::PageData { .. }) => continue,
+            Ok(inc) if matches!(inc.msg, Msg::PageData { .. } | Msg::NotOwed { .. }) => continue,
             Ok(inc) => match inc.msg {
                 Msg::Commit { id: i } if i == id => return Ok(pid),
                 Msg::Abort { reason, .. } => {
@@ -1786,7 +1841,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 }
                 other => {
                     return Err(StrategyError::Protocol {
-                        node: peer.clone(),
+                        node: peer.to_string(),
                         what: format!("expected Commit, got {}", other.kind()),
                     })
                 }
@@ -1796,6 +1851,107 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 return Ok(pid);
             }
         }
+    }
+}
+
+/// The file a freeze-free source writes into its page store once the store
+/// holds the whole process.
+pub(crate) const STORE_COMPLETE: &str = "complete";
+/// What the destination renames [`STORE_COMPLETE`] to when it takes the
+/// store over (the source then leaves it; else the source removes it).
+pub(crate) const STORE_TAKEN: &str = "taken";
+/// How often the fault loop looks for [`STORE_COMPLETE`].
+const STORE_LOOK: Duration = Duration::from_millis(20);
+
+/// Takes the page store `dir` over if it is complete.
+fn take_store(dir: &std::path::Path) -> bool {
+    std::fs::rename(dir.join(STORE_COMPLETE), dir.join(STORE_TAKEN)).is_ok()
+}
+
+/// freeze-free, once the page store `dir` is complete and taken: the pages
+/// asked of the source and not yet here are read from the store, the
+/// takeover record names the store, the source is told (`PagesDone`: it
+/// keeps nothing any more), and the rest is served from the store, which
+/// is then removed.
+#[allow(clippy::too_many_arguments)]
+fn from_store(
+    host: &dyn crate::Host,
+    ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>,
+    id: u64,
+    pid: i32,
+    ufd: i32,
+    lm: LazyMemory,
+    dir: &std::path::Path,
+    record: Option<&crate::takeover::Active>,
+    comm: &str,
+    node: &str,
+    peer: &str,
+) -> Result<i32> {
+    let lose = |ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>, e: String| {
+        // SAFETY: killing the process we restored, which cannot be completed.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        if let Some(r) = record {
+            r.remove();
+        }
+        let _ = std::fs::remove_dir_all(dir);
+        tracing::error!("freeze-free of {comm} (pid {pid}): {e}; the process is lost");
+        let e = format!("{node}: {e}; the process is lost");
+        let _ = ch.send(&Msg::Error {
+            code: code::RESTORE_FAILED,
+            text: e.clone(),
+        });
+        StrategyError::Other(e)
+    };
+    let pages = match crate::flushing::StorePages::open(dir) {
+        Ok(p) => p,
+        Err(e) => {
+            return Err(lose(
+                ch,
+                format!("read the page store {}: {e}", dir.display()),
+            ))
+        }
+    };
+    let mut buf = vec![0u8; PAGE as usize];
+    for p in lm.requested_pages() {
+        if let Err(e) = pages.read(p, &mut buf).and_then(|()| lm.install(p, &buf)) {
+            if !pmig_engine::procfs::has_exited(pid) {
+                return Err(lose(ch, format!("install a page from the store: {e}")));
+            }
+        }
+    }
+    if let Some(r) = record {
+        if let Err(e) = crate::takeover::switch_to_store(r, dir) {
+            tracing::warn!("takeover record of migration {id}: {e}");
+        }
+    }
+    let st = lm.stats();
+    tracing::info!(
+        "freeze-free of {comm} (pid {pid}): the page store {} is complete; {} pages came from {peer} ({} faults), the rest comes from the store",
+        dir.display(),
+        st.installed_pages,
+        st.remote_faults
+    );
+    ch.send(&Msg::PagesDone {
+        id,
+        installed: st.installed_pages,
+        remote_faults: st.remote_faults,
+        prefetched: 0,
+        prefetch_hits: 0,
+    })?;
+    let pause = host.hooks().stall_fill_ms.map(|ms| {
+        tracing::warn!(
+            "test hook: the fill of migration {id} from {} waits {ms} ms",
+            dir.display()
+        );
+        Duration::from_millis(ms)
+    });
+    let r = crate::flushing::serve_store(host, &pages, lm, pid, ufd, dir, pause);
+    if let Some(r) = record {
+        r.remove();
+    }
+    match r {
+        Ok(_) => await_final_commit(ch, id, pid, peer),
+        Err(e) => Err(lose(ch, e)),
     }
 }
 

@@ -46,7 +46,7 @@
 
 use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::{compose_small_from, kept_pages, restore_and_fill, Keep};
+use crate::flushing::{compose_small_from, kept_pages, restore_and_fill};
 use crate::holder::{CaptureMode, Holder};
 use crate::stop_copy::{await_commit, receive_image_after, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
@@ -465,7 +465,7 @@ fn restore_lazily_from_local(
     let (pi, manifest) = composed;
     let data = store.join(pmig_image::PAGES_FILE);
     let pages = crate::flushing::StorePages::of(&pi, &data).and_then(|pages| {
-        let set = kept_pages(&pi, Keep::Handover);
+        let set = kept_pages(&pi);
         let staging = d.staging.clone();
         compose_small_from(
             pi,

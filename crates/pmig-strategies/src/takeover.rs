@@ -18,11 +18,12 @@
 //! resume (up to [`RESUME_GRACE`]), pushes every page it owed again; pages
 //! already here are skipped.
 //!
-//! `flushing` and `freeze-free`, and pre-copy during its local fill, need no
-//! source: their record names the store of pages (the shared page store, or
-//! the destination's own copy), and the restarted daemon serves faults and
-//! fills the owed pages from it, as the dead one did
-//! ([`crate::flushing::serve_store`]).
+//! `flushing`, `freeze-free` once its page store is complete (its record is
+//! then switched to the store, [`switch_to_store`]), and pre-copy during its
+//! local fill need no source: their record names the store of pages (the
+//! shared page store, or the destination's own copy), and the restarted
+//! daemon serves faults and fills the owed pages from it, as the dead one
+//! did ([`crate::flushing::serve_store`]).
 
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
@@ -104,6 +105,21 @@ pub fn begin(host: &dyn Host, rec: &Record) -> Result<(Active, std::fs::File)> {
     std::fs::write(&tmp, text).map_err(io_err(format!("write {}", tmp.display())))?;
     std::fs::rename(&tmp, &act.json).map_err(io_err(format!("write {}", act.json.display())))?;
     Ok((act, journal))
+}
+
+/// freeze-free: the pages still owed now come from the page store `store`,
+/// not the source: the record says so (rewritten atomically; the journal
+/// goes on).
+pub fn switch_to_store(act: &Active, store: &std::path::Path) -> Result<()> {
+    let text = std::fs::read(&act.json).map_err(io_err(format!("read {}", act.json.display())))?;
+    let mut rec: Record =
+        serde_json::from_slice(&text).map_err(|e| StrategyError::Other(e.to_string()))?;
+    rec.store = Some(store.to_path_buf());
+    rec.source_addr = String::new();
+    let tmp = act.json.with_extension("tmp");
+    let text = serde_json::to_vec(&rec).map_err(|e| StrategyError::Other(e.to_string()))?;
+    std::fs::write(&tmp, text).map_err(io_err(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, &act.json).map_err(io_err(format!("write {}", act.json.display())))
 }
 
 /// Records left by a daemon that died during post-copy migrations.
@@ -240,6 +256,8 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     );
     lm.wake_all();
     crate::post_copy::serve_faults(crate::post_copy::Serve {
+        host,
+        store: None,
         ch: &mut ch,
         id: rec.id,
         pid,
