@@ -91,11 +91,13 @@ fn flush(pid: i32, owed: &[(u64, u64)], store: &Path) -> Result<u64> {
             skipped[0].0
         )));
     }
-    let file = out
-        .into_inner()
-        .map_err(|e| StrategyError::Other(format!("write {}: {e}", path.display())))?;
-    file.sync_all()
-        .map_err(io_err(format!("write {}", path.display())))?;
+    // Closed before the marker is written: a destination that opens the
+    // store after seeing the marker sees all of it (close-to-open, also on
+    // NFS). No fsync: the store need not outlive a crash of this node.
+    drop(
+        out.into_inner()
+            .map_err(|e| StrategyError::Other(format!("write {}: {e}", path.display())))?,
+    );
     let runs_path = store.join(StorePages::FLAT_RUNS);
     let text = serde_json::to_vec(&runs).map_err(|e| StrategyError::Other(e.to_string()))?;
     std::fs::write(&runs_path, text).map_err(io_err(format!("write {}", runs_path.display())))?;
@@ -194,7 +196,8 @@ impl Strategy for FreezeFree {
                         std::thread::sleep(std::time::Duration::from_millis(10));
                     }
                 }
-                flush(pid, found, store)
+                let t = crate::clock::mono_ns();
+                flush(pid, found, store).map(|b| (b, crate::clock::mono_ns().saturating_sub(t)))
             });
             let served = serve_source(m, owing, Some(&stash));
             let flushed = flushing.join();
@@ -205,10 +208,11 @@ impl Strategy for FreezeFree {
         let ms = (crate::clock::mono_ns().saturating_sub(t0)) as f64 / 1e6;
         let taken = store.join(STORE_TAKEN).exists();
         match &flushed {
-            Ok(bytes) => tracing::info!(
-                "freeze-free of {pid}: {:.1} MiB written to the page store {} in {ms:.1} ms after the resume{}",
+            Ok((bytes, took)) => tracing::info!(
+                "freeze-free of {pid}: {:.1} MiB written to the page store {} in {:.1} ms; the source was needed for {ms:.1} ms after the resume{}",
                 *bytes as f64 / (1u64 << 20) as f64,
                 store.display(),
+                *took as f64 / 1e6,
                 if taken { "; the destination reads the rest from it" } else { "" }
             ),
             Err(e) => tracing::warn!(
