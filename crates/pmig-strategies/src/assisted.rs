@@ -174,17 +174,7 @@ impl Strategy for AssistedPostCopy {
                         break;
                     }
                 }
-                other => {
-                    let what = format!("expected Owed, got {}", other.kind());
-                    let _ = d.ch.send(&Msg::Error {
-                        code: code::UNEXPECTED,
-                        text: what.clone(),
-                    });
-                    return Err(StrategyError::Protocol {
-                        node: d.peer.clone(),
-                        what,
-                    });
-                }
+                other => return Err(d.unexpected("Owed", &other)),
             }
         }
         if !last {

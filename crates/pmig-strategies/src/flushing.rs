@@ -131,21 +131,7 @@ impl Strategy for Flushing {
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
-        let store = match d.ch.recv()? {
-            Msg::PageStore { id, path } if id == d.offer.id => PathBuf::from(path),
-            Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
-            other => {
-                let what = format!("expected PageStore, got {}", other.kind());
-                let _ = d.ch.send(&Msg::Error {
-                    code: code::UNEXPECTED,
-                    text: what.clone(),
-                });
-                return Err(StrategyError::Protocol {
-                    node: d.peer.clone(),
-                    what,
-                });
-            }
-        };
+        let store = recv_page_store(d)?;
         let pages = match StorePages::open(&store) {
             Ok(p) => p,
             Err(e) => {
@@ -154,16 +140,21 @@ impl Strategy for Flushing {
                     d.host.node(),
                     store.display()
                 );
-                let _ = d.ch.send(&Msg::Error {
-                    code: code::MIGRATION_REFUSED,
-                    text: text.clone(),
-                });
-                return Err(StrategyError::Other(text));
+                return Err(d.refuse(code::MIGRATION_REFUSED, text));
             }
         };
         let (pid, _) = restore_and_fill(d, false, &store, &pages)?;
         await_commit(d, pid)?;
         Ok(pid)
+    }
+}
+
+/// Destination: the page store the source names first (`PageStore`).
+pub(crate) fn recv_page_store(d: &mut Destination) -> Result<PathBuf> {
+    match d.ch.recv()? {
+        Msg::PageStore { id, path } if id == d.offer.id => Ok(PathBuf::from(path)),
+        Msg::Abort { reason, .. } => Err(d.source_aborted(reason)),
+        other => Err(d.unexpected("PageStore", &other)),
     }
 }
 

@@ -254,38 +254,16 @@ impl Strategy for FreezeFree {
                 d.host.node(),
                 d.peer
             );
-            let _ = d.ch.send(&Msg::Error {
-                code: code::UNSUPPORTED_STRATEGY,
-                text: text.clone(),
-            });
-            return Err(StrategyError::Other(text));
+            return Err(d.refuse(code::UNSUPPORTED_STRATEGY, text));
         }
-        let store = match d.ch.recv()? {
-            Msg::PageStore { id, path } if id == d.offer.id => PathBuf::from(path),
-            Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
-            other => {
-                let what = format!("expected PageStore, got {}", other.kind());
-                let _ = d.ch.send(&Msg::Error {
-                    code: code::UNEXPECTED,
-                    text: what.clone(),
-                });
-                return Err(StrategyError::Protocol {
-                    node: d.peer.clone(),
-                    what,
-                });
-            }
-        };
+        let store = crate::flushing::recv_page_store(d)?;
         if !store.is_dir() {
             let text = format!(
                 "{}: the page store {} is not here (the page store must be a directory every node sees at the same path, e.g. on NFS)",
                 d.host.node(),
                 store.display()
             );
-            let _ = d.ch.send(&Msg::Error {
-                code: code::MIGRATION_REFUSED,
-                text: text.clone(),
-            });
-            return Err(StrategyError::Other(text));
+            return Err(d.refuse(code::MIGRATION_REFUSED, text));
         }
         receive_with_copies(d)?;
         destination_lazy(d, false, true, true, Some(store))

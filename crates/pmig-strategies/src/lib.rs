@@ -570,6 +570,30 @@ pub struct Destination<'a> {
 }
 
 impl Destination<'_> {
+    /// Tells the source that `got` came where `expected` should have (one
+    /// `Error { UNEXPECTED }`, best effort) and returns the error.
+    pub(crate) fn unexpected(&mut self, expected: &str, got: &Msg) -> StrategyError {
+        let what = format!("expected {expected}, got {}", got.kind());
+        let _ = self.ch.send(&Msg::Error {
+            code: code::UNEXPECTED,
+            text: what.clone(),
+        });
+        StrategyError::Protocol {
+            node: self.peer.clone(),
+            what,
+        }
+    }
+
+    /// Refuses the migration with `code` and `text` (one `Error`, best
+    /// effort) and returns the error.
+    pub(crate) fn refuse(&mut self, code: u32, text: String) -> StrategyError {
+        let _ = self.ch.send(&Msg::Error {
+            code,
+            text: text.clone(),
+        });
+        StrategyError::Other(text)
+    }
+
     /// The error for the source's `Abort { reason }`.
     pub(crate) fn source_aborted(&self, reason: String) -> StrategyError {
         StrategyError::Refused {
