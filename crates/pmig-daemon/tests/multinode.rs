@@ -3038,3 +3038,71 @@ fn freeze_free_resumes_before_the_store_is_written() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// freeze-free, destination daemon killed while the source's flush is held
+/// (nothing in the page store yet) and started again: the restarted daemon
+/// takes the migration over from the source, and once the flush goes it
+/// switches to the store as the dead one would have. `bigheap`'s check of
+/// its whole 1 GiB then passes on n2, and the store is removed.
+#[test]
+fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("fk");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-flush\n").unwrap();
+    let release = env.node_dir("n1").join("release-flush");
+    let cmds = env.dir.join("bigheap.cmd");
+    std::fs::write(&cmds, "").unwrap();
+    let out = env.dir.join("bigheap.out");
+    let bin = pmig_tests::scenario("bigheap");
+    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+    wait_ready(&out);
+    let rep = env
+        .migrate_with("n1", child.id() as i32, "n2", "freeze-free")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    wait_log(&env, "n1", "test hook: the flush of migration");
+    wait_record(&env, "n2");
+    let cluster = env.cluster.as_mut().unwrap();
+    cluster.kill_daemon("n2").unwrap();
+    cluster
+        .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
+        .unwrap();
+    wait_log(&env, "n2", "until the page store");
+    let what = rep["residual"]["what"].as_str().unwrap_or("").to_string();
+    let store = what
+        .rsplit_once("page store ")
+        .map(|(_, w)| PathBuf::from(w.trim_end_matches(')')))
+        .unwrap_or_else(|| panic!("no page store in {rep}"));
+    assert!(
+        !store.join("complete").exists(),
+        "the store is complete before the release"
+    );
+    std::fs::write(&release, "").unwrap();
+    // The restarted daemon switches to the store.
+    wait_log(&env, "n2", "the rest comes from the store");
+    command(&cmds, "check");
+    let got = answers(&out, 1).unwrap();
+    command(&cmds, "quit");
+    wait_gone(new);
+    let _ = child.wait();
+    assert_eq!(
+        got[0],
+        "PASS bigheap",
+        "n1:\n{}\nn2:\n{}",
+        env.log("n1"),
+        env.log("n2")
+    );
+    let t0 = Instant::now();
+    while store.exists() || has_record(&env, "n2") {
+        assert!(
+            t0.elapsed() < LIMIT,
+            "{} or the takeover record was not removed",
+            store.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -178,6 +178,7 @@ pub(crate) fn restore_and_fill(
             prefetch: false,
             until_exit: false,
             store: Some(store.to_path_buf()),
+            pending_store: None,
         }),
     );
     let Lazy {

@@ -1264,6 +1264,9 @@ pub(crate) struct Resumable {
     pub until_exit: bool,
     /// Pages served from this page store, not by the source daemon.
     pub store: Option<std::path::PathBuf>,
+    /// freeze-free: the page store the source is still writing; until it
+    /// is complete the source serves the pages.
+    pub pending_store: Option<std::path::PathBuf>,
 }
 
 /// Destination: kills the restored process, which cannot be completed, and
@@ -1399,6 +1402,7 @@ fn begin_record(
             owed: owed.to_vec(),
             registered: registered.to_vec(),
             store: r.store,
+            pending_store: r.pending_store,
         },
     )
 }
@@ -1431,6 +1435,7 @@ pub(crate) fn destination_lazy(
             prefetch,
             until_exit,
             store: None,
+            pending_store: store.clone(),
         }),
     )?;
     serve_faults(Serve {

@@ -18,6 +18,9 @@
 //! resume (up to [`RESUME_GRACE`]), pushes every page it owed again; pages
 //! already here are skipped.
 //!
+//! `freeze-free` before its page store is complete is taken over like
+//! post-copy, and the restarted daemon keeps looking for the store
+//! ([`Record::pending_store`]).
 //! `flushing`, `freeze-free` once its page store is complete (its record is
 //! then switched to the store, [`switch_to_store`]), and pre-copy during its
 //! local fill need no source: their record names the store of pages (the
@@ -64,6 +67,12 @@ pub struct Record {
     /// takeover serves the process from the store alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<PathBuf>,
+    /// freeze-free before its page store is complete: the store the source
+    /// is writing. The source serves the pages until then; a takeover keeps
+    /// looking for the store, and switches to it as the dead daemon would
+    /// have ([`switch_to_store`] clears this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_store: Option<PathBuf>,
 }
 
 /// The files of one active record; removed when the migration ends.
@@ -115,6 +124,7 @@ pub fn switch_to_store(act: &Active, store: &std::path::Path) -> Result<()> {
     let mut rec: Record =
         serde_json::from_slice(&text).map_err(|e| StrategyError::Other(e.to_string()))?;
     rec.store = Some(store.to_path_buf());
+    rec.pending_store = None;
     rec.source_addr = String::new();
     let tmp = act.json.with_extension("tmp");
     let text = serde_json::to_vec(&rec).map_err(|e| StrategyError::Other(e.to_string()))?;
@@ -248,16 +258,20 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
             )
         })?;
     tracing::info!(
-        "took over migration {} of {} (pid {pid}) from {}: {} pages still owed",
+        "took over migration {} of {} (pid {pid}) from {}: {} pages still owed{}",
         rec.id,
         rec.comm,
         rec.source_node,
-        lm.owed_pages()
+        lm.owed_pages(),
+        match &rec.pending_store {
+            Some(s) => format!(", until the page store {} is complete", s.display()),
+            None => String::new(),
+        }
     );
     lm.wake_all();
     crate::post_copy::serve_faults(crate::post_copy::Serve {
         host,
-        store: None,
+        store: rec.pending_store.clone(),
         ch: &mut ch,
         id: rec.id,
         pid,
