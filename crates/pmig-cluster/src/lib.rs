@@ -11,6 +11,9 @@
 //! The root network namespace is not touched. Each node's link is shaped with `tc`
 //! in both directions (a `tbf` rate limit on the node's `eth0` and on the hub's
 //! `P-nK`, plus a `netem` delay on the node side when the kernel has netem).
+//! Under each tbf a `pfifo_fast` queue, as on a host with the default queue,
+//! serves packets by their priority: the answers to page faults, marked
+//! interactive, pass the bulk data queued before them.
 //! Addresses are private to these namespaces; nothing leaves the machine.
 //!
 //! State is recorded as JSON in `<state dir>/cluster.json`.
@@ -945,6 +948,9 @@ fn shape(
     // Burst: 5 ms worth of data, at least 10 full-size frames.
     let burst = (rate_bps / 8 / 200).max(15_140).to_string();
     let tbf = ["tbf", "rate", &rate, "burst", &burst, "latency", "20ms"];
+    // The tbf's own queue, 20 ms of the link plus the burst, now in each
+    // band of a priority queue under it.
+    let queue = rate_bps / 8 / 50 + (rate_bps / 8 / 200).max(15_140);
     let node_root = [
         "-n", ns, "qdisc", "add", "dev", NODE_IF, "root", "handle", "1:",
     ];
@@ -960,6 +966,7 @@ fn shape(
                 ];
                 args.extend(tbf);
                 sys::tc(&args)?;
+                prio_bands(ns, NODE_IF, "10:", queue);
             }
             Err(ClusterError::Command { stderr, .. })
                 if stderr.to_ascii_lowercase().contains("unknown") =>
@@ -976,13 +983,48 @@ fn shape(
         let mut args = node_root.to_vec();
         args.extend(tbf);
         sys::tc(&args)?;
+        prio_bands(ns, NODE_IF, "1:", queue);
     }
     let mut args = vec![
         "-n", hub, "qdisc", "add", "dev", hub_if, "root", "handle", "1:",
     ];
     args.extend(tbf);
     sys::tc(&args)?;
+    prio_bands(hub, hub_if, "1:", queue);
     Ok(())
+}
+
+/// Puts a `pfifo_fast` queue under the `tbf` with handle `tbf`, as a
+/// host's default queue would be: its three bands follow the packets'
+/// priority, so packets of sockets marked interactive (`SO_PRIORITY` 6,
+/// such as the answers to page faults) leave before bulk data queued
+/// earlier. `pfifo_fast` holds up to the device's `txqueuelen` packets per
+/// band, set here to the tbf's own limit (`limit` bytes, in full-size
+/// frames): a slow link keeps its 20 ms queue instead of a 1000-packet one.
+/// A kernel that refuses leaves the link one FIFO (the tbf's own).
+fn prio_bands(ns: &str, dev: &str, tbf: &str, limit: u64) {
+    let frames = (limit / 1514).max(10).to_string();
+    if let Err(e) = sys::ip(&["-n", ns, "link", "set", "dev", dev, "txqueuelen", &frames]) {
+        tracing::info!("{ns}/{dev}: no priority queue ({e}): its link is one FIFO");
+        return;
+    }
+    let parent = format!("{tbf}1");
+    let r = sys::tc(&[
+        "-n",
+        ns,
+        "qdisc",
+        "add",
+        "dev",
+        dev,
+        "parent",
+        &parent,
+        "handle",
+        "20:",
+        "pfifo_fast",
+    ]);
+    if let Err(e) = r {
+        tracing::info!("{ns}/{dev}: no priority queue ({e}): its link is one FIFO");
+    }
 }
 
 /// Makes the child of `cmd` inherit only fds 0, 1 and 2: whatever else the

@@ -214,7 +214,15 @@ fn ten_mbit_link_is_rate_limited() {
         .args(["-n", "pmt2-n1", "qdisc", "show", "dev", "eth0"])
         .output()
         .unwrap();
-    println!("{}", String::from_utf8_lossy(&qd.stdout).trim());
+    let qd = String::from_utf8_lossy(&qd.stdout).to_string();
+    println!("{}", qd.trim());
+    // The rate limit, and under it the queue that serves interactive
+    // packets first (pfifo_fast is built into every kernel).
+    assert!(qd.contains("tbf"), "no rate limit on eth0: {qd}");
+    assert!(
+        qd.contains("pfifo_fast"),
+        "no priority queue under the rate limit: {qd}"
+    );
     c.down().unwrap();
     no_namespaces_left("pmt2");
 }

@@ -548,6 +548,26 @@ pub fn set_link_timeout(s: &TcpStream, t: Duration) -> std::io::Result<()> {
         .map_err(std::io::Error::from)
 }
 
+/// Marks `s` as carrying latency-sensitive traffic (the answers to page
+/// faults): `SO_PRIORITY` 6 (`TC_PRIO_INTERACTIVE`, which the kernel's
+/// priority-aware queues such as `prio`, `pfifo_fast` and the local
+/// cluster's links serve first), and the low-delay DSCP class on the wire
+/// (`IP_TOS` / `IPV6_TCLASS` 0x10) for routers that honour it. A FIFO
+/// bottleneck ignores both. Best effort: a refusal changes nothing else.
+pub fn mark_latency_sensitive(s: &TcpStream) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    const LOW_DELAY: i32 = libc::IPTOS_LOWDELAY as i32;
+    let tos = match s.local_addr() {
+        Ok(std::net::SocketAddr::V6(_)) => setsockopt(s, sockopt::Ipv6TClass, &LOW_DELAY),
+        _ => setsockopt(s, sockopt::IpTos, &LOW_DELAY),
+    };
+    // After IP_TOS, which sets the priority from the TOS on its own.
+    let prio = setsockopt(s, sockopt::Priority, &6);
+    if let Err(e) = tos.and(prio) {
+        tracing::debug!("cannot mark the answers' connection as low-delay: {e}");
+    }
+}
+
 /// The destination side of one migration.
 pub struct Destination<'a> {
     pub offer: Offer,
@@ -1047,6 +1067,17 @@ mod tests {
         assert_eq!(get(&s), 5000);
         set_link_timeout(&s, POST_LINK_GRACE).unwrap();
         assert_eq!(get(&s), 6 * 3600 * 1000);
+    }
+
+    #[test]
+    fn answers_sockets_are_marked_interactive() {
+        use nix::sys::socket::{getsockopt, sockopt};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert_eq!(getsockopt(&s, sockopt::Priority).unwrap(), 0);
+        mark_latency_sensitive(&s);
+        assert_eq!(getsockopt(&s, sockopt::Priority).unwrap(), 6);
+        assert_eq!(getsockopt(&s, sockopt::IpTos).unwrap(), 0x10);
     }
 
     #[test]

@@ -1156,6 +1156,7 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
             if self.failed.load(Ordering::Acquire) {
                 return sent;
             }
+            crate::mark_latency_sensitive(ch.stream());
             *self.stream.lock().unwrap() = ch.stream().try_clone().ok();
             self.up.store(true, Ordering::Release);
         }
@@ -1467,11 +1468,10 @@ pub(crate) type AnswersFrom<'a> =
 /// Connects to the source daemon at `addr` for the answers.
 pub(crate) fn answers_from(host: &dyn crate::Host, addr: String) -> AnswersFrom<'_> {
     Box::new(move || {
-        Ok(pmig_proto::blocking::connect(
-            addr.as_str(),
-            host.cluster_key(),
-            &host.proto_config(),
-        )?)
+        let ch =
+            pmig_proto::blocking::connect(addr.as_str(), host.cluster_key(), &host.proto_config())?;
+        crate::mark_latency_sensitive(ch.stream());
+        Ok(ch)
     })
 }
 
