@@ -525,7 +525,10 @@ fn restore_image_held(
                 | ptrace::Options::PTRACE_O_TRACESYSGOOD,
         )
         .ctx(|| format!("trace the new process {pid}"))?;
-        unregister_inherited_rseq(pid, p.area.syscall_insn())?;
+        if rseq_may_be_inherited() {
+            unregister_inherited_rseq(pid, p.area.syscall_insn())?;
+        }
+        mark("restore: started");
         // SAFETY: writing one byte from a local to our pipe.
         if unsafe { libc::write(p.go_w.as_raw_fd(), b"g".as_ptr() as *const _, 1) } != 1 {
             return Err(errno_err("start the new process"));
@@ -662,6 +665,20 @@ fn kill_and_reap(pid: pid_t) {
         }
     }
     tracing::warn!("the half-built process {pid} was not reaped 10 s after SIGKILL");
+}
+
+/// Whether the forking thread may have an rseq registration the new process
+/// inherits: false only when glibc says it registered none (`__rseq_size`
+/// 0, as with `GLIBC_TUNABLES=glibc.pthread.rseq=0`, which a daemon sets
+/// for its restores; Rust's runtime registers none of its own). Then the
+/// restore skips stopping the new process to unregister it.
+fn rseq_may_be_inherited() -> bool {
+    // SAFETY: dlsym with a NUL-terminated name; a non-null result is glibc's
+    // `const unsigned int __rseq_size`, set once at start-up.
+    unsafe {
+        let p = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr());
+        p.is_null() || std::ptr::read_volatile(p as *const libc::c_uint) != 0
+    }
 }
 
 /// The new process inherited our rseq registration, whose area the restorer

@@ -732,6 +732,14 @@ fn restore_command(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(err_file));
+    // No rseq area in the restoring process, so none the new process could
+    // inherit: the restore need not stop it to unregister one. The
+    // restored process's own environment is in its memory, not this.
+    let tunables = match std::env::var("GLIBC_TUNABLES") {
+        Ok(t) if !t.is_empty() => format!("{t}:glibc.pthread.rseq=0"),
+        _ => "glibc.pthread.rseq=0".to_string(),
+    };
+    cmd.env("GLIBC_TUNABLES", tunables);
     d.host.wrap_restore(&d.peer, &d.offer, &mut cmd);
     Ok((cmd, out, err))
 }
