@@ -2442,6 +2442,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "pipes",
     "prctl",
     "noreserve",
+    "mdwe",
     "eventfd",
     "epoll",
     "signalfd",

@@ -120,6 +120,7 @@ pub fn capture_with(
     let clocks = Clocks::capture(&mut cx)?;
     let reused = cx.layout_reused;
     let memory_flags = std::mem::take(&mut cx.memory_flags);
+    let mdwe = cx.mdwe.take();
     Ok((
         ProcessImage {
             process,
@@ -138,6 +139,8 @@ pub fn capture_with(
             // Only images with an attribute set need format 1.4.
             prctl: (!prctl.is_default()).then_some(prctl),
             memory_flags: (!memory_flags.is_empty()).then_some(memory_flags),
+            // Only images of a process with MDWE need format 1.5.
+            mdwe,
         },
         reused,
     ))

@@ -8,7 +8,7 @@ use crate::resources::{
     jobctl::JobCtl,
     memory::{Memory, MemoryFlags},
     pipes::Pipes,
-    prctl::Prctl,
+    prctl::{MdweState, Prctl},
     process::Process,
     sched::Sched,
     session::Session,
@@ -50,6 +50,10 @@ pub struct ProcessImage {
     /// None when no mapping has a flag the `memory` part lacks, and in
     /// images written before this part existed (format 1.3 and older).
     pub memory_flags: Option<MemoryFlags>,
+    /// The process's memory-deny-write-execute flags; None when it has
+    /// none, and in images written before this part existed (format 1.4
+    /// and older).
+    pub mdwe: Option<MdweState>,
 }
 
 impl ProcessImage {
@@ -68,6 +72,7 @@ impl ProcessImage {
         put_optional(w, Pipes::PART, &self.pipes)?;
         put_optional(w, Prctl::PART, &self.prctl)?;
         put_optional(w, MemoryFlags::PART, &self.memory_flags)?;
+        put_optional(w, MdweState::PART, &self.mdwe)?;
         Ok(())
     }
 
@@ -87,6 +92,7 @@ impl ProcessImage {
             pipes: optional(img, Pipes::PART)?,
             prctl: optional(img, Prctl::PART)?,
             memory_flags: optional(img, MemoryFlags::PART)?,
+            mdwe: optional(img, MdweState::PART)?,
         })
     }
 }
@@ -184,6 +190,7 @@ pub mod tests_support {
             pipes: None,
             prctl: None,
             memory_flags: None,
+            mdwe: None,
         }
     }
 }

@@ -428,6 +428,10 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         if let Some(p) = &pi.prctl {
             Prctl::plan(p, &mut cx)?;
         }
+        // After Memory's ops, which it would refuse.
+        if let Some(m) = &pi.mdwe {
+            m.plan(&mut cx)?;
+        }
         Files::plan(&pi.files, &mut cx)?;
         // Before Identity drops privileges; signals are still blocked.
         if let Some(s) = &pi.session {

@@ -247,6 +247,7 @@ scenario!(protect, "protect", false);
 scenario!(sched, "sched", false);
 scenario!(prctl, "prctl", false);
 scenario!(noreserve, "noreserve", false);
+scenario!(mdwe, "mdwe", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
@@ -387,6 +388,7 @@ fn scenarios_pass_without_migration() {
         ("sched", &[]),
         ("prctl", &[]),
         ("noreserve", &[]),
+        ("mdwe", &[]),
         ("timens", &[]),
         ("pipes", &[]),
         ("eventfd", &[]),

@@ -95,6 +95,9 @@ pub struct Capture<'a> {
     pub pipe_ends: Vec<pipes::End>,
     /// Set by the memory capture: the flags its part has no field for.
     pub memory_flags: memory::MemoryFlags,
+    /// Set by the prctl capture when the process has memory-deny-write-
+    /// execute (its own part, `mdwe`).
+    pub mdwe: Option<prctl::MdweState>,
     scratch: Option<u64>,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
@@ -130,6 +133,7 @@ impl<'a> Capture<'a> {
             copy_buffer: None,
             pipe_ends: Vec::new(),
             memory_flags: Default::default(),
+            mdwe: None,
             scratch: None,
             code: None,
         }

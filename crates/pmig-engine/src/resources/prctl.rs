@@ -16,6 +16,13 @@
 //!
 //! Written only when some attribute differs from what a new process gets,
 //! so most images do not carry this part (format 1.4).
+//!
+//! Memory-deny-write-execute (`PR_SET_MDWE`) is read in the same batch but
+//! kept in a part of its own, `mdwe` (format 1.5: the `prctl` part of 1.4
+//! has no field for it), written only when the process has it. It cannot be
+//! cleared once set, and it would refuse the restorer's own work on the
+//! process's memory, so the restorer sets it after every mapping is in
+//! place. Without it a moved process would silently lose that protection.
 
 use super::{Capture, PlanCx, Resource};
 use crate::error::Result;
@@ -51,6 +58,40 @@ const PR_SET_THP_DISABLE: u64 = 41;
 const PR_GET_THP_DISABLE: u64 = 42;
 const PR_SET_MEMORY_MERGE: u64 = 67;
 const PR_GET_MEMORY_MERGE: u64 = 68;
+const PR_SET_MDWE: u64 = libc::PR_SET_MDWE as u64;
+const PR_GET_MDWE: u64 = libc::PR_GET_MDWE as u64;
+
+/// The process's memory-deny-write-execute flags (`PR_GET_MDWE`:
+/// `PR_MDWE_REFUSE_EXEC_GAIN`, possibly with `PR_MDWE_NO_INHERIT`), part
+/// `mdwe` (format 1.5). Only images of a process that has it carry it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdweState {
+    pub flags: u64,
+}
+
+impl MdweState {
+    pub const PART: &'static str = "mdwe";
+
+    /// Sets the flags from inside the new process: after Memory's ops (no
+    /// mapping may gain execute permission once it is set) and before
+    /// Identity drops privileges, like the other prctl attributes.
+    pub fn plan(&self, cx: &mut PlanCx) -> Result<()> {
+        cx.b.syscall(
+            0,
+            libc::SYS_prctl,
+            &[
+                PR_SET_MDWE.into(),
+                self.flags.into(),
+                0u64.into(),
+                0u64.into(),
+                0u64.into(),
+            ],
+            Check::NonNeg,
+            format!("deny write+execute memory (PR_SET_MDWE {:#x})", self.flags),
+        );
+        Ok(())
+    }
+}
 
 impl PrctlState {
     /// What a new process has: nothing to restore.
@@ -125,8 +166,13 @@ impl Resource for Prctl {
                 (libc::SYS_prctl, &[PR_GET_THP_DISABLE, 0, 0, 0, 0]),
                 (libc::SYS_prctl, &[PR_MCE_KILL_GET, 0, 0, 0, 0]),
                 (libc::SYS_prctl, &[PR_GET_MEMORY_MERGE, 0, 0, 0, 0]),
+                (libc::SYS_prctl, &[PR_GET_MDWE, 0, 0, 0, 0]),
             ],
         )?;
+        // A kernel without MDWE (before 6.3) answers EINVAL: none is set.
+        if r[5] > 0 {
+            cx.mdwe = Some(MdweState { flags: r[5] as u64 });
+        }
         let out = cx.read_mem(s, 16)?;
         let int_at = |i: usize| {
             out.get(i..i + 4)
