@@ -805,7 +805,11 @@ impl LazyMemory {
 /// Most pages of the argument and environment strings sent with the state.
 const MAX_ARG_ENV_PAGES: u64 = 256;
 
-/// What the restore touches of one thread's memory before the process runs.
+/// Most pages sent along because a thread's register points into them.
+const MAX_POINTED_PAGES: usize = 1024;
+
+/// What the restore touches of one thread's memory before the process
+/// runs, and what the thread works on at the stop.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ThreadPages {
     /// The rseq area (address, length), written when rseq is registered.
@@ -814,13 +818,34 @@ pub struct ThreadPages {
     /// glibc's thread descriptor, whose copy of the thread id the restore
     /// may rewrite (see [`crate::resources::tcb`]).
     pub fs_base: u64,
+    /// The instruction pointer and the other general registers: the code
+    /// and data pages the thread is working on (Choices' "current code and
+    /// heap pages", Noack §2.3.4). Values that are not addresses of
+    /// private memory select nothing: the caller keeps only pages present
+    /// in writable private anonymous mappings.
+    pub pointers: [u64; 16],
+}
+
+impl ThreadPages {
+    pub fn of(regs: &crate::sys::UserRegs, rseq: Option<(u64, u32)>) -> ThreadPages {
+        ThreadPages {
+            rseq,
+            rsp: regs.rsp,
+            fs_base: regs.fs_base,
+            pointers: [
+                regs.rip, regs.rax, regs.rbx, regs.rcx, regs.rdx, regs.rsi, regs.rdi, regs.rbp,
+                regs.r8, regs.r9, regs.r10, regs.r11, regs.r12, regs.r13, regs.r14, regs.r15,
+            ],
+        }
+    }
 }
 
 /// Pages the restorer and the kernel touch before the process runs (each
 /// thread's rseq area and thread descriptor), the page each thread's stack
 /// pointer is on with the red zone below it, and the pages of the argument
-/// and environment strings `arg_env` ([start, end) each): a lazy handover
-/// sends these along. The kernel reads the last ones for other processes
+/// and environment strings `arg_env` ([start, end) each), and the pages
+/// the threads' registers point into (at most [`MAX_POINTED_PAGES`]): a
+/// lazy handover sends these along. The kernel reads the last ones for other processes
 /// (`/proc/PID/cmdline` and `environ`, which `ps` shows), and such a read
 /// of a page not yet arrived fails instead of waiting for it: it cannot
 /// wait on a userfaultfd.
@@ -837,7 +862,14 @@ pub fn handover_set(
             p += PAGE;
         }
     }
+    let mut pointed = 0;
     for t in threads {
+        for &p in &t.pointers {
+            // Page 0 and the kernel's half are never the process's memory.
+            if (PAGE..1 << 47).contains(&p) && pointed < MAX_POINTED_PAGES && keep.insert(pg(p)) {
+                pointed += 1;
+            }
+        }
         if let Some((ptr, size)) = t.rseq.filter(|r| r.0 != 0) {
             keep.insert(pg(ptr));
             keep.insert(pg(ptr + size.max(1) as u64 - 1));
@@ -871,11 +903,7 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
     for t in &frozen.threads {
         let r = crate::sys::rseq_config(t.tid)?;
         let regs = crate::sys::get_regs(t.tid)?;
-        threads.push(ThreadPages {
-            rseq: Some((r.ptr, r.size)),
-            rsp: regs.rsp,
-            fs_base: regs.fs_base,
-        });
+        threads.push(ThreadPages::of(&regs, Some((r.ptr, r.size))));
     }
     Ok(handover_set(threads, [(at(45), at(46)), (at(47), at(48))]))
 }
@@ -911,6 +939,39 @@ fn close_in_process(pid: libc::pid_t, fd: i32, ours: &OwnedFd) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_pages_registers_point_into_go_with_the_state() {
+        let mut t = ThreadPages {
+            rsp: 0x7000_0000_1008,
+            ..Default::default()
+        };
+        t.pointers[0] = 0x40_1234; // rip
+        t.pointers[1] = 0x5555_0000_2fff; // a heap pointer
+        t.pointers[2] = 42; // a count, not an address
+        t.pointers[3] = 0xffff_ffff_8100_0000; // a kernel address
+        let keep = handover_set([t], [(0, 0), (0, 0)]);
+        assert!(keep.contains(&0x40_1000));
+        assert!(keep.contains(&0x5555_0000_2000));
+        assert!(keep.contains(&0x7000_0000_1000));
+        assert!(!keep.contains(&0));
+        assert!(!keep.contains(&0xffff_ffff_8100_0000));
+        // Bounded however many threads there are.
+        let many = (0..1000u64).map(|k| {
+            let mut t = ThreadPages::default();
+            for (i, p) in t.pointers.iter_mut().enumerate() {
+                *p = 0x1000_0000 + (k * 16 + i as u64) * PAGE;
+            }
+            t
+        });
+        let keep = handover_set(many, [(0, 0), (0, 0)]);
+        let pointed = keep
+            .iter()
+            .filter(|&&p| (0x1000_0000..0x1000_0000 + 16_000 * PAGE).contains(&p))
+            .count();
+        assert_eq!(pointed, MAX_POINTED_PAGES);
+    }
+
     use super::*;
     use std::os::fd::FromRawFd;
 

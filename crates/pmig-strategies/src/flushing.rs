@@ -392,12 +392,7 @@ pub(crate) fn kept_pages(pi: &ProcessImage) -> HashSet<u64> {
         pmig_engine::resources::threads::regs_from_vec(&t.regs)
     };
     let threads = pi.threads.threads.iter().map(|t| {
-        let r = regs(t);
-        pmig_engine::lazy::ThreadPages {
-            rseq: t.rseq.map(|(ptr, size, _)| (ptr, size)),
-            rsp: r.rsp,
-            fs_base: r.fs_base,
-        }
+        pmig_engine::lazy::ThreadPages::of(&regs(t), t.rseq.map(|(ptr, size, _)| (ptr, size)))
     });
     let mm = &pi.memory.mm;
     pmig_engine::lazy::handover_set(

@@ -7,8 +7,10 @@
 //! Source: the preparation and the handover are demand-paging's: the private
 //! copies of file mappings go while the process runs, and the stop takes a
 //! small image with the state, the pages the restore touches (among them the
-//! top of each thread's stack) and the file copies written since. Code comes
-//! from its files. Before all that, `PageStore { id, path }` names the store
+//! top of each thread's stack), the pages the threads' registers point into
+//! (Choices' current code and heap pages, [`pmig_engine::lazy::ThreadPages`])
+//! and the file copies written since. Code mapped from files comes from its
+//! files. Before all that, `PageStore { id, path }` names the store
 //! directory `<page store>/<id>`. After `Restored` a thread writes the
 //! pages the frozen original has of those owed into it (read with
 //! `process_vm_readv`: nothing runs in the original), then the file
