@@ -178,40 +178,101 @@ fn choose_base(pi: &ProcessImage, len: u64) -> Result<u64> {
     Ok(((a + (b - a - len) / 2) & !0xfffff).max(a + margin))
 }
 
-/// Map and fill the restorer area in our own address space; the child
-/// inherits it through fork.
-fn map_area(area: &Area) -> Result<()> {
-    // SAFETY: mapping fresh anonymous memory at an address chosen to be free
-    // (MAP_FIXED_NOREPLACE refuses to clobber anything).
+/// Choose a base for the restorer area and hold the range at once with an
+/// inaccessible reservation, so that no other thread of ours (a caller that
+/// restores several processes at a time, an allocator) can take it between
+/// the choice and the fork. A range taken between the maps read and the
+/// reservation is chosen again.
+fn reserve_base(pi: &ProcessImage, len: u64) -> Result<u64> {
+    for _ in 0..8 {
+        let base = choose_base(pi, len)?;
+        // SAFETY: an inaccessible, unbacked mapping at an address chosen to
+        // be free; MAP_FIXED_NOREPLACE refuses to clobber anything there.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut _,
+                len as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED && p as u64 == base {
+            return Ok(base);
+        }
+        let err = std::io::Error::last_os_error();
+        if p != libc::MAP_FAILED {
+            // An old kernel that treats the flag as a hint put it elsewhere.
+            // SAFETY: unmapping the mapping just made, which nothing uses.
+            unsafe { libc::munmap(p, len as usize) };
+        } else if err.raw_os_error() != Some(libc::EEXIST) {
+            return Err(EngineError::Sys {
+                what: format!("reserve the restorer area at {base:#x}"),
+                source: err,
+            });
+        }
+    }
+    Err(EngineError::Restore(
+        "the restorer area was taken by another mapping eight times over".into(),
+    ))
+}
+
+/// Map and fill the restorer area in our own address space, over the range
+/// `reserve_base` holds for it (`reserved` bytes); the child inherits it
+/// through fork. On failure the whole reservation is gone.
+fn map_area(area: &Area, reserved: u64) -> Result<()> {
+    if area.len > reserved {
+        unmap_range(area.base, reserved);
+        return Err(EngineError::Restore(format!(
+            "the restorer area ({} bytes) outgrew its reservation ({reserved} bytes)",
+            area.len
+        )));
+    }
+    // SAFETY: the range [base, base + len) is our own PROT_NONE reservation
+    // made by reserve_base, which nothing else uses; MAP_FIXED replaces it.
     let p = unsafe {
         libc::mmap(
             area.base as *mut _,
             area.len as usize,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
             -1,
             0,
         )
     };
     if p == libc::MAP_FAILED || p as u64 != area.base {
-        return Err(errno_err(format!(
-            "map the restorer area at {:#x}",
-            area.base
-        )));
+        let e = errno_err(format!("map the restorer area at {:#x}", area.base));
+        unmap_range(area.base, reserved);
+        return Err(e);
+    }
+    if reserved > area.len {
+        unmap_range(area.base + area.len, reserved - area.len);
     }
     // SAFETY: the area is ours, `len` bytes long, and bytes.len() <= len.
-    unsafe {
+    let protected = unsafe {
         std::ptr::copy_nonoverlapping(area.bytes.as_ptr(), p as *mut u8, area.bytes.len());
-        if libc::mprotect(p, area.code_len as usize, libc::PROT_READ | libc::PROT_EXEC) < 0 {
-            return Err(errno_err("protect the restorer code"));
-        }
+        libc::mprotect(p, area.code_len as usize, libc::PROT_READ | libc::PROT_EXEC)
+    };
+    if protected < 0 {
+        let e = errno_err("protect the restorer code");
+        unmap_area(area);
+        return Err(e);
     }
     Ok(())
 }
 
+fn unmap_range(base: u64, len: u64) {
+    // SAFETY: unmapping a range of our reservation or area; nothing refers
+    // to it.
+    unsafe { libc::munmap(base as *mut _, len as usize) };
+}
+
 fn unmap_area(area: &Area) {
-    // SAFETY: unmapping the area we mapped in map_area; nothing refers to it.
-    unsafe { libc::munmap(area.base as *mut _, area.len as usize) };
+    unmap_range(area.base, area.len);
 }
 
 fn child_fail(status_fd: i32, step: u64) -> ! {
@@ -345,6 +406,8 @@ struct Prepared {
     status_w: i32,
     go_r: i32,
     go_w: OwnedFd,
+    /// Bytes reserved at `area.base` by `reserve_base`.
+    reserved: u64,
 }
 
 fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Prepared> {
@@ -453,7 +516,8 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         "close the restorer's files",
     );
     mark("restore: planned");
-    let base = choose_base(pi, b.area_len())?;
+    let reserved = b.area_len();
+    let base = reserve_base(pi, reserved)?;
     mark("restore: base chosen");
     let area = b.finish(base, status_w);
     pf.helpers.sort();
@@ -464,6 +528,7 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         status_w,
         go_r,
         go_w,
+        reserved,
     })
 }
 
@@ -481,7 +546,7 @@ fn restore_image_held(
     let mut p = prepare(pi, pages, opts)?;
     mark("restore: prepared");
     let original_pid = pi.process.pid;
-    map_area(&p.area)?;
+    map_area(&p.area, p.reserved)?;
     let free = !Path::new(&format!("/proc/{original_pid}")).exists();
     let mut forked = Err(std::io::Error::from_raw_os_error(libc::EEXIST));
     if free {
@@ -914,4 +979,64 @@ fn wait_for_traps(pid: pid_t, n: usize, p: &Prepared) -> Result<Vec<pid_t>> {
         .into_iter()
         .map(|t| t.expect("all threads trapped"))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::tests_support::empty_image;
+
+    const PAGE_SIZE: u64 = 4096;
+
+    fn mapping_at(base: u64) -> Option<procfs::MapLine> {
+        procfs::maps(std::process::id() as pid_t)
+            .unwrap()
+            .into_iter()
+            .find(|m| m.start <= base && base < m.end)
+    }
+
+    #[test]
+    fn a_reserved_restorer_base_is_mapped_at_once_and_never_chosen_twice() {
+        let pi = empty_image();
+        let len = 3 * PAGE_SIZE;
+        let first = reserve_base(&pi, len).unwrap();
+        let held = mapping_at(first).expect("the reservation is in our maps");
+        assert!(!held.read && !held.write && !held.exec, "{held:?}");
+        // A second choice, as another thread restoring at the same time
+        // makes, must not land on the first.
+        let second = reserve_base(&pi, len).unwrap();
+        assert!(second + len <= first || first + len <= second);
+
+        // The area takes the front of its reservation; the tail goes.
+        let area = Area {
+            base: first,
+            bytes: vec![0xc3; 16],
+            code_len: PAGE_SIZE,
+            len: 2 * PAGE_SIZE,
+            entry: first,
+            plan: first + PAGE_SIZE,
+            main_stack_top: first + 2 * PAGE_SIZE,
+            descriptions: Vec::new(),
+        };
+        map_area(&area, len).unwrap();
+        let code = mapping_at(first).unwrap();
+        assert!(code.read && code.exec && !code.write, "{code:?}");
+        let data = mapping_at(first + PAGE_SIZE).unwrap();
+        assert!(data.read && data.write, "{data:?}");
+        assert!(mapping_at(first + 2 * PAGE_SIZE).is_none());
+        // SAFETY: the first byte of the area we just mapped and filled.
+        assert_eq!(unsafe { *(first as *const u8) }, 0xc3);
+        unmap_area(&area);
+        assert!(mapping_at(first).is_none());
+
+        // An area larger than its reservation is refused, and the
+        // reservation released.
+        let big = Area {
+            base: second,
+            len: 2 * len,
+            ..area
+        };
+        assert!(map_area(&big, len).is_err());
+        assert!(mapping_at(second).is_none());
+    }
 }
