@@ -16,6 +16,7 @@
  *   sharedeventfd   an eventfd an unrelated process (a grandchild) also
  *                   holds; it exits when we are gone (it polls our pidfd).
  *   sharedepoll     the same with an epoll instance.
+ *   sharedtimerfd   the same with a timerfd.
  *   rdwrpipe        a self-pipe and its read end opened again, read-write,
  *                   through /proc/self/fd.
  *   mqueue          a POSIX message queue, still named (unlinked at exit).
@@ -36,6 +37,7 @@
 #include <sys/wait.h>
 #include <sys/eventfd.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <poll.h>
 #include <netinet/in.h>
 
@@ -113,10 +115,10 @@ static int check(void) {
         struct shmid_ds ds;
         CHECK(shmctl(fd1, IPC_STAT, &ds) == 0, "IPC_STAT");
         CHECK(ds.shm_nattch >= 2, "shm segment has %lu attaches, want >= 2", (unsigned long)ds.shm_nattch);
-    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll")) {
+    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll") || !strcmp(mode, "sharedtimerfd")) {
         char link[64] = "", p[64];
         snprintf(p, sizeof p, "/proc/self/fd/%d", fd1);
-        const char *want = !strcmp(mode, "sharedepoll") ? "eventpoll" : "eventfd";
+        const char *want = !strcmp(mode, "sharedepoll") ? "eventpoll" : !strcmp(mode, "sharedtimerfd") ? "timerfd" : "eventfd";
         CHECK(readlink(p, link, sizeof link - 1) > 0 && strstr(link, want), "the %s is gone: '%s'", want, link);
     } else if (!strcmp(mode, "sharedpipe")) {
         struct stat a, b;
@@ -215,8 +217,10 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
         fd1 = open(path, O_RDWR);
         if (fd1 < 0) scn_die("reopen the pipe read-write");
-    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll")) {
-        fd1 = !strcmp(mode, "sharedepoll") ? epoll_create1(0) : eventfd(7, 0);
+    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll") || !strcmp(mode, "sharedtimerfd")) {
+        fd1 = !strcmp(mode, "sharedepoll")     ? epoll_create1(0)
+              : !strcmp(mode, "sharedtimerfd") ? timerfd_create(CLOCK_MONOTONIC, 0)
+                                               : eventfd(7, 0);
         if (fd1 < 0) scn_die("create");
         pid_t me = getpid();
         pid_t c = fork();

@@ -2446,6 +2446,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "eventfd",
     "epoll",
     "signalfd",
+    "timerfd",
     "pthreads",
     "jit",
 ];

@@ -247,9 +247,16 @@ pub fn process_vm_write(pid: pid_t, addr: u64, buf: &[u8]) -> Result<usize> {
 
 /// kcmp(KCMP_FILE): do two fds of a process share one open file description?
 pub fn same_file(pid: pid_t, fd1: i32, fd2: i32) -> Option<bool> {
+    same_file_of(pid, fd1, pid, fd2)
+}
+
+/// kcmp(KCMP_FILE): is fd `fd1` of `pid1` the open file description of fd
+/// `fd2` of `pid2`? None if the kernel cannot tell (a process gone, no
+/// permission).
+pub fn same_file_of(pid1: pid_t, fd1: i32, pid2: pid_t, fd2: i32) -> Option<bool> {
     // SAFETY: kcmp only compares kernel objects; no memory is passed.
     let r = unsafe {
-        libc::syscall(libc::SYS_kcmp, pid, pid, 0 /* KCMP_FILE */, fd1, fd2)
+        libc::syscall(libc::SYS_kcmp, pid1, pid2, 0 /* KCMP_FILE */, fd1, fd2)
     };
     (r >= 0).then_some(r == 0)
 }

@@ -253,6 +253,7 @@ scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
+scenario!(timerfd, "timerfd", false);
 scenario!(pthreads, "pthreads", false);
 scenario!(jit, "jit", false);
 scenario!(sleeps, "sleeps", false);
@@ -394,6 +395,7 @@ fn scenarios_pass_without_migration() {
         ("eventfd", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),
+        ("timerfd", &[]),
         ("pthreads", &[]),
         ("jit", &[]),
         ("refuse", &["plain"]),
@@ -538,6 +540,11 @@ fn refuse_eventfd_shared_with_another_process() {
 #[test]
 fn refuse_epoll_shared_with_another_process() {
     refusal("sharedepoll", &["epoll shared with another process"]);
+}
+
+#[test]
+fn refuse_timerfd_shared_with_another_process() {
+    refusal("sharedtimerfd", &["timerfd shared with another process"]);
 }
 
 #[test]

@@ -24,7 +24,6 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 pub const LINK: &str = "anon_inode:[eventpoll]";
 
-const KCMP_FILE: i32 = 0;
 const KCMP_EPOLL_TFD: i32 = 7;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,10 +95,9 @@ pub fn capture(pid: pid_t, fd: i32, info: &str) -> Result<Vec<Watch>> {
 /// the epolls at `fds` of `pid`.
 pub fn is_one_of(pid: pid_t, other: pid_t, ofd: i32, link: &str, fds: &[i32]) -> bool {
     link == LINK
-        && fds.iter().any(|&fd| {
-            // SAFETY: kcmp only compares kernel objects.
-            unsafe { libc::syscall(libc::SYS_kcmp, pid, other, KCMP_FILE, fd, ofd) == 0 }
-        })
+        && fds
+            .iter()
+            .any(|&fd| crate::sys::same_file_of(pid, fd, other, ofd) == Some(true))
 }
 
 /// Creates the epoll instance for the new process: a helper fd it inherits.

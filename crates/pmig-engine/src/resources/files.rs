@@ -68,6 +68,8 @@ pub enum FdKind {
     Epoll { watches: Vec<super::epoll::Watch> },
     /// A signalfd (format 1.3; see `signalfd`).
     SignalFd { mask: u64 },
+    /// A timerfd the process holds alone (format 1.6; see `timerfd`).
+    TimerFd(super::timerfd::TimerFd),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -203,6 +205,10 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
             semaphore: false,
         }));
     }
+    if link == super::timerfd::LINK {
+        // Its clock and times: from the fdinfo, in the capture.
+        return Ok(Some(FdKind::TimerFd(super::timerfd::TimerFd::default())));
+    }
     if link.starts_with("anon_inode:") {
         return Err(what(
             link.trim_start_matches("anon_inode:")
@@ -287,6 +293,7 @@ impl Resource for Files {
                     alone.eventfds.extend(super::eventfd::id_of(pid, fd));
                 }
                 Some(FdKind::Epoll { .. }) => alone.epolls.push(fd),
+                Some(FdKind::TimerFd(_)) => alone.timerfds.push(fd),
                 _ => {}
             }
             if kind.is_some() {
@@ -346,6 +353,9 @@ impl Resource for Files {
             }
             if let FdKind::Epoll { watches } = &mut kind {
                 *watches = super::epoll::capture(pid, fd, &info)?;
+            }
+            if let FdKind::TimerFd(t) = &mut kind {
+                *t = super::timerfd::capture(pid, fd)?;
             }
             if let FdKind::EventFd { count, semaphore } = &mut kind {
                 (*count, *semaphore) = super::eventfd::capture(pid, fd, &info)?;
@@ -456,6 +466,7 @@ impl Resource for Files {
                     super::eventfd::preflight(pf, *count, *semaphore, f.flags)?
                 }
                 FdKind::SignalFd { mask } => super::signalfd::preflight(pf, *mask, f.flags)?,
+                FdKind::TimerFd(t) => super::timerfd::preflight(pf, t, f.flags)?,
                 FdKind::Epoll { .. } => {
                     let ep = super::epoll::preflight(pf)?;
                     set_nonblocking(ep, f)?;

@@ -1,7 +1,7 @@
-//! Files a process must hold alone to move: its pipes, eventfds and epoll
-//! instances. Moving one that another process also holds would cut the
+//! Files a process must hold alone to move: its pipes, eventfds, epoll
+//! instances and timerfds. Moving one that another process also holds would cut the
 //! channel between the two, so such a file is refused. This module finds the
-//! other holders for all three kinds in one pass over every process's fd
+//! other holders for all four kinds in one pass over every process's fd
 //! table ([`crate::procfs::other_holder`]); the kinds' own modules say what
 //! makes another process's fd the same file.
 //!
@@ -19,18 +19,19 @@
 //! a busy host, with more than a few hundred pids created in between, or
 //! after a wrap-around of the pid counter, every process is read again.
 
-use super::{epoll, eventfd, pipes};
+use super::{epoll, eventfd, pipes, timerfd};
 use crate::error::{unsupported, Result};
 use libc::pid_t;
 use std::sync::Mutex;
 
-/// The pipes (by inode), eventfds (by eventfd id) and epolls (by fd) of one
-/// process, which it must hold alone.
+/// The pipes (by inode), eventfds (by eventfd id), epolls and timerfds (by
+/// fd) of one process, which it must hold alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeldAlone {
     pub pipes: Vec<u64>,
     pub eventfds: Vec<u64>,
     pub epolls: Vec<i32>,
+    pub timerfds: Vec<i32>,
 }
 
 /// The last pass that found no other holder: for which process (pid and
@@ -72,13 +73,17 @@ fn subset<T: PartialEq>(a: &[T], b: &[T]) -> bool {
 
 impl HeldAlone {
     pub fn is_empty(&self) -> bool {
-        self.pipes.is_empty() && self.eventfds.is_empty() && self.epolls.is_empty()
+        self.pipes.is_empty()
+            && self.eventfds.is_empty()
+            && self.epolls.is_empty()
+            && self.timerfds.is_empty()
     }
 
     fn covered_by(&self, other: &HeldAlone) -> bool {
         subset(&self.pipes, &other.pipes)
             && subset(&self.eventfds, &other.eventfds)
             && subset(&self.epolls, &other.epolls)
+            && subset(&self.timerfds, &other.timerfds)
     }
 
     /// Whether fd `fd` of process `other`, whose link is `link`, is one of
@@ -87,6 +92,7 @@ impl HeldAlone {
         pipes::is_one_of(link, &self.pipes)
             || eventfd::is_one_of(other, fd, link, &self.eventfds)
             || epoll::is_one_of(pid, other, fd, link, &self.epolls)
+            || timerfd::is_one_of(pid, other, fd, link, &self.timerfds)
     }
 
     /// Refuses these files of `pid` if another process holds one of them.
@@ -125,6 +131,8 @@ impl HeldAlone {
         };
         let what = if link == eventfd::LINK {
             format!("an eventfd shared with another process (also held by pid {other})")
+        } else if link == timerfd::LINK {
+            format!("a timerfd shared with another process (also held by pid {other})")
         } else if link == epoll::LINK {
             format!("an epoll shared with another process (also held by pid {other})")
         } else {
@@ -223,6 +231,7 @@ mod tests {
             pipes: vec![1],
             eventfds: vec![7],
             epolls: vec![3],
+            timerfds: vec![4],
         };
         let me = std::process::id() as pid_t;
         let us = identity(me).expect("our own start time");

@@ -29,6 +29,7 @@ pub mod signalfd;
 pub mod signals;
 pub mod tcb;
 pub mod threads;
+pub mod timerfd;
 pub mod timers;
 
 use crate::error::{Ctx, EngineError, Result};
