@@ -17,6 +17,8 @@
  *                   holds; it exits when we are gone (it polls our pidfd).
  *   sharedepoll     the same with an epoll instance.
  *   sharedtimerfd   the same with a timerfd.
+ *   sharedinotify   the same with an inotify instance.
+ *   inotifyqueued   an inotify instance with an event not yet read.
  *   rdwrpipe        a self-pipe and its read end opened again, read-write,
  *                   through /proc/self/fd.
  *   mqueue          a POSIX message queue, still named (unlinked at exit).
@@ -38,6 +40,8 @@
 #include <sys/eventfd.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <poll.h>
 #include <netinet/in.h>
 
@@ -115,11 +119,18 @@ static int check(void) {
         struct shmid_ds ds;
         CHECK(shmctl(fd1, IPC_STAT, &ds) == 0, "IPC_STAT");
         CHECK(ds.shm_nattch >= 2, "shm segment has %lu attaches, want >= 2", (unsigned long)ds.shm_nattch);
-    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll") || !strcmp(mode, "sharedtimerfd")) {
+    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll") || !strcmp(mode, "sharedtimerfd") ||
+               !strcmp(mode, "sharedinotify") || !strcmp(mode, "inotifyqueued")) {
         char link[64] = "", p[64];
         snprintf(p, sizeof p, "/proc/self/fd/%d", fd1);
-        const char *want = !strcmp(mode, "sharedepoll") ? "eventpoll" : !strcmp(mode, "sharedtimerfd") ? "timerfd" : "eventfd";
+        const char *want = !strcmp(mode, "sharedepoll")     ? "eventpoll"
+                           : !strcmp(mode, "sharedtimerfd") ? "timerfd"
+                           : !strcmp(mode, "sharedeventfd") ? "eventfd"
+                                                            : "inotify";
         CHECK(readlink(p, link, sizeof link - 1) > 0 && strstr(link, want), "the %s is gone: '%s'", want, link);
+        int queued = 0;
+        CHECK(strcmp(mode, "inotifyqueued") || (ioctl(fd1, FIONREAD, &queued) == 0 && queued > 0),
+              "the inotify event not yet read is gone");
     } else if (!strcmp(mode, "sharedpipe")) {
         struct stat a, b;
         CHECK(fstat(fd1, &a) == 0 && fstat(fd2, &b) == 0 && S_ISFIFO(a.st_mode) && a.st_ino == b.st_ino, "the pipe is gone");
@@ -217,9 +228,18 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
         fd1 = open(path, O_RDWR);
         if (fd1 < 0) scn_die("reopen the pipe read-write");
-    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll") || !strcmp(mode, "sharedtimerfd")) {
+    } else if (!strcmp(mode, "inotifyqueued")) {
+        fd1 = inotify_init1(0);
+        if (fd1 < 0 || inotify_add_watch(fd1, ".", IN_CREATE | IN_DELETE) != 1) scn_die("inotify");
+        int f = open("queued", O_CREAT | O_WRONLY, 0600);
+        if (f < 0) scn_die("create");
+        close(f);
+        unlink("queued");
+    } else if (!strcmp(mode, "sharedeventfd") || !strcmp(mode, "sharedepoll") || !strcmp(mode, "sharedtimerfd") ||
+               !strcmp(mode, "sharedinotify")) {
         fd1 = !strcmp(mode, "sharedepoll")     ? epoll_create1(0)
               : !strcmp(mode, "sharedtimerfd") ? timerfd_create(CLOCK_MONOTONIC, 0)
+              : !strcmp(mode, "sharedinotify") ? inotify_init1(0)
                                                : eventfd(7, 0);
         if (fd1 < 0) scn_die("create");
         pid_t me = getpid();

@@ -1,6 +1,8 @@
 /* sleeps: threads each blocked in a call with a one-hour timeout, so that
  * none ends during a test. Four calls the kernel resumes from a restart block
- * after a stop: clock_nanosleep (relative), nanosleep, a futex wait and poll.
+ * after a stop: clock_nanosleep (relative), nanosleep, a futex wait and poll,
+ * the last both with a timeout and without one (`tail -f` waits so, on a
+ * pipe that stays empty here).
  * A stop (a dump, pmig's own freezes, job control) leaves such a thread in
  * restart_syscall, whose restart block stays in the old kernel: a capture
  * there must still restore the original call, not make it fail with EINTR.
@@ -14,14 +16,15 @@
 #include <signal.h>
 #include <sys/epoll.h>
 
-#define NT 6
+#define NT 7
 static int never;                 /* futex word, stays 0 */
 static int started;
 static pid_t tids[NT];
 static volatile int bad[NT];       /* errno of an unexpected return, or -1 */
 static const char *what[NT] = {"clock_nanosleep", "nanosleep", "futex wait", "poll", "epoll_wait",
-                               "sigtimedwait"};
+                               "sigtimedwait", "poll without a timeout"};
 static int ep = -1;
+static int quiet[2] = {-1, -1};    /* a pipe nothing is written to */
 
 static void *sleeper(void *arg) {
     int i = (int)(intptr_t)arg;
@@ -38,6 +41,11 @@ static void *sleeper(void *arg) {
             if (r < 0 && errno == ETIMEDOUT) r = 0;
             break;
         case 3: r = syscall(SYS_poll, NULL, 0, 3600 * 1000); break;
+        case 6: {
+            struct pollfd p = {.fd = quiet[0], .events = POLLIN};
+            r = syscall(SYS_poll, &p, 1, -1);
+            break;
+        }
         case 4: {
             struct epoll_event ev;
             r = epoll_wait(ep, &ev, 1, 3600 * 1000);
@@ -86,6 +94,7 @@ int main(void) {
     scn_name = "sleeps";
     ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0) scn_die("epoll_create1");
+    if (pipe2(quiet, O_CLOEXEC)) scn_die("pipe2");
     /* Blocked in every thread (they inherit it): sigtimedwait waits for it. */
     sigset_t usr2;
     sigemptyset(&usr2);

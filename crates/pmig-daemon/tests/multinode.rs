@@ -2447,6 +2447,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "epoll",
     "signalfd",
     "timerfd",
+    "inotify",
     "pthreads",
     "jit",
 ];
@@ -2630,6 +2631,80 @@ fn scenarios_bc_gzip_move_around_with_freeze_free() {
     if root() {
         scenarios_move_around("freeze-free", "sf");
     }
+}
+
+/// Whether `pid` holds an inotify instance.
+fn holds_inotify(pid: i32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .any(|l| l.as_os_str() == "anon_inode:inotify")
+        })
+        .unwrap_or(false)
+}
+
+/// `tail -f` (coreutils, which follows a file through inotify) moves n1 →
+/// n2 → n3 → n1 with post-copy while its log grows: the line appended after
+/// each hop shows in its output, so the watch came back on every node.
+#[test]
+fn tail_follows_a_growing_log_around_three_nodes() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("tf");
+    let log = env.dir.join("followed.log");
+    let out = env.dir.join("tail.out");
+    let mut want = String::from("line 0\n");
+    std::fs::write(&log, &want).unwrap();
+    let wait_output = |want: &str, env: &Env, node: &str| {
+        let t0 = Instant::now();
+        loop {
+            let got = std::fs::read_to_string(&out).unwrap_or_default();
+            if got == want {
+                return;
+            }
+            assert!(
+                t0.elapsed() < LIMIT,
+                "tail on {node} printed {got:?}, want {want:?}\n{node} log:\n{}",
+                env.log(node)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let log_arg = log.to_str().unwrap().to_string();
+    let mut child = env.spawn("n1", &["tail", "-n", "+1", "-f", &log_arg], None, &out);
+    let mut pid = child.id() as i32;
+    wait_output(&want, &env, "n1");
+    assert!(holds_inotify(pid), "tail follows without inotify here");
+    for (i, (from, to)) in [("n1", "n2"), ("n2", "n3"), ("n3", "n1")]
+        .into_iter()
+        .enumerate()
+    {
+        let rep = env
+            .migrate_with(from, pid, to, "post-copy")
+            .unwrap_or_else(|e| panic!("tail {from}→{to}: {e}"));
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        assert!(
+            holds_inotify(pid),
+            "tail on {to} ({pid}) lost its inotify instance: {:?} {:?}\n{to} log:\n{}",
+            std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .collect::<Vec<_>>()),
+            std::fs::read_to_string(format!("/proc/{pid}/status")),
+            env.log(to)
+        );
+        let line = format!("line {}\n", i + 1);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+        want.push_str(&line);
+        wait_output(&want, &env, to);
+    }
+    // SAFETY: killing the tail this test started and moved.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = child.wait();
+    wait_gone(pid);
 }
 
 /// Post-copy does not scan the private memory at the stop: its image owes

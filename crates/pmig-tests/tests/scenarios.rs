@@ -254,6 +254,7 @@ scenario!(eventfd, "eventfd", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(timerfd, "timerfd", false);
+scenario!(inotify, "inotify", false);
 scenario!(pthreads, "pthreads", false);
 scenario!(jit, "jit", false);
 scenario!(sleeps, "sleeps", false);
@@ -279,8 +280,8 @@ fn calls_restarting_after_an_earlier_stop_are_restored_not_failed() {
     orig.expect_ready();
     let pid = orig.pid();
     dump_ok(pid, &d.path("img1"), true);
-    // Its four sleepers with a restart block (one-hour timeouts) now
-    // restart their calls; the epoll_wait and the sigtimedwait, which the
+    // Its five sleepers with a restart block (one-hour timeouts, and a poll
+    // with none) now restart their calls; the epoll_wait and the sigtimedwait, which the
     // stop would have ended with EINTR, are back in their own calls.
     // Bounded: until every one is blocked again.
     let calls = || {
@@ -293,7 +294,7 @@ fn calls_restarting_after_an_earlier_stop_are_restored_not_failed() {
     };
     let want = |c: &[String]| {
         let n = |nr: &str| c.iter().filter(|s| s.as_str() == nr).count();
-        n("219") == 4 && n("232") == 1 && n("128") == 1
+        n("219") == 5 && n("232") == 1 && n("128") == 1
     };
     let settled = (0..5000).any(|_| {
         want(&calls()) || {
@@ -396,6 +397,7 @@ fn scenarios_pass_without_migration() {
         ("epoll", &[]),
         ("signalfd", &[]),
         ("timerfd", &[]),
+        ("inotify", &[]),
         ("pthreads", &[]),
         ("jit", &[]),
         ("refuse", &["plain"]),
@@ -545,6 +547,22 @@ fn refuse_epoll_shared_with_another_process() {
 #[test]
 fn refuse_timerfd_shared_with_another_process() {
     refusal("sharedtimerfd", &["timerfd shared with another process"]);
+}
+
+#[test]
+fn refuse_inotify_shared_with_another_process() {
+    refusal(
+        "sharedinotify",
+        &["inotify instance shared with another process"],
+    );
+}
+
+#[test]
+fn refuse_inotify_with_events_not_yet_read() {
+    refusal(
+        "inotifyqueued",
+        &["inotify instance with", "events not yet read"],
+    );
 }
 
 #[test]

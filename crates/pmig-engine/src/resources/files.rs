@@ -8,10 +8,11 @@
 //!   restoring command's own fds 0, 1 and 2, or to files named by the user.
 //! * Pipes held by this process alone move with their data (see `pipes`),
 //!   eventfds with their count (see `eventfd`), epoll instances with what
-//!   they watch (see `epoll`), signalfds with their mask (see `signalfd`).
-//! * Anything else (sockets, shared pipes, eventfds and epolls, io_uring,
-//!   timerfd, ...) is
-//!   refused at dump time.
+//!   they watch (see `epoll`), signalfds with their mask (see `signalfd`),
+//!   timerfds with their settings and times (see `timerfd`), inotify
+//!   instances with their watches (see `inotify`).
+//! * Anything else (sockets, shared pipes, eventfds, epolls, timerfds and
+//!   inotify instances, io_uring, ...) is refused at dump time.
 
 use super::holders::HeldAlone;
 use super::{Capture, Preflight, Resource};
@@ -70,6 +71,9 @@ pub enum FdKind {
     SignalFd { mask: u64 },
     /// A timerfd the process holds alone (format 1.6; see `timerfd`).
     TimerFd(super::timerfd::TimerFd),
+    /// An inotify instance the process holds alone, with its watches
+    /// (format 1.6; see `inotify`).
+    Inotify { watches: Vec<super::inotify::Watch> },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -209,6 +213,10 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         // Its clock and times: from the fdinfo, in the capture.
         return Ok(Some(FdKind::TimerFd(super::timerfd::TimerFd::default())));
     }
+    if link == super::inotify::LINK {
+        // Its watches: from the fdinfo, in the capture.
+        return Ok(Some(FdKind::Inotify { watches: vec![] }));
+    }
     if link.starts_with("anon_inode:") {
         return Err(what(
             link.trim_start_matches("anon_inode:")
@@ -293,7 +301,7 @@ impl Resource for Files {
                     alone.eventfds.extend(super::eventfd::id_of(pid, fd));
                 }
                 Some(FdKind::Epoll { .. }) => alone.epolls.push(fd),
-                Some(FdKind::TimerFd(_)) => alone.timerfds.push(fd),
+                Some(FdKind::TimerFd(_) | FdKind::Inotify { .. }) => alone.by_file.push(fd),
                 _ => {}
             }
             if kind.is_some() {
@@ -353,6 +361,9 @@ impl Resource for Files {
             }
             if let FdKind::Epoll { watches } = &mut kind {
                 *watches = super::epoll::capture(pid, fd, &info)?;
+            }
+            if let FdKind::Inotify { watches } = &mut kind {
+                *watches = super::inotify::capture(pid, fd, &info)?;
             }
             if let FdKind::TimerFd(t) = &mut kind {
                 *t = super::timerfd::capture(pid, fd)?;
@@ -467,6 +478,7 @@ impl Resource for Files {
                 }
                 FdKind::SignalFd { mask } => super::signalfd::preflight(pf, *mask, f.flags)?,
                 FdKind::TimerFd(t) => super::timerfd::preflight(pf, t, f.flags)?,
+                FdKind::Inotify { watches } => super::inotify::preflight(pf, watches, f.flags)?,
                 FdKind::Epoll { .. } => {
                     let ep = super::epoll::preflight(pf)?;
                     set_nonblocking(ep, f)?;

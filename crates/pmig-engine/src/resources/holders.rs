@@ -1,7 +1,7 @@
 //! Files a process must hold alone to move: its pipes, eventfds, epoll
-//! instances and timerfds. Moving one that another process also holds would cut the
+//! instances, timerfds and inotify instances. Moving one that another process also holds would cut the
 //! channel between the two, so such a file is refused. This module finds the
-//! other holders for all four kinds in one pass over every process's fd
+//! other holders for all these kinds in one pass over every process's fd
 //! table ([`crate::procfs::other_holder`]); the kinds' own modules say what
 //! makes another process's fd the same file.
 //!
@@ -19,20 +19,25 @@
 //! a busy host, with more than a few hundred pids created in between, or
 //! after a wrap-around of the pid counter, every process is read again.
 
-use super::{epoll, eventfd, pipes, timerfd};
+use super::{epoll, eventfd, inotify, pipes, timerfd};
 use crate::error::{unsupported, Result};
 use libc::pid_t;
 use std::sync::Mutex;
 
-/// The pipes (by inode), eventfds (by eventfd id), epolls and timerfds (by
-/// fd) of one process, which it must hold alone.
+/// The pipes (by inode), eventfds (by eventfd id), epolls, timerfds and
+/// inotify instances (by fd) of one process, which it must hold alone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HeldAlone {
     pub pipes: Vec<u64>,
     pub eventfds: Vec<u64>,
     pub epolls: Vec<i32>,
-    pub timerfds: Vec<i32>,
+    /// Timerfds and inotify instances: another process's fd is one of them
+    /// if it is the same open file (`kcmp`).
+    pub by_file: Vec<i32>,
 }
+
+/// The kinds of file `HeldAlone::by_file` holds, by their fd link.
+const BY_FILE: &[&str] = &[timerfd::LINK, inotify::LINK];
 
 /// The last pass that found no other holder: for which process (pid and
 /// start time, so that a reused pid is another process), what it covered,
@@ -76,14 +81,14 @@ impl HeldAlone {
         self.pipes.is_empty()
             && self.eventfds.is_empty()
             && self.epolls.is_empty()
-            && self.timerfds.is_empty()
+            && self.by_file.is_empty()
     }
 
     fn covered_by(&self, other: &HeldAlone) -> bool {
         subset(&self.pipes, &other.pipes)
             && subset(&self.eventfds, &other.eventfds)
             && subset(&self.epolls, &other.epolls)
-            && subset(&self.timerfds, &other.timerfds)
+            && subset(&self.by_file, &other.by_file)
     }
 
     /// Whether fd `fd` of process `other`, whose link is `link`, is one of
@@ -92,7 +97,11 @@ impl HeldAlone {
         pipes::is_one_of(link, &self.pipes)
             || eventfd::is_one_of(other, fd, link, &self.eventfds)
             || epoll::is_one_of(pid, other, fd, link, &self.epolls)
-            || timerfd::is_one_of(pid, other, fd, link, &self.timerfds)
+            || (BY_FILE.contains(&link)
+                && self
+                    .by_file
+                    .iter()
+                    .any(|&f| crate::sys::same_file_of(pid, f, other, fd) == Some(true)))
     }
 
     /// Refuses these files of `pid` if another process holds one of them.
@@ -133,6 +142,8 @@ impl HeldAlone {
             format!("an eventfd shared with another process (also held by pid {other})")
         } else if link == timerfd::LINK {
             format!("a timerfd shared with another process (also held by pid {other})")
+        } else if link == inotify::LINK {
+            format!("an inotify instance shared with another process (also held by pid {other})")
         } else if link == epoll::LINK {
             format!("an epoll shared with another process (also held by pid {other})")
         } else {
@@ -231,7 +242,7 @@ mod tests {
             pipes: vec![1],
             eventfds: vec![7],
             epolls: vec![3],
-            timerfds: vec![4],
+            by_file: vec![4],
         };
         let me = std::process::id() as pid_t;
         let us = identity(me).expect("our own start time");

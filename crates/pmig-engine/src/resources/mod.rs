@@ -18,6 +18,7 @@ pub mod eventfd;
 pub mod files;
 pub mod holders;
 pub mod identity;
+pub mod inotify;
 pub mod jobctl;
 pub mod memory;
 pub mod pipes;

@@ -20,7 +20,7 @@ const PR_SET_TIMERSLACK: i32 = 29;
 /// `restart_syscall`: what a thread runs after a stop (ptrace, job control)
 /// interrupted a call that resumes from a block of kernel state, the
 /// *restart block*: a relative `nanosleep` or `clock_nanosleep`, a `futex`
-/// wait with a timeout, a `poll` with a timeout.
+/// wait with a timeout, a `poll` (with or without a timeout).
 const SYS_RESTART_SYSCALL: u64 = libc::SYS_restart_syscall as u64;
 
 /// The call a thread stopped in `restart_syscall` was making, told from its
@@ -72,13 +72,17 @@ fn restarted_call(r: &sys::UserRegs, read: &dyn Fn(u64, usize) -> Option<Vec<u8>
     if timespec_at(a0) && ptr_or_null(a1) {
         return Some(libc::SYS_nanosleep);
     }
-    // poll(fds, nfds, timeout in ms): a positive int timeout, and no fds or
-    // a readable array of them.
+    // poll(fds, nfds, timeout in ms): no fds or a readable array of them,
+    // and an int timeout other than 0 (which never waits): positive, or
+    // negative for no timeout (`tail -f` waits so), which restarts this way
+    // too; the caller may have widened the int with its sign.
     let fds_ok = (a0 == 0 && a1 == 0)
         || (user_ptr(a0)
             && (1..=1 << 20).contains(&a1)
             && read(a0, 8).is_some_and(|b| b.len() == 8));
-    if fds_ok && a2 >> 32 == 0 && (a2 as u32 as i32) > 0 {
+    let timeout = a2 as u32 as i32;
+    let int_arg = a2 >> 32 == 0 || (a2 >> 32 == 0xffff_ffff && timeout < 0);
+    if fds_ok && int_arg && timeout != 0 {
         return Some(libc::SYS_poll);
     }
     None
@@ -427,6 +431,9 @@ mod tests {
         // poll(fds, 1, 300) and poll(NULL, 0, 300).
         assert_eq!(call(&m, [FDS, 1, 300, 0]), Some(libc::SYS_poll));
         assert_eq!(call(&m, [0, 0, 300, 0]), Some(libc::SYS_poll));
+        // poll(fds, 1, -1), the int as it is and widened with its sign.
+        assert_eq!(call(&m, [FDS, 1, u32::MAX as u64, 0]), Some(libc::SYS_poll));
+        assert_eq!(call(&m, [FDS, 1, u64::MAX, 0]), Some(libc::SYS_poll));
     }
 
     #[test]
@@ -443,9 +450,10 @@ mod tests {
         let mut bad = mem();
         bad.0.insert(TS, timespec(1, 2_000_000_000));
         assert_eq!(call(&bad, [TS, 0, 0, 0]), None);
-        // poll with a timeout of 0 or -1 never has a restart block.
+        // poll with a timeout of 0 never waits, so never restarts; a
+        // "timeout" wider than an int is not poll's.
         assert_eq!(call(&m, [FDS, 1, 0, 0]), None);
-        assert_eq!(call(&m, [FDS, 1, u32::MAX as u64, 0]), None);
+        assert_eq!(call(&m, [FDS, 1, 1 << 40, 0]), None);
         // Unreadable memory.
         assert_eq!(call(&Mem(BTreeMap::new()), [0, 0, TS, 0]), None);
     }

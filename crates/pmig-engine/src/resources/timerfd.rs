@@ -72,15 +72,6 @@ pub fn parse(info: &str) -> Option<TimerFd> {
     })
 }
 
-/// Whether fd `ofd` of process `other`, whose link is `link`, is one of
-/// the timerfds at `fds` of `pid`.
-pub fn is_one_of(pid: pid_t, other: pid_t, ofd: i32, link: &str, fds: &[i32]) -> bool {
-    link == LINK
-        && fds
-            .iter()
-            .any(|&fd| crate::sys::same_file_of(pid, fd, other, ofd) == Some(true))
-}
-
 fn now_ns(clock: libc::clockid_t) -> Result<u64> {
     let mut t = libc::timespec {
         tv_sec: 0,
