@@ -7,11 +7,13 @@
 # lines starting with # are skipped). The commands may use $SWEEP_DATA, a
 # directory with text.txt (15 MB), text24.txt (370 MB) and after.tcl (a Tcl
 # loop with `after` timers), made on the first run (default
-# /var/tmp/pmig-sweep-data).
+# /var/tmp/pmig-sweep-data), and $SWEEP_WORKLOADS, the directory of
+# bench/workloads.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: $0 CASES" >&2; exit 2; }
 export SWEEP_DATA=${SWEEP_DATA:-/var/tmp/pmig-sweep-data}
+export SWEEP_WORKLOADS=$PWD/bench/workloads
 if [ ! -s "$SWEEP_DATA/text24.txt" ]; then
     mkdir -p "$SWEEP_DATA"
     awk 'BEGIN { for (i = 1; i <= 400000; i++)
