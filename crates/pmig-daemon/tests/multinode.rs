@@ -2707,6 +2707,94 @@ fn tail_follows_a_growing_log_around_three_nodes() {
     wait_gone(pid);
 }
 
+/// An inotify instance with an event not yet read cannot move (the event
+/// could only be taken from the process): the holder lets the process go
+/// and tries again a few times, then refuses with a line that says it may
+/// pass. Here the watcher is stopped (SIGSTOP), so it cannot read the event
+/// and every try finds it: the migration is refused, the process is left
+/// stopped, and the event is still there for it once it runs. Then the
+/// queue is empty, and it moves.
+#[test]
+fn an_unread_inotify_event_is_waited_for_then_refused_and_kept() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("ie");
+    let watched = env.dir.join("watched");
+    std::fs::create_dir_all(&watched).unwrap();
+    let script = env.dir.join("watch.py");
+    std::fs::write(
+        &script,
+        "import ctypes, os, sys\n\
+         libc = ctypes.CDLL(None)\n\
+         fd = libc.inotify_init1(0)\n\
+         assert libc.inotify_add_watch(fd, sys.argv[1].encode(), 0x100) == 1\n\
+         print('READY', flush=True)\n\
+         while True:\n    \
+             b = os.read(fd, 4096)\n    \
+             print('event', b[16:].rstrip(b'\\0').decode(), flush=True)\n",
+    )
+    .unwrap();
+    let out = env.dir.join("watch.out");
+    let mut child = env.spawn(
+        "n1",
+        &[
+            "python3",
+            script.to_str().unwrap(),
+            watched.to_str().unwrap(),
+        ],
+        None,
+        &out,
+    );
+    let pid = child.id() as i32;
+    wait_ready(&out);
+    let wait_for = |what: &str| {
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains(what)
+        {
+            assert!(t0.elapsed() < LIMIT, "the watcher did not print {what:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // SAFETY: stopping the test's own child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let t0 = Instant::now();
+    while !state(pid).contains("T (stopped)") {
+        assert!(t0.elapsed() < LIMIT, "SIGSTOP did not stop it");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(watched.join("one"), b"").unwrap();
+    let err = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .expect_err("moved with an event not yet read");
+    assert!(
+        err.contains("events not yet read") && err.contains("try again"),
+        "{err}"
+    );
+    assert!(
+        state(pid).contains("T (stopped)"),
+        "after the refusal: {}",
+        state(pid)
+    );
+    // SAFETY: continuing the test's own child.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    wait_for("event one");
+    let rep = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("with the queue empty: {e}"));
+    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new_pid);
+    std::fs::write(watched.join("two"), b"").unwrap();
+    wait_for("event two");
+    // SAFETY: killing the watcher this test started and moved.
+    unsafe { libc::kill(new_pid, libc::SIGKILL) };
+    let _ = child.wait();
+    wait_gone(new_pid);
+}
+
 /// Post-copy does not scan the private memory at the stop: its image owes
 /// every page of writable private anonymous memory, and the source, once
 /// the process runs at the destination, scans its frozen copy and says

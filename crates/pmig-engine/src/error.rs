@@ -8,6 +8,10 @@ pub enum EngineError {
     NoProcess(i32),
     #[error("cannot migrate process {pid}: {what} is not supported yet")]
     Unsupported { pid: i32, what: String },
+    /// A state that usually passes in a moment (an event not yet read, a
+    /// file lock held): the process runs on, and a later try may succeed.
+    #[error("cannot migrate process {pid} now: {what}; it may pass, try again")]
+    Busy { pid: i32, what: String },
     #[error("{what}: {source}")]
     Sys {
         what: String,
@@ -59,6 +63,15 @@ pub fn errno_err(what: impl Into<String>) -> EngineError {
     EngineError::Sys {
         what: what.into(),
         source: io::Error::last_os_error(),
+    }
+}
+
+/// A refusal for a state that usually passes in a moment (see
+/// [`EngineError::Busy`]).
+pub fn busy(pid: i32, what: impl Into<String>) -> EngineError {
+    EngineError::Busy {
+        pid,
+        what: what.into(),
     }
 }
 

@@ -195,6 +195,11 @@ struct Held {
     late: LateSignals,
 }
 
+/// How often, and after how long, a capture refused as busy
+/// ([`pmig_engine::EngineError::Busy`]) is tried again.
+const BUSY_RETRIES: usize = 5;
+const BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Freezes `pid` and captures it into `dir`.
 fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Held> {
     let ready = prepare(pid, dir, mode)?;
@@ -423,7 +428,7 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
     // frozen process (we resume it instead).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     mark("hold: started");
-    let captured = if wait {
+    let mut captured = if wait {
         match wait_for_go(pid, dir, mode) {
             Ok(Some(ready)) => freeze_and_capture_prepared(pid, mode, ready),
             // Not asked to go: the process was never touched.
@@ -433,6 +438,20 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
     } else {
         freeze_and_capture(pid, dir, mode)
     };
+    // A state that passes in a moment (an inotify event the process has
+    // not read yet): it ran on when the failed capture let it go; try
+    // again a few times before giving up.
+    for _ in 0..BUSY_RETRIES {
+        if !matches!(
+            captured,
+            Err(StrategyError::Engine(pmig_engine::EngineError::Busy { .. }))
+        ) {
+            break;
+        }
+        std::thread::sleep(BUSY_WAIT);
+        mark("hold: busy, freeze again");
+        captured = freeze_and_capture(pid, dir, mode);
+    }
     let Held {
         frozen,
         captured: c,

@@ -8,7 +8,9 @@
 //! `CAP_DAC_READ_SEARCH`), or else among the files the process holds open
 //! and its working directory; a watch whose file has no path (deleted) is
 //! refused. So is an instance with events not yet read: they cannot be
-//! read without taking them from the process, nor put back.
+//! read without taking them from the process, nor put back. That refusal
+//! is [`crate::error::EngineError::Busy`]: a migration's holder lets the
+//! process run a moment and tries again.
 //!
 //! Restore: `pmig restore` creates the instance before the new process
 //! exists, which inherits it, and adds the watches by path in the order of
@@ -21,7 +23,7 @@
 //! In the image: the fd kind [`super::files::FdKind::Inotify`] (format 1.6).
 
 use super::Preflight;
-use crate::error::{errno_err, unsupported, EngineError, Result};
+use crate::error::{busy, errno_err, unsupported, EngineError, Result};
 use libc::pid_t;
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
@@ -187,7 +189,7 @@ pub fn capture(pid: pid_t, fd: i32, info: &str) -> Result<Vec<Watch>> {
         )));
     }
     if queued > 0 {
-        return Err(unsupported(
+        return Err(busy(
             pid,
             format!("an inotify instance with {queued} bytes of events not yet read (fd {fd})"),
         ));
