@@ -103,59 +103,99 @@ fn names(path: &str, w: &RawWatch) -> bool {
     std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == w.ino && m.dev() == w.dev())
 }
 
-/// The path of the inode `w` watches, from its file handle, through a
-/// mount of its file system in `pid`'s mount table.
-fn path_from_handle(pid: pid_t, w: &RawWatch) -> Option<String> {
-    if w.handle.is_empty() {
-        return None;
+/// The mounts of `pid`'s mount table, opened once per file system and kept
+/// for every watch of a capture, through which file handles are opened.
+struct Mounts {
+    pid: pid_t,
+    table: Option<String>,
+    /// By "major:minor": an fd on each mount of that file system.
+    open: std::collections::HashMap<String, Vec<OwnedFd>>,
+    /// `open_by_handle_at` refused us (no `CAP_DAC_READ_SEARCH`).
+    denied: bool,
+}
+
+impl Mounts {
+    fn new(pid: pid_t) -> Mounts {
+        Mounts {
+            pid,
+            table: None,
+            open: Default::default(),
+            denied: false,
+        }
     }
-    let mounts = crate::procfs::read(pid, "mountinfo").ok()?;
-    let dev = format!("{}:{}", w.sdev >> 20, w.sdev & 0xf_ffff);
-    // struct file_handle: handle_bytes (u32), handle_type (i32), the bytes.
-    let mut fh = Vec::with_capacity(8 + w.handle.len());
-    fh.extend_from_slice(&(w.handle.len() as u32).to_ne_bytes());
-    fh.extend_from_slice(&w.handle_type.to_ne_bytes());
-    fh.extend_from_slice(&w.handle);
-    for l in mounts.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 5 || f[2] != dev {
-            continue;
-        }
-        let Ok(at) = CString::new(format!("/proc/{pid}/root{}", f[4])) else {
-            continue;
-        };
-        // SAFETY: open takes a NUL-terminated path; a new fd or -1.
-        let m = unsafe { libc::open(at.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-        if m < 0 {
-            continue;
-        }
-        // SAFETY: a fresh fd owned by nobody else.
-        let mount = unsafe { OwnedFd::from_raw_fd(m) };
-        // SAFETY: open_by_handle_at reads the file_handle in `fh` (its
-        // length field matches the bytes after it); a new fd or -1.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_open_by_handle_at,
-                mount.as_raw_fd(),
-                fh.as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC,
-            )
-        };
-        if r < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-                return None; // no CAP_DAC_READ_SEARCH: no other mount helps
+
+    /// Fds on the mounts of the file system `dev` ("major:minor").
+    fn of(&mut self, dev: &str) -> &[OwnedFd] {
+        if !self.open.contains_key(dev) {
+            let pid = self.pid;
+            let table = self
+                .table
+                .get_or_insert_with(|| crate::procfs::read(pid, "mountinfo").unwrap_or_default());
+            let mut fds = Vec::new();
+            for l in table.lines() {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() < 5 || f[2] != dev {
+                    continue;
+                }
+                let Ok(at) = CString::new(format!("/proc/{pid}/root{}", f[4])) else {
+                    continue;
+                };
+                // SAFETY: open takes a NUL-terminated path; a new fd or -1.
+                let m = unsafe { libc::open(at.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                if m >= 0 {
+                    // SAFETY: a fresh fd owned by nobody else.
+                    fds.push(unsafe { OwnedFd::from_raw_fd(m) });
+                }
             }
-            continue;
+            self.open.insert(dev.to_string(), fds);
         }
-        // SAFETY: a fresh fd owned by nobody else.
-        let file = unsafe { OwnedFd::from_raw_fd(r as i32) };
-        let path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()?;
-        let path = path.to_str()?.to_string();
-        if names(&path, w) {
-            return Some(path);
-        }
+        &self.open[dev]
     }
-    None
+
+    /// The path of the inode `w` watches, from its file handle.
+    fn path_of(&mut self, w: &RawWatch) -> Option<String> {
+        if w.handle.is_empty() || self.denied {
+            return None;
+        }
+        // struct file_handle: handle_bytes (u32), handle_type (i32), the bytes.
+        let mut fh = Vec::with_capacity(8 + w.handle.len());
+        fh.extend_from_slice(&(w.handle.len() as u32).to_ne_bytes());
+        fh.extend_from_slice(&w.handle_type.to_ne_bytes());
+        fh.extend_from_slice(&w.handle);
+        let dev = format!("{}:{}", w.sdev >> 20, w.sdev & 0xf_ffff);
+        let mut denied = false;
+        let mut found = None;
+        for mount in self.of(&dev) {
+            // SAFETY: open_by_handle_at reads the file_handle in `fh` (its
+            // length field matches the bytes after it); a new fd or -1.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_open_by_handle_at,
+                    mount.as_raw_fd(),
+                    fh.as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC,
+                )
+            };
+            if r < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+                    denied = true; // no other mount helps
+                    break;
+                }
+                continue;
+            }
+            // SAFETY: a fresh fd owned by nobody else.
+            let file = unsafe { OwnedFd::from_raw_fd(r as i32) };
+            let path = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()));
+            if let Some(p) = path.ok().and_then(|p| p.to_str().map(str::to_string)) {
+                if names(&p, w) {
+                    found = Some(p);
+                    break;
+                }
+            }
+        }
+        self.denied = denied;
+        found
+    }
 }
 
 /// The path of the inode `w` watches, among the files `pid` holds open,
@@ -195,8 +235,10 @@ pub fn capture(pid: pid_t, fd: i32, info: &str) -> Result<Vec<Watch>> {
         ));
     }
     let mut watches: Vec<Watch> = Vec::with_capacity(raw.len());
+    let mut mounts = Mounts::new(pid);
     for w in &raw {
-        let path = path_from_handle(pid, w)
+        let path = mounts
+            .path_of(w)
             .or_else(|| path_among_open_files(pid, w))
             .ok_or_else(|| {
                 unsupported(
