@@ -1,9 +1,10 @@
 //! Files a process must hold alone to move: its pipes, eventfds, epoll
-//! instances, timerfds and inotify instances. Moving one that another process also holds would cut the
-//! channel between the two, so such a file is refused. This module finds the
-//! other holders for all these kinds in one pass over every process's fd
-//! table ([`crate::procfs::other_holder`]); the kinds' own modules say what
-//! makes another process's fd the same file.
+//! instances, timerfds and inotify instances. Moving one that another
+//! process also holds would cut the channel between the two, so such a file
+//! is refused. This module finds the other holders for all these kinds in
+//! one pass over every process's fd table ([`crate::procfs::other_holder`]);
+//! the kinds' own modules say what makes another process's fd the same
+//! file.
 //!
 //! The check runs before the freeze and again at the freeze (the precheck is
 //! made twice). The second pass reads far less: after a pass that found no
