@@ -302,7 +302,7 @@ pub(crate) fn move_one(
         max_down_ms: None,
         page_store: None,
     };
-    let r = crate::migrate_core(node, 0, &req, &mut |_| {}, &mut |_| {});
+    let r = crate::migrate_core(node, crate::Requester::ROOT, &req, &mut |_| {}, &mut |_| {});
     m.ms = t0.elapsed().as_secs_f64() * 1000.0;
     match r {
         Ok(o) => {

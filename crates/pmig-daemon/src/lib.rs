@@ -751,7 +751,11 @@ fn serve_control(node: &Node, s: UnixStream) {
         }
         Request::Migrate(m) => {
             let _ = s.set_write_timeout(None);
-            match migrate(node, &s, uid, &m) {
+            let who = Requester {
+                uid,
+                gid: cred.gid(),
+            };
+            match migrate(node, &s, who, &m) {
                 Ok(outcome) => {
                     tracing::info!(
                         "migrated process {} ({}) to {} as pid {}: {} down {:.1} ms, {} bytes, {} remote faults; residual {} until {}",
@@ -779,24 +783,59 @@ fn serve_control(node: &Node, s: UnixStream) {
     }
 }
 
-/// Who may migrate what: root anything, others their own processes (real uid).
-fn authorize(uid: u32, pid: i32) -> std::result::Result<(), String> {
-    if uid == 0 {
+/// Who asked for a migration: a control connection's peer, or root for
+/// the daemon's own services (eviction, balancing).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Requester {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Requester {
+    pub(crate) const ROOT: Requester = Requester { uid: 0, gid: 0 };
+}
+
+/// Who may migrate what: root anything; anyone else only a process they
+/// could trace themselves (the kernel's own rule for ptrace): every one of
+/// its uids theirs, every one of its gids their gid, and dumpable (a process
+/// that said so with `PR_SET_DUMPABLE`, or changed its credentials, is not;
+/// the files of its `/proc/PID` then belong to root).
+fn authorize(who: Requester, pid: i32) -> std::result::Result<(), String> {
+    if who.uid == 0 {
         return Ok(());
     }
-    match pmig_strategies::process_uid(pid) {
-        Some(owner) if owner == uid => Ok(()),
-        Some(_) => Err(format!(
+    let Some((uids, gids)) = pmig_strategies::process_ids(pid) else {
+        return Err(format!("process {pid} does not exist"));
+    };
+    let uid = who.uid;
+    if uids[0] != uid {
+        return Err(format!(
             "permission denied: process {pid} does not belong to uid {uid}"
-        )),
-        None => Err(format!("process {pid} does not exist")),
+        ));
     }
+    if uids.iter().any(|&u| u != uid) || gids.iter().any(|&g| g != who.gid) {
+        return Err(format!(
+            "permission denied: process {pid} runs with other ids (uids {uids:?}, gids {gids:?}) than uid {uid} gid {}, as a set-user-ID or set-group-ID program does; only root may migrate it",
+            who.gid
+        ));
+    }
+    // A file, not the directory: /proc/PID itself always shows the
+    // effective uid, its files show root when the process is not dumpable.
+    let owner = std::fs::metadata(format!("/proc/{pid}/stat"))
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .map_err(|_| format!("process {pid} does not exist"))?;
+    if owner != uid {
+        return Err(format!(
+            "permission denied: process {pid} is not dumpable (it asked not to be, or changed its credentials); only root may migrate it"
+        ));
+    }
+    Ok(())
 }
 
 fn migrate(
     node: &Node,
     s: &UnixStream,
-    uid: u32,
+    who: Requester,
     m: &MigrateRequest,
 ) -> std::result::Result<pmig_strategies::Outcome, String> {
     let mut last = (0u64, 0u64);
@@ -826,7 +865,7 @@ fn migrate(
         );
         let _ = s.shutdown(std::net::Shutdown::Both);
     };
-    migrate_core(node, uid, m, &mut progress, &mut handed_over)
+    migrate_core(node, who, m, &mut progress, &mut handed_over)
 }
 
 /// The daemon's one migrate path (control requests, eviction, balancing):
@@ -866,7 +905,7 @@ fn settle(node: &Node, pid: i32) {
 
 pub(crate) fn migrate_core(
     node: &Node,
-    uid: u32,
+    who: Requester,
     m: &MigrateRequest,
     progress: &mut dyn FnMut(Progress),
     handed_over: &mut dyn FnMut(&pmig_strategies::Outcome),
@@ -875,7 +914,7 @@ pub(crate) fn migrate_core(
     let precopy =
         pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction, m.max_down_ms)
             .map_err(|e| e.to_string())?;
-    authorize(uid, m.pid)?;
+    authorize(who, m.pid)?;
     settle(node, m.pid);
     {
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());

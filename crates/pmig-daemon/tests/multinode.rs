@@ -3271,3 +3271,186 @@ fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A user who is not root moves only what they could trace themselves, and
+/// what they move reopens its files with its own ids. As uid 65534:
+/// a process whose effective uid is root's (real uid 65534) is refused, and
+/// so is one that is not dumpable (it runs a program its user may not
+/// read); a python3 of their own whose file now belongs to root alone is
+/// refused by the destination and runs on; given its file back, it moves by
+/// post-copy, still uid 65534, and reads its file there.
+#[test]
+fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::up("ow");
+    // Dropped first: kills what the test started before the cluster goes.
+    let mut guard = pmig_tests::Guard::new();
+    let home = tempfile::Builder::new()
+        .prefix("pmig-owner-")
+        .tempdir()
+        .unwrap();
+    let d = home.path().to_path_buf();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let give = |p: &Path, uid: u32| std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+    let mine = d.join("mine");
+    std::fs::write(&mine, "mine\n").unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600)).unwrap();
+    give(&mine, 65534);
+    let out = d.join("out");
+    File::create(&out).unwrap();
+    give(&out, 65534);
+    let go = d.join("go");
+    let script = d.join("hold.py");
+    std::fs::write(
+        &script,
+        "import os, sys, time\n\
+         f = open(sys.argv[1])\n\
+         print('READY', flush=True)\n\
+         for _ in range(6000):\n    \
+             if os.path.exists(sys.argv[2]):\n        \
+                 break\n    \
+             time.sleep(0.02)\n\
+         f.seek(0)\n\
+         print('read', f.read().strip(), os.getresuid(), flush=True)\n",
+    )
+    .unwrap();
+    let as_user = |node: &str, ids: &[&str], program: &Path| {
+        let mut cmd = env.c().command(node, "setpriv").unwrap();
+        cmd.args(ids)
+            .arg("--clear-groups")
+            .arg(program)
+            .current_dir(&d)
+            .stdin(Stdio::null());
+        only_stdio(&mut cmd);
+        cmd
+    };
+    let user = ["--reuid", "65534", "--regid", "65534"];
+    let migrate_as_user = |from: &str, pid: i32, to: &str, strategy: &str| {
+        let o = as_user(from, &user, &pmig_bin())
+            .args([
+                "migrate",
+                "--json",
+                "--timeout",
+                "20",
+                "--strategy",
+                strategy,
+            ])
+            .args(["--pid", &pid.to_string(), "--to", &env.addr(to)])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        migrate_result(o)
+    };
+
+    // Not theirs to move, though their uid is its real uid.
+    let not_theirs = |guard: &mut pmig_tests::Guard, ids: &[&str], argv: &[&str]| {
+        let child = as_user("n1", ids, Path::new(argv[0]))
+            .args(&argv[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        guard.track_pid(child.id() as i32);
+        child
+    };
+    let mut setuid_like = not_theirs(
+        &mut guard,
+        &["--ruid", "65534", "--rgid", "65534"],
+        &["/usr/bin/sleep", "600"],
+    );
+    // PR_SET_DUMPABLE 0: what a program does to keep its memory private.
+    let mut undumpable = not_theirs(
+        &mut guard,
+        &user,
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import ctypes, time; ctypes.CDLL(None).prctl(4, 0); time.sleep(600)",
+        ],
+    );
+    for (child, want) in [
+        (&mut setuid_like, "other ids"),
+        (&mut undumpable, "not dumpable"),
+    ] {
+        let pid = child.id() as i32;
+        // Bounded: until setpriv has exec'd the program and it has set
+        // itself up (its /proc entry then names its final owner).
+        let t0 = Instant::now();
+        let ready = |pid: i32| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let owner = std::fs::metadata(format!("/proc/{pid}/stat"))
+                .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+                .unwrap_or(u32::MAX);
+            match want {
+                "other ids" => comm.starts_with("sleep"),
+                _ => comm.starts_with("python") && owner == 0,
+            }
+        };
+        while !ready(pid) {
+            assert!(t0.elapsed() < LIMIT, "process {pid} did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let e = migrate_as_user("n1", pid, "n2", "stop-copy")
+            .expect_err("a user moved a process they may not trace");
+        assert!(
+            e.contains("permission denied") && e.contains(want),
+            "process {pid}: {e}"
+        );
+        assert!(alive(pid), "process {pid} did not survive the refusal");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    // Theirs, holding a file.
+    // The system's python3, which any user may run (not a shim under /root).
+    let mut child = as_user("n1", &user, Path::new("/usr/bin/python3"))
+        .arg(&script)
+        .arg(&mine)
+        .arg(&go)
+        .stdout(File::options().append(true).open(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    guard.track_pid(pid);
+    let wait_for = |want: &str| {
+        let t0 = Instant::now();
+        loop {
+            let got = std::fs::read_to_string(&out).unwrap_or_default();
+            if got.contains(want) {
+                return;
+            }
+            assert!(t0.elapsed() < LIMIT, "output {got:?}, want {want:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for("READY");
+    give(&mine, 0);
+    let e = migrate_as_user("n1", pid, "n2", "stop-copy")
+        .expect_err("a file root alone may open was reopened for uid 65534");
+    assert!(
+        e.contains(mine.to_str().unwrap()) && e.contains("uid 65534"),
+        "the refusal does not name the file and the uid: {e}"
+    );
+    assert!(alive(pid), "the process did not survive the refusal");
+    give(&mine, 65534);
+    let rep = migrate_as_user("n1", pid, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("a user's own process did not move: {e}"));
+    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+    guard.track_pid(new_pid);
+    let uids = pmig_tests::proc_status_field(new_pid, "Uid").unwrap_or_default();
+    assert_eq!(
+        uids.split_whitespace().collect::<Vec<_>>(),
+        ["65534"; 4],
+        "the moved process's uids"
+    );
+    File::create(&go).unwrap();
+    wait_for("read mine (65534, 65534, 65534)");
+    wait_gone(new_pid);
+    let _ = child.wait();
+}

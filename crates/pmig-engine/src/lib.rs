@@ -10,6 +10,7 @@ pub mod check;
 pub mod dirty;
 pub mod dump;
 pub mod error;
+pub mod fsowner;
 pub mod image;
 pub mod lazy;
 pub mod pagestore;

@@ -335,8 +335,8 @@ fn child_main(
         if let Some(m) = setup.umask {
             libc::umask(m);
         }
-        if let Some(c) = &setup.cwd {
-            if libc::chdir(c.as_ptr()) < 0 {
+        if let Some(c) = setup.cwd {
+            if libc::fchdir(c) < 0 {
                 child_fail(status_fd, 2);
             }
         }

@@ -683,6 +683,21 @@ fn read_status_field(pid: i32, key: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// A process's real, effective, saved and filesystem uids, then its gids
+/// (`/proc/PID/status`), or None if it is gone.
+pub fn process_ids(pid: i32) -> Option<([u32; 4], [u32; 4])> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let four = |key: &str| -> Option<[u32; 4]> {
+        let line = s.lines().find_map(|l| l.strip_prefix(key))?;
+        let v: Vec<u32> = line
+            .split_whitespace()
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        v.try_into().ok()
+    };
+    Some((four("Uid:")?, four("Gid:")?))
+}
+
 /// The real uid of a process.
 pub fn process_uid(pid: i32) -> Option<u32> {
     read_status_field(pid, "Uid:")?

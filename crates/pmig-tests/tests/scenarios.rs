@@ -1636,3 +1636,90 @@ mod session {
         p.quit_ok();
     }
 }
+
+/// A python3 that holds `mine` open and answers the scenario protocol:
+/// `check` passes when the file still reads `mine` through its fd, the
+/// process runs as uid and gid 65534, and its working directory is where it
+/// started.
+const OWNER_SCRIPT: &str = r#"import os, sys
+f = open(sys.argv[1])
+cwd = os.getcwd()
+print("READY", flush=True)
+for line in sys.stdin:
+    if line.strip() == "quit":
+        break
+    f.seek(0)
+    got = (f.read(), os.getresuid(), os.getresgid(), os.getcwd())
+    want = ("mine\n", (65534,) * 3, (65534,) * 3, cwd)
+    print("PASS owner" if got == want else "FAIL owner: %r, want %r" % (got, want), flush=True)
+"#;
+
+/// An unprivileged process's files are reopened with its own ids, not the
+/// restorer's (root): once the file it holds belongs to root alone, the
+/// restore is refused with one line naming the file and the uid, before
+/// anything is created; the original runs on. Given back to the process's
+/// user, the file reopens and the copy passes its check, still uid 65534.
+#[test]
+fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let d = Dirs::new("owner");
+    let mut guard = Guard::new();
+    let home = d.path("home");
+    std::fs::create_dir(&home).unwrap();
+    for p in [d.tmp.path(), home.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711)).unwrap();
+    }
+    let mine = home.join("mine");
+    std::fs::write(&mine, "mine\n").unwrap();
+    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let give = |uid: u32| std::os::unix::fs::chown(&mine, Some(uid), Some(uid)).unwrap();
+    give(65534);
+    let script = home.join("owner.py");
+    std::fs::write(&script, OWNER_SCRIPT).unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        // The system's, which any user may run (not a shim under /root).
+        .arg("/usr/bin/python3")
+        .arg(&script)
+        .arg(&mine)
+        .current_dir(&home);
+    let mut orig = Proc::spawn("owner (python3 as uid 65534)", cmd);
+    orig.expect_ready();
+    orig.check("owner", CHECK_TIMEOUT);
+    let pid = orig.pid();
+    guard.track_pid(pid);
+    let img = d.path("img");
+    dump_ok(pid, &img, true);
+
+    give(0);
+    let pidfile = d.path("pid");
+    let o = pmig(
+        &[
+            "restore",
+            "--dir",
+            img.to_str().unwrap(),
+            "--pidfile",
+            pidfile.to_str().unwrap(),
+        ],
+        PMIG_TIMEOUT,
+    );
+    assert!(!o.status.success(), "restored a file root alone may open");
+    assert_one_line_error("restore of a file the owner may not open", &o, &["mine"]);
+    assert!(
+        o.stderr.contains("uid 65534") && o.stderr.contains("denied"),
+        "the error does not say whose access was denied: {}",
+        o.stderr
+    );
+    assert!(!pidfile.exists(), "a refused restore wrote a pid file");
+    orig.check("owner", CHECK_TIMEOUT);
+
+    give(65534);
+    let mut r = spawn_restore("owner (restored)", &img, &pidfile, &home);
+    r.check("owner", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.quit_ok();
+    orig.quit_ok();
+}

@@ -20,7 +20,7 @@ use crate::error::{unsupported, Ctx, EngineError, Result};
 use crate::procfs;
 use libc::pid_t;
 use serde::{Deserialize, Serialize};
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 
 pub struct Files;
@@ -411,9 +411,14 @@ impl Resource for Files {
         for f in &s.fds {
             let src = match &f.kind {
                 FdKind::File { path, pos, .. } => {
-                    let fd = pf.open_keep(path, f.flags & KEEP_FLAGS).map_err(|e| {
-                        EngineError::Incompatible(format!("fd {}: cannot reopen {path}: {e}", f.fd))
-                    })?;
+                    let fd = pf
+                        .open_keep_as_owner(path, f.flags & KEEP_FLAGS)
+                        .map_err(|e| {
+                            EngineError::Incompatible(format!(
+                                "fd {}: cannot reopen {path}: {e}",
+                                f.fd
+                            ))
+                        })?;
                     // The offset lives in the open file description, which the
                     // new process shares with us.
                     // SAFETY: lseek on an fd we own.
@@ -427,7 +432,7 @@ impl Resource for Files {
                     }
                     fd
                 }
-                FdKind::Device { path } => pf.open_keep(path, f.flags & KEEP_FLAGS)?,
+                FdKind::Device { path } => pf.open_keep_as_owner(path, f.flags & KEEP_FLAGS)?,
                 FdKind::Stdio(_) => match &pf.opts.stdio[f.fd as usize] {
                     Some(path) => {
                         let flags = if f.fd == 0 {
@@ -493,19 +498,7 @@ impl Resource for Files {
             src_of.insert(f.fd, src);
             pf.child.installs.push((src, f.fd, f.cloexec));
         }
-        pf.child.cwd = Some(
-            std::ffi::CString::new(s.cwd.clone())
-                .map_err(|_| EngineError::Other("bad cwd".into()))?,
-        );
-        if std::fs::metadata(&s.cwd)
-            .map(|m| !m.is_dir())
-            .unwrap_or(true)
-        {
-            return Err(EngineError::Incompatible(format!(
-                "working directory {} does not exist",
-                s.cwd
-            )));
-        }
+        pf.child.cwd = Some(cwd_fd(pf, &s.cwd)?);
         pf.child.umask = Some(s.umask);
         Ok(())
     }
@@ -518,6 +511,55 @@ impl Resource for Files {
         }
         Ok(())
     }
+}
+
+/// The working directory `cwd`, opened (`O_PATH`) and checked for search
+/// permission with the process's own credentials: a helper fd the new
+/// process enters with `fchdir`, so that what was checked is what it gets.
+fn cwd_fd(pf: &mut Preflight, cwd: &str) -> Result<i32> {
+    let c = std::ffi::CString::new(cwd).map_err(|_| EngineError::Other("bad cwd".into()))?;
+    let who = match &pf.owner {
+        Some(o) => format!(" to uid {}", o.fsuid),
+        None => String::new(),
+    };
+    let fd = pf.as_owner(|| -> std::io::Result<OwnedFd> {
+        // SAFETY: open with a NUL-terminated path; the result is checked.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a fresh fd owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: faccessat2 on our fd with an empty path: the directory
+        // itself, checked with this thread's filesystem ids (AT_EACCESS).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_faccessat2,
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                libc::X_OK,
+                libc::AT_EACCESS | libc::AT_EMPTY_PATH,
+            )
+        };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(fd)
+    })?;
+    let fd = fd.map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
+            EngineError::Incompatible(format!("working directory {cwd} does not exist"))
+        }
+        _ => EngineError::Incompatible(format!(
+            "working directory {cwd} is not accessible{who}: {e}"
+        )),
+    })?;
+    pf.keep(fd)
 }
 
 /// Gives the helper fd `helper`, which will become `f`, `f`'s O_NONBLOCK:

@@ -158,6 +158,10 @@ impl Resource for Identity {
         if s.personality != 0 {
             pf.child.personality = Some(s.personality);
         }
+        // The resources after this one open the process's paths with its
+        // own filesystem ids.
+        let c = &s.creds;
+        pf.owner = crate::fsowner::Owner::for_process(c.uid[3], c.gid[3], &c.groups)?;
         Ok(())
     }
 

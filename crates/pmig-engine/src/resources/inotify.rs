@@ -363,12 +363,20 @@ pub fn preflight(pf: &mut Preflight, watches: &[Watch], flags: i32) -> Result<i3
             next = got + 1;
         }
         // The path names the watched inode itself: never follow a link.
-        let got = add_watch(&fd, &w.path, w.mask | libc::IN_DONT_FOLLOW).map_err(|e| {
-            EngineError::Incompatible(format!(
-                "inotify watch {}: cannot watch {}: {e}",
-                w.wd, w.path
-            ))
-        })?;
+        // With the process's own credentials: watching needs read
+        // permission on the file.
+        let got = pf
+            .as_owner(|| add_watch(&fd, &w.path, w.mask | libc::IN_DONT_FOLLOW))?
+            .map_err(|e| {
+                let who = pf
+                    .owner
+                    .as_ref()
+                    .map_or(String::new(), |o| format!(" as uid {}", o.fsuid));
+                EngineError::Incompatible(format!(
+                    "inotify watch {}: cannot watch {}{who}: {e}",
+                    w.wd, w.path
+                ))
+            })?;
         if got != w.wd {
             return Err(EngineError::Incompatible(format!(
                 "inotify watch {} of {} came back as watch {got}",

@@ -1317,27 +1317,28 @@ impl Resource for Memory {
             Ok(())
         };
         check_file(&s.mm.exe)?;
+        // Each file once per access mode, the executable on its own key.
+        let mut to_open: Vec<(String, &str, i32)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for v in &s.vmas {
             if let Some(id) = &v.file {
                 check_file(id)?;
-                let key = format!(
-                    "{}\0{}",
-                    id.path,
-                    v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0
-                );
-                if !pf.mapped_files.contains_key(&key) {
-                    let flags = if key.ends_with("true") {
-                        libc::O_RDWR
-                    } else {
-                        libc::O_RDONLY
-                    };
-                    let fd = pf.open_keep(&id.path, flags)?;
-                    pf.mapped_files.insert(key, fd);
+                let rw = v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0;
+                let key = format!("{}\0{rw}", id.path);
+                if !pf.mapped_files.contains_key(&key) && seen.insert(key.clone()) {
+                    let flags = if rw { libc::O_RDWR } else { libc::O_RDONLY };
+                    to_open.push((key, &id.path, flags));
                 }
             }
         }
-        let exe = pf.open_keep(&s.mm.exe.path, libc::O_RDONLY)?;
-        pf.mapped_files.insert("\0exe".into(), exe);
+        to_open.push(("\0exe".into(), &s.mm.exe.path, libc::O_RDONLY));
+        // With the process's own credentials, one switch for them all.
+        let paths: Vec<(&str, i32)> = to_open.iter().map(|&(_, p, f)| (p, f)).collect();
+        let opened = pf.open_all_as_owner(&paths)?;
+        for ((key, path, _), f) in to_open.into_iter().zip(opened) {
+            let fd = pf.keep_opened(path, f)?;
+            pf.mapped_files.insert(key, fd);
+        }
         Ok(())
     }
 

@@ -259,7 +259,8 @@ pub struct RestoreOptions {
 pub struct ChildSetup {
     /// (source fd, target fd, close-on-exec)
     pub installs: Vec<(i32, i32, bool)>,
-    pub cwd: Option<std::ffi::CString>,
+    /// A helper fd of the working directory, to `fchdir` to.
+    pub cwd: Option<i32>,
     pub umask: Option<u32>,
     pub personality: Option<u64>,
 }
@@ -289,6 +290,10 @@ pub struct Preflight {
     /// Starts of the mappings to make with `MAP_NORESERVE`
     /// ([`memory::MemoryFlags`]).
     pub noreserve: std::collections::HashSet<u64>,
+    /// Whose credentials the process's own paths are opened with (set by
+    /// `Identity`'s preflight, which runs first; None: the restorer's own,
+    /// see [`crate::fsowner`]).
+    pub owner: Option<crate::fsowner::Owner>,
 }
 
 impl Preflight {
@@ -309,6 +314,7 @@ impl Preflight {
             ctty: Default::default(),
             thread_tids: Vec::new(),
             noreserve: Default::default(),
+            owner: None,
         }
     }
 
@@ -328,14 +334,49 @@ impl Preflight {
         Ok(n)
     }
 
+    /// Opens one of pmig's own files (the image's page data) and keeps it
+    /// for the new process.
     pub fn open_keep(&mut self, path: &str, flags: i32) -> Result<i32> {
-        let f = std::fs::OpenOptions::new()
-            .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
-            .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
-            .custom_flags(flags & !libc::O_ACCMODE)
-            .open(path)
-            .ctx(|| format!("open {path}"))?;
+        let f = open_with(path, flags).ctx(|| format!("open {path}"))?;
         self.keep(f.into())
+    }
+
+    /// Opens a path the process named (a file it had open or mapped) with
+    /// the process's own credentials ([`Preflight::as_owner`]) and keeps it
+    /// for the new process.
+    pub fn open_keep_as_owner(&mut self, path: &str, flags: i32) -> Result<i32> {
+        let f = self.as_owner(|| open_with(path, flags))?;
+        self.keep_opened(path, f)
+    }
+
+    /// Opens each `(path, flags)` as [`Preflight::open_keep_as_owner`]
+    /// does, with one switch of credentials for all; each result goes to
+    /// [`Preflight::keep_opened`].
+    pub fn open_all_as_owner(
+        &self,
+        files: &[(&str, i32)],
+    ) -> Result<Vec<std::io::Result<std::fs::File>>> {
+        self.as_owner(|| files.iter().map(|&(p, fl)| open_with(p, fl)).collect())
+    }
+
+    /// Keeps a file opened for the new process, or names the path (and the
+    /// uid it was opened as) in the error.
+    pub fn keep_opened(&mut self, path: &str, f: std::io::Result<std::fs::File>) -> Result<i32> {
+        let f = f.ctx(|| match &self.owner {
+            Some(o) => format!("open {path} as uid {}", o.fsuid),
+            None => format!("open {path}"),
+        })?;
+        self.keep(f.into())
+    }
+
+    /// Runs `f`, which reaches files by paths the process named, with the
+    /// process's filesystem ids and groups if it is not root's
+    /// ([`crate::fsowner`]), else with the restorer's.
+    pub fn as_owner<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        match &self.owner {
+            Some(o) => o.run(f),
+            None => Ok(f()),
+        }
     }
 
     /// Release our copies of the kept fds (the child has its own).
@@ -349,6 +390,14 @@ impl Preflight {
             let _ = f.into_raw_fd();
         }
     }
+}
+
+fn open_with(path: &str, flags: i32) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
+        .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
+        .custom_flags(flags & !libc::O_ACCMODE)
+        .open(path)
 }
 
 use std::os::unix::fs::OpenOptionsExt;
