@@ -3275,10 +3275,12 @@ fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
 /// A user who is not root moves only what they could trace themselves, and
 /// what they move reopens its files with its own ids. As uid 65534:
 /// a process whose effective uid is root's (real uid 65534) is refused, and
-/// so is one that is not dumpable (it runs a program its user may not
-/// read); a python3 of their own whose file now belongs to root alone is
-/// refused by the destination and runs on; given its file back, it moves by
-/// post-copy, still uid 65534, and reads its file there.
+/// so is one that is not dumpable. A python3 of their own moves by
+/// post-copy, still uid 65534, reads its own file there and writes to its
+/// stdout, a file root created for it: one it may not open, but held all
+/// along, so it gets it back on this machine. (A path that names another
+/// file by the time of the restore is refused: scenario test
+/// `an_unprivileged_process_reopens_its_files_with_its_own_ids`.)
 #[test]
 fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
     if !root() {
@@ -3300,9 +3302,9 @@ fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
     std::fs::write(&mine, "mine\n").unwrap();
     std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600)).unwrap();
     give(&mine, 65534);
+    // Root's, opened for the process by root: it keeps it as the same file.
     let out = d.join("out");
     File::create(&out).unwrap();
-    give(&out, 65534);
     let go = d.join("go");
     let script = d.join("hold.py");
     std::fs::write(
@@ -3430,15 +3432,6 @@ fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
         }
     };
     wait_for("READY");
-    give(&mine, 0);
-    let e = migrate_as_user("n1", pid, "n2", "stop-copy")
-        .expect_err("a file root alone may open was reopened for uid 65534");
-    assert!(
-        e.contains(mine.to_str().unwrap()) && e.contains("uid 65534"),
-        "the refusal does not name the file and the uid: {e}"
-    );
-    assert!(alive(pid), "the process did not survive the refusal");
-    give(&mine, 65534);
     let rep = migrate_as_user("n1", pid, "n2", "post-copy")
         .unwrap_or_else(|e| panic!("a user's own process did not move: {e}"));
     let new_pid = rep["new_pid"].as_i64().unwrap() as i32;

@@ -5,7 +5,7 @@ use crate::image::{precheck_all, ProcessImage};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
-    files::Files,
+    files::{FileIds, Files},
     identity::Identity,
     jobctl::JobCtl,
     memory::{Layout, Memory, PreScan},
@@ -121,6 +121,7 @@ pub fn capture_with(
     let reused = cx.layout_reused;
     let memory_flags = std::mem::take(&mut cx.memory_flags);
     let mdwe = cx.mdwe.take();
+    let mut file_ids = std::mem::take(&mut cx.file_ids);
     Ok((
         ProcessImage {
             process,
@@ -141,6 +142,11 @@ pub fn capture_with(
             memory_flags: (!memory_flags.is_empty()).then_some(memory_flags),
             // Only images of a process with MDWE need format 1.5.
             mdwe,
+            // Only images with a file reopened by path need format 1.7.
+            file_ids: (!file_ids.files.is_empty()).then(|| {
+                file_ids.boot_id = FileIds::this_boot();
+                file_ids
+            }),
         },
         reused,
     ))

@@ -3,7 +3,7 @@
 use crate::error::Result;
 use crate::resources::{
     clocks::Clocks,
-    files::Files,
+    files::{FileIds, Files},
     identity::Identity,
     jobctl::JobCtl,
     memory::{Memory, MemoryFlags},
@@ -54,6 +54,10 @@ pub struct ProcessImage {
     /// none, and in images written before this part existed (format 1.4
     /// and older).
     pub mdwe: Option<MdweState>,
+    /// The inode of each file the process had open by path, and the boot
+    /// of the machine; None when it has none, and in images written before
+    /// this part existed (format 1.6 and older).
+    pub file_ids: Option<FileIds>,
 }
 
 impl ProcessImage {
@@ -73,6 +77,7 @@ impl ProcessImage {
         put_optional(w, Prctl::PART, &self.prctl)?;
         put_optional(w, MemoryFlags::PART, &self.memory_flags)?;
         put_optional(w, MdweState::PART, &self.mdwe)?;
+        put_optional(w, FileIds::PART, &self.file_ids)?;
         Ok(())
     }
 
@@ -93,6 +98,7 @@ impl ProcessImage {
             prctl: optional(img, Prctl::PART)?,
             memory_flags: optional(img, MemoryFlags::PART)?,
             mdwe: optional(img, MdweState::PART)?,
+            file_ids: optional(img, FileIds::PART)?,
         })
     }
 }
@@ -191,6 +197,7 @@ pub mod tests_support {
             prctl: None,
             memory_flags: None,
             mdwe: None,
+            file_ids: None,
         }
     }
 }

@@ -428,6 +428,7 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     if let Some(p) = &pi.pipes {
         Pipes::preflight(p, &mut pf)?;
     }
+    pf.file_ids = pi.file_ids.clone();
     Files::preflight(&pi.files, &mut pf)?;
     mark("restore: preflight files");
     // After Files: decides which of the fds it prepared becomes the ctty.

@@ -1637,28 +1637,32 @@ mod session {
     }
 }
 
-/// A python3 that holds `mine` open and answers the scenario protocol:
-/// `check` passes when the file still reads `mine` through its fd, the
-/// process runs as uid and gid 65534, and its working directory is where it
-/// started.
+/// A python3 that holds `mine` open, and fd 3 (a file its shell opened
+/// for it as root), and answers the scenario protocol: `check` passes when
+/// both still read what they held through their fds, the process runs as
+/// uid and gid 65534, and its working directory is where it started.
 const OWNER_SCRIPT: &str = r#"import os, sys
 f = open(sys.argv[1])
+g = os.fdopen(3)
 cwd = os.getcwd()
 print("READY", flush=True)
 for line in sys.stdin:
     if line.strip() == "quit":
         break
     f.seek(0)
-    got = (f.read(), os.getresuid(), os.getresgid(), os.getcwd())
-    want = ("mine\n", (65534,) * 3, (65534,) * 3, cwd)
+    g.seek(0)
+    got = (f.read(), g.read(), os.getresuid(), os.getresgid(), os.getcwd())
+    want = ("mine\n", "given\n", (65534,) * 3, (65534,) * 3, cwd)
     print("PASS owner" if got == want else "FAIL owner: %r, want %r" % (got, want), flush=True)
 "#;
 
 /// An unprivileged process's files are reopened with its own ids, not the
-/// restorer's (root): once the file it holds belongs to root alone, the
-/// restore is refused with one line naming the file and the uid, before
-/// anything is created; the original runs on. Given back to the process's
-/// user, the file reopens and the copy passes its check, still uid 65534.
+/// restorer's (root). Once the path of the file it holds names another
+/// file, root's alone, the restore is refused with one line naming the file
+/// and the uid, before anything is created; the original runs on. With its
+/// own file back at the path, the copy passes its check, still uid 65534,
+/// and keeps the root-only file its shell gave it: that one it may not
+/// open, but the path names the very inode it held (same machine).
 #[test]
 fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
     if !root() {
@@ -1672,19 +1676,27 @@ fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
     for p in [d.tmp.path(), home.as_path()] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711)).unwrap();
     }
+    let private = |p: &Path, text: &str, uid: u32| {
+        std::fs::write(p, text).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+    };
     let mine = home.join("mine");
-    std::fs::write(&mine, "mine\n").unwrap();
-    std::fs::set_permissions(&mine, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let give = |uid: u32| std::os::unix::fs::chown(&mine, Some(uid), Some(uid)).unwrap();
-    give(65534);
+    private(&mine, "mine\n", 65534);
+    let given = home.join("given");
+    private(&given, "given\n", 0);
     let script = home.join("owner.py");
     std::fs::write(&script, OWNER_SCRIPT).unwrap();
-    let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
-        // The system's, which any user may run (not a shim under /root).
-        .arg("/usr/bin/python3")
+    // The system's python3, which any user may run (not a shim under /root).
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(
+            "exec setpriv --reuid 65534 --regid 65534 --clear-groups \
+             /usr/bin/python3 \"$0\" \"$1\" 3<\"$2\"",
+        )
         .arg(&script)
         .arg(&mine)
+        .arg(&given)
         .current_dir(&home);
     let mut orig = Proc::spawn("owner (python3 as uid 65534)", cmd);
     orig.expect_ready();
@@ -1694,7 +1706,10 @@ fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
     let img = d.path("img");
     dump_ok(pid, &img, true);
 
-    give(0);
+    // Another file, root's alone, where the process's own was.
+    let moved = home.join("mine.moved");
+    std::fs::rename(&mine, &moved).unwrap();
+    private(&mine, "root's\n", 0);
     let pidfile = d.path("pid");
     let o = pmig(
         &[
@@ -1716,7 +1731,7 @@ fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
     assert!(!pidfile.exists(), "a refused restore wrote a pid file");
     orig.check("owner", CHECK_TIMEOUT);
 
-    give(65534);
+    std::fs::rename(&moved, &mine).unwrap();
     let mut r = spawn_restore("owner (restored)", &img, &pidfile, &home);
     r.check("owner", PMIG_TIMEOUT);
     guard.track_pid(restored_pid(&r));

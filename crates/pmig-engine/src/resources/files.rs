@@ -91,6 +91,48 @@ pub struct FilesState {
     pub fds: Vec<Fd>,
 }
 
+/// Which inode each regular file or directory fd of [`FdKind::File`] was,
+/// on which running kernel: part `fileids` (format 1.7). A restore of an
+/// unprivileged process reopens its files with the process's own ids
+/// ([`crate::fsowner`]); one it may not open itself (a file its shell
+/// opened for it as root, say) it still gets back on the same machine,
+/// if the path names the very inode it had. The original still holds
+/// that inode while the restore runs, so no other file can have its
+/// number on its device; `boot_id` makes sure that is this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileIds {
+    /// `/proc/sys/kernel/random/boot_id` where the process was captured.
+    pub boot_id: String,
+    /// (fd, `st_dev`, `st_ino`)
+    pub files: Vec<(i32, u64, u64)>,
+}
+
+impl FileIds {
+    pub const PART: &'static str = "fileids";
+
+    /// This machine's boot id (empty if it cannot be read: then no inode
+    /// is ever taken for the one captured).
+    pub fn this_boot() -> String {
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    }
+
+    /// Whether `file`, open here, is the inode fd `fd` of the captured
+    /// process had.
+    fn is_same(&self, fd: i32, file: &std::fs::File) -> bool {
+        let Some(&(_, dev, ino)) = self.files.iter().find(|x| x.0 == fd) else {
+            return false;
+        };
+        let here = Self::this_boot();
+        !here.is_empty()
+            && here == self.boot_id
+            && file
+                .metadata()
+                .is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino))
+    }
+}
+
 impl FilesState {
     pub fn max_fd(&self) -> i32 {
         self.fds.iter().map(|f| f.fd).max().unwrap_or(2)
@@ -355,6 +397,9 @@ impl Resource for Files {
             }
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
+                if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+                    cx.file_ids.files.push((fd, md.dev(), md.ino()));
+                }
             }
             if let FdKind::SignalFd { mask } = &mut kind {
                 *mask = super::signalfd::capture(pid, fd, &info)?;
@@ -411,14 +456,9 @@ impl Resource for Files {
         for f in &s.fds {
             let src = match &f.kind {
                 FdKind::File { path, pos, .. } => {
-                    let fd = pf
-                        .open_keep_as_owner(path, f.flags & KEEP_FLAGS)
-                        .map_err(|e| {
-                            EngineError::Incompatible(format!(
-                                "fd {}: cannot reopen {path}: {e}",
-                                f.fd
-                            ))
-                        })?;
+                    let fd = reopen(pf, f, path).map_err(|e| {
+                        EngineError::Incompatible(format!("fd {}: cannot reopen {path}: {e}", f.fd))
+                    })?;
                     // The offset lives in the open file description, which the
                     // new process shares with us.
                     // SAFETY: lseek on an fd we own.
@@ -511,6 +551,32 @@ impl Resource for Files {
         }
         Ok(())
     }
+}
+
+/// Reopens the file of fd `f` by `path` with the process's own
+/// credentials; if they may not open it, with the restorer's, but only if
+/// that gives the very inode the process had ([`FileIds`]): a file it may
+/// not open itself, which it held all along.
+fn reopen(pf: &mut Preflight, f: &Fd, path: &str) -> Result<i32> {
+    let flags = f.flags & KEEP_FLAGS;
+    let file = pf.as_owner(|| super::open_with(path, flags))?;
+    let denied = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+    let file = match file {
+        Err(e) if pf.owner.is_some() && denied(&e) => {
+            match (super::open_with(path, flags), &pf.file_ids) {
+                (Ok(held), Some(ids)) if ids.is_same(f.fd, &held) => {
+                    tracing::info!(
+                        "fd {}: {path} reopened with the restorer's credentials: the process may not open it, but it is the file it held",
+                        f.fd
+                    );
+                    Ok(held)
+                }
+                _ => Err(e),
+            }
+        }
+        other => other,
+    };
+    pf.keep_opened(path, file)
 }
 
 /// The working directory `cwd`, opened (`O_PATH`) and checked for search
@@ -804,5 +870,32 @@ mod network_tests {
     fn the_table_knows_nfs_and_fuse() {
         let has = |n: &str| NETWORK_FS.iter().any(|(_, x)| *x == n);
         assert!(has("nfs") && has("fuse") && has("cifs") && has("ceph"));
+    }
+}
+
+#[cfg(test)]
+mod file_ids_tests {
+    use super::*;
+
+    /// A file counts as the one an fd held only with that fd's device and
+    /// inode, on the machine (boot) where it was captured.
+    #[test]
+    fn a_file_is_the_one_held_only_by_device_inode_and_boot() {
+        let held = tempfile::NamedTempFile::new().unwrap();
+        let other = tempfile::NamedTempFile::new().unwrap();
+        let md = held.as_file().metadata().unwrap();
+        let ids = FileIds {
+            boot_id: FileIds::this_boot(),
+            files: vec![(3, md.dev(), md.ino())],
+        };
+        assert!(!ids.boot_id.is_empty(), "no boot id on this machine");
+        assert!(ids.is_same(3, held.as_file()));
+        assert!(!ids.is_same(4, held.as_file()), "another fd's entry");
+        assert!(!ids.is_same(3, other.as_file()), "another inode");
+        let elsewhere = FileIds {
+            boot_id: "another machine".into(),
+            ..ids.clone()
+        };
+        assert!(!elsewhere.is_same(3, held.as_file()), "another boot");
     }
 }

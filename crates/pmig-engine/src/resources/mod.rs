@@ -100,6 +100,8 @@ pub struct Capture<'a> {
     /// Set by the prctl capture when the process has memory-deny-write-
     /// execute (its own part, `mdwe`).
     pub mdwe: Option<prctl::MdweState>,
+    /// Set by the files capture: the inode of each file it reopens by path.
+    pub file_ids: files::FileIds,
     scratch: Option<u64>,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
@@ -136,6 +138,7 @@ impl<'a> Capture<'a> {
             pipe_ends: Vec::new(),
             memory_flags: Default::default(),
             mdwe: None,
+            file_ids: Default::default(),
             scratch: None,
             code: None,
         }
@@ -294,6 +297,9 @@ pub struct Preflight {
     /// `Identity`'s preflight, which runs first; None: the restorer's own,
     /// see [`crate::fsowner`]).
     pub owner: Option<crate::fsowner::Owner>,
+    /// The inodes of the process's files where it was captured, if the image
+    /// has them (see [`files::FileIds`]).
+    pub file_ids: Option<files::FileIds>,
 }
 
 impl Preflight {
@@ -315,6 +321,7 @@ impl Preflight {
             thread_tids: Vec::new(),
             noreserve: Default::default(),
             owner: None,
+            file_ids: None,
         }
     }
 
@@ -392,7 +399,7 @@ impl Preflight {
     }
 }
 
-fn open_with(path: &str, flags: i32) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_with(path: &str, flags: i32) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new()
         .read(flags & libc::O_ACCMODE != libc::O_WRONLY)
         .write(flags & libc::O_ACCMODE != libc::O_RDONLY)
