@@ -1661,8 +1661,9 @@ for line in sys.stdin:
 /// file, root's alone, the restore is refused with one line naming the file
 /// and the uid, before anything is created; the original runs on. With its
 /// own file back at the path, the copy passes its check, still uid 65534,
-/// and keeps the root-only file its shell gave it: that one it may not
-/// open, but the path names the very inode it held (same machine).
+/// and keeps what its root shell gave it: fd 3, a file it may not open, and
+/// its working directory, under a directory it may not search. The paths
+/// name the very inodes it held (same machine).
 #[test]
 fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
     if !root() {
@@ -1676,6 +1677,10 @@ fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
     for p in [d.tmp.path(), home.as_path()] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o711)).unwrap();
     }
+    // Root's alone: the process works in a directory below it.
+    let work = home.join("locked").join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::set_permissions(home.join("locked"), std::fs::Permissions::from_mode(0o700)).unwrap();
     let private = |p: &Path, text: &str, uid: u32| {
         std::fs::write(p, text).unwrap();
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -1697,7 +1702,7 @@ fn an_unprivileged_process_reopens_its_files_with_its_own_ids() {
         .arg(&script)
         .arg(&mine)
         .arg(&given)
-        .current_dir(&home);
+        .current_dir(&work);
     let mut orig = Proc::spawn("owner (python3 as uid 65534)", cmd);
     orig.expect_ready();
     orig.check("owner", CHECK_TIMEOUT);

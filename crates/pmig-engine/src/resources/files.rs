@@ -20,7 +20,7 @@ use crate::error::{unsupported, Ctx, EngineError, Result};
 use crate::procfs;
 use libc::pid_t;
 use serde::{Deserialize, Serialize};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 
 pub struct Files;
@@ -92,7 +92,8 @@ pub struct FilesState {
 }
 
 /// Which inode each regular file or directory fd of [`FdKind::File`] was,
-/// on which running kernel: part `fileids` (format 1.7). A restore of an
+/// and the working directory, on which running kernel: part `fileids`
+/// (format 1.7). A restore of an
 /// unprivileged process reopens its files with the process's own ids
 /// ([`crate::fsowner`]); one it may not open itself (a file its shell
 /// opened for it as root, say) it still gets back on the same machine,
@@ -103,7 +104,7 @@ pub struct FilesState {
 pub struct FileIds {
     /// `/proc/sys/kernel/random/boot_id` where the process was captured.
     pub boot_id: String,
-    /// (fd, `st_dev`, `st_ino`)
+    /// (fd, `st_dev`, `st_ino`); the working directory under `AT_FDCWD`.
     pub files: Vec<(i32, u64, u64)>,
 }
 
@@ -444,6 +445,9 @@ impl Resource for Files {
             .get("Umask")
             .and_then(|u| u32::from_str_radix(u, 8).ok())
             .unwrap_or(0o022);
+        if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/cwd")) {
+            cx.file_ids.files.push((libc::AT_FDCWD, md.dev(), md.ino()));
+        }
         Ok(FilesState {
             cwd: procfs::readlink(pid, "cwd")?,
             umask,
@@ -553,79 +557,67 @@ impl Resource for Files {
     }
 }
 
-/// Reopens the file of fd `f` by `path` with the process's own
-/// credentials; if they may not open it, with the restorer's, but only if
-/// that gives the very inode the process had ([`FileIds`]): a file it may
-/// not open itself, which it held all along.
+/// Reopens the file of fd `f` by `path` ([`open_as_owner`]).
 fn reopen(pf: &mut Preflight, f: &Fd, path: &str) -> Result<i32> {
     let flags = f.flags & KEEP_FLAGS;
-    let file = pf.as_owner(|| super::open_with(path, flags))?;
-    let denied = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-    let file = match file {
-        Err(e) if pf.owner.is_some() && denied(&e) => {
-            match (super::open_with(path, flags), &pf.file_ids) {
-                (Ok(held), Some(ids)) if ids.is_same(f.fd, &held) => {
-                    tracing::info!(
-                        "fd {}: {path} reopened with the restorer's credentials: the process may not open it, but it is the file it held",
-                        f.fd
-                    );
-                    Ok(held)
-                }
-                _ => Err(e),
-            }
-        }
-        other => other,
-    };
+    let file = open_as_owner(pf, f.fd, path, || super::open_with(path, flags))?;
     pf.keep_opened(path, file)
 }
 
-/// The working directory `cwd`, opened (`O_PATH`) and checked for search
-/// permission with the process's own credentials: a helper fd the new
-/// process enters with `fchdir`, so that what was checked is what it gets.
+/// Opens `path` with `open` and the process's own credentials; if they may
+/// not, with the restorer's, but only if that gives the very inode the
+/// process had under `key` (an fd, or `AT_FDCWD` for its working directory;
+/// see [`FileIds`]): something it may not open itself, which it held all
+/// along.
+fn open_as_owner(
+    pf: &Preflight,
+    key: i32,
+    path: &str,
+    open: impl Fn() -> std::io::Result<std::fs::File>,
+) -> Result<std::io::Result<std::fs::File>> {
+    let denied = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
+    Ok(match pf.as_owner(&open)? {
+        Err(e) if pf.owner.is_some() && denied(&e) => match (open(), &pf.file_ids) {
+            (Ok(held), Some(ids)) if ids.is_same(key, &held) => {
+                tracing::info!(
+                    "{path} opened with the restorer's credentials: the process may not open it, but it is what it held"
+                );
+                Ok(held)
+            }
+            _ => Err(e),
+        },
+        other => other,
+    })
+}
+
+/// The working directory `cwd`, opened (`O_PATH`) as [`open_as_owner`]
+/// does: a helper fd the new process enters with `fchdir`, so that what was
+/// checked is what it gets. Being in a directory it may not search gives a
+/// process nothing (the kernel checks every lookup from it), so only the
+/// path to it is checked.
 fn cwd_fd(pf: &mut Preflight, cwd: &str) -> Result<i32> {
-    let c = std::ffi::CString::new(cwd).map_err(|_| EngineError::Other("bad cwd".into()))?;
-    let who = match &pf.owner {
-        Some(o) => format!(" to uid {}", o.fsuid),
-        None => String::new(),
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(cwd)
     };
-    let fd = pf.as_owner(|| -> std::io::Result<OwnedFd> {
-        // SAFETY: open with a NUL-terminated path; the result is checked.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: faccessat2 on our fd with an empty path: the directory
-        // itself, checked with this thread's filesystem ids (AT_EACCESS).
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_faccessat2,
-                fd.as_raw_fd(),
-                c"".as_ptr(),
-                libc::X_OK,
-                libc::AT_EACCESS | libc::AT_EMPTY_PATH,
-            )
-        };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(fd)
-    })?;
-    let fd = fd.map_err(|e| match e.raw_os_error() {
-        Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
-            EngineError::Incompatible(format!("working directory {cwd} does not exist"))
-        }
-        _ => EngineError::Incompatible(format!(
-            "working directory {cwd} is not accessible{who}: {e}"
-        )),
-    })?;
-    pf.keep(fd)
+    let dir =
+        open_as_owner(pf, libc::AT_FDCWD, cwd, open)?.map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
+                EngineError::Incompatible(format!("working directory {cwd} does not exist"))
+            }
+            _ => {
+                let who = pf
+                    .owner
+                    .as_ref()
+                    .map_or(String::new(), |o| format!(" to uid {}", o.fsuid));
+                EngineError::Incompatible(format!(
+                    "working directory {cwd} is not accessible{who}: {e}"
+                ))
+            }
+        })?;
+    pf.keep(dir.into())
 }
 
 /// Gives the helper fd `helper`, which will become `f`, `f`'s O_NONBLOCK:
