@@ -108,6 +108,9 @@ pub struct Node {
     helpers: Mutex<HashSet<i32>>,
     /// Pids being migrated from this node right now.
     busy: Mutex<HashSet<i32>>,
+    /// Of those, the ones a user other than root asked for, and who
+    /// ([`Host::may_leave`] checks again at the stop).
+    requested_by: Mutex<HashMap<i32, Requester>>,
     /// Remote execution: the jobs homed here and the jobs running here.
     exec: pmig_services::exec::Exec,
     /// Post-copy migrations from this node whose destination vanished,
@@ -163,6 +166,18 @@ impl Host for Node {
     }
     fn hooks(&self) -> Hooks {
         read_hooks(&self.cfg.state_dir)
+    }
+    fn may_leave(&self, pid: i32) -> std::result::Result<(), String> {
+        let who = self
+            .requested_by
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&pid)
+            .copied();
+        match who {
+            Some(who) => authorize(who, pid),
+            None => Ok(()),
+        }
     }
     fn stdio_for(&self, peer: &str, offer: &pmig_proto::Offer) -> Option<[PathBuf; 3]> {
         pmig_services::exec::remote::stdio_for(self, peer, offer.pid)
@@ -351,6 +366,7 @@ pub fn run(cfg: Config) -> Result<()> {
         key,
         helpers: Mutex::new(HashSet::new()),
         busy: Mutex::new(HashSet::new()),
+        requested_by: Mutex::new(HashMap::new()),
         exec: pmig_services::exec::Exec::new(),
         resumable: Mutex::new(HashMap::new()),
         answers: Mutex::new(HashMap::new()),
@@ -903,6 +919,18 @@ fn settle(node: &Node, pid: i32) {
     }
 }
 
+/// Process `pid` is no longer being migrated from here.
+fn not_busy(node: &Node, pid: i32) {
+    node.busy
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&pid);
+    node.requested_by
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&pid);
+}
+
 pub(crate) fn migrate_core(
     node: &Node,
     who: Requester,
@@ -920,6 +948,12 @@ pub(crate) fn migrate_core(
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
         if !busy.insert(m.pid) {
             return Err(format!("process {} is already being migrated", m.pid));
+        }
+        if who.uid != 0 {
+            node.requested_by
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(m.pid, who);
         }
     }
     let req = pmig_strategies::Request {
@@ -940,10 +974,7 @@ pub(crate) fn migrate_core(
         None => None,
         Some(Ok(d)) => Some(d),
         Some(Err(e)) => {
-            node.busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&m.pid);
+            not_busy(node, m.pid);
             return Err(e.to_string());
         }
     };
@@ -959,10 +990,7 @@ pub(crate) fn migrate_core(
     if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         d.finish(r.as_ref().ok().map(|o| o.new_pid));
     }
-    node.busy
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&m.pid);
+    not_busy(node, m.pid);
     if r.is_ok() {
         node.arrived
             .lock()

@@ -3272,11 +3272,36 @@ fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
     }
 }
 
+/// A directory for a test of an unprivileged user: any user may pass
+/// through it (0711), only root may list it.
+fn user_dir(prefix: &str) -> (tempfile::TempDir, PathBuf) {
+    let home = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+    let d = home.path().to_path_buf();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    (home, d)
+}
+
+/// `program` run inside `node` through `setpriv IDS --clear-groups`, in
+/// `dir`, stdin from /dev/null, only fds 0-2 open.
+fn setpriv_command(env: &Env, node: &str, ids: &[&str], program: &Path, dir: &Path) -> Command {
+    let mut cmd = env.c().command(node, "setpriv").unwrap();
+    cmd.args(ids)
+        .arg("--clear-groups")
+        .arg(program)
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    only_stdio(&mut cmd);
+    cmd
+}
+
+/// Uid and gid 65534 for [`setpriv_command`].
+const USER: [&str; 4] = ["--reuid", "65534", "--regid", "65534"];
+
 /// A user who is not root moves only what they could trace themselves, and
 /// what they move reopens its files with its own ids. As uid 65534:
 /// a process whose effective uid is root's (real uid 65534) is refused, and
 /// so is one that is not dumpable. A python3 of their own moves by
-/// post-copy, still uid 65534, reads its own file there and writes to its
+/// post-copy and on by pre-copy, still uid 65534, reads its own file there and writes to its
 /// stdout, a file root created for it: one it may not open, but held all
 /// along, so it gets it back on this machine. (A path that names another
 /// file by the time of the restore is refused: scenario test
@@ -3291,12 +3316,7 @@ fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
     let env = Env::up("ow");
     // Dropped first: kills what the test started before the cluster goes.
     let mut guard = pmig_tests::Guard::new();
-    let home = tempfile::Builder::new()
-        .prefix("pmig-owner-")
-        .tempdir()
-        .unwrap();
-    let d = home.path().to_path_buf();
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let (_home, d) = user_dir("pmig-owner-");
     let give = |p: &Path, uid: u32| std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
     let mine = d.join("mine");
     std::fs::write(&mine, "mine\n").unwrap();
@@ -3320,17 +3340,9 @@ fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
          print('read', f.read().strip(), os.getresuid(), flush=True)\n",
     )
     .unwrap();
-    let as_user = |node: &str, ids: &[&str], program: &Path| {
-        let mut cmd = env.c().command(node, "setpriv").unwrap();
-        cmd.args(ids)
-            .arg("--clear-groups")
-            .arg(program)
-            .current_dir(&d)
-            .stdin(Stdio::null());
-        only_stdio(&mut cmd);
-        cmd
-    };
-    let user = ["--reuid", "65534", "--regid", "65534"];
+    let as_user =
+        |node: &str, ids: &[&str], program: &Path| setpriv_command(&env, node, ids, program, &d);
+    let user = USER;
     let migrate_as_user = |from: &str, pid: i32, to: &str, strategy: &str| {
         let o = as_user(from, &user, &pmig_bin())
             .args([
@@ -3432,18 +3444,122 @@ fn a_user_moves_only_their_own_process_whose_files_reopen_as_theirs() {
         }
     };
     wait_for("READY");
-    let rep = migrate_as_user("n1", pid, "n2", "post-copy")
-        .unwrap_or_else(|e| panic!("a user's own process did not move: {e}"));
-    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
-    guard.track_pid(new_pid);
-    let uids = pmig_tests::proc_status_field(new_pid, "Uid").unwrap_or_default();
-    assert_eq!(
-        uids.split_whitespace().collect::<Vec<_>>(),
-        ["65534"; 4],
-        "the moved process's uids"
-    );
+    // Post-copy, then pre-copy, whose write tracking the process's own
+    // userfaultfd does (user-mode-only: what an unprivileged process may have).
+    let mut new_pid = pid;
+    for (from, to, strategy) in [("n1", "n2", "post-copy"), ("n2", "n3", "pre-copy")] {
+        let rep = migrate_as_user(from, new_pid, to, strategy)
+            .unwrap_or_else(|e| panic!("a user's own process did not move by {strategy}: {e}"));
+        new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+        guard.track_pid(new_pid);
+        let uids = pmig_tests::proc_status_field(new_pid, "Uid").unwrap_or_default();
+        assert_eq!(
+            uids.split_whitespace().collect::<Vec<_>>(),
+            ["65534"; 4],
+            "the uids of the process moved by {strategy}"
+        );
+    }
     File::create(&go).unwrap();
     wait_for("read mine (65534, 65534, 65534)");
     wait_gone(new_pid);
+    let _ = child.wait();
+}
+
+/// The credentials of a process can change between the request and the
+/// stop (pre-copy's rounds run while it runs): the daemon checks again once
+/// it is frozen and captured, before anything of it leaves. Here uid 65534
+/// asks to move their python3 by pre-copy; while the destination holds
+/// round 0 (test hook), the process makes itself undumpable. The migration
+/// is refused at the stop, and the process runs on, untraced.
+#[test]
+fn a_user_request_is_checked_again_at_the_stop() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let env = Env::up("rc");
+    let mut guard = pmig_tests::Guard::new();
+    std::fs::write(
+        env.node_dir("n2").join("test-hook"),
+        "stall-after-bytes 1048576\n",
+    )
+    .unwrap();
+    let (_home, d) = user_dir("pmig-recheck-");
+    let go = d.join("go");
+    let out = d.join("out");
+    File::create(&out).unwrap();
+    // 16 MiB of data, so that round 0 is well over the hook's 1 MiB.
+    let script = "import ctypes, os, sys, time\n\
+                  data = bytearray(os.urandom(1 << 24))\n\
+                  print('READY', flush=True)\n\
+                  for _ in range(12000):\n    \
+                      if os.path.exists(sys.argv[1]):\n        \
+                          ctypes.CDLL(None).prctl(4, 0)\n        \
+                          print('undumpable', flush=True)\n        \
+                          break\n    \
+                      time.sleep(0.01)\n\
+                  for _ in range(12000):\n    \
+                      time.sleep(0.01)\n";
+    let as_user = |program: &str| setpriv_command(&env, "n1", &USER, Path::new(program), &d);
+    let mut child = as_user("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(&go)
+        .stdout(File::options().append(true).open(&out).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    guard.track_pid(pid);
+    let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+        let t0 = Instant::now();
+        while !done() {
+            assert!(t0.elapsed() < LIMIT, "never: {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_until("READY", &|| {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("READY"))
+    });
+    let pmig = pmig_bin();
+    let migrate = as_user(pmig.to_str().unwrap())
+        .args([
+            "migrate",
+            "--json",
+            "--timeout",
+            "60",
+            "--strategy",
+            "pre-copy",
+        ])
+        .args(["--pid", &pid.to_string(), "--to", &env.addr("n2")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    guard.track_pid(migrate.id() as i32);
+    wait_until("the destination holds round 0", &|| {
+        env.log("n2").contains("test hook: destination stalls")
+    });
+    File::create(&go).unwrap();
+    wait_until("the process is undumpable", &|| {
+        std::fs::metadata(format!("/proc/{pid}/stat"))
+            .is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+    });
+    File::create(env.node_dir("n2").join("release-stall")).unwrap();
+    let o = migrate.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "an undumpable process moved for uid 65534: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        e.contains("not dumpable") && e.contains(&pid.to_string()),
+        "unclear refusal: {e}"
+    );
+    wait_until("the process runs untraced", &|| {
+        pmig_tests::proc_status_field(pid, "TracerPid").as_deref() == Some("0")
+    });
+    assert!(alive(pid), "the process did not survive the refusal");
+    let _ = child.kill();
     let _ = child.wait();
 }

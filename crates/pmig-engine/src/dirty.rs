@@ -41,6 +41,10 @@ pub enum Scope {
 /// read-only ones too (a library's relocated data, made read-only after
 /// the relocations, holds private copies; a write after `mprotect` is seen
 /// like any other).
+/// `userfaultfd` flag: only faults from user mode are handled (what an
+/// unprivileged process may create when `vm.unprivileged_userfaultfd` is 0).
+const UFFD_USER_MODE_ONLY: u64 = 1;
+
 fn trackable(scope: Scope, m: &MapLine) -> bool {
     let file = m.inode != 0 && m.path.starts_with('/');
     let ours = match scope {
@@ -60,11 +64,16 @@ impl DirtyTracker {
     /// [`attach`](Self::attach), tracking the mappings of `scope`.
     pub fn attach_scoped(pid: pid_t, scope: Scope) -> Result<DirtyTracker> {
         let uffd = crate::ptrace::with_frozen(pid, |f| {
-            let fd = f.inject(
-                0,
-                libc::SYS_userfaultfd,
-                &[(libc::O_CLOEXEC | libc::O_NONBLOCK) as u64],
-            )?;
+            let flags = (libc::O_CLOEXEC | libc::O_NONBLOCK) as u64;
+            let mut fd = f.inject(0, libc::SYS_userfaultfd, &[flags])?;
+            if fd == -(libc::EPERM as i64) {
+                // An unprivileged process, where vm.unprivileged_userfaultfd
+                // is 0, may only handle faults from user mode. Asynchronous
+                // write-protect handles none at all (the kernel clears the
+                // protection of any write, from the kernel too, and the page
+                // shows as written), so that is all tracking needs.
+                fd = f.inject(0, libc::SYS_userfaultfd, &[flags | UFFD_USER_MODE_ONLY])?;
+            }
             if fd < 0 {
                 return Err(EngineError::Sys {
                     what: format!("create a userfaultfd inside process {pid}"),

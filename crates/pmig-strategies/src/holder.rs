@@ -901,6 +901,14 @@ impl<'h> Holder<'h> {
         match self.read() {
             Ok(HolderMsg::Captured(c)) => {
                 self.captured = c;
+                if let Err(why) = self.host.may_leave(self.pid) {
+                    // End of input before the handover: the holder resumes it.
+                    self.reap();
+                    return Err(StrategyError::Other(format!(
+                        "cannot migrate process {}: {why}",
+                        self.pid
+                    )));
+                }
                 Ok(())
             }
             Ok(other) => Err(self.refuse(other)),

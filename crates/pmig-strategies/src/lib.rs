@@ -177,8 +177,10 @@ impl std::fmt::Display for StrategyKind {
 pub struct Hooks {
     /// The destination daemon kills itself (SIGKILL) after receiving this many image bytes.
     pub die_after_bytes: Option<u64>,
-    /// The destination stops reading (sleeps up to 60 s) once it has received this many
-    /// image bytes, logging one line when it stalls (to cut the link at a known point).
+    /// The destination stops reading (sleeps 60 s, or until `<state dir>/release-stall`
+    /// exists, which it then removes) once it has received this many image bytes,
+    /// logging one line when it stalls (to cut the link, or change the process, at a
+    /// known point).
     pub stall_after_bytes: Option<u64>,
     /// The destination refuses to restore (as if the restore failed).
     pub fail_restore: bool,
@@ -245,6 +247,14 @@ pub trait Host: Send + Sync {
     /// filled in and it will be traced once more), or is done (`false`). A
     /// daemon does not start moving it on meanwhile.
     fn arriving(&self, _pid: i32, _active: bool) {}
+    /// Source: process `pid` is frozen and captured, and nothing of it has
+    /// left this node. A last word on whether it may go: the daemon checks
+    /// again, now that its credentials cannot change, that whoever asked may
+    /// move it (it could have run a set-user-ID program since the request
+    /// was authorized). An error resumes it and fails the migration.
+    fn may_leave(&self, _pid: i32) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// `ADDR:PORT` of node `name`'s daemon, if this host knows the cluster.
     fn peer_addr(&self, _name: &str) -> Option<String> {
         None
@@ -645,7 +655,11 @@ impl Destination<'_> {
                     "test hook: destination stalls after receiving {} bytes",
                     self.received
                 );
+                let release = self.host.state_dir().join("release-stall");
                 for _ in 0..600 {
+                    if std::fs::remove_file(&release).is_ok() {
+                        break;
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 tracing::warn!("test hook: destination stall over");
