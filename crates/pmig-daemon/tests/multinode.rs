@@ -2450,6 +2450,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "inotify",
     "pthreads",
     "jit",
+    "dropuid",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

@@ -122,6 +122,7 @@ pub fn capture_with(
     let memory_flags = std::mem::take(&mut cx.memory_flags);
     let mdwe = cx.mdwe.take();
     let mut file_ids = std::mem::take(&mut cx.file_ids);
+    let mut mapped_ids = std::mem::take(&mut cx.mapped_ids);
     Ok((
         ProcessImage {
             process,
@@ -146,6 +147,11 @@ pub fn capture_with(
             file_ids: (!file_ids.files.is_empty()).then(|| {
                 file_ids.boot_id = FileIds::this_boot();
                 file_ids
+            }),
+            // Format 1.8.
+            mapped_ids: (!mapped_ids.files.is_empty()).then(|| {
+                mapped_ids.boot_id = FileIds::this_boot();
+                mapped_ids
             }),
         },
         reused,

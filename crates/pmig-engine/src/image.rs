@@ -6,7 +6,7 @@ use crate::resources::{
     files::{FileIds, Files},
     identity::Identity,
     jobctl::JobCtl,
-    memory::{Memory, MemoryFlags},
+    memory::{MappedIds, Memory, MemoryFlags},
     pipes::Pipes,
     prctl::{MdweState, Prctl},
     process::Process,
@@ -58,6 +58,10 @@ pub struct ProcessImage {
     /// of the machine; None when it has none, and in images written before
     /// this part existed (format 1.6 and older).
     pub file_ids: Option<FileIds>,
+    /// The inode of each file the process mapped, and of its executable;
+    /// None in images written before this part existed (format 1.7 and
+    /// older).
+    pub mapped_ids: Option<MappedIds>,
 }
 
 impl ProcessImage {
@@ -78,6 +82,7 @@ impl ProcessImage {
         put_optional(w, MemoryFlags::PART, &self.memory_flags)?;
         put_optional(w, MdweState::PART, &self.mdwe)?;
         put_optional(w, FileIds::PART, &self.file_ids)?;
+        put_optional(w, MappedIds::PART, &self.mapped_ids)?;
         Ok(())
     }
 
@@ -99,6 +104,7 @@ impl ProcessImage {
             memory_flags: optional(img, MemoryFlags::PART)?,
             mdwe: optional(img, MdweState::PART)?,
             file_ids: optional(img, FileIds::PART)?,
+            mapped_ids: optional(img, MappedIds::PART)?,
         })
     }
 }
@@ -198,6 +204,7 @@ pub mod tests_support {
             memory_flags: None,
             mdwe: None,
             file_ids: None,
+            mapped_ids: None,
         }
     }
 }

@@ -439,6 +439,7 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     Timers::preflight(&pi.timers, &mut pf)?;
     Threads::preflight(&pi.threads, &mut pf)?;
     mark("restore: preflight session..threads");
+    pf.mapped_ids = pi.mapped_ids.clone();
     Memory::preflight(&pi.memory, &mut pf)?;
     mark("restore: preflight memory");
     let pages_fd = pf.open_keep(&pages.to_string_lossy(), libc::O_RDONLY)?;

@@ -257,6 +257,7 @@ scenario!(timerfd, "timerfd", false);
 scenario!(inotify, "inotify", false);
 scenario!(pthreads, "pthreads", false);
 scenario!(jit, "jit", false);
+scenario!(dropuid, "dropuid", false);
 scenario!(sleeps, "sleeps", false);
 
 /// The first field of `/proc/PID/task/TID/syscall`: the call a blocked
@@ -400,6 +401,7 @@ fn scenarios_pass_without_migration() {
         ("inotify", &[]),
         ("pthreads", &[]),
         ("jit", &[]),
+        ("dropuid", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

@@ -122,16 +122,22 @@ impl FileIds {
     /// Whether `file`, open here, is the inode fd `fd` of the captured
     /// process had.
     fn is_same(&self, fd: i32, file: &std::fs::File) -> bool {
-        let Some(&(_, dev, ino)) = self.files.iter().find(|x| x.0 == fd) else {
-            return false;
-        };
-        let here = Self::this_boot();
-        !here.is_empty()
-            && here == self.boot_id
-            && file
-                .metadata()
-                .is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino))
+        self.files
+            .iter()
+            .find(|x| x.0 == fd)
+            .is_some_and(|&(_, dev, ino)| held_inode(&self.boot_id, dev, ino, file))
     }
+}
+
+/// Whether `file`, open here, is inode `ino` of device `dev` on the
+/// machine whose boot id is `boot_id` (this one, then).
+pub(crate) fn held_inode(boot_id: &str, dev: u64, ino: u64, file: &std::fs::File) -> bool {
+    let here = FileIds::this_boot();
+    !here.is_empty()
+        && here == boot_id
+        && file
+            .metadata()
+            .is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino))
 }
 
 impl FilesState {
@@ -575,19 +581,35 @@ fn open_as_owner(
     path: &str,
     open: impl Fn() -> std::io::Result<std::fs::File>,
 ) -> Result<std::io::Result<std::fs::File>> {
+    let first = pf.as_owner(&open)?;
+    Ok(or_held(pf, path, first, open, |f| {
+        pf.file_ids.as_ref().is_some_and(|ids| ids.is_same(key, f))
+    }))
+}
+
+/// `first`, the result of opening `path` with the process's credentials;
+/// if they were denied, `open` as the restorer instead, kept only if
+/// `held` says it is what the process had.
+pub(crate) fn or_held(
+    pf: &Preflight,
+    path: &str,
+    first: std::io::Result<std::fs::File>,
+    open: impl Fn() -> std::io::Result<std::fs::File>,
+    held: impl Fn(&std::fs::File) -> bool,
+) -> std::io::Result<std::fs::File> {
     let denied = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM));
-    Ok(match pf.as_owner(&open)? {
-        Err(e) if pf.owner.is_some() && denied(&e) => match (open(), &pf.file_ids) {
-            (Ok(held), Some(ids)) if ids.is_same(key, &held) => {
+    match first {
+        Err(e) if pf.owner.is_some() && denied(&e) => match open() {
+            Ok(f) if held(&f) => {
                 tracing::info!(
                     "{path} opened with the restorer's credentials: the process may not open it, but it is what it held"
                 );
-                Ok(held)
+                Ok(f)
             }
             _ => Err(e),
         },
         other => other,
-    })
+    }
 }
 
 /// The working directory `cwd`, opened (`O_PATH`) as [`open_as_owner`]

@@ -153,12 +153,51 @@ impl MemoryState {
 }
 
 fn file_id(path: &str, via: &str) -> Result<FileId> {
+    file_id_and_inode(path, via).map(|(id, _)| id)
+}
+
+/// [`file_id`], and the file's device and inode number.
+fn file_id_and_inode(path: &str, via: &str) -> Result<(FileId, (u64, u64))> {
     let md = std::fs::metadata(via).ctx(|| format!("stat {path}"))?;
-    Ok(FileId {
+    let id = FileId {
         path: path.to_string(),
         size: md.size(),
         mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
-    })
+    };
+    Ok((id, (md.dev(), md.ino())))
+}
+
+/// Which inode each mapped file and the executable was, by path, on which
+/// running kernel: part `mapids` (format 1.8). The mappings' counterpart of
+/// [`super::files::FileIds`]: a restore of an unprivileged process opens
+/// them with the process's own ids, and one it may not open (a program
+/// that mapped a file, or was started from a directory, only root may
+/// read, then gave up its privileges) it still gets on the same machine,
+/// if the path names the very inode it had mapped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappedIds {
+    /// `/proc/sys/kernel/random/boot_id` where the process was captured.
+    pub boot_id: String,
+    /// (path, `st_dev`, `st_ino`)
+    pub files: Vec<(String, u64, u64)>,
+}
+
+impl MappedIds {
+    pub const PART: &'static str = "mapids";
+
+    fn add(&mut self, path: &str, (dev, ino): (u64, u64)) {
+        if !self.files.iter().any(|f| f.0 == path) {
+            self.files.push((path.to_string(), dev, ino));
+        }
+    }
+
+    /// Whether `file`, open here, is the inode mapped from `path`.
+    fn is_same(&self, path: &str, file: &std::fs::File) -> bool {
+        self.files
+            .iter()
+            .find(|f| f.0 == path)
+            .is_some_and(|&(_, dev, ino)| super::files::held_inode(&self.boot_id, dev, ino, file))
+    }
 }
 
 fn is_special(path: &str) -> bool {
@@ -1117,6 +1156,7 @@ impl Resource for Memory {
         let mut vdso_lo = None;
         let mut vdso_hi = 0;
         let mut vdso_text = None;
+        let mut mapped_ids = MappedIds::default();
         let scanned = std::thread::scope(|sc| -> Result<()> {
             let writer = sc.spawn(move || -> std::io::Result<()> {
                 for (buf, n) in full_rx {
@@ -1127,7 +1167,7 @@ impl Resource for Memory {
                 Ok(())
             });
             let res = (|| -> Result<()> {
-                let mut file_ids: std::collections::HashMap<(String, u64), FileId> =
+                let mut file_ids: std::collections::HashMap<(String, u64), (FileId, (u64, u64))> =
                     std::collections::HashMap::new();
                 for m in &maps {
                     if m.path.starts_with("[vvar") || m.path == "[vdso]" {
@@ -1150,16 +1190,17 @@ impl Resource for Memory {
                             // text, data and read-only parts): one stat per
                             // file, not per mapping.
                             let key = (m.dev.clone(), m.inode);
-                            let id = match file_ids.get(&key).filter(|_| m.inode != 0) {
-                                Some(id) => id.clone(),
+                            let (id, inode) = match file_ids.get(&key).filter(|_| m.inode != 0) {
+                                Some(known) => known.clone(),
                                 None => {
                                     let via =
                                         format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-                                    let id = file_id(&m.path, &via)?;
-                                    file_ids.insert(key, id.clone());
-                                    id
+                                    let known = file_id_and_inode(&m.path, &via)?;
+                                    file_ids.insert(key, known.clone());
+                                    known
                                 }
                             };
+                            mapped_ids.add(&m.path, inode);
                             Some(FileId {
                                 path: m.path.clone(),
                                 ..id
@@ -1249,6 +1290,9 @@ impl Resource for Memory {
                 format!("a deleted executable ({exe_path})"),
             ));
         }
+        let (exe, inode) = file_id_and_inode(&exe_path, &format!("/proc/{pid}/exe"))?;
+        mapped_ids.add(&exe_path, inode);
+        cx.mapped_ids = mapped_ids;
         let mm = MmFields {
             start_code: f(26),
             end_code: f(27),
@@ -1262,7 +1306,7 @@ impl Resource for Memory {
             env_start: f(50),
             env_end: f(51),
             auxv,
-            exe: file_id(&exe_path, &format!("/proc/{pid}/exe"))?,
+            exe,
         };
         Ok(MemoryState {
             vmas,
@@ -1335,7 +1379,20 @@ impl Resource for Memory {
         // With the process's own credentials, one switch for them all.
         let paths: Vec<(&str, i32)> = to_open.iter().map(|&(_, p, f)| (p, f)).collect();
         let opened = pf.open_all_as_owner(&paths)?;
-        for ((key, path, _), f) in to_open.into_iter().zip(opened) {
+        for ((key, path, flags), f) in to_open.into_iter().zip(opened) {
+            // One the process may not open, but had mapped: that very inode,
+            // opened as the restorer (see `MappedIds`).
+            let f = super::files::or_held(
+                pf,
+                path,
+                f,
+                || super::open_with(path, flags),
+                |h| {
+                    pf.mapped_ids
+                        .as_ref()
+                        .is_some_and(|ids| ids.is_same(path, h))
+                },
+            );
             let fd = pf.keep_opened(path, f)?;
             pf.mapped_files.insert(key, fd);
         }

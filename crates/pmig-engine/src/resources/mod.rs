@@ -102,6 +102,8 @@ pub struct Capture<'a> {
     pub mdwe: Option<prctl::MdweState>,
     /// Set by the files capture: the inode of each file it reopens by path.
     pub file_ids: files::FileIds,
+    /// Set by the memory capture: the inode of each file it maps by path.
+    pub mapped_ids: memory::MappedIds,
     scratch: Option<u64>,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
@@ -139,6 +141,7 @@ impl<'a> Capture<'a> {
             memory_flags: Default::default(),
             mdwe: None,
             file_ids: Default::default(),
+            mapped_ids: Default::default(),
             scratch: None,
             code: None,
         }
@@ -300,6 +303,9 @@ pub struct Preflight {
     /// The inodes of the process's files where it was captured, if the image
     /// has them (see [`files::FileIds`]).
     pub file_ids: Option<files::FileIds>,
+    /// The inodes of its mapped files and executable, likewise (see
+    /// [`memory::MappedIds`]).
+    pub mapped_ids: Option<memory::MappedIds>,
 }
 
 impl Preflight {
@@ -322,6 +328,7 @@ impl Preflight {
             noreserve: Default::default(),
             owner: None,
             file_ids: None,
+            mapped_ids: None,
         }
     }
 
