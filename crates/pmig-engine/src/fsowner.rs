@@ -15,8 +15,10 @@
 //! if the closure panics. Changing the filesystem uid from 0 to another
 //! also clears the file capabilities (`CAP_DAC_OVERRIDE`,
 //! `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, …) from the thread's effective set,
-//! and switching back restores them (capabilities(7)), so the kernel checks
-//! exactly what it would check for the process.
+//! and switching back restores them (capabilities(7)). Of those, the ones
+//! the process itself has in its effective set (a backup tool given
+//! `CAP_DAC_READ_SEARCH`, say) are raised again for the switch, so the
+//! kernel checks exactly what it would check for the process.
 
 use crate::error::{EngineError, Result};
 
@@ -26,6 +28,9 @@ pub struct Owner {
     pub fsuid: u32,
     pub fsgid: u32,
     pub groups: Vec<u32>,
+    /// The file capabilities ([`FILE_CAPS`]) in the process's effective
+    /// set, raised for the switch.
+    pub caps: u64,
     /// The restorer's own, to switch back to (read once: a restore opens
     /// hundreds of files, and each switch costs a few system calls).
     own: Ids,
@@ -39,13 +44,26 @@ struct Ids {
     groups: Vec<u32>,
 }
 
+/// The capabilities a change of the filesystem uid from 0 clears from the
+/// effective set (capabilities(7)): `CAP_CHOWN`, `CAP_DAC_OVERRIDE`,
+/// `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`, `CAP_FSETID`, `CAP_LINUX_IMMUTABLE`,
+/// `CAP_MKNOD`, `CAP_MAC_OVERRIDE`.
+pub const FILE_CAPS: u64 =
+    (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 9) | (1 << 27) | (1 << 32);
+
 impl Owner {
     /// The owner whose credentials a restore must use, if they differ from
     /// what the restorer may do anyway: None for a process whose filesystem
     /// uid is root (it had root's file access), and None when this restorer
     /// is not root (the kernel then checks its own, unprivileged, ids; it
     /// could not switch to another user's).
-    pub fn for_process(fsuid: u32, fsgid: u32, groups: &[u32]) -> Result<Option<Owner>> {
+    /// `effective_caps`: the process's effective capability set.
+    pub fn for_process(
+        fsuid: u32,
+        fsgid: u32,
+        groups: &[u32],
+        effective_caps: u64,
+    ) -> Result<Option<Owner>> {
         // SAFETY: geteuid has no arguments and cannot fail.
         if fsuid == 0 || unsafe { libc::geteuid() } != 0 {
             return Ok(None);
@@ -54,6 +72,7 @@ impl Owner {
             fsuid,
             fsgid,
             groups: groups.to_vec(),
+            caps: effective_caps & FILE_CAPS,
             own: current()?,
         }))
     }
@@ -64,12 +83,14 @@ impl Owner {
     /// switched back to.
     pub fn run<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         let back = SwitchBack(&self.own);
-        set(self.fsuid, self.fsgid, &self.groups).map_err(|e| {
-            EngineError::Other(format!(
-                "take the credentials of uid {} gid {} to open its files: {e}",
-                self.fsuid, self.fsgid
-            ))
-        })?;
+        set(self.fsuid, self.fsgid, &self.groups)
+            .and_then(|()| raise(self.caps))
+            .map_err(|e| {
+                EngineError::Other(format!(
+                    "take the credentials of uid {} gid {} to open its files: {e}",
+                    self.fsuid, self.fsgid
+                ))
+            })?;
         let out = f();
         drop(back);
         Ok(out)
@@ -151,6 +172,34 @@ fn set(fsuid: u32, fsgid: u32, groups: &[u32]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Adds `caps` (of those permitted) to the calling thread's effective set.
+/// Switching the filesystem uid back to 0 later puts every file
+/// capability of the permitted set back in the effective one, so nothing
+/// raised here outlives the switch.
+fn raise(caps: u64) -> std::io::Result<()> {
+    if caps == 0 {
+        return Ok(());
+    }
+    // struct __user_cap_header_struct, version 3, this thread.
+    let mut hdr = [0x2008_0522u32, 0];
+    // Two struct __user_cap_data_struct: effective, permitted, inheritable.
+    let mut data = [0u32; 6];
+    // SAFETY: capget fills the two data structs we pass, for this thread.
+    if unsafe { libc::syscall(libc::SYS_capget, hdr.as_mut_ptr(), data.as_mut_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let permitted = data[1] as u64 | (data[4] as u64) << 32;
+    let effective = (data[0] as u64 | (data[3] as u64) << 32) | (caps & permitted);
+    data[0] = effective as u32;
+    data[3] = (effective >> 32) as u32;
+    // SAFETY: capset reads the header and the two data structs; it changes
+    // only this thread's capabilities.
+    if unsafe { libc::syscall(libc::SYS_capset, hdr.as_mut_ptr(), data.as_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_root_owned_process_needs_no_switch() {
-        assert_eq!(Owner::for_process(0, 0, &[]).unwrap(), None);
+        assert_eq!(Owner::for_process(0, 0, &[], 0).unwrap(), None);
     }
 
     /// As root: a file only root may read does not open as uid 65534, one
@@ -192,7 +241,9 @@ mod tests {
                 res_tx.send(std::fs::read(secret).is_ok()).unwrap();
             }
         });
-        let o = Owner::for_process(65534, 65534, &[65534]).unwrap().unwrap();
+        let o = Owner::for_process(65534, 65534, &[65534], 0)
+            .unwrap()
+            .unwrap();
         let (other_thread, s, t) = o
             .run(|| {
                 go_tx.send(()).unwrap();
@@ -211,5 +262,36 @@ mod tests {
             "not root again after the switch"
         );
         assert_eq!(current().unwrap(), before, "the thread's ids are not back");
+    }
+
+    /// A process that has `CAP_DAC_READ_SEARCH` in its effective set (and
+    /// others that do not matter here) reads what its uid alone could not;
+    /// the thread is as before afterwards.
+    #[test]
+    fn the_process_s_own_file_capabilities_count() {
+        // SAFETY: geteuid has no arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, b"x").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let before = current().unwrap();
+        let cap_net_raw = 1u64 << 13;
+        let with = Owner::for_process(65534, 65534, &[], (1 << 2) | cap_net_raw)
+            .unwrap()
+            .unwrap();
+        assert_eq!(with.caps, 1 << 2, "only file capabilities are raised");
+        let read = with.run(|| std::fs::read(&secret)).unwrap();
+        assert_eq!(read.unwrap(), b"x", "CAP_DAC_READ_SEARCH did not count");
+        let without = Owner::for_process(65534, 65534, &[], cap_net_raw)
+            .unwrap()
+            .unwrap();
+        let read = without.run(|| std::fs::read(&secret)).unwrap();
+        assert!(read.is_err(), "read a root-only file without a capability");
+        assert_eq!(current().unwrap(), before, "the thread's ids are not back");
+        assert_eq!(std::fs::read(&secret).unwrap(), b"x", "not root again");
     }
 }

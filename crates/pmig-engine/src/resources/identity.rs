@@ -161,7 +161,7 @@ impl Resource for Identity {
         // The resources after this one open the process's paths with its
         // own filesystem ids.
         let c = &s.creds;
-        pf.owner = crate::fsowner::Owner::for_process(c.uid[3], c.gid[3], &c.groups)?;
+        pf.owner = crate::fsowner::Owner::for_process(c.uid[3], c.gid[3], &c.groups, c.caps[2])?;
         Ok(())
     }
 
