@@ -134,7 +134,7 @@ pub(crate) fn movable(node: &Node, foreign_only: bool) -> Vec<Foreign> {
     let now_ms = now_ms();
     let mut out: Vec<Foreign> = Vec::new();
     for j in node.exec.running_here() {
-        if j.pid <= 0 || busy.contains(&j.pid) || !alive(j.pid) {
+        if j.pid <= 0 || busy.contains_key(&j.pid) || !alive(j.pid) {
             continue;
         }
         if foreign_only && j.home == me {
@@ -148,7 +148,7 @@ pub(crate) fn movable(node: &Node, foreign_only: bool) -> Vec<Foreign> {
         });
     }
     for (pid, a) in node.arrivals() {
-        if busy.contains(&pid) || out.iter().any(|f| f.pid == pid) {
+        if busy.contains_key(&pid) || out.iter().any(|f| f.pid == pid) {
             continue;
         }
         out.push(Foreign {

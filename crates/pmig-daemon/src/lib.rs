@@ -106,11 +106,9 @@ pub struct Node {
     /// is held across spawn + insert so a helper that exits at once is never reaped by
     /// the reaper.
     helpers: Mutex<HashSet<i32>>,
-    /// Pids being migrated from this node right now.
-    busy: Mutex<HashSet<i32>>,
-    /// Of those, the ones a user other than root asked for, and who
+    /// Pids being migrated from this node right now, and who asked
     /// ([`Host::may_leave`] checks again at the stop).
-    requested_by: Mutex<HashMap<i32, Requester>>,
+    busy: Mutex<HashMap<i32, Requester>>,
     /// Remote execution: the jobs homed here and the jobs running here.
     exec: pmig_services::exec::Exec,
     /// Post-copy migrations from this node whose destination vanished,
@@ -169,7 +167,7 @@ impl Host for Node {
     }
     fn may_leave(&self, pid: i32) -> std::result::Result<(), String> {
         let who = self
-            .requested_by
+            .busy
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&pid)
@@ -365,8 +363,7 @@ pub fn run(cfg: Config) -> Result<()> {
         cfg,
         key,
         helpers: Mutex::new(HashSet::new()),
-        busy: Mutex::new(HashSet::new()),
-        requested_by: Mutex::new(HashMap::new()),
+        busy: Mutex::new(HashMap::new()),
         exec: pmig_services::exec::Exec::new(),
         resumable: Mutex::new(HashMap::new()),
         answers: Mutex::new(HashMap::new()),
@@ -919,18 +916,6 @@ fn settle(node: &Node, pid: i32) {
     }
 }
 
-/// Process `pid` is no longer being migrated from here.
-fn not_busy(node: &Node, pid: i32) {
-    node.busy
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&pid);
-    node.requested_by
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&pid);
-}
-
 pub(crate) fn migrate_core(
     node: &Node,
     who: Requester,
@@ -946,15 +931,10 @@ pub(crate) fn migrate_core(
     settle(node, m.pid);
     {
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if !busy.insert(m.pid) {
+        if busy.contains_key(&m.pid) {
             return Err(format!("process {} is already being migrated", m.pid));
         }
-        if who.uid != 0 {
-            node.requested_by
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(m.pid, who);
-        }
+        busy.insert(m.pid, who);
     }
     let req = pmig_strategies::Request {
         pid: m.pid,
@@ -974,7 +954,10 @@ pub(crate) fn migrate_core(
         None => None,
         Some(Ok(d)) => Some(d),
         Some(Err(e)) => {
-            not_busy(node, m.pid);
+            node.busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&m.pid);
             return Err(e.to_string());
         }
     };
@@ -990,7 +973,10 @@ pub(crate) fn migrate_core(
     if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         d.finish(r.as_ref().ok().map(|o| o.new_pid));
     }
-    not_busy(node, m.pid);
+    node.busy
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&m.pid);
     if r.is_ok() {
         node.arrived
             .lock()

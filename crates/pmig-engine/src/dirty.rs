@@ -36,15 +36,15 @@ pub enum Scope {
     PrivateFiles,
 }
 
+/// `userfaultfd` flag: only faults from user mode are handled (what an
+/// unprivileged process may create when `vm.unprivileged_userfaultfd` is 0).
+const UFFD_USER_MODE_ONLY: u64 = 1;
+
 /// Memory whose writes we track: private, not special; writable for
 /// [`Scope::Writable`]; for [`Scope::PrivateFiles`], mappings of a file,
 /// read-only ones too (a library's relocated data, made read-only after
 /// the relocations, holds private copies; a write after `mprotect` is seen
 /// like any other).
-/// `userfaultfd` flag: only faults from user mode are handled (what an
-/// unprivileged process may create when `vm.unprivileged_userfaultfd` is 0).
-const UFFD_USER_MODE_ONLY: u64 = 1;
-
 fn trackable(scope: Scope, m: &MapLine) -> bool {
     let file = m.inode != 0 && m.path.starts_with('/');
     let ours = match scope {

@@ -99,6 +99,9 @@ pub fn capture_with(
     let process = Process::capture(&mut cx)?;
     lap("process");
     let identity = Identity::capture(&mut cx)?;
+    // Only a restore that opens files with the process's own ids (a
+    // filesystem uid other than root's) uses their inodes.
+    cx.keep_inodes = identity.creds.uid[3] != 0;
     lap("identity");
     let files = Files::capture(&mut cx)?;
     let pipes = Pipes::capture(&mut cx)?;
@@ -121,8 +124,15 @@ pub fn capture_with(
     let reused = cx.layout_reused;
     let memory_flags = std::mem::take(&mut cx.memory_flags);
     let mdwe = cx.mdwe.take();
-    let mut file_ids = std::mem::take(&mut cx.file_ids);
-    let mut mapped_ids = std::mem::take(&mut cx.mapped_ids);
+    let (file_ids, mapped_ids) = if cx.keep_inodes {
+        let boot = FileIds::this_boot();
+        (
+            std::mem::take(&mut cx.file_ids).stamped(&boot),
+            std::mem::take(&mut cx.mapped_ids).stamped(&boot),
+        )
+    } else {
+        (None, None)
+    };
     Ok((
         ProcessImage {
             process,
@@ -143,16 +153,9 @@ pub fn capture_with(
             memory_flags: (!memory_flags.is_empty()).then_some(memory_flags),
             // Only images of a process with MDWE need format 1.5.
             mdwe,
-            // Only images with a file reopened by path need format 1.7.
-            file_ids: (!file_ids.files.is_empty()).then(|| {
-                file_ids.boot_id = FileIds::this_boot();
-                file_ids
-            }),
-            // Format 1.8.
-            mapped_ids: (!mapped_ids.files.is_empty()).then(|| {
-                mapped_ids.boot_id = FileIds::this_boot();
-                mapped_ids
-            }),
+            // Only images of an unprivileged process need formats 1.7 and 1.8.
+            file_ids,
+            mapped_ids,
         },
         reused,
     ))

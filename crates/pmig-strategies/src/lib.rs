@@ -690,13 +690,6 @@ pub trait Strategy: Send {
     }
 }
 
-fn read_status_field(pid: i32, key: &str) -> Option<String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .map(|v| v.trim().to_string())
-}
-
 /// A process's real, effective, saved and filesystem uids, then its gids
 /// (`/proc/PID/status`), or None if it is gone.
 pub fn process_ids(pid: i32) -> Option<([u32; 4], [u32; 4])> {
@@ -714,11 +707,7 @@ pub fn process_ids(pid: i32) -> Option<([u32; 4], [u32; 4])> {
 
 /// The real uid of a process.
 pub fn process_uid(pid: i32) -> Option<u32> {
-    read_status_field(pid, "Uid:")?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    process_ids(pid).map(|(uids, _)| uids[0])
 }
 
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);

@@ -91,26 +91,31 @@ pub struct FilesState {
     pub fds: Vec<Fd>,
 }
 
-/// Which inode each regular file or directory fd of [`FdKind::File`] was,
-/// and the working directory, on which running kernel: part `fileids`
-/// (format 1.7). A restore of an
-/// unprivileged process reopens its files with the process's own ids
-/// ([`crate::fsowner`]); one it may not open itself (a file its shell
-/// opened for it as root, say) it still gets back on the same machine,
-/// if the path names the very inode it had. The original still holds
-/// that inode while the restore runs, so no other file can have its
-/// number on its device; `boot_id` makes sure that is this machine.
+/// Which inode each thing a process named by path was, keyed by `K`, on
+/// which running kernel. A restore of an unprivileged process opens those
+/// paths with the process's own ids ([`crate::fsowner`]); one it may not
+/// open itself (a file its shell opened for it as root, say) it still gets
+/// back on the same machine, if the path names the very inode it had. The
+/// original still holds that inode while the restore runs, so no other
+/// file can have its number on its device; `boot_id` makes sure that is
+/// this machine. Two parts: [`FileIds`] and [`super::memory::MappedIds`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileIds {
+pub struct HeldInodes<K> {
     /// `/proc/sys/kernel/random/boot_id` where the process was captured.
     pub boot_id: String,
-    /// (fd, `st_dev`, `st_ino`); the working directory under `AT_FDCWD`.
-    pub files: Vec<(i32, u64, u64)>,
+    /// (key, `st_dev`, `st_ino`)
+    pub files: Vec<(K, u64, u64)>,
 }
+
+/// Part `fileids` (format 1.7): each fd of [`FdKind::File`] by its number,
+/// and the working directory under `AT_FDCWD`.
+pub type FileIds = HeldInodes<i32>;
 
 impl FileIds {
     pub const PART: &'static str = "fileids";
+}
 
+impl<K: PartialEq> HeldInodes<K> {
     /// This machine's boot id (empty if it cannot be read: then no inode
     /// is ever taken for the one captured).
     pub fn this_boot() -> String {
@@ -119,25 +124,38 @@ impl FileIds {
             .unwrap_or_default()
     }
 
-    /// Whether `file`, open here, is the inode fd `fd` of the captured
-    /// process had.
-    fn is_same(&self, fd: i32, file: &std::fs::File) -> bool {
-        self.files
-            .iter()
-            .find(|x| x.0 == fd)
-            .is_some_and(|&(_, dev, ino)| held_inode(&self.boot_id, dev, ino, file))
+    /// Records `key`'s device and inode, once.
+    pub fn add(&mut self, key: K, (dev, ino): (u64, u64)) {
+        if !self.files.iter().any(|f| f.0 == key) {
+            self.files.push((key, dev, ino));
+        }
     }
-}
 
-/// Whether `file`, open here, is inode `ino` of device `dev` on the
-/// machine whose boot id is `boot_id` (this one, then).
-pub(crate) fn held_inode(boot_id: &str, dev: u64, ino: u64, file: &std::fs::File) -> bool {
-    let here = FileIds::this_boot();
-    !here.is_empty()
-        && here == boot_id
-        && file
-            .metadata()
-            .is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino))
+    /// These, captured on the machine whose boot id is `boot_id`; None if
+    /// there are none.
+    pub fn stamped(mut self, boot_id: &str) -> Option<Self> {
+        self.boot_id = boot_id.to_string();
+        (!self.files.is_empty()).then_some(self)
+    }
+
+    /// Whether `file`, open here, is the inode captured under `key`.
+    pub fn is_same<Q>(&self, key: &Q, file: &std::fs::File) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: PartialEq + ?Sized,
+    {
+        let here = Self::this_boot();
+        !here.is_empty()
+            && here == self.boot_id
+            && self
+                .files
+                .iter()
+                .find(|f| f.0.borrow() == key)
+                .is_some_and(|&(_, dev, ino)| {
+                    file.metadata()
+                        .is_ok_and(|m| (m.dev(), m.ino()) == (dev, ino))
+                })
+    }
 }
 
 impl FilesState {
@@ -404,8 +422,10 @@ impl Resource for Files {
             }
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
-                if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
-                    cx.file_ids.files.push((fd, md.dev(), md.ino()));
+                if cx.keep_inodes {
+                    if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+                        cx.file_ids.add(fd, (md.dev(), md.ino()));
+                    }
                 }
             }
             if let FdKind::SignalFd { mask } = &mut kind {
@@ -451,8 +471,10 @@ impl Resource for Files {
             .get("Umask")
             .and_then(|u| u32::from_str_radix(u, 8).ok())
             .unwrap_or(0o022);
-        if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/cwd")) {
-            cx.file_ids.files.push((libc::AT_FDCWD, md.dev(), md.ino()));
+        if cx.keep_inodes {
+            if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/cwd")) {
+                cx.file_ids.add(libc::AT_FDCWD, (md.dev(), md.ino()));
+            }
         }
         Ok(FilesState {
             cwd: procfs::readlink(pid, "cwd")?,
@@ -583,7 +605,7 @@ fn open_as_owner(
 ) -> Result<std::io::Result<std::fs::File>> {
     let first = pf.as_owner(&open)?;
     Ok(or_held(pf, path, first, open, |f| {
-        pf.file_ids.as_ref().is_some_and(|ids| ids.is_same(key, f))
+        pf.file_ids.as_ref().is_some_and(|ids| ids.is_same(&key, f))
     }))
 }
 
@@ -629,15 +651,10 @@ fn cwd_fd(pf: &mut Preflight, cwd: &str) -> Result<i32> {
             Some(libc::ENOENT) | Some(libc::ENOTDIR) => {
                 EngineError::Incompatible(format!("working directory {cwd} does not exist"))
             }
-            _ => {
-                let who = pf
-                    .owner
-                    .as_ref()
-                    .map_or(String::new(), |o| format!(" to uid {}", o.fsuid));
-                EngineError::Incompatible(format!(
-                    "working directory {cwd} is not accessible{who}: {e}"
-                ))
-            }
+            _ => EngineError::Incompatible(format!(
+                "working directory {cwd} is not accessible{}: {e}",
+                pf.as_whom()
+            )),
         })?;
     pf.keep(dir.into())
 }
@@ -903,13 +920,13 @@ mod file_ids_tests {
             files: vec![(3, md.dev(), md.ino())],
         };
         assert!(!ids.boot_id.is_empty(), "no boot id on this machine");
-        assert!(ids.is_same(3, held.as_file()));
-        assert!(!ids.is_same(4, held.as_file()), "another fd's entry");
-        assert!(!ids.is_same(3, other.as_file()), "another inode");
+        assert!(ids.is_same(&3, held.as_file()));
+        assert!(!ids.is_same(&4, held.as_file()), "another fd's entry");
+        assert!(!ids.is_same(&3, other.as_file()), "another inode");
         let elsewhere = FileIds {
             boot_id: "another machine".into(),
             ..ids.clone()
         };
-        assert!(!elsewhere.is_same(3, held.as_file()), "another boot");
+        assert!(!elsewhere.is_same(&3, held.as_file()), "another boot");
     }
 }

@@ -368,13 +368,11 @@ pub fn preflight(pf: &mut Preflight, watches: &[Watch], flags: i32) -> Result<i3
         let got = pf
             .as_owner(|| add_watch(&fd, &w.path, w.mask | libc::IN_DONT_FOLLOW))?
             .map_err(|e| {
-                let who = pf
-                    .owner
-                    .as_ref()
-                    .map_or(String::new(), |o| format!(" as uid {}", o.fsuid));
                 EngineError::Incompatible(format!(
-                    "inotify watch {}: cannot watch {}{who}: {e}",
-                    w.wd, w.path
+                    "inotify watch {}: cannot watch {}{}: {e}",
+                    w.wd,
+                    w.path,
+                    pf.as_whom()
                 ))
             })?;
         if got != w.wd {

@@ -167,37 +167,14 @@ fn file_id_and_inode(path: &str, via: &str) -> Result<(FileId, (u64, u64))> {
     Ok((id, (md.dev(), md.ino())))
 }
 
-/// Which inode each mapped file and the executable was, by path, on which
-/// running kernel: part `mapids` (format 1.8). The mappings' counterpart of
-/// [`super::files::FileIds`]: a restore of an unprivileged process opens
-/// them with the process's own ids, and one it may not open (a program
-/// that mapped a file, or was started from a directory, only root may
-/// read, then gave up its privileges) it still gets on the same machine,
-/// if the path names the very inode it had mapped.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MappedIds {
-    /// `/proc/sys/kernel/random/boot_id` where the process was captured.
-    pub boot_id: String,
-    /// (path, `st_dev`, `st_ino`)
-    pub files: Vec<(String, u64, u64)>,
-}
+/// Part `mapids` (format 1.8): each mapped file and the executable, by
+/// path ([`super::files::HeldInodes`]). A program that mapped a file, or
+/// was started from a directory, only root may read, and then gave up its
+/// privileges, gets them back on the same machine.
+pub type MappedIds = super::files::HeldInodes<String>;
 
 impl MappedIds {
     pub const PART: &'static str = "mapids";
-
-    fn add(&mut self, path: &str, (dev, ino): (u64, u64)) {
-        if !self.files.iter().any(|f| f.0 == path) {
-            self.files.push((path.to_string(), dev, ino));
-        }
-    }
-
-    /// Whether `file`, open here, is the inode mapped from `path`.
-    fn is_same(&self, path: &str, file: &std::fs::File) -> bool {
-        self.files
-            .iter()
-            .find(|f| f.0 == path)
-            .is_some_and(|&(_, dev, ino)| super::files::held_inode(&self.boot_id, dev, ino, file))
-    }
 }
 
 fn is_special(path: &str) -> bool {
@@ -1200,7 +1177,7 @@ impl Resource for Memory {
                                     known
                                 }
                             };
-                            mapped_ids.add(&m.path, inode);
+                            mapped_ids.add(m.path.clone(), inode);
                             Some(FileId {
                                 path: m.path.clone(),
                                 ..id
@@ -1291,7 +1268,7 @@ impl Resource for Memory {
             ));
         }
         let (exe, inode) = file_id_and_inode(&exe_path, &format!("/proc/{pid}/exe"))?;
-        mapped_ids.add(&exe_path, inode);
+        mapped_ids.add(exe_path.clone(), inode);
         cx.mapped_ids = mapped_ids;
         let mm = MmFields {
             start_code: f(26),

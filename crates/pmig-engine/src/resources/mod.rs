@@ -100,6 +100,9 @@ pub struct Capture<'a> {
     /// Set by the prctl capture when the process has memory-deny-write-
     /// execute (its own part, `mdwe`).
     pub mdwe: Option<prctl::MdweState>,
+    /// Whether the files and memory captures record inodes (`file_ids`,
+    /// `mapped_ids`): only a restore of an unprivileged process uses them.
+    pub keep_inodes: bool,
     /// Set by the files capture: the inode of each file it reopens by path.
     pub file_ids: files::FileIds,
     /// Set by the memory capture: the inode of each file it maps by path.
@@ -140,6 +143,7 @@ impl<'a> Capture<'a> {
             pipe_ends: Vec::new(),
             memory_flags: Default::default(),
             mdwe: None,
+            keep_inodes: false,
             file_ids: Default::default(),
             mapped_ids: Default::default(),
             scratch: None,
@@ -376,11 +380,16 @@ impl Preflight {
     /// Keeps a file opened for the new process, or names the path (and the
     /// uid it was opened as) in the error.
     pub fn keep_opened(&mut self, path: &str, f: std::io::Result<std::fs::File>) -> Result<i32> {
-        let f = f.ctx(|| match &self.owner {
-            Some(o) => format!("open {path} as uid {}", o.fsuid),
-            None => format!("open {path}"),
-        })?;
+        let f = f.ctx(|| format!("open {path}{}", self.as_whom()))?;
         self.keep(f.into())
+    }
+
+    /// " as uid N" when paths are opened with the process's credentials,
+    /// for errors; else nothing.
+    pub fn as_whom(&self) -> String {
+        self.owner
+            .as_ref()
+            .map_or(String::new(), |o| format!(" as uid {}", o.fsuid))
     }
 
     /// Runs `f`, which reaches files by paths the process named, with the
