@@ -118,8 +118,10 @@ pub struct Node {
     /// Lazy migrations from this node that take a second connection for
     /// their answers (`Answers`): id -> (destination node, where to hand it).
     answers: Mutex<HashMap<u64, Waiting>>,
-    /// Processes still arriving here (a lazy strategy fills their pages in).
-    arriving: Mutex<HashSet<i32>>,
+    /// Processes still arriving here (a lazy strategy fills their pages
+    /// in), each with how many of its arrivals are under way (freeze-free's
+    /// fault service hands over to its page store while it is marked).
+    arriving: Mutex<HashMap<i32, usize>>,
     /// Processes restored here, by source node and migration id: (pid,
     /// start time), for the signals the source passes on (`Signals`).
     restored: Mutex<HashMap<(String, u64), (i32, u64)>>,
@@ -186,9 +188,12 @@ impl Host for Node {
     fn arriving(&self, pid: i32, active: bool) {
         let mut a = self.arriving.lock().unwrap_or_else(|p| p.into_inner());
         if active {
-            a.insert(pid);
-        } else {
-            a.remove(&pid);
+            *a.entry(pid).or_insert(0) += 1;
+        } else if let Some(n) = a.get_mut(&pid) {
+            *n -= 1;
+            if *n == 0 {
+                a.remove(&pid);
+            }
         }
     }
     fn peer_addr(&self, name: &str) -> Option<String> {
@@ -287,7 +292,7 @@ impl Node {
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
 /// `answers-fail-after N`, `fail-restore`, `hang-before-restore`,
-/// `hold-original`, `hold-flush`.
+/// `hold-original`, `hold-flush`, `hold-answers`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
     if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
@@ -306,6 +311,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
             (Some("hold-original"), _) => h.hold_original = true,
+            (Some("hold-answers"), _) => h.hold_answers = true,
             (Some("hold-flush"), _) => h.hold_flush = true,
             _ => {}
         }
@@ -367,7 +373,7 @@ pub fn run(cfg: Config) -> Result<()> {
         exec: pmig_services::exec::Exec::new(),
         resumable: Mutex::new(HashMap::new()),
         answers: Mutex::new(HashMap::new()),
-        arriving: Mutex::new(HashSet::new()),
+        arriving: Mutex::new(HashMap::new()),
         restored: Mutex::new(HashMap::new()),
         selector,
         arrived: Mutex::new(HashMap::new()),
@@ -885,16 +891,19 @@ fn migrate(
 /// authorizes, marks the process busy, keeps a job attached to its home
 /// (its stdio is prepared on the destination), runs the strategy.
 /// A process that arrived here by a lazy strategy may still be arriving
-/// (flushing: its pages are filled in, then its userfaultfd is closed from
-/// inside it, with ptrace) or briefly traced by this daemon. Waits (at most
-/// 30 s) until neither is the case, so that a migration asked for right after
-/// the arrival does not fail as "already traced".
-fn settle(node: &Node, pid: i32) {
+/// (post-copy and the like: pages still come from its source; flushing: its
+/// pages are filled in, then its userfaultfd is closed from inside it, with
+/// ptrace) or briefly traced by this daemon. Waits until neither is the
+/// case, so that a migration asked for right after an arrival moves the
+/// process once it is whole instead of failing on its userfaultfd or as
+/// "already traced". The wait is bounded by `limit` (the request's
+/// timeout); a process still arriving then is refused, untouched.
+fn settle(node: &Node, pid: i32, limit: Duration) -> std::result::Result<(), String> {
     let arriving = || {
         node.arriving
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(&pid)
+            .contains_key(&pid)
     };
     // TracerPid names the tracing thread: one of ours?
     let traced_by_us = || {
@@ -908,12 +917,32 @@ fn settle(node: &Node, pid: i32) {
             })
             .is_some_and(|t| t > 0 && Path::new(&format!("/proc/self/task/{t}")).exists())
     };
-    for _ in 0..3000 {
-        if !arriving() && !traced_by_us() {
-            return;
+    const STEP: Duration = Duration::from_millis(10);
+    let mut said = false;
+    for _ in 0..=limit.as_millis() / STEP.as_millis() {
+        let busy = arriving();
+        if busy {
+            // A source that serves pages only when asked is asked for all.
+            pmig_strategies::demand_paging::pull_all(pid);
         }
-        std::thread::sleep(Duration::from_millis(10));
+        if !busy && !traced_by_us() {
+            return Ok(());
+        }
+        if busy && !said {
+            tracing::info!(
+                "process {pid} is still receiving its pages from its last migration: waiting up to {limit:?} before moving it on"
+            );
+            said = true;
+        }
+        std::thread::sleep(STEP);
     }
+    if arriving() {
+        return Err(format!(
+            "process {pid} is still receiving its pages from its last migration after {} s; it was not touched: migrate it again once they have arrived",
+            limit.as_secs()
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn migrate_core(
@@ -928,7 +957,8 @@ pub(crate) fn migrate_core(
         pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction, m.max_down_ms)
             .map_err(|e| e.to_string())?;
     authorize(who, m.pid)?;
-    settle(node, m.pid);
+    let timeout = Duration::from_secs(m.timeout_s.unwrap_or(60).clamp(1, 3600));
+    settle(node, m.pid, timeout)?;
     {
         let mut busy = node.busy.lock().unwrap_or_else(|p| p.into_inner());
         if busy.contains_key(&m.pid) {
@@ -941,7 +971,7 @@ pub(crate) fn migrate_core(
         to: m.to.clone(),
         to_name: m.to_name.clone(),
         strategy,
-        timeout: Duration::from_secs(m.timeout_s.unwrap_or(60).clamp(1, 3600)),
+        timeout,
         precopy,
         page_store: m
             .page_store

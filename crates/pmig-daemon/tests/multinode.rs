@@ -3142,6 +3142,22 @@ fn late_signals_demand_paging() {
 /// destination takes the store over and the heap is read from it: the
 /// program's check of every word then passes on n2, and the store is
 /// removed.
+/// The `bigheap` scenario started on n1 (commands through the file `cmds`,
+/// answers in `out`) and moved to n2 by freeze-free: (its first process,
+/// cmds, out, the report).
+fn bigheap_by_freeze_free(env: &mut Env) -> (Child, PathBuf, PathBuf, serde_json::Value) {
+    let cmds = env.dir.join("bigheap.cmd");
+    std::fs::write(&cmds, "").unwrap();
+    let out = env.dir.join("bigheap.out");
+    let bin = pmig_tests::scenario("bigheap");
+    let child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+    wait_ready(&out);
+    let rep = env
+        .migrate_with("n1", child.id() as i32, "n2", "freeze-free")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    (child, cmds, out, rep)
+}
+
 #[test]
 fn freeze_free_resumes_before_the_store_is_written() {
     if !root() {
@@ -3151,15 +3167,7 @@ fn freeze_free_resumes_before_the_store_is_written() {
     let mut env = Env::up("ff");
     std::fs::write(env.node_dir("n1").join("test-hook"), "hold-flush\n").unwrap();
     let release = env.node_dir("n1").join("release-flush");
-    let cmds = env.dir.join("bigheap.cmd");
-    std::fs::write(&cmds, "").unwrap();
-    let out = env.dir.join("bigheap.out");
-    let bin = pmig_tests::scenario("bigheap");
-    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
-    wait_ready(&out);
-    let rep = env
-        .migrate_with("n1", child.id() as i32, "n2", "freeze-free")
-        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let (mut child, cmds, out, rep) = bigheap_by_freeze_free(&mut env);
     let new = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(new);
     wait_log(&env, "n1", "test hook: the flush of migration");
@@ -3210,6 +3218,78 @@ fn freeze_free_resumes_before_the_store_is_written() {
 /// takes the migration over from the source, and once the flush goes it
 /// switches to the store as the dead one would have. `bigheap`'s check of
 /// its whole 1 GiB then passes on n2, and the store is removed.
+/// A process that still receives its pages from its last migration moves on
+/// once they are in: the migration onward waits for them instead of failing
+/// on the process's userfaultfd. A wait longer than its `--timeout` is
+/// refused with one line, and the process runs on untouched.
+#[test]
+fn a_process_still_arriving_moves_on_once_its_pages_are_in() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("ar");
+    // freeze-free reports at the handover; with the flush and the answers
+    // held, its pages are surely still owed by n1.
+    std::fs::write(
+        env.node_dir("n1").join("test-hook"),
+        "hold-flush\nhold-answers\n",
+    )
+    .unwrap();
+    let (mut child, cmds, out, rep) = bigheap_by_freeze_free(&mut env);
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    wait_log(&env, "n1", "test hook: the flush of migration");
+    wait_log(&env, "n1", "test hook: the pages of migration");
+    let e = env
+        .migrate_timeout("n2", new, "n3", "post-copy", 2)
+        .expect_err("moved on while its pages were still owed");
+    assert!(
+        e.contains("still receiving its pages") && e.trim().lines().count() == 1,
+        "{e}"
+    );
+    let st = state(new);
+    assert!(alive(new) && !st.contains("T (stopped)"), "{st}");
+    let waiting = "is still receiving its pages from its last migration: waiting";
+    let mut onward = env
+        .migrate_cmd("n2", new, "n3", "post-copy", 60)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while env.log("n2").matches(waiting).count() < 2 {
+        assert!(
+            t0.elapsed() < LIMIT,
+            "no wait in n2's log:\n{}",
+            env.log("n2")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        onward.try_wait().unwrap().is_none(),
+        "the migration onward ended while the flush was held"
+    );
+    for f in ["release-answers", "release-flush"] {
+        std::fs::write(env.node_dir("n1").join(f), "").unwrap();
+    }
+    let rep = migrate_result(onward.wait_with_output().unwrap())
+        .unwrap_or_else(|e| panic!("{e}\nn2:\n{}\nn3:\n{}", env.log("n2"), env.log("n3")));
+    let newer = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(newer);
+    assert_eq!(rep["destination"], "n3", "{rep}");
+    command(&cmds, "check");
+    let got = answers(&out, 1).unwrap();
+    command(&cmds, "quit");
+    wait_gone(newer);
+    let _ = child.wait();
+    assert_eq!(
+        got[0],
+        "PASS bigheap",
+        "n2:\n{}\nn3:\n{}",
+        env.log("n2"),
+        env.log("n3")
+    );
+}
+
 #[test]
 fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
     if !root() {
@@ -3219,15 +3299,7 @@ fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
     let mut env = Env::up("fk");
     std::fs::write(env.node_dir("n1").join("test-hook"), "hold-flush\n").unwrap();
     let release = env.node_dir("n1").join("release-flush");
-    let cmds = env.dir.join("bigheap.cmd");
-    std::fs::write(&cmds, "").unwrap();
-    let out = env.dir.join("bigheap.out");
-    let bin = pmig_tests::scenario("bigheap");
-    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
-    wait_ready(&out);
-    let rep = env
-        .migrate_with("n1", child.id() as i32, "n2", "freeze-free")
-        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let (mut child, cmds, out, rep) = bigheap_by_freeze_free(&mut env);
     let new = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(new);
     wait_log(&env, "n1", "test hook: the flush of migration");

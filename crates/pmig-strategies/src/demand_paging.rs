@@ -263,15 +263,26 @@ static LAZY: Mutex<BTreeMap<i32, Arc<AtomicBool>>> = Mutex::new(BTreeMap::new())
 /// Before `pid` migrates again: if it still owes pages to a demand-paging
 /// source, fetch them all and wait (at most `timeout`) until nothing is owed.
 pub fn settle(pid: i32, timeout: Duration) {
-    let Some(flag) = LAZY.lock().unwrap().get(&pid).cloned() else {
+    if !pull_all(pid) {
         return;
-    };
-    tracing::info!("process {pid} still owes pages to a demand-paging source: fetching them all");
-    flag.store(true, Ordering::Release);
+    }
     let t = Instant::now();
     while t.elapsed() < timeout && LAZY.lock().unwrap().contains_key(&pid) {
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// If `pid` still owes pages to a source that serves them until it exits
+/// (demand-paging, freeze-free before its store is complete), asks its fault
+/// loop to fetch them all; true if it does.
+pub fn pull_all(pid: i32) -> bool {
+    let Some(flag) = LAZY.lock().unwrap().get(&pid).cloned() else {
+        return false;
+    };
+    if !flag.swap(true, Ordering::AcqRel) {
+        tracing::info!("process {pid} still owes pages to its source: fetching them all");
+    }
+    true
 }
 
 /// What the destination's fault loop does next.

@@ -470,10 +470,10 @@ pub(crate) fn compose_small_from(
 
 /// Marks a process as still arriving on this node ([`crate::Host::arriving`])
 /// for as long as it lives.
-struct Arriving<'a>(&'a dyn crate::Host, i32);
+pub(crate) struct Arriving<'a>(&'a dyn crate::Host, i32);
 
 impl<'a> Arriving<'a> {
-    fn new(host: &'a dyn crate::Host, pid: i32) -> Arriving<'a> {
+    pub(crate) fn new(host: &'a dyn crate::Host, pid: i32) -> Arriving<'a> {
         host.arriving(pid, true);
         Arriving(host, pid)
     }

@@ -190,13 +190,7 @@ impl Strategy for FreezeFree {
             let (store, found) = (&store, &found);
             let flushing = s.spawn(move || {
                 if let Some(f) = release {
-                    // Bounded: at most 60 s.
-                    for _ in 0..6000 {
-                        if std::fs::remove_file(&f).is_ok() {
-                            break;
-                        }
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
+                    crate::await_release(&f);
                 }
                 let t = crate::clock::mono_ns();
                 flush(pid, found, store).map(|b| (b, crate::clock::mono_ns().saturating_sub(t)))

@@ -1029,11 +1029,8 @@ impl<'h> Holder<'h> {
             self.pid,
             release.display()
         );
-        for _ in 0..6000 {
-            if std::fs::remove_file(&release).is_ok() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        if crate::await_release(&release) {
+            return;
         }
         tracing::warn!(
             "test hook: {} never came; killing the original",

@@ -177,7 +177,7 @@ impl std::fmt::Display for StrategyKind {
 pub struct Hooks {
     /// The destination daemon kills itself (SIGKILL) after receiving this many image bytes.
     pub die_after_bytes: Option<u64>,
-    /// The destination stops reading (sleeps 60 s, or until `<state dir>/release-stall`
+    /// The destination stops reading (for 60 s, or until `<state dir>/release-stall`
     /// exists, which it then removes) once it has received this many image bytes,
     /// logging one line when it stalls (to cut the link, or change the process, at a
     /// known point).
@@ -202,6 +202,22 @@ pub struct Hooks {
     /// until `<state dir>/release-original` exists (at most 60 s), logging
     /// one line, so that signals can be sent to it at a known point.
     pub hold_original: bool,
+    /// Source of a lazy migration: after the handover it neither answers
+    /// nor pushes a page until `<state dir>/release-answers` exists (at most
+    /// 60 s), logging one line, so that pages are surely still owed.
+    pub hold_answers: bool,
+}
+
+/// For the test hooks that hold a step: waits (at most 60 s) until `file`
+/// exists, then removes it; false if it never came.
+pub(crate) fn await_release(file: &Path) -> bool {
+    for _ in 0..6000 {
+        if std::fs::remove_file(file).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
 }
 
 /// What a strategy needs from the node it runs on.
@@ -655,13 +671,7 @@ impl Destination<'_> {
                     "test hook: destination stalls after receiving {} bytes",
                     self.received
                 );
-                let release = self.host.state_dir().join("release-stall");
-                for _ in 0..600 {
-                    if std::fs::remove_file(&release).is_ok() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+                await_release(&self.host.state_dir().join("release-stall"));
                 tracing::warn!("test hook: destination stall over");
             }
         }

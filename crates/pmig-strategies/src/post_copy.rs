@@ -687,6 +687,15 @@ pub(crate) fn handover_lazy(m: &mut Source, mode: &CaptureMode) -> Result<()> {
 /// failure the process is lost (the destination copy has run): the frozen
 /// original is killed rather than resumed.
 pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<&Stash>) -> Result<()> {
+    if m.host.hooks().hold_answers {
+        let f = m.host.state_dir().join("release-answers");
+        tracing::warn!(
+            "test hook: the pages of migration {} wait for {}",
+            m.id,
+            f.display()
+        );
+        crate::await_release(&f);
+    }
     let mut r = serve_source_inner(m, &mut owing, stash);
     // The destination vanished: its daemon may come back and take over.
     for _ in 0..8 {
@@ -1536,6 +1545,9 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         record,
         answers,
     } = sv;
+    // Until nothing is owed, a migration onward waits for the rest: the push
+    // brings it, or (`until_exit`) the pull it asks for first.
+    let _arriving = crate::flushing::Arriving::new(host, pid);
     let end_record = || {
         if let Some(r) = &record {
             r.remove();
