@@ -2451,6 +2451,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "pthreads",
     "jit",
     "dropuid",
+    "mlocked",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

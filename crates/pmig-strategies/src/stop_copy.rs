@@ -118,8 +118,10 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
             &[],
         )?;
         m.count(32);
+        // Queued: flushed about every MiB, and by `ImageDone` at the end
+        // (a small image goes out in one write).
         for (i, chunk) in map.bytes().chunks(CHUNK).enumerate() {
-            m.ch.send_with(
+            m.ch.queue(
                 &Msg::ImageChunk {
                     id: m.id,
                     offset: (i * CHUNK) as u64,

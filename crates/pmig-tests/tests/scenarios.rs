@@ -258,6 +258,7 @@ scenario!(inotify, "inotify", false);
 scenario!(pthreads, "pthreads", false);
 scenario!(jit, "jit", false);
 scenario!(dropuid, "dropuid", false);
+scenario!(mlocked, "mlocked", false);
 scenario!(sleeps, "sleeps", false);
 
 /// The first field of `/proc/PID/task/TID/syscall`: the call a blocked
@@ -402,6 +403,7 @@ fn scenarios_pass_without_migration() {
         ("pthreads", &[]),
         ("jit", &[]),
         ("dropuid", &[]),
+        ("mlocked", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

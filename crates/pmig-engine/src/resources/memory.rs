@@ -99,6 +99,12 @@ impl Vma {
     pub fn owes_pages(&self) -> bool {
         self.present.iter().map(|r| r.1).sum::<u64>() > self.bytes_in_image()
     }
+
+    /// In a lazy restore: whether pages of this mapping come after the
+    /// restore, through the userfaultfd it is registered with.
+    fn comes_later(&self) -> bool {
+        self.backing == Backing::Anon && self.owes_pages()
+    }
 }
 
 /// The mm fields set back with PR_SET_MM_MAP.
@@ -1476,13 +1482,20 @@ impl Resource for Memory {
                 );
             }
             if v.locked {
-                b.syscall(
-                    0,
-                    libc::SYS_mlock,
-                    &[v.start.into(), v.len().into()],
-                    Check::None,
-                    format!("mlock {:#x}", v.start),
-                );
+                // Memory whose pages come later, through the userfaultfd,
+                // is locked as they arrive: mlock would populate it with
+                // zero pages now, which no fault would ever replace.
+                let later = cx.pf.uffd_fd.is_some() && v.comes_later();
+                let (nr, args): (_, &[u64]) = if later {
+                    (
+                        libc::SYS_mlock2,
+                        &[v.start, v.len(), libc::MLOCK_ONFAULT as u64],
+                    )
+                } else {
+                    (libc::SYS_mlock, &[v.start, v.len()])
+                };
+                let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+                b.syscall(0, nr, &args, Check::None, format!("mlock {:#x}", v.start));
             }
         }
         if let Some(ufd) = cx.pf.uffd_fd {
@@ -1505,11 +1518,7 @@ impl Resource for Memory {
                 Check::NonNeg,
                 "userfaultfd API",
             );
-            for v in s
-                .vmas
-                .iter()
-                .filter(|v| v.backing == Backing::Anon && v.owes_pages())
-            {
+            for v in s.vmas.iter().filter(|v| v.comes_later()) {
                 let reg = b.data_of(&[
                     v.start,
                     v.len(),
