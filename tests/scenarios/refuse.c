@@ -25,6 +25,10 @@
  *   aio             an asynchronous I/O context (io_setup: its ring mapped).
  *   zombie          a child that exited (status 7) and is not waited for.
  *   procfd          /proc/self/status held open.
+ *   aliasedshm      shared anonymous memory seen through a second view of
+ *                   the same pages (mremap with old size 0); a third
+ *                   mapping of another such object, split by mprotect
+ *                   into parts that do not overlap, is no reason to refuse.
  *   sigio           a pipe's read end in signal-driven mode (O_ASYNC,
  *                   F_SETOWN to us).
  * check verifies the resource is still there and intact. */
@@ -48,7 +52,7 @@
 static const char *mode;
 static int fd1 = -1, fd2 = -1;
 static pid_t child;
-static char *shm;
+static char *shm, *view, *split;
 static int slot;
 #define SHM_HALF (512 * 1024)
 
@@ -96,6 +100,11 @@ static int check(void) {
               "child %d cannot be waited for: %s", child, strerror(errno));
         CHECK(si.si_code == CLD_EXITED && si.si_status == 7, "child %d: code %d status %d",
               child, si.si_code, si.si_status);
+    } else if (!strcmp(mode, "aliasedshm")) {
+        shm[100] ^= 0x5a;
+        CHECK(shm[100] == view[100], "the two views differ");
+        shm[100] ^= 0x5a;
+        CHECK(split[0] == 'a' && split[2 * 4096] == 'b', "the split mapping lost its data");
     } else if (!strcmp(mode, "procfd")) {
         char b[4096];
         ssize_t n = pread(fd1, b, sizeof b - 1, 0);
@@ -162,6 +171,15 @@ int main(int argc, char **argv) {
         /* Exited, not reaped: WNOWAIT leaves it waitable. */
         siginfo_t si;
         if (waitid(P_PID, child, &si, WEXITED | WNOWAIT)) scn_die("waitid");
+    } else if (!strcmp(mode, "aliasedshm")) {
+        shm = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (shm == MAP_FAILED) scn_die("mmap");
+        view = mremap(shm, 0, 8192, MREMAP_MAYMOVE);
+        if (view == MAP_FAILED) scn_die("mremap");
+        split = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        if (split == MAP_FAILED || mprotect(split + 4096, 4096, PROT_READ)) scn_die("split");
+        split[0] = 'a';
+        split[2 * 4096] = 'b';
     } else if (!strcmp(mode, "procfd")) {
         fd1 = open("/proc/self/status", O_RDONLY);
         if (fd1 < 0) scn_die("open /proc/self/status");

@@ -494,6 +494,11 @@ fn refuse_aio() {
 }
 
 #[test]
+fn refuse_shared_anonymous_memory_seen_twice() {
+    refusal("aliasedshm", &["shared anonymous memory mapped twice"]);
+}
+
+#[test]
 fn refuse_zombie_child() {
     refusal("zombie", &["exited child", "exit status"]);
 }

@@ -227,6 +227,43 @@ fn other_mapper(pid: pid_t, dev: &str, inode: u64) -> Option<pid_t> {
     None
 }
 
+/// A shared anonymous mapping (`MAP_SHARED | MAP_ANONYMOUS`, or of
+/// `/dev/zero`): an object of its own in the kernel's shmem.
+fn is_shared_anon(m: &MapLine) -> bool {
+    let p = m.path.as_str();
+    m.shared
+        && (p == "/dev/zero (deleted)"
+            || p.starts_with("[anon_shmem:")
+            || (m.inode != 0 && p.is_empty()))
+}
+
+/// Refuses two mappings of the same pages of one shared anonymous object
+/// (a second view made with `mremap(old, 0, …)`): each mapping is restored
+/// as an object of its own, which would part the views. Parts of one object
+/// that do not overlap (a mapping split by `mprotect`) are fine.
+fn check_aliases(pid: pid_t, maps: &[MapLine]) -> Result<()> {
+    let mut seen: Vec<&MapLine> = Vec::new();
+    for m in maps.iter().filter(|m| is_shared_anon(m)) {
+        let (lo, hi) = (m.offset, m.offset + (m.end - m.start));
+        if let Some(o) = seen.iter().find(|o| {
+            o.inode == m.inode
+                && o.dev == m.dev
+                && o.offset < hi
+                && lo < o.offset + (o.end - o.start)
+        }) {
+            return Err(unsupported(
+                pid,
+                format!(
+                    "shared anonymous memory mapped twice (the same pages at {:#x} and {:#x})",
+                    o.start, m.start
+                ),
+            ));
+        }
+        seen.push(m);
+    }
+    Ok(())
+}
+
 fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
     let p = m.path.as_str();
     if is_special(p) {
@@ -249,11 +286,7 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
         || p == "[stack]"
         || p.starts_with("[anon:")
         || p.starts_with("[stack:");
-    let shared_anon = m.shared
-        && (p == "/dev/zero (deleted)"
-            || p.starts_with("[anon_shmem:")
-            || (m.inode != 0 && p.is_empty()));
-    if shared_anon {
+    if is_shared_anon(m) {
         if let Some(other) = other_mapper(pid, &m.dev, m.inode) {
             return Err(unsupported(
                 pid,
@@ -1066,10 +1099,11 @@ impl Resource for Memory {
     type State = MemoryState;
 
     fn precheck(pid: pid_t) -> Result<()> {
-        for m in procfs::maps(pid)? {
-            classify(pid, &m)?;
+        let maps = procfs::maps(pid)?;
+        for m in &maps {
+            classify(pid, m)?;
         }
-        Ok(())
+        check_aliases(pid, &maps)
     }
 
     fn capture(cx: &mut Capture) -> Result<MemoryState> {
@@ -1150,6 +1184,7 @@ impl Resource for Memory {
                 Ok(())
             });
             let res = (|| -> Result<()> {
+                check_aliases(pid, &maps)?;
                 let mut file_ids: std::collections::HashMap<(String, u64), (FileId, (u64, u64))> =
                     std::collections::HashMap::new();
                 for m in &maps {
@@ -1975,6 +2010,35 @@ mod layout_tests {
             flags: flags.iter().map(|f| f.to_string()).collect(),
             anon_kib: 0,
         }
+    }
+
+    #[test]
+    fn only_views_of_the_same_shared_pages_are_refused() {
+        let shm = |start: u64, pages: u64, offset: u64, inode: u64| MapLine {
+            shared: true,
+            offset: offset * 4096,
+            inode,
+            ..line(start, start + pages * 4096, "/dev/zero (deleted)", &[])
+        };
+        // One object split by mprotect: parts that do not overlap.
+        let split = [shm(0x10000, 1, 0, 7), shm(0x11000, 3, 1, 7)];
+        assert!(check_aliases(1, &split).is_ok());
+        // Two objects at the same offsets.
+        assert!(check_aliases(1, &[shm(0x10000, 2, 0, 7), shm(0x20000, 2, 0, 8)]).is_ok());
+        // A second view of the object's second page.
+        let e = check_aliases(1, &[shm(0x10000, 2, 0, 7), shm(0x20000, 1, 1, 7)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mapped twice") && e.contains("0x10000") && e.contains("0x20000"),
+            "{e}"
+        );
+        // Private mappings of a file at overlapping offsets are no views.
+        let file = |start| MapLine {
+            inode: 9,
+            ..line(start, start + 4096, "/usr/lib/x.so", &[])
+        };
+        assert!(check_aliases(1, &[file(0x10000), file(0x20000)]).is_ok());
     }
 
     fn layout(maps: Vec<MapLine>) -> Layout {
