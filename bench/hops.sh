@@ -8,7 +8,9 @@
 # the bytes per phase, and the program's output is compared with that of
 # the same command run unmigrated (before the cluster comes up). With
 # TIMELINE=DIR, the daemons' timing marks of each hop are written to
-# DIR/hop-NODE.txt (ms from the first mark).
+# DIR/hop-NODE.txt (ms from the first mark). With PIDNS=1 every node has its
+# own pid namespace (`cluster up --pid-ns`), as separate machines have: the
+# program keeps its pid and thread ids.
 set -u
 cd "$(dirname "$0")/.."
 B=${PMIG:-target/release/pmig}
@@ -26,8 +28,16 @@ show_threads() {
         echo "  thread ${t##*/}: $(cut -d' ' -f3 "$t/stat" 2>/dev/null) $(cat "$t/wchan" 2>/dev/null) syscall $(cat "$t/syscall" 2>/dev/null)"
     done
 }
+# Whether the program runs (in its node's pid namespace with PIDNS=1).
+alive() {
+    if [ -n "${PIDNS:-}" ]; then
+        x "$from" -- kill -0 "$pid" 2>/dev/null </dev/null
+    else
+        kill -0 "$pid" 2>/dev/null
+    fi
+}
 cleanup() {
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    if [ -z "${PIDNS:-}" ] && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         echo "process $pid still runs at exit:" >&2
         show_threads >&2
         kill -9 "$pid" 2>/dev/null
@@ -41,7 +51,7 @@ printf '%q ' "$@" >"$tmp/cmd"
 (cd "$tmp" && bash -c "$(cat "$tmp/cmd")" >"$tmp/ref" 2>/dev/null </dev/null)
 [ -n "${TIMELINE:-}" ] && { mkdir -p "$TIMELINE"; export PMIG_LOG=info,pmig_timing=debug; }
 "$B" cluster up --prefix "$prefix" --nodes 3 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
-    >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
+    ${PIDNS:+--pid-ns} >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
 addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
 x() { "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" "$@"; }
 pid=$(x n1 -- bash -c "cd $tmp; $(cat "$tmp/cmd") >$tmp/out 2>$tmp/err </dev/null 251>&- & echo \$!" \
@@ -70,8 +80,8 @@ PY
     sleep 0.3
 done
 # Bounded: at most 10 minutes for the program to finish.
-for _ in $(seq 6000); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$pid" 2>/dev/null; then
+for _ in $(seq 6000); do alive || break; sleep 0.1; done
+if alive; then
     echo "the program is still running after 10 minutes"
     exit 1
 fi

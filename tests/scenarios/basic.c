@@ -1,7 +1,9 @@
 /* basic: the smallest scenario (some anon memory, a heap pattern, a stack
- * pattern). Used for the bad-image tests, with argv[1] as its comm so those
- * tests can look for a wrongly created process by name. */
+ * pattern, and no alternate signal stack, which it must not gain). Used for
+ * the bad-image tests, with argv[1] as its comm so those tests can look for
+ * a wrongly created process by name. */
 #include "common.h"
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 
@@ -18,6 +20,10 @@ static int check(void) {
     char now[16] = {0};
     prctl(PR_GET_NAME, now);
     CHECK(strcmp(now, comm) == 0, "comm is '%s', want '%s'", now, comm);
+    stack_t ss;
+    CHECK(sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_DISABLE),
+          "an alternate signal stack appeared (%p, %zu bytes, flags %d)", ss.ss_sp, ss.ss_size,
+          ss.ss_flags);
     return 1;
 }
 

@@ -280,18 +280,23 @@ impl Resource for Threads {
                     format!("register rseq at {addr:#x}"),
                 );
             }
+            // Set either way: the main thread inherits the restoring
+            // program's alternate stack across the fork, in memory that is
+            // gone once the restorer has run.
             let (sp, flags, size) = th.sigaltstack;
-            if flags & libc::SS_DISABLE == 0 {
-                let ss: [u64; 3] = [sp, (flags & !libc::SS_ONSTACK) as u32 as u64, size];
-                let d = b.data_of(&ss);
-                b.syscall(
-                    t,
-                    libc::SYS_sigaltstack,
-                    &[d.into(), 0u64.into()],
-                    Check::NonNeg,
-                    "set the alternate signal stack",
-                );
-            }
+            let ss: [u64; 3] = if flags & libc::SS_DISABLE == 0 {
+                [sp, (flags & !libc::SS_ONSTACK) as u32 as u64, size]
+            } else {
+                [0, libc::SS_DISABLE as u64, 0]
+            };
+            let d = b.data_of(&ss);
+            b.syscall(
+                t,
+                libc::SYS_sigaltstack,
+                &[d.into(), 0u64.into()],
+                Check::NonNeg,
+                "set the alternate signal stack",
+            );
             let mut name = th.comm.as_bytes().to_vec();
             name.truncate(15);
             name.push(0);
