@@ -991,15 +991,24 @@ pub(crate) fn migrate_core(
             return Err(e.to_string());
         }
     };
+    let notes = match departure {
+        None => left_behind(node.node(), m.pid),
+        Some(_) => Vec::new(),
+    };
+    let noted = |o: &pmig_strategies::Outcome| pmig_strategies::Outcome {
+        notes: notes.clone(),
+        ..o.clone()
+    };
     let departure = Mutex::new(departure);
     // A job's new node takes it over at the handover too.
     let mut at_handover = |o: &pmig_strategies::Outcome| {
         if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
             d.finish(Some(o.new_pid));
         }
-        handed_over(o);
+        handed_over(&noted(o));
     };
-    let r = pmig_strategies::migrate_with(node, &req, progress, &mut at_handover);
+    let r =
+        pmig_strategies::migrate_with(node, &req, progress, &mut at_handover).map(|o| noted(&o));
     if let Some(d) = departure.lock().unwrap_or_else(|p| p.into_inner()).take() {
         d.finish(r.as_ref().ok().map(|o| o.new_pid));
     }
@@ -1014,6 +1023,51 @@ pub(crate) fn migrate_core(
             .remove(&m.pid);
     }
     r.map_err(|e| e.to_string())
+}
+
+/// What stays on this node when process `pid` moves without a home (it is
+/// not a job of `pmig run`), one line each for the report: a pipe or a
+/// terminal on its stdio, which the destination replaces with `/dev/null`
+/// (stdin) or a file of its own (stdout, stderr), and a parent, which sees
+/// it end killed once the move is complete.
+fn left_behind(node: &str, pid: i32) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (fd, name) in [(0, "stdin"), (1, "stdout"), (2, "stderr")] {
+        let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else {
+            continue;
+        };
+        let link = link.to_string_lossy().into_owned();
+        let kind = if link.starts_with("pipe:") {
+            "a pipe"
+        } else if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") {
+            "a terminal"
+        } else {
+            continue;
+        };
+        let now = if fd == 0 {
+            "reads /dev/null"
+        } else {
+            "writes to a file in the procs/ directory of the destination daemon's state directory"
+        };
+        notes.push(format!(
+            "its {name} was {kind} ({link}) on {node}, which does not follow it: it now {now}"
+        ));
+    }
+    let ppid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("PPid:").map(|v| v.trim().parse::<i32>()))
+        })
+        .and_then(|v| v.ok());
+    if let Some(ppid) = ppid.filter(|&p| p > 1 && p as u32 != std::process::id()) {
+        let comm = std::fs::read_to_string(format!("/proc/{ppid}/comm")).unwrap_or_default();
+        notes.push(format!(
+            "its parent {} (pid {ppid}) stays on {node} and sees it end, killed (SIGKILL), once the move is complete; a job started with `pmig run` keeps its exit status at its home",
+            comm.trim_end()
+        ));
+    }
+    notes
 }
 
 /// Removes staging directories (`pmig-<node>-<daemon pid>-in|out-…`) left behind by

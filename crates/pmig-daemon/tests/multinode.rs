@@ -3637,3 +3637,47 @@ fn a_user_request_is_checked_again_at_the_stop() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A process whose stdout is a pipe to the process that started it, which
+/// waits for it, moves; the report names both as staying behind, and the
+/// parent sees what the report says it sees.
+#[test]
+fn the_report_names_the_pipe_and_the_parent_that_stay_behind() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("lb");
+    let mut cmd = env.c().command("n1", "/usr/bin/python3").unwrap();
+    cmd.args(["-c", "import time\nwhile True: time.sleep(0.02)"])
+        .current_dir(&env.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    only_stdio(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    env.pids.push(child.id() as i32);
+    let rep = env
+        .migrate_with("n1", child.id() as i32, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    env.pids.push(rep["new_pid"].as_i64().unwrap() as i32);
+    let notes: Vec<&str> = rep["notes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no notes in {rep}"))
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].starts_with("its stdout was a pipe (pipe:[") && notes[0].contains(" on n1,"),
+        "{notes:?}"
+    );
+    let me = format!("(pid {}) stays on n1", std::process::id());
+    assert!(
+        notes[1].starts_with("its parent ") && notes[1].contains(&me),
+        "{notes:?}"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+}

@@ -960,6 +960,7 @@ fn outcome_of(
             prefetch_hits: m.prefetch_hits,
             residual: m.residual.clone(),
         },
+        notes: Vec::new(),
     }
 }
 
@@ -1200,11 +1201,21 @@ mod tests {
             source: "n1".into(),
             destination: "n2".into(),
             report: r,
+            notes: Vec::new(),
         };
         let back: Outcome = serde_json::from_str(&serde_json::to_string(&o).unwrap()).unwrap();
         assert_eq!(back, o);
         assert!(o
             .summary()
             .contains("from n1 to n2 as pid 2 with stop-copy"));
+        // Notes only when there are any, one line each.
+        assert!(!serde_json::to_string(&o).unwrap().contains("notes"));
+        let noted = Outcome {
+            notes: vec!["a".into(), "b".into()],
+            ..o
+        };
+        let back: Outcome = serde_json::from_str(&serde_json::to_string(&noted).unwrap()).unwrap();
+        assert_eq!(back, noted);
+        assert!(noted.summary().ends_with("\n  note: a\n  note: b"));
     }
 }

@@ -56,6 +56,10 @@ pub struct Outcome {
     pub destination: String,
     #[serde(flatten)]
     pub report: Report,
+    /// What did not follow the process (a pipe or terminal on its stdio, a
+    /// parent waiting for it), one line each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl Outcome {
@@ -95,6 +99,10 @@ impl Outcome {
                 .map(|n| format!(" on {n}"))
                 .unwrap_or_default(),
             r.residual.until,
-        )
+        ) + &self
+            .notes
+            .iter()
+            .map(|n| format!("\n  note: {n}"))
+            .collect::<String>()
     }
 }
