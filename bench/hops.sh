@@ -10,7 +10,10 @@
 # TIMELINE=DIR, the daemons' timing marks of each hop are written to
 # DIR/hop-NODE.txt (ms from the first mark). With PIDNS=1 every node has its
 # own pid namespace (`cluster up --pid-ns`), as separate machines have: the
-# program keeps its pid and thread ids.
+# program keeps its pid and thread ids. With PIDFILE=F the pid moved is the
+# one the command writes to the file F of its directory (a process inside a
+# pipeline, or under a parent), and the output is compared AFTER seconds
+# (default 2) after that process ends, once the rest of the pipeline has.
 set -u
 cd "$(dirname "$0")/.."
 B=${PMIG:-target/release/pmig}
@@ -50,12 +53,18 @@ printf '%q ' "$@" >"$tmp/cmd"
 # The reference: the same command, unmigrated.
 (cd "$tmp" && bash -c "$(cat "$tmp/cmd")" >"$tmp/ref" 2>/dev/null </dev/null)
 [ -n "${TIMELINE:-}" ] && { mkdir -p "$TIMELINE"; export PMIG_LOG=info,pmig_timing=debug; }
+[ -n "${PIDFILE:-}" ] && rm -f "$tmp/$PIDFILE"
 "$B" cluster up --prefix "$prefix" --nodes 3 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
     ${PIDNS:+--pid-ns} >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
 addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
 x() { "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" "$@"; }
 pid=$(x n1 -- bash -c "cd $tmp; $(cat "$tmp/cmd") >$tmp/out 2>$tmp/err </dev/null 251>&- & echo \$!" \
     </dev/null 2>/dev/null)
+if [ -n "${PIDFILE:-}" ]; then
+    for _ in $(seq 100); do [ -s "$tmp/$PIDFILE" ] && break; sleep 0.05; done
+    [ -s "$tmp/$PIDFILE" ] || { echo "the command wrote no pid to $PIDFILE"; exit 1; }
+    pid=$(cat "$tmp/$PIDFILE")
+fi
 sleep "${WARM:-1}"
 from=n1
 status=0
@@ -68,6 +77,8 @@ d = json.load(open(sys.argv[1]))
 b = d["bytes_per_phase"]
 print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  bytes before/at/after the stop "
       f"{b['preparation']}/{b['down']}/{b['post']}")
+for n in d.get("notes", []):
+    print(f"  note: {n}")
 PY
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
     if [ -n "${TIMELINE:-}" ]; then
@@ -86,6 +97,7 @@ if alive; then
     exit 1
 fi
 pid=
+[ -n "${PIDFILE:-}" ] && sleep "${AFTER:-2}"
 if cmp -s "$tmp/out" "$tmp/ref"; then
     echo "output equals the unmigrated run's ($(wc -c <"$tmp/out") bytes)"
 else
