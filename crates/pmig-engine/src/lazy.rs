@@ -483,6 +483,13 @@ impl LazyMemory {
     }
 
     /// Source pages still owed, in address order (for the background push).
+    /// `n` of the faults counted as remote were answered from a copy on
+    /// this node (assisted-post-copy's round 0): they are not remote.
+    pub fn answered_here(&self, n: u64) {
+        let mut st = self.state.lock().unwrap();
+        st.stats.remote_faults = st.stats.remote_faults.saturating_sub(n);
+    }
+
     pub fn owed_list(&self) -> Vec<u64> {
         self.state.lock().unwrap().owed.sorted()
     }

@@ -16,8 +16,10 @@
 //! the process as it was).
 //!
 //! Destination: the store absorbs the small image, forgets the owed pages
-//! (its round-0 copies are stale) and composes the image: clean pages are
-//! installed locally by the lazy restore, and only the owed pages come from
+//! (its round-0 copies are stale) and composes the complete image, which is
+//! set aside as a local copy; a small image is restored lazily. After the
+//! resume the clean pages are installed from the local copy (faults first, and
+//! by a thread that installs them all), and only the owed pages come from
 //! the source, on fault and by post-copy's background push. The source kills
 //! its frozen copy when `PagesDone` arrives.
 
@@ -25,15 +27,15 @@ use crate::error::{io_err, Result, StrategyError};
 use crate::flushing::{compose_small_from, kept_pages};
 use crate::post_copy::{destination_lazy, serve_source, Owing};
 use crate::pre_copy::{
-    await_restored, receive_rounds, stop_holder, write_ranges, Iterative, Policy, FINAL_DIR,
-    TRACKED_FILE,
+    await_restored, cannot_compose, receive_rounds, set_aside_small, stop_holder, write_ranges,
+    Iterative, Policy, FINAL_DIR, TRACKED_FILE,
 };
 use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::PageStore;
 use pmig_engine::resources::memory::RangeFilter;
-use pmig_proto::{code, Msg};
+use pmig_proto::Msg;
 
 const PAGE: u64 = 4096;
 /// Subdirectory of the staging directory for the image of the stop (both
@@ -183,27 +185,31 @@ impl Strategy for AssistedPostCopy {
                 what: "the list of owed pages does not end".into(),
             });
         }
-        if let Err(e) = compose(store, &dir, &owed) {
-            let text = format!("{}: cannot compose the image: {e}", d.host.node());
-            let _ = d.ch.send(&Msg::Error {
-                code: code::BAD_IMAGE,
-                text: text.chars().take(4000).collect(),
-            });
-            return Err(StrategyError::Other(text));
-        }
+        let composed = compose(store, &dir, &owed).map_err(|e| cannot_compose(d, e))?;
         let _ = std::fs::remove_dir_all(&dir);
         tracing::info!(
             "assisted post-copy: image composed from round 0 and the stop; {} pages owed",
             owed.iter().map(|(_, l)| l / PAGE).sum::<u64>()
         );
-        d.composed = Some(d.staging.clone());
-        destination_lazy(d, false, false, true, None)
+        // The clean pages are not written into the process at the stop: a
+        // small image is restored, and they are installed from the local
+        // copy after the resume, while the owed ones come from the source.
+        let (local, pages) = set_aside_small(d, composed)?;
+        let r = destination_lazy(d, false, false, true, None, Some((&local, &pages)));
+        if let Err(e) = std::fs::remove_dir_all(&local) {
+            tracing::warn!("cannot remove the local copy {}: {e}", local.display());
+        }
+        r
     }
 }
 
 /// Destination: the store absorbs the image of the stop, forgets the owed
-/// (stale) pages and writes the image to restore lazily.
-fn compose(mut store: PageStore, dir: &std::path::Path, owed: &[(u64, u64)]) -> Result<()> {
+/// (stale) pages and writes the complete image.
+fn compose(
+    mut store: PageStore,
+    dir: &std::path::Path,
+    owed: &[(u64, u64)],
+) -> Result<(ProcessImage, pmig_image::Manifest)> {
     let img = pmig_image::Image::open_verified(dir)?;
     let pi = ProcessImage::read(&img)?;
     store.absorb(&img, &pi)?;
@@ -212,6 +218,6 @@ fn compose(mut store: PageStore, dir: &std::path::Path, owed: &[(u64, u64)]) -> 
     }
     let mut manifest = img.manifest.clone();
     manifest.parts.clear();
-    store.finish(pi, manifest)?;
-    Ok(())
+    let (manifest, pi) = store.finish_image(pi, manifest)?;
+    Ok((pi, manifest))
 }

@@ -132,7 +132,7 @@ impl Strategy for DemandPaging {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         receive_with_copies(d)?;
-        destination_lazy(d, false, true, true, None)
+        destination_lazy(d, false, true, true, None, None)
     }
 
     fn reports_at_handover(&self) -> bool {

@@ -179,6 +179,7 @@ pub(crate) fn restore_and_fill(
             until_exit: false,
             store: Some(store.to_path_buf()),
             pending_store: None,
+            local: None,
         }),
     );
     let Lazy {
@@ -361,6 +362,18 @@ impl StorePages {
         let file =
             std::fs::File::open(pages).map_err(io_err(format!("open {}", pages.display())))?;
         Ok(StorePages { file, runs })
+    }
+
+    /// The runs of pages the store holds: (address, length), by address.
+    pub(crate) fn runs(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.runs.iter().map(|&(a, l, _)| (a, l))
+    }
+
+    /// Whether the store holds the page at `addr`.
+    pub(crate) fn has(&self, addr: u64) -> bool {
+        let k = self.runs.partition_point(|r| r.0 <= addr);
+        k.checked_sub(1)
+            .is_some_and(|k| addr < self.runs[k].0 + self.runs[k].1)
     }
 
     /// Fills `buf` with the pages at `addr`; pages the store lacks (never

@@ -262,7 +262,7 @@ impl Strategy for FreezeFree {
             return Err(d.refuse(code::MIGRATION_REFUSED, text));
         }
         receive_with_copies(d)?;
-        destination_lazy(d, false, true, true, Some(store))
+        destination_lazy(d, false, true, true, Some(store), None)
     }
 
     fn reports_at_handover(&self) -> bool {

@@ -589,7 +589,7 @@ impl Strategy for PostCopy {
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
         receive_with_copies(d)?;
-        destination_lazy(d, self.prefetch, false, true, None)
+        destination_lazy(d, self.prefetch, false, true, None, None)
     }
 }
 
@@ -616,12 +616,7 @@ pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
     let composed = compose(store, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = composed {
-        let text = format!("{}: cannot compose the image: {e}", d.host.node());
-        let _ = d.ch.send(&Msg::Error {
-            code: code::BAD_IMAGE,
-            text: text.chars().take(4000).collect(),
-        });
-        return Err(StrategyError::Other(text));
+        return Err(crate::pre_copy::cannot_compose(d, e));
     }
     mark("dst: image composed");
     d.composed = Some(staging);
@@ -1277,6 +1272,8 @@ pub(crate) struct Resumable {
     /// freeze-free: the page store the source is still writing; until it
     /// is complete the source serves the pages.
     pub pending_store: Option<std::path::PathBuf>,
+    /// assisted-post-copy: the local copy ([`Serve::local`]).
+    pub local: Option<std::path::PathBuf>,
 }
 
 /// Destination: kills the restored process, which cannot be completed, and
@@ -1413,6 +1410,7 @@ fn begin_record(
             registered: registered.to_vec(),
             store: r.store,
             pending_store: r.pending_store,
+            local: r.local,
         },
     )
 }
@@ -1432,6 +1430,7 @@ pub(crate) fn destination_lazy(
     until_exit: bool,
     composed: bool,
     store: Option<std::path::PathBuf>,
+    local: Option<(&std::path::Path, &crate::flushing::StorePages)>,
 ) -> Result<i32> {
     let Lazy {
         pid,
@@ -1446,6 +1445,7 @@ pub(crate) fn destination_lazy(
             until_exit,
             store: None,
             pending_store: store.clone(),
+            local: local.map(|(dir, _)| dir.to_path_buf()),
         }),
     )?;
     serve_faults(Serve {
@@ -1466,6 +1466,7 @@ pub(crate) fn destination_lazy(
             .host
             .peer_addr(&d.offer.source_node)
             .map(|addr| answers_from(d.host, addr)),
+        local: local.map(|(_, p)| p),
     })
 }
 
@@ -1483,6 +1484,9 @@ pub(crate) fn answers_from(host: &dyn crate::Host, addr: String) -> AnswersFrom<
         Ok(ch)
     })
 }
+
+/// Pages read and installed at a time from assisted-post-copy's local copy.
+const LOCAL_FILL_PAGES: usize = 256;
 
 /// Pages per `UFFDIO_COPY` call when a received message is installed: a
 /// long message is installed in pieces, so that an answer arriving on the
@@ -1522,6 +1526,10 @@ pub(crate) struct Serve<'a> {
     /// Opens the second connection, for the answers (none: they come with
     /// the push).
     pub answers: Option<AnswersFrom<'a>>,
+    /// assisted-post-copy: the destination's own copy of the pages not
+    /// written since round 0. A fault on one of them is answered from it, and
+    /// a thread installs them all meanwhile; only the others are asked for.
+    pub local: Option<&'a crate::flushing::StorePages>,
 }
 
 /// Destination: serve faults until nothing is owed; with `prefetch`, each
@@ -1544,6 +1552,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         peer,
         record,
         answers,
+        local,
     } = sv;
     // Until nothing is owed, a migration onward waits for the rest: the push
     // brings it, or (`until_exit`) the pull it asks for first.
@@ -1666,6 +1675,26 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                             }
                             ask.extend(lm.prefetch(&want));
                         }
+                        if let Some(lp) = local {
+                            // Pages of the local copy are installed here.
+                            lm.answered_here(
+                                h.faults.iter().filter(|&&p| lp.has(p)).count() as u64,
+                            );
+                            let (here, there): (Vec<u64>, Vec<u64>) =
+                                ask.into_iter().partition(|&p| lp.has(p));
+                            ask = there;
+                            let mut buf = [0u8; PAGE as usize];
+                            for p in here {
+                                if let Err(e) =
+                                    lp.read(p, &mut buf).and_then(|_| lm.install(p, &buf))
+                                {
+                                    *failed.lock().unwrap() =
+                                        Some(format!("install a page of the local copy: {e}"));
+                                    done.store(true, Ordering::Release);
+                                    return;
+                                }
+                            }
+                        }
                         for chunk in ask.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
                             if let Err(e) = tx.send(&Msg::PageRequest {
                                 id,
@@ -1687,6 +1716,27 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 }
             }
         });
+        // assisted-post-copy: the local copy, installed meanwhile (the
+        // pages already here, or asked for and answered, are skipped).
+        if let Some(lp) = local {
+            let (done, failed, lm) = (&done, &failed, &lm);
+            s.spawn(move || {
+                let mut buf = vec![0u8; LOCAL_FILL_PAGES * PAGE as usize];
+                for (addr, len) in lp.runs() {
+                    let mut a = addr;
+                    while a < addr + len && !done.load(Ordering::Acquire) {
+                        let b = &mut buf
+                            [..((addr + len - a) as usize).min(LOCAL_FILL_PAGES * PAGE as usize)];
+                        if let Err(e) = lp.read(a, b).and_then(|_| lm.install(a, b)) {
+                            *failed.lock().unwrap() = Some(format!("install the local copy: {e}"));
+                            done.store(true, Ordering::Release);
+                            return;
+                        }
+                        a += b.len() as u64;
+                    }
+                }
+            });
+        }
         // Answers on the second connection, installed as they arrive.
         if let Some(open) = answers {
             let (done, exited, failed, lm) = (&done, &exited, &failed, &lm);

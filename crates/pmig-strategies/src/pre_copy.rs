@@ -397,17 +397,7 @@ impl Iterative {
         receive_image_after(d, &dir, Some(first))?;
         mark("dst: final image received");
         let t_done = mono_ns();
-        let composed = match compose(store, &dir) {
-            Ok(c) => c,
-            Err(e) => {
-                let text = format!("{}: cannot compose the image: {e}", d.host.node());
-                let _ = d.ch.send(&Msg::Error {
-                    code: code::BAD_IMAGE,
-                    text: text.chars().take(4000).collect(),
-                });
-                return Err(StrategyError::Other(text));
-            }
-        };
+        let composed = compose(store, &dir).map_err(|e| cannot_compose(d, e))?;
         tracing::info!(
             "final image absorbed and full image composed in {:.1} ms",
             (mono_ns() - t_done) as f64 / 1e6
@@ -435,6 +425,29 @@ fn restore_lazily_from_local(
     d: &mut Destination,
     composed: (ProcessImage, pmig_image::Manifest),
 ) -> Result<i32> {
+    let (store, pages) = set_aside_small(d, composed)?;
+    let (pid, st) = restore_and_fill(d, true, &store, &pages)?;
+    d.ch.send(&Msg::PagesDone {
+        id: d.offer.id,
+        installed: st.installed_pages,
+        remote_faults: st.remote_faults,
+        prefetched: 0,
+        prefetch_hits: 0,
+    })?;
+    await_commit(d, pid)?;
+    Ok(pid)
+}
+
+/// The destination's local copy: the complete image `composed` in the
+/// staging directory is set aside as a local page store
+/// (`<staging root>/pmig-<node>-store-<id>`), and the small image to restore
+/// lazily (the state, every page outside writable private anonymous memory,
+/// the pages the restore touches) is composed from it in the staging
+/// directory. Returns the store's directory and its pages.
+pub(crate) fn set_aside_small(
+    d: &mut Destination,
+    composed: (ProcessImage, pmig_image::Manifest),
+) -> Result<(std::path::PathBuf, crate::flushing::StorePages)> {
     let store = d
         .host
         .staging_root()
@@ -488,16 +501,7 @@ fn restore_lazily_from_local(
     };
     mark("dst: small image composed");
     d.composed = Some(d.staging.clone());
-    let (pid, st) = restore_and_fill(d, true, &store, &pages)?;
-    d.ch.send(&Msg::PagesDone {
-        id: d.offer.id,
-        installed: st.installed_pages,
-        remote_faults: st.remote_faults,
-        prefetched: 0,
-        prefetch_hits: 0,
-    })?;
-    await_commit(d, pid)?;
-    Ok(pid)
+    Ok((store, pages))
 }
 
 /// How old the mappings a primed holder read may grow before a round asks it
@@ -801,6 +805,17 @@ pub(crate) fn compose(
     manifest.parts.clear();
     let (manifest, pi) = store.finish_image(pi, manifest)?;
     Ok((pi, manifest))
+}
+
+/// Destination: the image received cannot be composed with the pages
+/// received before it; the source is told (and resumes the process).
+pub(crate) fn cannot_compose(d: &mut Destination, e: StrategyError) -> StrategyError {
+    let text = format!("{}: cannot compose the image: {e}", d.host.node());
+    let _ = d.ch.send(&Msg::Error {
+        code: code::BAD_IMAGE,
+        text: text.chars().take(4000).collect(),
+    });
+    StrategyError::Other(text)
 }
 
 /// Writes `start len` (hex) lines, the format of [`CaptureMode::WrittenSince`].

@@ -73,6 +73,11 @@ pub struct Record {
     /// have ([`switch_to_store`] clears this).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_store: Option<PathBuf>,
+    /// assisted-post-copy: the destination's own copy of the pages not
+    /// written since round 0, installed from there while the others come
+    /// from the source; removed when nothing is owed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<PathBuf>,
 }
 
 /// The files of one active record; removed when the migration ends.
@@ -269,7 +274,21 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
         }
     );
     lm.wake_all();
-    crate::post_copy::serve_faults(crate::post_copy::Serve {
+    let local = match &rec.local {
+        Some(dir) => match crate::flushing::StorePages::open(dir) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(
+                    "the local copy {} of migration {} cannot be read ({e}): the source serves those pages too",
+                    dir.display(),
+                    rec.id
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    let r = crate::post_copy::serve_faults(crate::post_copy::Serve {
         host,
         store: rec.pending_store.clone(),
         ch: &mut ch,
@@ -287,7 +306,12 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
             host,
             rec.source_addr.clone(),
         )),
-    })
+        local: local.as_ref(),
+    });
+    if let Some(dir) = &rec.local {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    r
 }
 
 fn connect(
