@@ -26,8 +26,10 @@ use pmig_proto::blocking::Channel;
 use pmig_proto::{code, ClusterKey, Msg, ProtoError};
 use pmig_strategies::{Hooks, Host, Progress, StrategyKind};
 use std::collections::{HashMap, HashSet};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -323,7 +325,25 @@ fn read_hooks(dir: &Path) -> Hooks {
 }
 
 /// Runs the daemon until it is killed. Returns only on a startup error.
+/// Buffers at least this large are mapped for themselves and unmapped when
+/// freed ([`fix_malloc_threshold`]).
+const MMAP_THRESHOLD: i32 = 128 << 10;
+
+/// glibc raises its threshold for mapping a buffer on its own each time a
+/// mapped buffer is freed, after which the large buffers of later
+/// migrations come from its per-thread heaps, which keep their memory: a
+/// soak test of 100 moves saw a daemon grow from 7 to 207 MiB resident,
+/// with 2.4 MiB in use. A fixed threshold keeps it near its start (10 MiB
+/// after 60 moves).
+fn fix_malloc_threshold() {
+    // SAFETY: mallopt only changes the allocator's parameters.
+    if unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD) } != 1 {
+        tracing::warn!("cannot fix the allocator's mmap threshold: the daemon's memory may grow");
+    }
+}
+
 pub fn run(cfg: Config) -> Result<()> {
+    fix_malloc_threshold();
     let key = pmig_proto::load_key(&cfg.key_file)?;
     std::fs::create_dir_all(&cfg.state_dir)
         .map_err(io_err(format!("create {}", cfg.state_dir.display())))?;
@@ -346,6 +366,9 @@ pub fn run(cfg: Config) -> Result<()> {
             source: std::io::Error::last_os_error(),
         });
     }
+    // Held while the daemon lives: tells its staging directories from a
+    // dead daemon's, whatever pid namespace the looking daemon is in.
+    let _alive = hold_staging_lock(&cfg.staging_root, &cfg.node);
     remove_stale_staging(&cfg.staging_root, &cfg.node);
     let me = pmig_services::Peer {
         name: cfg.node.clone(),
@@ -1080,6 +1103,7 @@ fn remove_stale_staging(root: &Path, node: &str) {
         return;
     };
     let ours = format!("pmig-{node}-");
+    let mut dead_locks = Vec::new();
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix(&ours) else {
@@ -1092,13 +1116,63 @@ fn remove_stale_staging(root: &Path, node: &str) {
         ) else {
             continue;
         };
-        if (*dir == "in" || *dir == "out") && !Path::new(&format!("/proc/{pid}")).exists() {
+        if (*dir == "in" || *dir == "out") && !daemon_alive(root, node, pid, &mut dead_locks) {
             match std::fs::remove_dir_all(e.path()) {
                 Ok(()) => tracing::info!("removed stale staging directory {}", e.path().display()),
                 Err(err) => tracing::warn!("cannot remove {}: {err}", e.path().display()),
             }
         }
     }
+    for l in dead_locks {
+        let _ = std::fs::remove_file(l);
+    }
+}
+
+/// The file a daemon of `node` with pid `pid` holds locked while it lives.
+fn staging_lock(root: &Path, node: &str, pid: i32) -> PathBuf {
+    root.join(format!("pmig-{node}-{pid}.lock"))
+}
+
+/// Creates and locks this daemon's [`staging_lock`]; None (with a warning)
+/// if it cannot, and its staging directories are then told by its pid only.
+fn hold_staging_lock(root: &Path, node: &str) -> Option<File> {
+    let path = staging_lock(root, node, std::process::id() as i32);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .ok()?;
+    // SAFETY: flock on a file we just opened.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        tracing::warn!(
+            "cannot lock {} ({}): another daemon of {node} with this pid, in another pid namespace?",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+        return None;
+    }
+    Some(f)
+}
+
+/// Whether the daemon of `node` that had pid `pid` still lives. Its lock
+/// file says so wherever it runs: a daemon in another pid namespace (a
+/// local cluster started with `--pid-ns` shares `/dev/shm`) has a pid that
+/// means nothing here. Without a lock file (a daemon of an older pmig), its
+/// pid says so. A lock file found unheld is added to `dead`.
+fn daemon_alive(root: &Path, node: &str, pid: i32, dead: &mut Vec<PathBuf>) -> bool {
+    let path = staging_lock(root, node, pid);
+    let Ok(f) = File::open(&path) else {
+        return Path::new(&format!("/proc/{pid}")).exists();
+    };
+    // SAFETY: flock on a file we just opened; the lock goes with `f`.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return true;
+    }
+    if !dead.contains(&path) {
+        dead.push(path);
+    }
+    false
 }
 
 /// Zombie children of ours that no helper owner waits for, by a scan of /proc.
@@ -1177,5 +1251,39 @@ mod tests {
         // Only n1's directory of a dead daemon goes: n2's daemon (and its pid)
         // may live in another pid namespace.
         assert_eq!(left, [false, true, true, true, true]);
+    }
+
+    #[test]
+    fn a_staging_directory_goes_only_when_its_daemons_lock_is_free() {
+        let root = tempfile::tempdir().unwrap();
+        // Pids that exist nowhere here, as a daemon in another pid
+        // namespace has: one holds its lock, one held it and died.
+        let (live, dead) = ((1 << 23) + 1, (1 << 23) + 2);
+        let names = [
+            format!("pmig-n1-{live}-out-n2-7"),
+            format!("pmig-n1-{dead}-in-n2-8"),
+        ];
+        for n in &names {
+            std::fs::create_dir(root.path().join(n)).unwrap();
+        }
+        let held = File::create(staging_lock(root.path(), "n1", live)).unwrap();
+        // SAFETY: flock on a file this test just created.
+        assert_eq!(
+            unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) },
+            0
+        );
+        File::create(staging_lock(root.path(), "n1", dead)).unwrap();
+        remove_stale_staging(root.path(), "n1");
+        let left: Vec<bool> = names.iter().map(|n| root.path().join(n).exists()).collect();
+        assert_eq!(left, [true, false]);
+        assert!(staging_lock(root.path(), "n1", live).exists());
+        assert!(!staging_lock(root.path(), "n1", dead).exists());
+        // Our own lock, held, keeps our directories.
+        let me = std::process::id() as i32;
+        let mine = root.path().join(format!("pmig-n1-{me}-in-n2-9"));
+        std::fs::create_dir(&mine).unwrap();
+        let _lock = hold_staging_lock(root.path(), "n1").unwrap();
+        remove_stale_staging(root.path(), "n1");
+        assert!(mine.exists());
     }
 }
