@@ -1109,6 +1109,14 @@ fn remove_stale_staging(root: &Path, node: &str) {
         let Some(rest) = name.strip_prefix(&ours) else {
             continue;
         };
+        // A dead daemon's lock, with or without directories left.
+        if let Some(pid) = rest
+            .strip_suffix(".lock")
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            daemon_alive(root, node, pid, &mut dead_locks);
+            continue;
+        }
         let parts: Vec<&str> = rest.splitn(3, '-').collect();
         let (Some(pid), Some(dir)) = (
             parts.first().and_then(|p| p.parse::<i32>().ok()),
@@ -1273,7 +1281,11 @@ mod tests {
             0
         );
         File::create(staging_lock(root.path(), "n1", dead)).unwrap();
+        // A dead daemon's lock with no directory left goes too.
+        let alone = staging_lock(root.path(), "n1", (1 << 23) + 3);
+        File::create(&alone).unwrap();
         remove_stale_staging(root.path(), "n1");
+        assert!(!alone.exists());
         let left: Vec<bool> = names.iter().map(|n| root.path().join(n).exists()).collect();
         assert_eq!(left, [true, false]);
         assert!(staging_lock(root.path(), "n1", live).exists());
