@@ -115,6 +115,32 @@ SCN_FN int scn_status_field(const char *path, const char *field, char *out, size
     }
     return -1;
 }
+/* Whether the smaps entry of the mapping starting at `start` lists the
+ * VmFlags flag `flag` (two letters): 1 or 0, -1 if there is no such entry.
+ * The mapping's length goes to `len_out` if not NULL. */
+SCN_FN int scn_vmflag(uintptr_t start, const char *flag, size_t *len_out) {
+    static char buf[1 << 20];
+    if (scn_read_file("/proc/self/smaps", buf, sizeof buf) < 0) return -1;
+    char head[32];
+    snprintf(head, sizeof head, "\n%lx-", (unsigned long)start);
+    char *l = strstr(buf, head + 1) == buf ? buf : strstr(buf, head);
+    if (!l) return -1;
+    if (*l == '\n') l++;
+    unsigned long s, e;
+    if (sscanf(l, "%lx-%lx", &s, &e) != 2) return -1;
+    if (len_out) *len_out = e - s;
+    char *f = strstr(l, "VmFlags:");
+    if (!f) return -1;
+    char flags[256], want[8];
+    size_t n = strcspn(f + 8, "\n");
+    if (n > sizeof flags - 2) n = sizeof flags - 2;
+    memcpy(flags, f + 8, n);
+    flags[n] = ' ';
+    flags[n + 1] = 0;
+    snprintf(want, sizeof want, " %s ", flag);
+    return strstr(flags, want) != NULL;
+}
+
 SCN_FN uint64_t scn_status_hex(const char *path, const char *field) {
     char v[64];
     if (scn_status_field(path, field, v, sizeof v) < 0) return ~0ull;

@@ -12,29 +12,10 @@
 #define LEN (4ul << 20)
 static char *area;
 
-/* Whether the smaps entry starting at `start` lists `lo`; -1 if none. */
-static int is_locked(uintptr_t start) {
-    static char buf[1 << 20];
-    if (scn_read_file("/proc/self/smaps", buf, sizeof buf) < 0) return -1;
-    char head[32];
-    snprintf(head, sizeof head, "\n%lx-", (unsigned long)start);
-    char *l = strstr(buf, head + 1) == buf ? buf : strstr(buf, head);
-    if (!l) return -1;
-    char *f = strstr(l, "VmFlags:");
-    if (!f) return -1;
-    char flags[256];
-    size_t n = strcspn(f + 8, "\n");
-    if (n > sizeof flags - 2) n = sizeof flags - 2;
-    memcpy(flags, f + 8, n);
-    flags[n] = ' ';
-    flags[n + 1] = 0;
-    return strstr(flags, " lo ") != NULL;
-}
-
 static int check(void) {
     long bad = scn_verify(area, LEN, 77);
     CHECK(bad < 0, "the locked region differs at word %ld (its pages were lost)", bad);
-    CHECK(is_locked((uintptr_t)area) == 1, "the region at %p is not locked any more", (void *)area);
+    CHECK(scn_vmflag((uintptr_t)area, "lo", NULL) == 1, "the region at %p is not locked any more", (void *)area);
     char line[64];
     CHECK(scn_status_field("/proc/self/status", "VmLck", line, sizeof line) == 0, "no VmLck");
     unsigned long kb = strtoul(line, NULL, 10);

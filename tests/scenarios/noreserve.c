@@ -14,34 +14,11 @@ static char *area;
 static size_t len;
 static int had_nr;
 
-/* Whether the smaps entry starting at `start` lists `nr`; -1 if no entry. */
-static int has_nr(uintptr_t start, size_t *len_out) {
-    static char buf[1 << 20];
-    if (scn_read_file("/proc/self/smaps", buf, sizeof buf) < 0) return -1;
-    char head[32];
-    snprintf(head, sizeof head, "\n%lx-", (unsigned long)start);
-    char *l = strstr(buf, head + 1) == buf ? buf : strstr(buf, head);
-    if (!l) return -1;
-    if (*l == '\n') l++;
-    unsigned long s, e;
-    if (sscanf(l, "%lx-%lx", &s, &e) != 2) return -1;
-    *len_out = e - s;
-    char *f = strstr(l, "VmFlags:");
-    if (!f) return -1;
-    char flags[256];
-    size_t n = strcspn(f + 8, "\n");
-    if (n > sizeof flags - 2) n = sizeof flags - 2;
-    memcpy(flags, f + 8, n);
-    flags[n] = ' ';
-    flags[n + 1] = 0;
-    return strstr(flags, " nr ") != NULL;
-}
-
 static size_t page_at(int i) { return len / NPAGES * (size_t)i + (size_t)i * PG; }
 
 static int check(void) {
     size_t l = 0;
-    int nr = has_nr((uintptr_t)area, &l);
+    int nr = scn_vmflag((uintptr_t)area, "nr", &l);
     CHECK(nr >= 0, "no mapping at %p any more", (void *)area);
     CHECK(l == len, "mapping at %p is %zu bytes, want %zu", (void *)area, l, len);
     CHECK(nr == had_nr, "VmFlags nr %d, want %d (MAP_NORESERVE lost)", nr, had_nr);
@@ -65,7 +42,7 @@ int main(void) {
     if (area == MAP_FAILED) scn_die("mmap %zu bytes MAP_NORESERVE", len);
     for (int i = 0; i < NPAGES; i++) scn_fill(area + page_at(i), PG, 100 + (uint64_t)i);
     size_t l = 0;
-    had_nr = has_nr((uintptr_t)area, &l);
+    had_nr = scn_vmflag((uintptr_t)area, "nr", &l);
     if (had_nr < 0) scn_die("no smaps entry for the mapping");
     scn_run(check, NULL);
 }
