@@ -13,7 +13,11 @@
 //! `P-nK`, plus a `netem` delay on the node side when the kernel has netem).
 //! Under each tbf a `pfifo_fast` queue, as on a host with the default queue,
 //! serves packets by their priority: the answers to page faults, marked
-//! interactive, pass the bulk data queued before them.
+//! interactive, pass the bulk data queued before them. The hub's tbf has
+//! twice the node's burst, so that what one node's tbf let through is not
+//! queued again there (a packet's priority is lost at the veth, and the
+//! hub's queue would be a FIFO); several nodes sending to one are still
+//! held to the link's rate at the hub.
 //! Addresses are private to these namespaces; nothing leaves the machine.
 //!
 //! State is recorded as JSON in `<state dir>/cluster.json`.
@@ -985,10 +989,24 @@ fn shape(
         sys::tc(&args)?;
         prio_bands(ns, NODE_IF, "1:", queue);
     }
+    // The hub's side limits what reaches the node. Traffic from one other
+    // node has passed that node's tbf already, in bursts of up to `burst`
+    // at the veth's speed; a bucket no deeper than that would queue each
+    // burst again, in a FIFO: the kernel sets a packet's priority to 0
+    // when it crosses a veth (`____dev_forward_skb`), so the hub's queue
+    // cannot tell the answers to page faults from bulk data, and they
+    // would wait there behind up to a burst of it. A real sender's NIC does not burst above the link's rate,
+    // and the switch port after it holds no queue. With twice the burst,
+    // what one sender's tbf let through passes the hub unqueued, and
+    // traffic from several senders to one node is still held to the link's
+    // rate here.
+    let hub_burst = (2 * (rate_bps / 8 / 200).max(15_140)).to_string();
+    let mut hub_tbf = tbf;
+    hub_tbf[4] = &hub_burst;
     let mut args = vec![
         "-n", hub, "qdisc", "add", "dev", hub_if, "root", "handle", "1:",
     ];
-    args.extend(tbf);
+    args.extend(hub_tbf);
     sys::tc(&args)?;
     prio_bands(hub, hub_if, "1:", queue);
     Ok(())
