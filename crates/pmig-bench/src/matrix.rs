@@ -358,6 +358,11 @@ pub struct BaselineRecord {
     pub checksum: Option<String>,
 }
 
+/// Serde's default for a measurement missing from an older record.
+fn nan() -> f64 {
+    f64::NAN
+}
+
 /// One measured migration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Record {
@@ -417,6 +422,11 @@ pub struct Record {
     pub max_pause_ms: f64,
     /// Its longest other pause above PAUSE_LOG_MS (0 when none).
     pub stall_ms: f64,
+    /// The longest wait of one fault for its page, as the destination
+    /// measured it (`fault_waits.max_ms` of the report; NaN when absent).
+    /// Apart from `stall_ms`, which may hold several faults in a row.
+    #[serde(default = "nan")]
+    pub fault_wait_max_ms: f64,
     /// verify=ok and the checksum of the unmigrated run.
     pub self_check: bool,
     /// Wall time of the whole cell (start to DONE).
@@ -935,6 +945,11 @@ impl Run<'_> {
         r.remote_faults = num("remote_faults");
         r.prefetched_pages = num("prefetched_pages");
         r.prefetch_hits = num("prefetch_hits");
+        r.fault_wait_max_ms = j
+            .get("fault_waits")
+            .and_then(|w| w.get("max_ms"))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(f64::NAN);
         let new_pid = j.get("new_pid").and_then(|v| v.as_i64());
         // Wait for the migrated workload to finish (it writes to the same file,
         // reopened on n2 at its offset).
@@ -1267,6 +1282,7 @@ impl Record {
             &mut self.delay_ms,
             &mut self.max_pause_ms,
             &mut self.stall_ms,
+            &mut self.fault_wait_max_ms,
         ] {
             *x = f64::NAN;
         }

@@ -1157,6 +1157,31 @@ fn postcopy_report(rep: &serde_json::Value) {
             .contains("all pages moved"),
         "residual not reported: {rep}"
     );
+    // How long its faults waited, as the destination measured them: one
+    // count per remote fault whose page came (a page dropped while owed
+    // has none).
+    let w = &rep["fault_waits"];
+    let counts: Vec<u64> = w["counts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no fault_waits: {rep}"))
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(counts.len(), 6, "{rep}");
+    assert_eq!(
+        w["bounds_ms"],
+        serde_json::json!([5, 10, 20, 50, 100]),
+        "{rep}"
+    );
+    let (n, faults) = (
+        counts.iter().sum::<u64>(),
+        rep["remote_faults"].as_u64().unwrap(),
+    );
+    assert!(n <= faults && (faults == 0) == (n == 0), "{rep}");
+    assert!(
+        w["max_ms"].as_f64().unwrap() >= w["mean_ms"].as_f64().unwrap(),
+        "{rep}"
+    );
 }
 
 fn precopy_moves_programs_around(strategy: &str, tag: &str) {

@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 9: `freeze-free` resumes the
+/// The protocol version this build speaks. 10: the destination of a lazy
+/// migration (post-copy, ampom, assisted-post-copy, freeze-free) sends
+/// `FaultWaits`, how long its faults waited, before `PagesDone`; only to a
+/// version-10 source, so older versions are still spoken (their reports
+/// lack the figures). 9: `freeze-free` resumes the
 /// process before the page store is written (§6.3d): `PageStore` comes
 /// first, then demand-paging's preparation and handover, and the store is
 /// complete when the file `complete` appears in it. Both sides refuse
@@ -40,7 +44,11 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 9;
+pub const PROTO_VERSION: u16 = 10;
+/// The first version whose lazy destinations send `FaultWaits`.
+pub const FAULT_WAITS: u16 = 10;
+/// Buckets of `FaultWaits::hist`: at most 5, 10, 20, 50, 100 ms, and longer.
+pub const FAULT_WAIT_BUCKETS: usize = 6;
 /// The first version whose `freeze-free` flushes after the resume.
 pub const FREEZE_FREE_AFTER_RESUME: u16 = 9;
 /// The oldest protocol version this build can still speak.
@@ -272,6 +280,17 @@ pub enum Msg {
         id: u64,
         delivered: u32,
     },
+    /// 24, destination → source, just before `PagesDone` (version 10): how
+    /// long the process's faults on owed pages waited for their page, from
+    /// the fault read to the page installed: the longest, the sum, and how
+    /// many waited at most 5, 10, 20, 50, 100 ms and longer
+    /// (`FAULT_WAIT_BUCKETS` counts).
+    FaultWaits {
+        id: u64,
+        max_us: u64,
+        total_us: u64,
+        hist: Vec<u64>,
+    },
 }
 
 /// A signal in [`Msg::Signals`].
@@ -362,6 +381,7 @@ impl Msg {
             Msg::Answers { .. } => "Answers",
             Msg::Signals { .. } => "Signals",
             Msg::SignalsDelivered { .. } => "SignalsDelivered",
+            Msg::FaultWaits { .. } => "FaultWaits",
         }
     }
 
@@ -472,6 +492,12 @@ impl Msg {
                 return Err(ProtoError::Malformed(format!(
                     "Signals: at most {MAX_LATE_SIGNALS} signals of {SIGINFO_LEN} bytes each, got {}",
                     signals.len()
+                )));
+            }
+            Msg::FaultWaits { hist, .. } if hist.len() != FAULT_WAIT_BUCKETS => {
+                return Err(ProtoError::Malformed(format!(
+                    "FaultWaits: {FAULT_WAIT_BUCKETS} counts, got {}",
+                    hist.len()
                 )));
             }
             Msg::ImageFile { name, .. } if !is_safe_file_name(name) => {
@@ -600,6 +626,15 @@ mod tests {
             ranges: r,
             last: true,
         };
+        let waits = |n: usize| Msg::FaultWaits {
+            id: 1,
+            max_us: 10,
+            total_us: 10,
+            hist: vec![1; n],
+        };
+        assert!(ok(waits(FAULT_WAIT_BUCKETS)));
+        assert!(!ok(waits(FAULT_WAIT_BUCKETS - 1)));
+        assert!(!ok(waits(FAULT_WAIT_BUCKETS + 1)));
         assert!(ok(owed(vec![(0x1000, 0x2000)])));
         assert!(ok(owed(vec![])));
         assert!(!ok(owed(vec![(0x1001, 0x1000)])));
@@ -697,6 +732,12 @@ mod tests {
             Msg::SignalsDelivered {
                 id: 9,
                 delivered: 1,
+            },
+            Msg::FaultWaits {
+                id: 9,
+                max_us: 4100,
+                total_us: 90_000,
+                hist: vec![30, 2, 0, 0, 0, 0],
             },
         ];
         for m in msgs {

@@ -290,8 +290,9 @@ pub(crate) enum Step {
     Run,
     /// Ask for these pages (everything owed: the process migrates again).
     Ask(Vec<u64>),
-    /// The process exited: send this `PagesDone`.
-    Exited(Msg),
+    /// The process exited: send these (`FaultWaits` to a version-10
+    /// source, then `PagesDone`).
+    Exited(Vec<Msg>),
 }
 
 /// Watches a lazily restored process for its exit (pidfd) and for a request
@@ -416,16 +417,27 @@ impl Watch {
         n > 0 && p.revents != 0
     }
 
-    pub(crate) fn step(&self, lm: &LazyMemory, id: u64) -> Step {
+    /// `waits`: the source takes `FaultWaits` (version 10).
+    pub(crate) fn step(&self, lm: &LazyMemory, id: u64, waits: bool) -> Step {
         if self.exited() {
             let st = lm.stats();
-            return Step::Exited(Msg::PagesDone {
+            let mut msgs = Vec::with_capacity(2);
+            if waits {
+                msgs.push(Msg::FaultWaits {
+                    id,
+                    max_us: st.fault_wait_max_us,
+                    total_us: st.fault_wait_total_us,
+                    hist: st.fault_wait_hist.to_vec(),
+                });
+            }
+            msgs.push(Msg::PagesDone {
                 id,
                 installed: st.installed_pages,
                 remote_faults: st.remote_faults,
                 prefetched: st.prefetched,
                 prefetch_hits: st.prefetch_hits,
             });
+            return Step::Exited(msgs);
         }
         if self.pull.load(Ordering::Acquire) {
             let mut g = self.pulling.lock().unwrap();

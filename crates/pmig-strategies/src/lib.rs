@@ -431,6 +431,8 @@ pub struct Source<'a> {
     pub remote_faults: u64,
     pub prefetched_pages: u64,
     pub prefetch_hits: u64,
+    /// How long the destination's faults waited (`Msg::FaultWaits`).
+    pub fault_waits: Option<report::FaultWaits>,
     /// When pre-copy rounds stop (from the request).
     pub precopy: PreCopyParams,
     /// The page store root (from the request).
@@ -811,6 +813,7 @@ pub fn migrate_with(
         remote_faults: 0,
         prefetched_pages: 0,
         prefetch_hits: 0,
+        fault_waits: None,
         precopy: req.precopy,
         page_store: req.page_store.clone(),
         rtt_ns: 0,
@@ -959,6 +962,7 @@ fn outcome_of(
             prefetched_pages: m.prefetched_pages,
             prefetch_hits: m.prefetch_hits,
             residual: m.residual.clone(),
+            fault_waits: m.fault_waits.clone(),
         },
         notes: Vec::new(),
     }
@@ -1172,6 +1176,7 @@ mod tests {
                 node: None,
                 until: "handover".into(),
             },
+            fault_waits: None,
         };
         let v = serde_json::to_value(&r).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
@@ -1217,5 +1222,27 @@ mod tests {
         let back: Outcome = serde_json::from_str(&serde_json::to_string(&noted).unwrap()).unwrap();
         assert_eq!(back, noted);
         assert!(noted.summary().ends_with("\n  note: a\n  note: b"));
+        // Fault waits only when the destination told them.
+        assert!(!serde_json::to_string(&noted)
+            .unwrap()
+            .contains("fault_waits"));
+        let mut waited = noted.clone();
+        waited.report.fault_waits = Some(report::FaultWaits::from_us(
+            12_500,
+            20_000,
+            vec![3, 0, 1, 0, 0, 0],
+        ));
+        let v = serde_json::to_value(&waited).unwrap();
+        assert_eq!(v["fault_waits"]["max_ms"], 12.5);
+        assert_eq!(v["fault_waits"]["mean_ms"], 5.0);
+        assert_eq!(
+            v["fault_waits"]["counts"],
+            serde_json::json!([3, 0, 1, 0, 0, 0])
+        );
+        let back: Outcome = serde_json::from_value(v).unwrap();
+        assert_eq!(back, waited);
+        assert!(waited.summary().contains(
+            "\n  fault waits: longest 12.5 ms, mean 5.00 ms; ≤5 ms 3, ≤10 ms 0, ≤20 ms 1, ≤50 ms 0, ≤100 ms 0, >100 ms 0\n"
+        ));
     }
 }

@@ -774,6 +774,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     let done = AtomicBool::new(false);
     let failed: Mutex<Option<StrategyError>> = Mutex::new(None);
     let stats: Mutex<Option<(u64, u64, u64, u64)>> = Mutex::new(None);
+    let waits: Mutex<Option<crate::report::FaultWaits>> = Mutex::new(None);
     let mut sent_bytes = 0u64;
     let mut sent_pages = 0u64;
     let mut answered = 0u64;
@@ -877,6 +878,15 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                             "{peer} lost the answers' connection of migration {id}; answering with the push"
                         );
                         wake.notify_all();
+                    }
+                    Ok(Msg::FaultWaits {
+                        id: i,
+                        max_us,
+                        total_us,
+                        hist,
+                    }) if i == id => {
+                        *waits.lock().unwrap() =
+                            Some(crate::report::FaultWaits::from_us(max_us, total_us, hist));
                     }
                     Ok(Msg::PagesDone {
                         id: i,
@@ -1051,6 +1061,9 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         m.remote_faults = faults;
         m.prefetched_pages = prefetched;
         m.prefetch_hits = hits;
+    }
+    if let Some(w) = waits.lock().unwrap().take() {
+        m.fault_waits = Some(w);
     }
     tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request, {left_to_push} requests left to the pushed copy on its way); nothing is owed any more");
     m.residual.until = format!(
@@ -1592,6 +1605,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     let failed: Mutex<Option<String>> = Mutex::new(None);
     // freeze-free: the store is complete and taken; the rest comes from it.
     let switched = AtomicBool::new(false);
+    let send_waits = ch.peer().version >= pmig_proto::msg::FAULT_WAITS;
     let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
@@ -1632,10 +1646,10 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                     }
                 }
                 if let Some(w) = &watch {
-                    match w.step(&lm, id) {
-                        crate::demand_paging::Step::Exited(msg) => {
+                    match w.step(&lm, id, send_waits) {
+                        crate::demand_paging::Step::Exited(msgs) => {
                             exited.store(true, Ordering::Release);
-                            if let Err(e) = tx.send(&msg) {
+                            if let Err(e) = msgs.iter().try_for_each(|m| tx.send(m)) {
                                 *failed.lock().unwrap() =
                                     Some(format!("tell the source of the exit: {e}"));
                             }
@@ -1878,6 +1892,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     end_record();
     let how = if prefetch { "ampom" } else { "post-copy" };
     tracing::info!("{how} of {comm} (pid {pid}) complete: {st:?}");
+    send_fault_waits(ch, id, &st)?;
     ch.send(&Msg::PagesDone {
         id,
         installed: st.installed_pages,
@@ -1886,6 +1901,25 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         prefetch_hits: st.prefetch_hits,
     })?;
     await_final_commit(ch, id, pid, &peer)
+}
+
+/// Tells a version-10 source how long the faults waited (`FaultWaits`),
+/// before `PagesDone`; an older one would refuse the message.
+fn send_fault_waits(
+    ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>,
+    id: u64,
+    st: &pmig_engine::lazy::LazyStats,
+) -> Result<()> {
+    if ch.peer().version < pmig_proto::msg::FAULT_WAITS {
+        return Ok(());
+    }
+    ch.send(&Msg::FaultWaits {
+        id,
+        max_us: st.fault_wait_max_us,
+        total_us: st.fault_wait_total_us,
+        hist: st.fault_wait_hist.to_vec(),
+    })?;
+    Ok(())
 }
 
 /// After `PagesDone`: waits for the source's `Commit` (answers to requests
@@ -1998,6 +2032,7 @@ fn from_store(
         st.installed_pages,
         st.remote_faults
     );
+    send_fault_waits(ch, id, &st)?;
     ch.send(&Msg::PagesDone {
         id,
         installed: st.installed_pages,

@@ -44,6 +44,59 @@ pub struct Report {
     pub prefetched_pages: u64,
     pub prefetch_hits: u64,
     pub residual: Residual,
+    /// How long the process's faults on owed pages waited, as its
+    /// destination measured them (lazy strategies, version-10 peers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_waits: Option<FaultWaits>,
+}
+
+/// How long faults waited for their pages: from the fault read by the
+/// destination to its page installed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FaultWaits {
+    pub max_ms: f64,
+    pub mean_ms: f64,
+    /// Upper bounds of `counts` but the last, which counts the longer ones.
+    pub bounds_ms: Vec<u64>,
+    pub counts: Vec<u64>,
+}
+
+impl FaultWaits {
+    /// From the figures of `Msg::FaultWaits`.
+    pub fn from_us(max_us: u64, total_us: u64, counts: Vec<u64>) -> FaultWaits {
+        let n: u64 = counts.iter().sum();
+        FaultWaits {
+            max_ms: max_us as f64 / 1e3,
+            mean_ms: if n == 0 {
+                0.0
+            } else {
+                total_us as f64 / 1e3 / n as f64
+            },
+            bounds_ms: pmig_engine::lazy::FAULT_WAIT_BOUNDS_MS.to_vec(),
+            counts,
+        }
+    }
+
+    /// One line: "fault waits: longest 4.1 ms, mean 0.3 ms; ≤5 ms 30, ≤10 ms 2, …".
+    pub fn line(&self) -> String {
+        let mut parts: Vec<String> = self
+            .bounds_ms
+            .iter()
+            .zip(&self.counts)
+            .map(|(b, c)| format!("≤{b} ms {c}"))
+            .collect();
+        if let (Some(last), Some(c)) =
+            (self.bounds_ms.last(), self.counts.get(self.bounds_ms.len()))
+        {
+            parts.push(format!(">{last} ms {c}"));
+        }
+        format!(
+            "fault waits: longest {:.1} ms, mean {:.2} ms; {}",
+            self.max_ms,
+            self.mean_ms,
+            parts.join(", ")
+        )
+    }
 }
 
 /// A finished migration: the report plus who moved where.
@@ -71,7 +124,7 @@ impl Outcome {
             "migrated {} (pid {}) from {} to {} as pid {} with {}\n  \
              down {:.1} ms · preparation {:.1} ms · post {:.1} ms · total {:.1} ms\n  \
              sent {:.1} MiB (preparation {:.1}, down {:.1}, post {:.1}) · {} pages · {} rounds\n  \
-             remote faults {} · prefetched {} · prefetch hits {}\n  \
+             remote faults {} · prefetched {} · prefetch hits {}{}\n  \
              residual: {}{} until {}",
             self.comm,
             self.pid,
@@ -92,6 +145,10 @@ impl Outcome {
             r.remote_faults,
             r.prefetched_pages,
             r.prefetch_hits,
+            r.fault_waits
+                .as_ref()
+                .map(|w| format!("\n  {}", w.line()))
+                .unwrap_or_default(),
             r.residual.what,
             r.residual
                 .node
