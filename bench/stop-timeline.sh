@@ -6,7 +6,10 @@
 # Usage: [PMIG=BINARY] bench/stop-timeline.sh [MIB [STRATEGY [N]]]   (default: 1024 post-copy 2)
 # Environment: LINK (cluster link, default unlimited), WORKLOAD_ARGS (more
 # dirtier flags, e.g. "--hot-mib 16 --dirty-rate 10000"), MIGRATE_ARGS (more
-# pmig migrate flags, e.g. "--max-down-ms 10").
+# pmig migrate flags, e.g. "--max-down-ms 10"), TL_LOG (the daemons' PMIG_LOG;
+# TL_LOG=info measures the down time without the timing marks' own cost).
+# Each migration's marks start with its first one's CLOCK_MONOTONIC (T0), to
+# line them up with other tools' records (perf sched -k CLOCK_MONOTONIC).
 set -u
 cd "$(dirname "$0")/.."
 B=${PMIG:-target/release/pmig}
@@ -22,7 +25,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-export PMIG_LOG=info,pmig_timing=debug
+export PMIG_LOG=${TL_LOG:-info,pmig_timing=debug}
 "$B" cluster up --prefix "$prefix" --nodes 2 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
     >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
 addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
@@ -43,6 +46,6 @@ for i in $(seq "$n"); do
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
     grep -ah "pmig_timing" "$tmp/state/n1/daemon.log" "$tmp/state/n2/daemon.log" \
         | grep -av "pmig restore: pmig\|INFO" | sed 's/.*pmig_timing: //' | sort -n \
-        | awk 'NR==1{t0=$1} {t=$1; $1=""; printf "%8.2f %s\n", (t-t0)/1e6, $0}'
+        | awk 'NR==1{t0=$1; printf "T0 %s\n", $1} {t=$1; $1=""; printf "%8.2f %s\n", (t-t0)/1e6, $0}'
     tmpv=$from; from=$to; to=$tmpv
 done

@@ -30,6 +30,11 @@ pub enum EngineError {
     },
     #[error("restore failed: {0}")]
     Restore(String),
+    /// A skeleton (see `skeleton`) cannot be brought up to the capture of
+    /// the stop: the process changed in a way it cannot follow. It is
+    /// killed; the process is restored from that capture instead.
+    #[error("the skeleton is out of date: {0}")]
+    Stale(String),
     #[error("{0}")]
     Other(String),
 }
@@ -73,6 +78,11 @@ pub fn busy(pid: i32, what: impl Into<String>) -> EngineError {
         pid,
         what: what.into(),
     }
+}
+
+/// A skeleton that cannot follow a change (see [`EngineError::Stale`]).
+pub fn stale(what: impl Into<String>) -> EngineError {
+    EngineError::Stale(what.into())
 }
 
 pub fn unsupported(pid: i32, what: impl Into<String>) -> EngineError {

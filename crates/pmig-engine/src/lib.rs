@@ -18,6 +18,7 @@ pub mod procfs;
 pub mod ptrace;
 pub mod resources;
 pub mod restore;
+pub mod skeleton;
 pub mod sys;
 pub mod timing;
 pub mod uffd;
@@ -25,4 +26,6 @@ pub mod uffd;
 pub use dump::{dump, DumpOptions, DumpReport};
 pub use error::{EngineError, Result};
 pub use resources::RestoreOptions;
-pub use restore::{restore, restore_held, restore_held_with, Release, Restored, Verify};
+pub use restore::{
+    restore, restore_held, restore_held_with, restore_skeleton, Bring, Release, Restored, Verify,
+};

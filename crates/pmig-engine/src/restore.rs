@@ -22,7 +22,7 @@ use crate::resources::{
     clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
     memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session,
     session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
-    timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
+    timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions, Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -95,6 +95,22 @@ pub enum Verify {
     AlreadyChecked,
 }
 
+/// What a held skeleton waits for (see [`crate::skeleton`]): called once
+/// it is complete but still stopped under ptrace. Returns the directory of
+/// the image of the stop to bring it up to, and whether that image must be
+/// verified; `None` kills it (nothing ran).
+pub type Bring<'a> = &'a mut dyn FnMut(&Restored) -> Result<Option<(std::path::PathBuf, Verify)>>;
+
+/// How a restored process is let go.
+enum Hold<'a> {
+    /// At once.
+    Run,
+    /// Once `release` says so (see [`Release`]).
+    Release(Release<'a>),
+    /// Once it is brought up to the image `bring` names (see [`Bring`]).
+    Skeleton(Bring<'a>),
+}
+
 /// [`restore_held`], verifying the image as `verify` says.
 pub fn restore_held_with(
     dir: &Path,
@@ -102,6 +118,34 @@ pub fn restore_held_with(
     release: Option<Release>,
     verify: Verify,
 ) -> Result<Restored> {
+    let hold = match release {
+        Some(r) => Hold::Release(r),
+        None => Hold::Run,
+    };
+    restore_dir(dir, opts, hold, verify)
+}
+
+/// Restores the image of `dir` as a skeleton (`opts.skeleton` must be
+/// set): once it is complete, `bring` names the image of the stop, and the
+/// process runs once brought up to it ([`crate::skeleton::bring_up`]). A
+/// skeleton that cannot be brought up is killed: the error says why
+/// ([`EngineError::Stale`] when the process changed in a way it cannot
+/// follow).
+pub fn restore_skeleton(
+    dir: &Path,
+    opts: &RestoreOptions,
+    verify: Verify,
+    bring: Bring,
+) -> Result<Restored> {
+    if !opts.skeleton {
+        return Err(EngineError::Other(
+            "internal error: a skeleton restore without the skeleton option".into(),
+        ));
+    }
+    restore_dir(dir, opts, Hold::Skeleton(bring), verify)
+}
+
+fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) -> Result<Restored> {
     let t0 = Instant::now();
     mark("restore: start");
     let img = match verify {
@@ -112,7 +156,7 @@ pub fn restore_held_with(
     mark("restore: image verified");
     let pi = ProcessImage::read(&img)?;
     mark("restore: parts decoded");
-    let mut r = restore_image_held(&pi, &img.pages_path(), opts, release)?;
+    let mut r = restore_image_held(&pi, &img.pages_path(), opts, hold)?;
     r.verify = verify;
     r.total = t0.elapsed();
     Ok(r)
@@ -536,14 +580,14 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
 
 /// Restore from decoded parts and a page-data file (already verified).
 pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
-    restore_image_held(pi, pages, opts, None)
+    restore_image_held(pi, pages, opts, Hold::Run)
 }
 
 fn restore_image_held(
     pi: &ProcessImage,
     pages: &Path,
     opts: &RestoreOptions,
-    release: Option<Release>,
+    hold: Hold,
 ) -> Result<Restored> {
     let mut p = prepare(pi, pages, opts)?;
     mark("restore: prepared");
@@ -621,7 +665,11 @@ fn restore_image_held(
             // Before Memory, which removes the restorer area it writes in.
             Signals::finish(&pi.signals, &mut fin)?;
             mark("restore: finish signals");
-            Memory::finish(&pi.memory, &mut fin)?;
+            // A skeleton keeps the area until its bring-up, whose injected
+            // calls use its scratch.
+            if !opts.skeleton {
+                Memory::finish(&pi.memory, &mut fin)?;
+            }
             mark("restore: finish memory");
             Threads::finish(&pi.threads, &mut fin)?;
             let lazy = p.pf.uffd_fd.is_some();
@@ -678,7 +726,33 @@ fn restore_image_held(
             total: Duration::ZERO,
             resumed_ns: 0,
         };
-        if let Some(release) = release {
+        if let Hold::Skeleton(bring) = hold {
+            let Some((dir, verify)) = bring(&r)? else {
+                return Err(EngineError::Other(
+                    "the skeleton was not brought up (no image of the stop): killed".into(),
+                ));
+            };
+            mark("skeleton: image of the stop named");
+            let img = match verify {
+                Verify::Check => Image::open_verified(&dir)?,
+                Verify::AlreadyChecked => Image::open(&dir)?,
+            };
+            let fin = ProcessImage::read(&img)?;
+            let pages = std::fs::File::open(img.pages_path())
+                .ctx(|| format!("open {}", img.pages_path().display()))?;
+            mark("skeleton: image of the stop decoded");
+            let area = (p.area.base, p.area.len);
+            let mut cx = Update {
+                pid,
+                frozen: &mut frozen,
+                area,
+                pages: &pages,
+                uffd: r.uffd.as_ref(),
+            };
+            crate::skeleton::bring_up(pi, &fin, &mut cx)?;
+            mark("skeleton: brought up");
+            Memory::finish(&fin.memory, &mut cx.finish())?;
+        } else if let Hold::Release(release) = hold {
             release(&r)?;
             mark("restore: released");
             if let Some(fd) = r.uffd_fd_in_process {

@@ -114,6 +114,60 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
     Ok((done.min(len), Fill::Done))
 }
 
+/// Installs `data` at `dst` (page aligned, inside one registered mapping)
+/// in a process that is held stopped, so that nothing waits for the pages
+/// and nothing else installs them: each missing page gets its data.
+/// Returns the pages that were there already (`EEXIST`), which the caller
+/// must write another way; any other refusal is an error.
+pub fn copy_missing(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<Vec<u64>> {
+    const PG: u64 = 4096;
+    let len = data.len() as u64;
+    let mut done = 0u64;
+    let mut present = Vec::new();
+    // Each round installs at least a page, skips one, or fails.
+    for _ in 0..=len / PG + 1 {
+        if done >= len {
+            break;
+        }
+        let mut c = [
+            dst + done,
+            data.as_ptr() as u64 + done,
+            len - done,
+            0u64,
+            0u64,
+        ];
+        // SAFETY: UFFDIO_COPY reads `len - done` bytes from our buffer, which
+        // has them, and writes the count it copied into c[4].
+        let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_COPY as _, c.as_mut_ptr()) };
+        if r == 0 {
+            done = len;
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        let copied = (c[4] as i64).max(0) as u64;
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) if copied > 0 => done += copied,
+            Some(libc::EEXIST) => {
+                done += copied;
+                present.push(dst + done);
+                done += PG;
+            }
+            _ => {
+                return Err(crate::error::EngineError::Sys {
+                    what: format!("install pages at {:#x}", dst + done),
+                    source: e,
+                })
+            }
+        }
+    }
+    if done < len {
+        return Err(crate::error::EngineError::Other(format!(
+            "install pages at {dst:#x}: stopped after {done} of {len} bytes"
+        )));
+    }
+    Ok(present)
+}
+
 /// Map the zero page at `dst` (a page the source never had) and wake; see
 /// [`Fill`] for `Busy`.
 pub fn zeropage(uffd: &OwnedFd, dst: u64, len: u64) -> Result<Fill> {

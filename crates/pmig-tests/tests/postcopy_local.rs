@@ -56,6 +56,7 @@ fn postcopy_resumes_first_then_pages_follow() {
         stdio: [None, Some(outfile.clone()), None],
         pidfile: None,
         lazy: true,
+        skeleton: false,
     };
     let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
     guard.track_pid(r.pid);
@@ -158,6 +159,23 @@ fn start_c(
     source: &str,
     guard: &mut Guard,
 ) -> (tempfile::TempDir, std::process::Child, i32) {
+    let (dir, child, pid, _out) = start_c_with(name, source, &[], guard);
+    (dir, child, pid)
+}
+
+/// [`start_c`] with arguments (`{dir}` in one stands for the new
+/// directory); also returns the reader of its stdout, past READY.
+fn start_c_with(
+    name: &str,
+    source: &str,
+    args: &[&str],
+    guard: &mut Guard,
+) -> (
+    tempfile::TempDir,
+    std::process::Child,
+    i32,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let src_c = dir.path().join(format!("{name}.c"));
     let bin = dir.path().join(name);
@@ -171,6 +189,10 @@ fn start_c(
         .expect("run cc");
     assert!(built.success(), "cc failed");
     let mut child = std::process::Command::new(&bin)
+        .args(
+            args.iter()
+                .map(|a| a.replace("{dir}", &dir.path().to_string_lossy())),
+        )
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -181,22 +203,39 @@ fn start_c(
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert!(line.starts_with("READY"), "{name}: {line}");
-    (dir, child, pid)
+    (dir, child, pid, out)
 }
 
 /// Freezes `src` and captures it with the handover pages only, as post-copy
 /// does, into a new directory: the frozen source, its image and the
 /// directory.
 fn capture_handover(src: i32) -> (Frozen, pmig_engine::image::ProcessImage, tempfile::TempDir) {
+    let (frozen, pi, stage, _) = capture_handover_keeping(src, &Default::default());
+    (frozen, pi, stage)
+}
+
+/// [`capture_handover`] keeping `also` besides the handover pages (a
+/// skeleton's stop keeps the pages its first capture kept); also returns
+/// the pages kept.
+fn capture_handover_keeping(
+    src: i32,
+    also: &std::collections::HashSet<u64>,
+) -> (
+    Frozen,
+    pmig_engine::image::ProcessImage,
+    tempfile::TempDir,
+    std::collections::HashSet<u64>,
+) {
     let mut frozen = Frozen::freeze(src).unwrap();
-    let keep = handover_pages(&frozen).unwrap();
+    let mut keep = handover_pages(&frozen).unwrap();
+    keep.extend(also);
     let stage = tempfile::tempdir().unwrap();
     let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
     let keep_fn = |p: u64| keep.contains(&p);
     let pi = pmig_engine::dump::capture_filtered(&mut frozen, &mut w, Some(&keep_fn)).unwrap();
     pi.write_parts(&mut w).unwrap();
     w.finish(pmig_engine::dump::manifest_for(src)).unwrap();
-    (frozen, pi, stage)
+    (frozen, pi, stage, keep)
 }
 
 /// Address ranges: (start, length).
@@ -220,6 +259,7 @@ fn lazy_to(out: std::path::PathBuf) -> pmig_engine::RestoreOptions {
         stdio: [None, Some(out), None],
         pidfile: None,
         lazy: true,
+        skeleton: false,
     }
 }
 
@@ -554,4 +594,218 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
         Some("/dev/null".to_string()),
         "fd {fd} of the new program was closed"
     );
+}
+
+/// Changes between the two captures of a skeleton migration: on its first
+/// SIGUSR2 it writes on (its file's offset moves), raises a blocked SIGUSR1
+/// (pending), arms a 60 s interval timer and rewrites a byte of every page
+/// of 4 MiB; with `action` it also gives SIGHUP a handler, with `map` it
+/// maps and fills 1 MiB more (two changes a skeleton cannot follow). It
+/// says STEP, and on its second SIGUSR2 checks all of it and says PASS, or
+/// FAIL and why.
+const CHANGER: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/time.h>
+#include <unistd.h>
+static volatile sig_atomic_t step;
+static void on_usr2(int s) { (void)s; step++; }
+static void on_hup(int s) { (void)s; }
+int main(int argc, char **argv) {
+    size_t n = 4 << 20;
+    unsigned char *a = malloc(n);
+    if (!a) return 3;
+    for (size_t i = 0; i < n; i++) a[i] = (unsigned char)(i * 7);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/data", argv[1]);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || write(fd, "0123456789", 10) != 10) return 4;
+    const char *change = argc > 2 ? argv[2] : "";
+    /* SIGUSR1 stays blocked throughout, its waits included: once raised
+       it must be pending at the end. */
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, 0);
+    signal(SIGUSR2, on_usr2);
+    printf("READY\n");
+    fflush(stdout);
+    while (step < 1) sigsuspend(&usr1);
+    if (write(fd, "abcdef", 6) != 6) return 5;
+    raise(SIGUSR1);
+    struct itimerval it = {{60, 0}, {60, 0}};
+    setitimer(ITIMER_REAL, &it, 0);
+    for (size_t i = 0; i < n; i += 4096) a[i] ^= 0x5a;
+    unsigned char *more = 0;
+    if (!strcmp(change, "action")) signal(SIGHUP, on_hup);
+    if (!strcmp(change, "map")) {
+        more = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (more == MAP_FAILED) return 6;
+        memset(more, 9, 1 << 20);
+    }
+    printf("STEP\n");
+    fflush(stdout);
+    while (step < 2) sigsuspend(&usr1);
+    char why[256] = "";
+    off_t pos = lseek(fd, 0, SEEK_CUR);
+    if (pos != 16) snprintf(why, sizeof why, "offset %ld, want 16", (long)pos);
+    sigset_t p;
+    sigpending(&p);
+    if (!*why && !sigismember(&p, SIGUSR1)) snprintf(why, sizeof why, "SIGUSR1 is not pending");
+    struct itimerval now;
+    getitimer(ITIMER_REAL, &now);
+    if (!*why && (now.it_value.tv_sec < 50 || now.it_interval.tv_sec != 60))
+        snprintf(why, sizeof why, "timer: %ld s left, interval %ld s",
+                 (long)now.it_value.tv_sec, (long)now.it_interval.tv_sec);
+    for (size_t i = 0; i < n && !*why; i++) {
+        unsigned char want = (unsigned char)(i * 7) ^ (i % 4096 ? 0 : 0x5a);
+        if (a[i] != want) snprintf(why, sizeof why, "memory differs at byte %zu", i);
+    }
+    for (size_t i = 0; more && i < (1 << 20) && !*why; i++)
+        if (more[i] != 9) snprintf(why, sizeof why, "the new mapping differs at byte %zu", i);
+    printf("%s%s\n", *why ? "FAIL " : "PASS", why);
+    fflush(stdout);
+    return *why ? 1 : 0;
+}
+"#;
+
+/// Lets `src` (a CHANGER) change, then captures its stop as a skeleton
+/// migration's source does (keeping the pages the first capture kept);
+/// returns the frozen source, its image and its directory.
+fn change_and_capture(
+    src: i32,
+    out: &mut impl std::io::BufRead,
+    keep: &std::collections::HashSet<u64>,
+) -> (Frozen, pmig_engine::image::ProcessImage, tempfile::TempDir) {
+    // SAFETY: signalling the program this test started.
+    assert_eq!(unsafe { libc::kill(src, libc::SIGUSR2) }, 0);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "STEP\n");
+    let (frozen, pi, stage, _) = capture_handover_keeping(src, keep);
+    (frozen, pi, stage)
+}
+
+/// Installs every page `pi` owes into the restored process `r` from the
+/// frozen source `src`, then closes the process's userfaultfd.
+fn fill_all(r: &pmig_engine::Restored, pi: &pmig_engine::image::ProcessImage, src: i32) {
+    let (owed, registered) = owed_and_registered(pi);
+    let fd = r.uffd.as_ref().expect("a userfaultfd").try_clone().unwrap();
+    let lm = LazyMemory::new(fd, &owed, registered);
+    for p in lm.owed_list() {
+        lm.install(p, &read_src(src, p, 4096)).unwrap();
+    }
+    assert_eq!(lm.owed_pages(), 0);
+    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
+        .unwrap();
+}
+
+/// Tells the restored CHANGER `pid` to check itself; its verdict.
+fn verdict(pid: i32, outfile: &std::path::Path) -> String {
+    // SAFETY: signalling the process this test restored.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGUSR2) }, 0);
+    let status = exit_status(pid, 30_000).expect("the restored program did not finish");
+    let text = std::fs::read_to_string(outfile).unwrap();
+    assert!(
+        libc::WIFEXITED(status),
+        "status {status:#x}, output {text:?}"
+    );
+    text
+}
+
+/// A skeleton built from a capture made while the process ran, and brought
+/// up to the capture of its stop: the file offset, the pending signal, the
+/// armed timer and the memory written in between are those of the stop.
+#[test]
+fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
+    let _g = serial(&HEAVY);
+    let mut guard = Guard::new();
+    let (dir, mut child, src, mut out) = start_c_with("changer", CHANGER, &["{dir}"], &mut guard);
+    let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
+    first.detach().unwrap();
+    let outfile = dir.path().join("out.txt");
+    let opts = pmig_engine::RestoreOptions {
+        skeleton: true,
+        ..lazy_to(outfile.clone())
+    };
+    let mut stop = None;
+    let mut skeleton_pid = 0;
+    let mut bring = |r: &pmig_engine::Restored| {
+        skeleton_pid = r.pid;
+        // The source runs on (and changes) while the skeleton is held.
+        let (frozen, pi, stage) = change_and_capture(src, &mut out, &keep);
+        let dir = stage.path().to_path_buf();
+        stop = Some((frozen, pi, stage));
+        Ok(Some((dir, pmig_engine::Verify::Check)))
+    };
+    let r =
+        pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring)
+            .expect("the skeleton brought up");
+    guard.track_pid(r.pid);
+    assert_eq!(r.pid, skeleton_pid, "the process that runs is the skeleton");
+    let (frozen, pi, _stage) = stop.expect("the stop was captured");
+    fill_all(&r, &pi, src);
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(verdict(r.pid, &outfile), "PASS\n");
+}
+
+/// A change a skeleton cannot follow (a new signal action, a new mapping)
+/// makes it stale: it is killed, having never run, and the capture of the
+/// stop restores the process the ordinary way.
+#[test]
+fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
+    let _g = serial(&HEAVY);
+    for (change, why) in [
+        ("action", "its signal actions changed"),
+        ("map", "its mappings changed"),
+    ] {
+        let mut guard = Guard::new();
+        let (dir, mut child, src, mut out) =
+            start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
+        let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
+        first.detach().unwrap();
+        let outfile = dir.path().join("out.txt");
+        let opts = pmig_engine::RestoreOptions {
+            skeleton: true,
+            ..lazy_to(outfile.clone())
+        };
+        let mut stop = None;
+        let mut skeleton_pid = 0;
+        let mut bring = |r: &pmig_engine::Restored| {
+            skeleton_pid = r.pid;
+            let (frozen, pi, stage) = change_and_capture(src, &mut out, &keep);
+            let dir = stage.path().to_path_buf();
+            stop = Some((frozen, pi, stage));
+            Ok(Some((dir, pmig_engine::Verify::Check)))
+        };
+        let e = pmig_engine::restore_skeleton(
+            pre.path(),
+            &opts,
+            pmig_engine::Verify::Check,
+            &mut bring,
+        )
+        .expect_err("a stale skeleton brought up");
+        assert!(
+            matches!(&e, pmig_engine::EngineError::Stale(w) if w.contains(why)),
+            "{change}: {e}"
+        );
+        assert!(skeleton_pid > 0);
+        assert!(
+            !std::path::Path::new(&format!("/proc/{skeleton_pid}")).exists(),
+            "{change}: the stale skeleton {skeleton_pid} is still there"
+        );
+        let (frozen, pi, stage) = stop.expect("the stop was captured");
+        let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone()))
+            .expect("the ordinary restore of the stop");
+        guard.track_pid(r.pid);
+        fill_all(&r, &pi, src);
+        frozen.kill().unwrap();
+        let _ = child.wait();
+        assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
+    }
 }

@@ -49,7 +49,20 @@ pub struct Args {
     /// or end of input, kills it: nothing runs.
     #[arg(long, requires_all = ["lazy", "json"])]
     hold: bool,
+    /// Restore a skeleton (a capture made while the process still ran):
+    /// once it is complete, print the JSON line and keep it stopped until a
+    /// line `final DIR` (or `final-verified DIR`, an image its writer has
+    /// just verified) names the image captured at the stop; then bring it
+    /// up to that image and let it run, printing the JSON line again. A
+    /// skeleton that cannot follow the process's changes is killed and
+    /// `{"stale": WHY}` printed (exit status 4): restore DIR then. Anything
+    /// else on stdin, or its end, kills it.
+    #[arg(long, requires_all = ["json", "detach"], conflicts_with_all = ["hold", "wait_go"])]
+    skeleton: bool,
 }
+
+/// Status of `--skeleton` when the skeleton could not be brought up.
+const STALE: i32 = 4;
 
 /// Status of `--wait-go` when no `go` came.
 const NOT_STARTED: i32 = 3;
@@ -82,7 +95,7 @@ fn take_stdin() -> Result<std::io::BufReader<std::fs::File>> {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let mut input = if a.wait_go || a.hold {
+    let mut input = if a.wait_go || a.hold || a.skeleton {
         Some(take_stdin()?)
     } else {
         None
@@ -105,7 +118,11 @@ pub fn run(a: Args) -> Result<i32> {
         stdio: [a.stdin.clone(), a.stdout.clone(), a.stderr.clone()],
         pidfile: a.pidfile.clone(),
         lazy: a.lazy,
+        skeleton: a.skeleton,
     };
+    if a.skeleton {
+        return skeleton(&a, &opts, input.as_mut().expect("taken above"));
+    }
     let mut release = |r: &pmig_engine::Restored| -> pmig_engine::Result<()> {
         print_json(r, true);
         let mut line = String::new();
@@ -184,6 +201,42 @@ pub fn run(a: Args) -> Result<i32> {
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e).context("wait for the restored process"),
         }
+    }
+}
+
+/// `--skeleton`: restores the skeleton, waits for `final DIR`, brings it up.
+fn skeleton(
+    a: &Args,
+    opts: &pmig_engine::RestoreOptions,
+    input: &mut std::io::BufReader<std::fs::File>,
+) -> Result<i32> {
+    let mut bring = |r: &pmig_engine::Restored| -> pmig_engine::Result<_> {
+        print_json(r, true);
+        let mut line = String::new();
+        std::io::BufRead::read_line(input, &mut line)
+            .map_err(|e| pmig_engine::EngineError::Other(format!("read stdin: {e}")))?;
+        let line = line.trim_end_matches('\n');
+        Ok(if let Some(d) = line.strip_prefix("final-verified ") {
+            Some((PathBuf::from(d), pmig_engine::Verify::AlreadyChecked))
+        } else {
+            line.strip_prefix("final ")
+                .map(|d| (PathBuf::from(d), pmig_engine::Verify::Check))
+        })
+    };
+    match pmig_engine::restore_skeleton(&a.dir, opts, pmig_engine::Verify::Check, &mut bring) {
+        Ok(r) => {
+            print_json(&r, false);
+            pmig_engine::timing::mark("restore: reported");
+            Ok(0)
+        }
+        Err(pmig_engine::EngineError::Stale(why)) => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", serde_json::json!({ "stale": why }));
+            let _ = out.flush();
+            Ok(STALE)
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -104,6 +104,30 @@ impl Resource for Clocks {
         })
     }
 
+    /// The skeleton's time namespace was made from `pre`: it stands if
+    /// the clocks are still as far from the wall clock (the noise of
+    /// reading them aside).
+    fn update(
+        pre: &ClocksState,
+        fin: &ClocksState,
+        _same: bool,
+        _cx: &mut super::Update,
+    ) -> Result<()> {
+        let off = |a: i64, b: i64| (a - b).abs() >= SAME_CLOCK_NS;
+        if off(
+            pre.monotonic_minus_realtime_ns,
+            fin.monotonic_minus_realtime_ns,
+        ) || off(
+            pre.boottime_minus_realtime_ns,
+            fin.boottime_minus_realtime_ns,
+        ) {
+            return Err(crate::error::stale(
+                "its clocks moved against the wall clock",
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs in `pmig restore` before the process is created: the time
     /// namespace made here is the one its next child (the process) enters.
     fn preflight(s: &ClocksState, _pf: &mut Preflight) -> Result<()> {

@@ -483,6 +483,70 @@ impl Resource for Files {
         })
     }
 
+    /// The same descriptors of the same files; a file's offset (and
+    /// size) may have moved, and is set through a copy of the process's
+    /// descriptor, which shares it.
+    fn update(
+        pre: &FilesState,
+        fin: &FilesState,
+        same: bool,
+        cx: &mut super::Update,
+    ) -> Result<()> {
+        if same {
+            return Ok(());
+        }
+        let without_offsets = |s: &FilesState| {
+            let fds: Vec<_> = s
+                .fds
+                .iter()
+                .map(|f| {
+                    let kind = match &f.kind {
+                        FdKind::File { path, .. } => FdKind::File {
+                            path: path.clone(),
+                            pos: 0,
+                            size: 0,
+                        },
+                        k => k.clone(),
+                    };
+                    (f.fd, f.flags, f.cloexec, kind)
+                })
+                .collect();
+            crate::skeleton::encode(&(&s.cwd, s.umask, fds))
+        };
+        if without_offsets(pre) != without_offsets(fin) {
+            return Err(crate::error::stale("its open files changed"));
+        }
+        let mut pidfd = None;
+        for (a, b) in pre.fds.iter().zip(&fin.fds) {
+            let (FdKind::File { pos: was, .. }, FdKind::File { pos, .. }) = (&a.kind, &b.kind)
+            else {
+                continue;
+            };
+            if was == pos {
+                continue;
+            }
+            if pidfd.is_none() {
+                pidfd = Some(crate::sys::pidfd_open(cx.pid)?);
+            }
+            let f = crate::sys::pidfd_getfd(pidfd.as_ref().expect("just opened"), b.fd)?;
+            // SAFETY: lseek on a descriptor we own.
+            if unsafe {
+                libc::lseek(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    *pos as i64,
+                    libc::SEEK_SET,
+                )
+            } < 0
+            {
+                return Err(crate::error::errno_err(format!(
+                    "fd {}: seek to {pos}",
+                    b.fd
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn preflight(s: &FilesState, pf: &mut Preflight) -> Result<()> {
         let mut src_of: std::collections::HashMap<i32, i32> = Default::default();
         for f in &s.fds {

@@ -1630,6 +1630,109 @@ impl Resource for Memory {
         Ok(())
     }
 
+    /// The mappings must be the same, and every page the skeleton holds
+    /// must be in `fin`, whose pages then replace them: through the
+    /// userfaultfd where a mapping's pages come later and the page is
+    /// still missing, else written through `/proc/PID/mem` (which, like a
+    /// debugger, writes read-only private memory too).
+    fn update(
+        pre: &MemoryState,
+        fin: &MemoryState,
+        same: bool,
+        cx: &mut super::Update,
+    ) -> Result<()> {
+        use crate::skeleton::{covers, same as alike};
+        let layout = |s: &MemoryState| {
+            crate::skeleton::encode(&(
+                s.vmas
+                    .iter()
+                    .map(|v| {
+                        (
+                            v.start,
+                            v.end,
+                            v.prot,
+                            v.backing,
+                            v.growsdown,
+                            &v.file,
+                            v.offset,
+                            &v.advice,
+                            v.locked,
+                            &v.name,
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+                &s.mm,
+                s.vdso,
+                s.vdso_text,
+            ))
+        };
+        if !same && layout(pre) != layout(fin) {
+            return Err(crate::error::stale("its mappings changed"));
+        }
+        let lazy = cx.uffd.is_some();
+        for (a, b) in pre.vmas.iter().zip(&fin.vmas) {
+            let later = lazy && a.comes_later();
+            let gone = |what: &str| {
+                crate::error::stale(format!(
+                    "{what} in {:#x}-{:#x} ({})",
+                    a.start,
+                    a.end,
+                    if a.name.is_empty() { "[anon]" } else { &a.name }
+                ))
+            };
+            if later != (lazy && b.comes_later()) {
+                return Err(gone("the pages that come later changed"));
+            }
+            let runs = |v: &Vma| v.runs.iter().map(|r| (r.addr, r.len)).collect::<Vec<_>>();
+            if later {
+                // The skeleton holds the first capture's pages of this
+                // mapping; the rest come through the userfaultfd.
+                if !alike(&a.present, &b.present) {
+                    return Err(gone("the populated pages changed"));
+                }
+                let (mut held, mut now) = (runs(a), runs(b));
+                held.sort_unstable();
+                now.sort_unstable();
+                if !covers(&now, &held) {
+                    return Err(gone("a page held is not in the capture of the stop"));
+                }
+            } else if !covers(&b.present, &a.present) {
+                // A page the skeleton holds that the process dropped
+                // since (its private copy, or anonymous page, is gone).
+                return Err(gone("a populated page was dropped"));
+            }
+        }
+        let mem = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{}/mem", cx.pid))
+            .ctx(|| format!("open /proc/{}/mem", cx.pid))?;
+        let write = |addr: u64, data: &[u8]| {
+            mem.write_all_at(data, addr)
+                .ctx(|| format!("write the pages at {addr:#x} into process {}", cx.pid))
+        };
+        let mut buf = Vec::new();
+        for b in &fin.vmas {
+            let later = lazy && b.comes_later();
+            for r in &b.runs {
+                buf.resize(r.len as usize, 0);
+                cx.pages
+                    .read_exact_at(&mut buf, r.offset)
+                    .ctx(|| format!("read the pages of {:#x} from the image", r.addr))?;
+                match cx.uffd.filter(|_| later) {
+                    Some(u) => {
+                        for p in crate::uffd::copy_missing(u, r.addr, &buf)? {
+                            let o = (p - r.addr) as usize;
+                            write(p, &buf[o..o + PAGE as usize])?;
+                        }
+                    }
+                    None => write(r.addr, &buf)?,
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn finish(_s: &MemoryState, cx: &mut Finish) -> Result<()> {
         // Where the vDSO landed was made sure of in `preflight`.
         let (a, l) = cx.area;

@@ -8,9 +8,12 @@
 //! | `preflight` | destination, before any process exists| open files, check compatibility     |
 //! | `plan`      | destination                           | append ops for the restorer         |
 //! | `finish`    | destination, threads stopped at the end of the plan | ptrace-side fixes (registers, limits) |
+//! | `update`    | destination, a held skeleton          | bring it to the capture of the stop, or refuse (stale) |
 //!
 //! Adding a kind of resource means adding one module here and one line in
-//! [`crate::image::ProcessImage`].
+//! [`crate::image::ProcessImage`] (and one in [`crate::skeleton::bring_up`]).
+//! A resource that can change while a process runs and can be followed in a
+//! held skeleton overrides `update`; the default refuses any change.
 
 pub mod clocks;
 pub mod epoll;
@@ -59,6 +62,19 @@ pub trait Resource {
     }
     fn finish(_s: &Self::State, _cx: &mut Finish) -> Result<()> {
         Ok(())
+    }
+    /// A skeleton's bring-up (see [`crate::skeleton`]): the held process
+    /// was built from `pre`, captured while it still ran; make it what
+    /// `fin`, captured at the stop, says. `same`: both encode alike. By
+    /// default nothing is done when they are the same, and any change
+    /// makes the skeleton stale ([`crate::error::stale`]): it is thrown
+    /// away and the process restored from `fin` the ordinary way.
+    fn update(_pre: &Self::State, _fin: &Self::State, same: bool, _cx: &mut Update) -> Result<()> {
+        if same {
+            Ok(())
+        } else {
+            Err(crate::error::stale(format!("its {} changed", Self::PART)))
+        }
     }
 }
 
@@ -261,6 +277,13 @@ pub struct RestoreOptions {
     /// is registered with a userfaultfd; the caller gets it and serves the
     /// missing pages (see `lazy`).
     pub lazy: bool,
+    /// A skeleton (see [`crate::skeleton`]): the process is built from a
+    /// capture made while it still ran at the source and held until the
+    /// capture of the stop brings it up to date. What depends on the
+    /// moment of the stop is left out of the plan: timers are created
+    /// disarmed and pending signals are not queued (the bring-up does
+    /// both, from the capture of the stop).
+    pub skeleton: bool,
 }
 
 /// What the new process does, with raw system calls only, between fork and
@@ -439,6 +462,61 @@ pub struct Finish<'a> {
     pub frozen: &'a mut Frozen,
     /// Start and length of the restorer area, to be removed.
     pub area: (u64, u64),
+}
+
+/// A held skeleton being brought up to the capture of the stop (see
+/// [`crate::skeleton`]): the process is stopped at the end of its plan,
+/// with the restorer area still mapped.
+pub struct Update<'a> {
+    pub pid: pid_t,
+    pub frozen: &'a mut Frozen,
+    /// Start and length of the restorer area (its end is the scratch of
+    /// [`Finish::scratch`]).
+    pub area: (u64, u64),
+    /// The page data of the image of the stop.
+    pub pages: &'a std::fs::File,
+    /// Our copy of the process's userfaultfd (a lazy restore): the pages
+    /// of mappings registered with it are installed through it.
+    pub uffd: Option<&'a OwnedFd>,
+}
+
+impl Update<'_> {
+    /// The [`Finish`] context of the same process, for the steps a restore
+    /// and a bring-up share.
+    pub fn finish(&mut self) -> Finish<'_> {
+        Finish {
+            pid: self.pid,
+            frozen: self.frozen,
+            area: self.area,
+        }
+    }
+
+    /// Runs `nr` in thread `idx` with `data` (at most a page) in the
+    /// restorer area's scratch as its argument `at` (the others as given);
+    /// a negative result is an error naming `what`.
+    pub fn call_with(
+        &mut self,
+        idx: usize,
+        nr: i64,
+        data: &[u8],
+        at: usize,
+        args: &[u64],
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let ptr = self.finish().scratch(data)?;
+        let mut args = args.to_vec();
+        if at < args.len() {
+            args[at] = ptr;
+        }
+        let r = self.frozen.inject(idx, nr, &args)?;
+        if r < 0 {
+            return Err(EngineError::Sys {
+                what: what(),
+                source: std::io::Error::from_raw_os_error(-r as i32),
+            });
+        }
+        Ok(())
+    }
 }
 
 impl Finish<'_> {

@@ -103,7 +103,13 @@ impl Resource for Signals {
                 format!("set the action of signal {sig}"),
             );
         }
-        for info in &s.shared_pending {
+        // A skeleton's pending signals are queued at its bring-up.
+        let pending = if cx.pf.opts.skeleton {
+            &[][..]
+        } else {
+            &s.shared_pending[..]
+        };
+        for info in pending {
             let sig = i32::from_le_bytes(info[0..4].try_into().unwrap());
             let d = b.data(info);
             b.syscall(
@@ -113,6 +119,31 @@ impl Resource for Signals {
                 Check::NonNeg,
                 format!("queue pending signal {sig}"),
             );
+        }
+        Ok(())
+    }
+
+    /// The same actions; the process-wide pending signals of the stop,
+    /// queued (every signal is blocked until the process is let go).
+    fn update(
+        pre: &SignalsState,
+        fin: &SignalsState,
+        _same: bool,
+        cx: &mut super::Update,
+    ) -> Result<()> {
+        if !crate::skeleton::same(&pre.actions, &fin.actions) {
+            return Err(crate::error::stale("its signal actions changed"));
+        }
+        for info in &fin.shared_pending {
+            let sig = i32::from_le_bytes(info[0..4].try_into().unwrap());
+            cx.call_with(
+                0,
+                libc::SYS_rt_sigqueueinfo,
+                info,
+                2,
+                &[cx.pid as u64, sig as u64, 0],
+                || format!("queue pending signal {sig}"),
+            )?;
         }
         Ok(())
     }

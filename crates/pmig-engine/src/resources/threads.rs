@@ -245,6 +245,7 @@ impl Resource for Threads {
     }
 
     fn plan(s: &ThreadsState, cx: &mut PlanCx) -> Result<()> {
+        let skeleton = cx.pf.opts.skeleton;
         let b = &mut *cx.b;
         for t in 1..s.threads.len() {
             b.clone_thread(t);
@@ -317,7 +318,9 @@ impl Resource for Threads {
                     "set the timer slack",
                 );
             }
-            for info in &th.pending {
+            // A skeleton's pending signals are queued at its bring-up.
+            let pending = if skeleton { &[][..] } else { &th.pending[..] };
+            for info in pending {
                 let sig = i32::from_le_bytes(info[0..4].try_into().unwrap());
                 let d = b.data(info);
                 b.syscall(
@@ -327,6 +330,63 @@ impl Resource for Threads {
                     Check::NonNeg,
                     format!("queue pending signal {sig} for the thread"),
                 );
+            }
+        }
+        Ok(())
+    }
+
+    /// The same threads with the same attributes; the registers, FPU
+    /// state, signal mask and pending signals of the stop.
+    fn update(
+        pre: &ThreadsState,
+        fin: &ThreadsState,
+        _same: bool,
+        cx: &mut super::Update,
+    ) -> Result<()> {
+        if pre.threads.len() != fin.threads.len() {
+            return Err(crate::error::stale(format!(
+                "its threads changed ({} then, {} at the stop)",
+                pre.threads.len(),
+                fin.threads.len()
+            )));
+        }
+        let attrs = |t: &ThreadState| {
+            crate::skeleton::encode(&(
+                t.tid,
+                t.rseq,
+                t.robust_list,
+                t.clear_child_tid,
+                t.sigaltstack,
+                &t.comm,
+                t.timerslack,
+                t.nice,
+                &t.affinity,
+            ))
+        };
+        if let Some(t) = pre
+            .threads
+            .iter()
+            .zip(&fin.threads)
+            .find(|(a, b)| attrs(a) != attrs(b))
+        {
+            return Err(crate::error::stale(format!(
+                "thread {} changed its attributes (name, alternate stack, rseq, robust list, priority or affinity)",
+                t.0.tid
+            )));
+        }
+        Threads::finish(fin, &mut cx.finish())?;
+        for (t, th) in fin.threads.iter().enumerate() {
+            let tid = cx.frozen.threads[t].tid;
+            for info in &th.pending {
+                let sig = i32::from_le_bytes(info[0..4].try_into().unwrap());
+                cx.call_with(
+                    t,
+                    libc::SYS_rt_tgsigqueueinfo,
+                    info,
+                    3,
+                    &[cx.pid as u64, tid as u64, sig as u64, 0],
+                    || format!("queue pending signal {sig} for thread {tid}"),
+                )?;
             }
         }
         Ok(())

@@ -159,9 +159,59 @@ impl Resource for Timers {
         Ok(TimersState { itimers, posix })
     }
 
-    fn plan(s: &TimersState, cx: &mut PlanCx) -> Result<()> {
-        for (w, t) in s.itimers.iter().enumerate() {
+    /// The same timers; armed with the time left at the stop (a
+    /// skeleton's plan created them disarmed).
+    fn update(
+        pre: &TimersState,
+        fin: &TimersState,
+        _same: bool,
+        cx: &mut super::Update,
+    ) -> Result<()> {
+        let shape = |s: &TimersState| {
+            crate::skeleton::encode(&(
+                s.itimers.len(),
+                s.posix
+                    .iter()
+                    .map(|t| (t.id, t.clock, t.signo, t.value, t.notify, t.tid))
+                    .collect::<Vec<_>>(),
+            ))
+        };
+        if shape(pre) != shape(fin) {
+            return Err(crate::error::stale("its POSIX timers changed"));
+        }
+        for (w, t) in fin.itimers.iter().enumerate() {
             if t[2] == 0 && t[3] == 0 {
+                continue;
+            }
+            let raw: Vec<u8> = t.iter().flat_map(|x| x.to_le_bytes()).collect();
+            cx.call_with(0, libc::SYS_setitimer, &raw, 1, &[w as u64, 0, 0], || {
+                format!("arm interval timer {w}")
+            })?;
+        }
+        for t in fin
+            .posix
+            .iter()
+            .filter(|t| t.spec[2] != 0 || t.spec[3] != 0)
+        {
+            let raw: Vec<u8> = t.spec.iter().flat_map(|x| x.to_le_bytes()).collect();
+            cx.call_with(
+                0,
+                libc::SYS_timer_settime,
+                &raw,
+                2,
+                &[t.id as u64, 0, 0, 0],
+                || format!("arm POSIX timer {}", t.id),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn plan(s: &TimersState, cx: &mut PlanCx) -> Result<()> {
+        // A skeleton's timers are armed at its bring-up, with the values
+        // of the stop.
+        let arm = !cx.pf.opts.skeleton;
+        for (w, t) in s.itimers.iter().enumerate() {
+            if !arm || (t[2] == 0 && t[3] == 0) {
                 continue; // disarmed
             }
             let d = cx.b.data_of(t);
@@ -232,7 +282,7 @@ impl Resource for Timers {
                 Check::NonNeg,
                 format!("create POSIX timer {}", t.id),
             );
-            if t.spec[2] != 0 || t.spec[3] != 0 {
+            if arm && (t.spec[2] != 0 || t.spec[3] != 0) {
                 let spec = b.data_of(&t.spec);
                 b.syscall(
                     0,

@@ -1,0 +1,171 @@
+//! Skeletons: most of a restore done before the process stops.
+//!
+//! A lazy migration's down time is the stop's capture plus the whole
+//! restore: reading the image, opening files, building the plan, forking,
+//! rebuilding the address space and the threads. Nearly all of it depends
+//! on what changes rarely while a process runs (its mappings, files,
+//! signal actions, threads). So the source captures the process once while
+//! it runs (a short freeze during the preparation), the destination
+//! restores that capture as a *skeleton*, lazily and without what depends
+//! on the moment (timers stay disarmed, pending signals unqueued), and
+//! holds it stopped at the end of its plan. At the stop the source
+//! captures again, as it always does, and the destination only *brings the
+//! skeleton up* to that capture ([`bring_up`]): every resource compares
+//! its two states ([`Resource::update`]); what may change while a process
+//! runs (registers, file offsets, timers, pending signals, the pages that
+//! go with the state) is applied to the held process, and any other
+//! change makes the skeleton stale ([`crate::error::stale`]). A stale
+//! skeleton is killed and the capture of the stop restored the ordinary
+//! way: it costs that migration the time the skeleton would have saved,
+//! never the process.
+//!
+//! The pages a skeleton holds (those of the first capture that go with
+//! the state) must all be in the capture of the stop, which then replaces
+//! them: the source's second capture keeps every page the first one kept.
+
+use crate::error::{stale, Result};
+use crate::image::ProcessImage;
+use crate::resources::{
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, pipes::Pipes,
+    prctl::Prctl, process::Process, sched::Sched, session::Session, signals::Signals,
+    threads::Threads, timers::Timers, Resource, Update,
+};
+use serde::Serialize;
+
+/// The encoding of `v` in an image (postcard): two states are the same
+/// when they encode alike.
+pub fn encode<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    // Encoding into memory fails only for types postcard cannot express,
+    // which no part of an image is; such a value then differs from any.
+    postcard::to_allocvec(v).unwrap_or_else(|_| vec![0xff; 1])
+}
+
+/// Whether `a` and `b` encode alike.
+pub fn same<T: Serialize + ?Sized>(a: &T, b: &T) -> bool {
+    encode(a) == encode(b)
+}
+
+/// Whether the sorted, disjoint ranges `outer` cover every byte of the
+/// sorted, disjoint ranges `inner` ((start, length) each).
+pub fn covers(outer: &[(u64, u64)], inner: &[(u64, u64)]) -> bool {
+    let mut i = 0;
+    for &(a, l) in inner {
+        let mut at = a;
+        let end = a + l;
+        while at < end {
+            while i < outer.len() && outer[i].0 + outer[i].1 <= at {
+                i += 1;
+            }
+            match outer.get(i) {
+                Some(&(s, n)) if s <= at => at = (s + n).min(end),
+                _ => return false,
+            }
+        }
+    }
+    true
+}
+
+/// An optional part: the same when both are absent or both encode alike;
+/// present in one capture only is a change.
+fn update_optional<R: Resource>(
+    pre: &Option<R::State>,
+    fin: &Option<R::State>,
+    cx: &mut Update,
+) -> Result<()> {
+    match (pre, fin) {
+        (None, None) => Ok(()),
+        (Some(a), Some(b)) => R::update(a, b, same(a, b), cx),
+        _ => Err(stale(format!("its {} changed", R::PART))),
+    }
+}
+
+/// A part that is not a resource of its own (flags kept beside another
+/// part): any change is stale.
+fn compare_part<T: Serialize>(part: &str, pre: &Option<T>, fin: &Option<T>) -> Result<()> {
+    if same(pre, fin) {
+        Ok(())
+    } else {
+        Err(stale(format!("its {part} changed")))
+    }
+}
+
+/// Brings the held skeleton built from `pre` up to `fin`, the capture of
+/// the stop (see the module's documentation). The resources that only
+/// compare go first, so that a stale skeleton is mostly found before
+/// anything of it changes; an error leaves it to be killed.
+pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Result<()> {
+    Process::update(
+        &pre.process,
+        &fin.process,
+        same(&pre.process, &fin.process),
+        cx,
+    )?;
+    Identity::update(
+        &pre.identity,
+        &fin.identity,
+        same(&pre.identity, &fin.identity),
+        cx,
+    )?;
+    update_optional::<Session>(&pre.session, &fin.session, cx)?;
+    update_optional::<JobCtl>(&pre.jobctl, &fin.jobctl, cx)?;
+    update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
+    update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
+    update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
+    update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
+    compare_part("mapping flags", &pre.memory_flags, &fin.memory_flags)?;
+    compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
+    compare_part("open files' inodes", &pre.file_ids, &fin.file_ids)?;
+    compare_part("mapped files' inodes", &pre.mapped_ids, &fin.mapped_ids)?;
+    // These apply what changed. Memory first: the pages of the stop,
+    // which the thread descriptors' ids are then written into.
+    Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
+    Threads::update(
+        &pre.threads,
+        &fin.threads,
+        same(&pre.threads, &fin.threads),
+        cx,
+    )?;
+    Signals::update(
+        &pre.signals,
+        &fin.signals,
+        same(&pre.signals, &fin.signals),
+        cx,
+    )?;
+    Timers::update(&pre.timers, &fin.timers, same(&pre.timers, &fin.timers), cx)?;
+    Files::update(&pre.files, &fin.files, same(&pre.files, &fin.files), cx)?;
+    let n = crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some())?;
+    if n > 0 {
+        tracing::debug!(
+            "process {}: new ids written into {n} thread descriptors",
+            cx.pid
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_what_lies_inside_them_only() {
+        let outer = [(0x1000, 0x2000), (0x3000, 0x1000), (0x8000, 0x1000)];
+        // Across two adjacent ranges, and the empty set.
+        assert!(covers(&outer, &[(0x1000, 0x3000)]));
+        assert!(covers(&outer, &[]));
+        assert!(covers(&outer, &[(0x2000, 0x1000), (0x8000, 0x1000)]));
+        // A gap, an end beyond, a start before.
+        assert!(!covers(&outer, &[(0x3000, 0x2000)]));
+        assert!(!covers(&outer, &[(0x8000, 0x2000)]));
+        assert!(!covers(&outer, &[(0x0, 0x2000)]));
+        assert!(!covers(&[], &[(0x1000, 0x1000)]));
+    }
+
+    #[test]
+    fn states_are_the_same_when_they_encode_alike() {
+        assert!(same(&(1u64, "a"), &(1u64, "a")));
+        assert!(!same(&(1u64, "a"), &(2u64, "a")));
+        assert!(same(&None::<u32>, &None));
+        assert!(!same(&None, &Some(0u32)));
+    }
+}
