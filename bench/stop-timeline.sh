@@ -42,7 +42,7 @@ for i in $(seq "$n"); do
     x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json ${MIGRATE_ARGS:-} \
         >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { cat "$tmp/m.err"; exit 1; }
     sleep 0.3
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'migration $i ($from -> $to): down_ms {d[\"down_ms\"]:.1f}')" "$tmp/m.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); k=d.get("skeleton"); print("migration %s (%s -> %s): down_ms %.1f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], d["down_ms"], " skeleton %s" % k if k else ""))' "$tmp/m.json" "$i" "$from" "$to"
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
     grep -ah "pmig_timing" "$tmp/state/n1/daemon.log" "$tmp/state/n2/daemon.log" \
         | grep -av "pmig restore: pmig\|INFO" | sed 's/.*pmig_timing: //' | sort -n \

@@ -294,7 +294,7 @@ impl Node {
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
 /// `answers-fail-after N`, `fail-restore`, `hang-before-restore`,
-/// `hold-original`, `hold-flush`, `hold-answers`.
+/// `hold-original`, `hold-flush`, `hold-answers`, `hold-skeleton`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
     if std::env::var(TEST_HOOKS_ENV).as_deref() != Ok("1") {
@@ -314,6 +314,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
             (Some("hold-original"), _) => h.hold_original = true,
             (Some("hold-answers"), _) => h.hold_answers = true,
+            (Some("hold-skeleton"), _) => h.hold_skeleton = true,
             (Some("hold-flush"), _) => h.hold_flush = true,
             _ => {}
         }

@@ -13,7 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 10: the destination of a lazy
+/// The protocol version this build speaks. 11: a post-copy or ampom source
+/// may capture the process while it runs and send that image first, as a
+/// skeleton (`Skeleton`, then the image's files), which the destination
+/// restores and holds ahead of the stop and answers with `SkeletonReady`
+/// (§6.3i); only to a version-11 destination, so older versions are still
+/// spoken (their stops are longer). 10: the destination of a lazy
 /// migration (post-copy, ampom, assisted-post-copy, freeze-free) sends
 /// `FaultWaits`, how long its faults waited, before `PagesDone`; only to a
 /// version-10 source, so older versions are still spoken (their reports
@@ -44,7 +49,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 10;
+pub const PROTO_VERSION: u16 = 11;
+/// The first version that takes a skeleton (`Skeleton`).
+pub const SKELETON: u16 = 11;
 /// The first version whose lazy destinations send `FaultWaits`.
 pub const FAULT_WAITS: u16 = 10;
 /// Buckets of `FaultWaits::hist`: at most 5, 10, 20, 50, 100 ms, and longer.
@@ -291,6 +298,30 @@ pub enum Msg {
         total_us: u64,
         hist: Vec<u64>,
     },
+    /// 25, source → destination, during the preparation (version 11): the
+    /// image whose files follow (`ImageFile`, `ImageChunk`, `ImageDone`) is
+    /// a capture made while the process runs, to be restored as a skeleton
+    /// and held until the image of the stop (§6.3i).
+    Skeleton {
+        id: u64,
+    },
+    /// 26, destination → source: the skeleton is restored and held
+    /// (`ready`), or it is not, and `why` (the migration goes on without
+    /// it).
+    SkeletonReady {
+        id: u64,
+        ready: bool,
+        why: String,
+    },
+    /// 27, destination → source, right before `Restored`, when it held a
+    /// skeleton: whether the process that runs is that skeleton brought up
+    /// to the image of the stop (`used`), or, because it could not follow
+    /// the process's changes (`why`), that image restored the ordinary way.
+    SkeletonUsed {
+        id: u64,
+        used: bool,
+        why: String,
+    },
 }
 
 /// A signal in [`Msg::Signals`].
@@ -382,6 +413,9 @@ impl Msg {
             Msg::Signals { .. } => "Signals",
             Msg::SignalsDelivered { .. } => "SignalsDelivered",
             Msg::FaultWaits { .. } => "FaultWaits",
+            Msg::Skeleton { .. } => "Skeleton",
+            Msg::SkeletonReady { .. } => "SkeletonReady",
+            Msg::SkeletonUsed { .. } => "SkeletonUsed",
         }
     }
 
@@ -420,7 +454,10 @@ impl Msg {
                     )));
                 }
             }
-            Msg::Error { text, .. } | Msg::Abort { reason: text, .. }
+            Msg::Error { text, .. }
+            | Msg::Abort { reason: text, .. }
+            | Msg::SkeletonReady { why: text, .. }
+            | Msg::SkeletonUsed { why: text, .. }
                 if text.len() > MAX_ERROR_TEXT =>
             {
                 return Err(ProtoError::Malformed(format!(
@@ -738,6 +775,17 @@ mod tests {
                 max_us: 4100,
                 total_us: 90_000,
                 hist: vec![30, 2, 0, 0, 0, 0],
+            },
+            Msg::Skeleton { id: 9 },
+            Msg::SkeletonReady {
+                id: 9,
+                ready: false,
+                why: "its files changed".into(),
+            },
+            Msg::SkeletonUsed {
+                id: 9,
+                used: true,
+                why: String::new(),
             },
         ];
         for m in msgs {

@@ -37,9 +37,18 @@
 //! ```text
 //! holder → daemon  "ready" | {"error":"…"}
 //! daemon → holder  refresh        (read the mappings again; answered by ready)
+//!                  precapture DIR (freeze, capture into DIR, resume; answered
+//!                                  by {"precaptured":{…}} or {"error":"…"},
+//!                                  after which the holder has exited)
 //!                  go             (freeze and capture, then as above)
 //!                  end of file    (exit; the process was never touched)
 //! ```
+//!
+//! A *precapture* is a skeleton's first capture (post-copy, ampom: see
+//! `pmig_engine::skeleton`): made while the process runs, with a short
+//! freeze of its own. The capture at `go` then keeps every page it kept
+//! besides its own handover pages, so that the skeleton holds no page the
+//! image of the stop does not replace.
 //!
 //! Pre-copy primes its holder during the rounds: the pages written between
 //! its decision to stop and the freeze are then not those of a smaps read.
@@ -74,6 +83,7 @@ pub struct Captured {
 #[serde(rename_all = "snake_case")]
 enum HolderMsg {
     Ready,
+    Precaptured(Captured),
     Captured(Captured),
     Done(String),
     Error(String),
@@ -200,9 +210,15 @@ struct Held {
 const BUSY_RETRIES: usize = 5;
 const BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Freezes `pid` and captures it into `dir`.
-fn freeze_and_capture(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Held> {
-    let ready = prepare(pid, dir, mode)?;
+/// Freezes `pid` and captures it into `dir`, keeping `also` (see [`Ready`]).
+fn freeze_and_capture(
+    pid: i32,
+    dir: &Path,
+    mode: &CaptureMode,
+    also: &HashSet<u64>,
+) -> Result<Held> {
+    let mut ready = prepare(pid, dir, mode)?;
+    ready.also = also.clone();
     freeze_and_capture_prepared(pid, mode, ready)
 }
 
@@ -214,7 +230,14 @@ struct Ready {
     layout: Layout,
     writer: ImageWriter,
     copy_buffer: Vec<u8>,
+    /// Pages a handover capture keeps besides its own handover pages
+    /// (those a precapture kept).
+    also: HashSet<u64>,
+    /// The bytes of page data to prepare a buffer for.
+    expected: u64,
 }
+
+use std::collections::HashSet;
 
 /// What comes before the freeze: the target's mount namespace, the checks,
 /// its mappings with their flags, read while it runs so that the stop need
@@ -253,7 +276,26 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
         layout,
         writer,
         copy_buffer,
+        also: HashSet::new(),
+        expected,
     })
+}
+
+/// A skeleton's first capture (see the module's documentation): freezes
+/// `pid`, captures it into `dir` as `mode` says, and lets it run on; the
+/// capture at the stop will keep the pages this one kept (`ready.also`).
+fn precapture(pid: i32, dir: &Path, mode: &CaptureMode, ready: &mut Ready) -> Result<Captured> {
+    let mut writer = ImageWriter::create(dir)?;
+    writer.pages().reserve(ready.expected);
+    let buffer = pmig_engine::resources::memory::touched_copy_buffer(ready.expected as usize);
+    let (held, kept) = capture_once(pid, mode, ready.layout.clone(), writer, buffer, &ready.also)?;
+    let mut c = held.captured;
+    held.frozen.detach()?;
+    // The pause ends here, when the process runs again.
+    c.captured_ns = mono_ns();
+    mark("hold: precaptured, resumed");
+    ready.also = kept;
+    Ok(c)
 }
 
 /// [`freeze_and_capture`] once [`prepare`] has read `layout`.
@@ -262,7 +304,23 @@ fn freeze_and_capture_prepared(pid: i32, mode: &CaptureMode, ready: Ready) -> Re
         layout,
         writer,
         copy_buffer,
+        also,
+        ..
     } = ready;
+    capture_once(pid, mode, layout, writer, copy_buffer, &also).map(|(held, _)| held)
+}
+
+/// Freezes `pid` and captures it into `writer`, keeping `also` besides the
+/// handover pages of a handover capture; returns the frozen process and
+/// the pages kept.
+fn capture_once(
+    pid: i32,
+    mode: &CaptureMode,
+    layout: Layout,
+    writer: ImageWriter,
+    copy_buffer: Vec<u8>,
+    also: &HashSet<u64>,
+) -> Result<(Held, HashSet<u64>)> {
     let sent = layout.clone();
     let tracked = match mode {
         CaptureMode::WrittenSince(list)
@@ -303,13 +361,18 @@ fn freeze_and_capture_prepared(pid: i32, mode: &CaptureMode, ready: Ready) -> Re
             written_apart: matches!(mode, CaptureMode::WrittenApart(_)),
             copy_buffer: Some(copy_buffer),
         };
-        capture_frozen(&mut frozen, frozen_ns, writer, mode, aids)
+        capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also)
     })
-    .map(|(captured, reused, late)| Held {
-        frozen,
-        captured,
-        layout: reused.then_some(sent),
-        late,
+    .map(|(captured, reused, late, kept)| {
+        (
+            Held {
+                frozen,
+                captured,
+                layout: reused.then_some(sent),
+                late,
+            },
+            kept,
+        )
     })
 }
 
@@ -320,14 +383,18 @@ fn capture_frozen(
     mut w: ImageWriter,
     mode: &CaptureMode,
     aids: Aids,
-) -> Result<(Captured, bool, LateSignals)> {
+    also: &HashSet<u64>,
+) -> Result<(Captured, bool, LateSignals, HashSet<u64>)> {
     let pid = frozen.pid;
+    let mut kept = HashSet::new();
     let (img, reused) = match mode {
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
         CaptureMode::Handover
         | CaptureMode::HandoverDeferred
         | CaptureMode::HandoverDeferredWritten(_) => {
-            let keep = RangeFilter::of_pages(pmig_engine::lazy::handover_pages(frozen)?);
+            kept = pmig_engine::lazy::handover_pages(frozen)?;
+            kept.extend(also);
+            let keep = RangeFilter::of_pages(kept.clone());
             mark("hold: handover pages");
             capture_with(frozen, &mut w, Some(&keep), aids)?
         }
@@ -354,7 +421,7 @@ fn capture_frozen(
             .map(|t| t.pending.len())
             .collect(),
     );
-    Ok((c, reused, late))
+    Ok((c, reused, late, kept))
 }
 
 /// The ranges pre-copy write-protected since its last round: `start len`
@@ -428,15 +495,21 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
     // frozen process (we resume it instead).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     mark("hold: started");
+    // The pages a precapture kept, kept again by every capture at the stop.
+    let mut also = HashSet::new();
     let mut captured = if wait {
         match wait_for_go(pid, dir, mode) {
-            Ok(Some(ready)) => freeze_and_capture_prepared(pid, mode, ready),
-            // Not asked to go: the process was never touched.
+            Ok(Some(ready)) => {
+                also = ready.also.clone();
+                freeze_and_capture_prepared(pid, mode, ready)
+            }
+            // Not asked to go: the process was never touched, or only
+            // paused for a precapture.
             Ok(None) => return 0,
             Err(e) => Err(e),
         }
     } else {
-        freeze_and_capture(pid, dir, mode)
+        freeze_and_capture(pid, dir, mode, &also)
     };
     // A state that passes in a moment (an inotify event the process has
     // not read yet): it ran on when the failed capture let it go; try
@@ -450,7 +523,7 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
         }
         std::thread::sleep(BUSY_WAIT);
         mark("hold: busy, freeze again");
-        captured = freeze_and_capture(pid, dir, mode);
+        captured = freeze_and_capture(pid, dir, mode, &also);
     }
     let Held {
         frozen,
@@ -707,7 +780,18 @@ fn wait_for_go(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Option<Ready>
                 return Ok(None);
             }
         }
-        match line.trim() {
+        let line = line.trim();
+        if let Some(to) = line.strip_prefix("precapture ") {
+            match precapture(pid, Path::new(to), mode, &mut ready) {
+                Ok(c) => say(&HolderMsg::Precaptured(c)),
+                Err(e) => {
+                    ready.writer.discard();
+                    return Err(e);
+                }
+            }
+            continue;
+        }
+        match line {
             "go" => return Ok(Some(ready)),
             "refresh" => {
                 ready.layout = Layout::read(pid)?;
@@ -775,6 +859,39 @@ impl<'h> Primed<'h> {
         if let Some(s) = h.stdin.as_mut() {
             if s.write_all(b"refresh\n").is_ok() {
                 self.refreshing = true;
+            }
+        }
+    }
+
+    /// A skeleton's first capture, into `dir` (see the module's
+    /// documentation): the process is frozen briefly and runs on. On an
+    /// error the holder has exited (the process runs on).
+    pub fn precapture(&mut self, dir: &Path) -> Result<Captured> {
+        let h = self.h.as_mut().expect("a primed holder until go");
+        let pid = h.pid;
+        if self.refreshing {
+            match h.read()? {
+                HolderMsg::Ready => self.refreshing = false,
+                other => return Err(h.refuse(other)),
+            }
+        }
+        let line = format!("precapture {}\n", dir.display());
+        if let Some(s) = h.stdin.as_mut() {
+            s.write_all(line.as_bytes())
+                .map_err(io_err(format!("instruct the holder of {pid}")))?;
+        }
+        match h.read() {
+            Ok(HolderMsg::Precaptured(c)) => Ok(c),
+            Ok(HolderMsg::Error(e)) => {
+                h.reap();
+                Err(StrategyError::Other(format!(
+                    "cannot capture process {pid} for its skeleton: {e}"
+                )))
+            }
+            Ok(other) => Err(h.refuse(other)),
+            Err(e) => {
+                h.reap();
+                Err(e)
             }
         }
     }
@@ -977,10 +1094,9 @@ impl<'h> Holder<'h> {
                 "cannot {cmd} process {}: {e}",
                 self.pid
             ))),
-            HolderMsg::Captured(_) | HolderMsg::Ready => Err(StrategyError::Other(format!(
-                "holder of {}: unexpected reply",
-                self.pid
-            ))),
+            HolderMsg::Captured(_) | HolderMsg::Precaptured(_) | HolderMsg::Ready => Err(
+                StrategyError::Other(format!("holder of {}: unexpected reply", self.pid)),
+            ),
         }
     }
 

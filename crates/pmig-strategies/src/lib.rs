@@ -30,6 +30,7 @@ pub mod post_copy;
 pub mod pre_copy;
 pub mod queued_pre_copy;
 pub mod report;
+pub mod skeleton;
 pub mod stop_copy;
 pub mod takeover;
 
@@ -206,6 +207,11 @@ pub struct Hooks {
     /// nor pushes a page until `<state dir>/release-answers` exists (at most
     /// 60 s), logging one line, so that pages are surely still owed.
     pub hold_answers: bool,
+    /// Source of a migration with a skeleton: once the destination holds
+    /// it, the stop waits until `<state dir>/release-skeleton` exists (at
+    /// most 60 s), logging one line, so that the process can change
+    /// between the skeleton's capture and the stop's.
+    pub hold_skeleton: bool,
 }
 
 /// For the test hooks that hold a step: waits (at most 60 s) until `file`
@@ -433,6 +439,8 @@ pub struct Source<'a> {
     pub prefetch_hits: u64,
     /// How long the destination's faults waited (`Msg::FaultWaits`).
     pub fault_waits: Option<report::FaultWaits>,
+    /// What became of the skeleton, if one was tried (see [`skeleton`]).
+    pub skeleton: Option<report::SkeletonUse>,
     /// When pre-copy rounds stop (from the request).
     pub precopy: PreCopyParams,
     /// The page store root (from the request).
@@ -615,6 +623,9 @@ pub struct Destination<'a> {
     /// checksums were computed as it was written, so the restore does not
     /// read it all again to check them (the manifest is still checked).
     pub(crate) composed: Option<PathBuf>,
+    /// A skeleton the source offered (see [`skeleton`]), held until the
+    /// image of the stop comes.
+    pub(crate) skeleton: Option<skeleton::Offered<'a>>,
 }
 
 impl Destination<'_> {
@@ -814,6 +825,7 @@ pub fn migrate_with(
         prefetched_pages: 0,
         prefetch_hits: 0,
         fault_waits: None,
+        skeleton: None,
         precopy: req.precopy,
         page_store: req.page_store.clone(),
         rtt_ns: 0,
@@ -963,6 +975,7 @@ fn outcome_of(
             prefetch_hits: m.prefetch_hits,
             residual: m.residual.clone(),
             fault_waits: m.fault_waits.clone(),
+            skeleton: m.skeleton.clone(),
         },
         notes: Vec::new(),
     }
@@ -1052,9 +1065,11 @@ pub fn serve_offer(
         received: 0,
         restorer: None,
         composed: None,
+        skeleton: None,
     };
     let r = s.destination(&mut d);
     drop(d.restorer.take());
+    drop(d.skeleton.take());
     let _ = std::fs::remove_dir_all(&staging);
     r.map(Some)
 }
@@ -1177,6 +1192,7 @@ mod tests {
                 until: "handover".into(),
             },
             fault_waits: None,
+            skeleton: None,
         };
         let v = serde_json::to_value(&r).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

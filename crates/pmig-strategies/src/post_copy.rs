@@ -575,7 +575,11 @@ impl Strategy for PostCopy {
     fn prepare(&mut self, m: &mut Source) -> Result<()> {
         self.copies = None;
         self.copies = FileCopies::prepare(m)?;
-        Ok(())
+        let mode = match &self.copies {
+            Some(c) => c.mode(m)?,
+            None => HANDOVER,
+        };
+        crate::skeleton::offer(m, &mode)
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
@@ -601,14 +605,30 @@ impl Strategy for PostCopy {
 pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
     let staging = d.staging.clone();
     prespawn_restore(d, &staging, true);
-    let first = d.ch.recv_with()?;
-    if matches!(first.msg, Msg::ImageFile { .. }) {
-        receive_image_after(d, &staging, Some(first))?;
+    let mut first = d.ch.recv_with()?;
+    let mut store = None;
+    if !matches!(first.msg, Msg::ImageFile { .. } | Msg::Skeleton { .. }) {
+        let mut s = PageStore::create(&staging)?;
+        first = receive_rounds(d, &mut s, Some(first))?;
+        store = Some(s);
+    }
+    if matches!(first.msg, Msg::Skeleton { .. }) {
+        // What runs is the skeleton, or the image of the stop restored
+        // from another directory than the one the helper waits for.
+        drop(d.restorer.take());
+        let offered = crate::skeleton::receive(d, store)?;
+        d.skeleton = Some(offered);
+        let dir = crate::skeleton::final_dir(d);
+        std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        receive_image_after(d, &dir, None)?;
         mark("dst: image received");
         return Ok(());
     }
-    let mut store = PageStore::create(&staging)?;
-    let first = receive_rounds(d, &mut store, Some(first))?;
+    let Some(store) = store else {
+        receive_image_after(d, &staging, Some(first))?;
+        mark("dst: image received");
+        return Ok(());
+    };
     let dir = staging.join(FINAL_DIR);
     std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
     receive_image_after(d, &dir, Some(first))?;
@@ -664,13 +684,18 @@ pub(crate) fn handover_lazy(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     std::fs::create_dir_all(&m.staging)
         .map_err(io_err(format!("create {}", m.staging.display())))?;
     let staging = m.staging.clone();
-    let holder = Holder::start_with(m.host, m.pid, &staging, mode)?;
+    // A holder primed for a skeleton captures in its own mode (the same).
+    let holder = match m.primed.take() {
+        Some(p) => p.go()?,
+        None => Holder::start_with(m.host, m.pid, &staging, mode)?,
+    };
     mark("src: holder reported the capture");
     m.stopped_ns = Some(holder.captured.frozen_ns);
     m.pages_sent = holder.captured.page_bytes / PAGE;
     m.holder = Some(holder);
     send_image(m, &staging)?;
     mark("src: image sent");
+    crate::skeleton::outcome(m)?;
     m.await_restored()?;
     mark("src: Restored received");
     Ok(())
@@ -1316,7 +1341,20 @@ pub(crate) fn start_lazy(
         receive_image(d)?;
         mark("dst: image received");
     }
-    let started = match restore_from(d, &staging, true) {
+    let restored = match d.skeleton.take() {
+        Some(offered) => {
+            let fin = crate::skeleton::final_dir(d);
+            match pmig_image::Image::open_verified(&fin) {
+                Ok(_) => crate::skeleton::start(d, offered, &fin),
+                Err(e) => Err((
+                    code::BAD_IMAGE,
+                    format!("the image failed verification: {e}"),
+                )),
+            }
+        }
+        None => restore_from(d, &staging, true).map(|s| (s, staging.clone())),
+    };
+    let (started, image_dir) = match restored {
         Ok(s) => s,
         Err((c, e)) => {
             let text = format!("{}: {e}", d.host.node());
@@ -1335,7 +1373,7 @@ pub(crate) fn start_lazy(
     mark("dst: restored");
     // Decoded only now: the image was verified before the restore started,
     // and decoding it no longer delays the resume.
-    let pi = match read_image(&staging) {
+    let pi = match read_image(&image_dir) {
         Ok(pi) => pi,
         Err(e) => return Err(fail(d, format!("read the restored image: {e}"))),
     };

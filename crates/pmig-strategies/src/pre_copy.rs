@@ -766,7 +766,7 @@ pub(crate) fn receive_rounds(
                     mib(store.pages_held() as u64 * PAGE)
                 );
             }
-            Msg::ImageFile { id, .. } if id == d.offer.id => {
+            Msg::ImageFile { id, .. } | Msg::Skeleton { id } if id == d.offer.id => {
                 tracing::info!(
                     "{rounds} pre-copy rounds from {}: {:.1} MiB received, {} pages held; the process is stopped",
                     d.peer,

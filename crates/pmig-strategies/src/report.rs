@@ -48,6 +48,40 @@ pub struct Report {
     /// destination measured them (lazy strategies, version-10 peers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_waits: Option<FaultWaits>,
+    /// Whether the destination restored the process ahead of the stop
+    /// (post-copy, ampom, version-11 peers; see `pmig_engine::skeleton`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skeleton: Option<SkeletonUse>,
+}
+
+/// What became of a migration's skeleton.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SkeletonUse {
+    /// The skeleton ran: the stop only brought it up to date.
+    pub used: bool,
+    /// How long its capture paused the process during the preparation.
+    pub pause_ms: f64,
+    /// Why it was not used (it could not follow a change, or could not be
+    /// built), if it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_not: Option<String>,
+}
+
+impl SkeletonUse {
+    /// One line: "skeleton: used (its capture paused the process 1.2 ms)".
+    pub fn line(&self) -> String {
+        match &self.why_not {
+            None if self.used => format!(
+                "skeleton: used (its capture paused the process {:.1} ms during the preparation)",
+                self.pause_ms
+            ),
+            why => format!(
+                "skeleton: not used, {} (its capture paused the process {:.1} ms during the preparation)",
+                why.as_deref().unwrap_or("for no reason given"),
+                self.pause_ms
+            ),
+        }
+    }
 }
 
 /// How long faults waited for their pages: from the fault read by the
@@ -148,7 +182,11 @@ impl Outcome {
             r.fault_waits
                 .as_ref()
                 .map(|w| format!("\n  {}", w.line()))
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                + &r.skeleton
+                    .as_ref()
+                    .map(|k| format!("\n  {}", k.line()))
+                    .unwrap_or_default(),
             r.residual.what,
             r.residual
                 .node

@@ -607,6 +607,9 @@ pub(crate) enum Mode {
     /// `--lazy --hold`: the pages missing from the image are provided before
     /// the process runs (see [`Held`]).
     Held,
+    /// `--lazy --skeleton`: held until brought up to the image of the stop
+    /// (see [`HeldSkeleton`]).
+    Skeleton,
 }
 
 /// A `pmig restore` process and its stdin. Dropped, its stdin closes (a
@@ -724,6 +727,7 @@ fn restore_command(
             Mode::Full => &[][..],
             Mode::Lazy => &["--lazy"][..],
             Mode::Held => &["--lazy", "--hold"][..],
+            Mode::Skeleton => &["--lazy", "--skeleton"][..],
         })
         .arg("--stdin")
         .arg(&stdin)
@@ -914,6 +918,120 @@ impl Held<'_> {
             return Err(restore_failure(&self.err));
         }
         Ok(resumed_ns)
+    }
+}
+
+/// A skeleton restored by `pmig restore --skeleton` and held stopped at the
+/// end of its plan until the image of the stop comes (see
+/// `pmig_engine::skeleton`). Dropped without [`HeldSkeleton::bring_up`],
+/// the restore reads end-of-file and kills it: it never ran.
+pub(crate) struct HeldSkeleton<'a> {
+    helper: Helper<'a>,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    err: ErrLog,
+    out: PathBuf,
+    /// The skeleton's pid.
+    pub pid: i32,
+}
+
+/// Why a skeleton did not run.
+pub(crate) enum NotBrought {
+    /// It could not follow the process's changes (one line why); it was
+    /// killed, and the image of the stop is to be restored instead.
+    Stale(String),
+    /// It failed otherwise (one line why).
+    Failed(String),
+}
+
+/// Starts `pmig restore --skeleton` on the image in `dir` (verified here
+/// first) and returns once the skeleton is held.
+pub(crate) fn start_skeleton<'a>(
+    d: &Destination<'a>,
+    dir: &Path,
+) -> std::result::Result<HeldSkeleton<'a>, (u32, String)> {
+    pmig_image::Image::open_verified(dir).map_err(|e| {
+        (
+            code::BAD_IMAGE,
+            format!("the skeleton's image failed verification: {e}"),
+        )
+    })?;
+    let (mut cmd, out, err) = restore_command(d, dir, Mode::Skeleton)?;
+    cmd.stdin(Stdio::piped());
+    let mut child = d.host.spawn(&mut cmd).map_err(|e| {
+        (
+            code::RESTORE_FAILED,
+            format!("cannot run pmig restore: {e}"),
+        )
+    })?;
+    let stdin = child.stdin.take();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let helper = Helper {
+        host: d.host,
+        child: Some(child),
+        stdin,
+    };
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(&mut stdout, &mut line);
+    if line.trim().is_empty() {
+        // It failed before the skeleton was complete: its error says why.
+        drop(helper);
+        log_restore_timing(&err);
+        return Err((code::RESTORE_FAILED, restore_failure(&err)));
+    }
+    let r = parse_restored(&line)?;
+    Ok(HeldSkeleton {
+        helper,
+        stdout,
+        err,
+        out,
+        pid: r.pid,
+    })
+}
+
+impl HeldSkeleton<'_> {
+    /// Brings the skeleton up to the image of the stop in `dir`, verified
+    /// by the caller, and lets it run: what [`restore_from`] would have
+    /// started, or why not.
+    pub(crate) fn bring_up(mut self, dir: &Path) -> std::result::Result<Started, NotBrought> {
+        let mut stdin = self
+            .helper
+            .stdin
+            .take()
+            .ok_or_else(|| NotBrought::Failed("pmig restore is gone".into()))?;
+        let line = format!("final-verified {}\n", dir.display());
+        if let Err(e) = stdin.write_all(line.as_bytes()) {
+            return Err(NotBrought::Failed(format!("bring the skeleton up: {e}")));
+        }
+        drop(stdin);
+        let mut json = String::new();
+        let _ = self.stdout.read_to_string(&mut json);
+        let eof_ns = mono_ns();
+        mark("dst: skeleton's restore output read");
+        let mut child = self.helper.child.take().expect("the restore runs");
+        let st = self.helper.host.wait(&mut child);
+        log_restore_timing(&self.err);
+        let stale = json
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+            .find_map(|v| v["stale"].as_str().map(str::to_string));
+        if let Some(why) = stale {
+            return Err(NotBrought::Stale(why));
+        }
+        match st {
+            Ok(s) if s.success() => {}
+            Ok(_) => return Err(NotBrought::Failed(restore_failure(&self.err))),
+            Err(e) => return Err(NotBrought::Failed(format!("waiting for pmig restore: {e}"))),
+        }
+        let r = parse_restored(&json).map_err(|(_, e)| NotBrought::Failed(e))?;
+        tracing::info!(
+            "skeleton {} brought up and running; its terminal/pipe stdio goes to {}",
+            r.pid,
+            self.out.display()
+        );
+        Ok(Started {
+            resumed_ns: resumed_at(reported_resume(&json), eof_ns),
+            ..r
+        })
     }
 }
 

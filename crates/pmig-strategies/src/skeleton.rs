@@ -1,0 +1,308 @@
+//! Skeletons: the process restored at the destination before it stops
+//! (post-copy, ampom; protocol 11, docs/protocol.md §6.3i). See
+//! `pmig_engine::skeleton` for what a skeleton is and how it is brought up.
+//!
+//! Source, at the end of the preparation ([`offer`]): a primed holder
+//! captures the process once while it runs (a freeze of about a
+//! millisecond or two, reported as the skeleton's `pause_ms`) and stays
+//! primed for the stop; that image goes to the destination as `Skeleton`
+//! and the destination answers `SkeletonReady` once the skeleton is held.
+//! At the stop the holder captures as it always does, keeping the pages the
+//! first capture kept, and the image goes as usual; the destination says
+//! `SkeletonUsed` before `Restored`.
+//!
+//! Destination ([`receive`], [`start`]): the skeleton's image (composed
+//! with the private copies of file mappings received before it, if any) is
+//! restored by `pmig restore --skeleton` and held; at the stop it is
+//! brought up to the image of the stop. One that cannot follow the
+//! process's changes is killed, and the image of the stop is restored the
+//! ordinary way: the migration then takes as long as without a skeleton,
+//! and nothing else changes.
+//!
+//! Nothing here loses a process: until the stop the source runs on (a
+//! failure before it resumes it as always), and a held skeleton whose
+//! daemon or source goes away reads the end of its input and is killed
+//! without having run.
+
+use crate::clock::{mark, ms_between};
+use crate::error::{io_err, Result, StrategyError};
+use crate::holder::{CaptureMode, Primed};
+use crate::post_copy::read_image;
+use crate::pre_copy::{compose, FINAL_DIR};
+use crate::report::SkeletonUse;
+use crate::stop_copy::{
+    receive_image_after, restore_from, send_image, start_skeleton, HeldSkeleton, NotBrought,
+    Started,
+};
+use crate::{Destination, Source};
+use pmig_engine::pagestore::PageStore;
+use pmig_proto::{code, Msg};
+use std::path::{Path, PathBuf};
+
+/// Where the source's holder writes the skeleton's image, in the staging
+/// directory.
+const SKELETON_DIR: &str = "skeleton";
+/// Where the destination receives it when private copies came before it
+/// (the composed image then goes into the staging directory itself).
+const SKELETON_IN_DIR: &str = "skeleton-in";
+/// Where the destination composes the image of the stop with the private
+/// copies when a stale skeleton has used them up.
+const FALLBACK_DIR: &str = "fallback";
+
+/// Source, the end of the preparation (see the module's documentation):
+/// with a version-11 destination, captures the process into a skeleton with
+/// a holder primed for `mode`, sends it, and waits until the destination
+/// holds it or says why not. The holder stays in `m.primed` for the stop.
+/// An error is the migration's (the process runs on, untouched but for
+/// the pause).
+pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
+    if m.ch.peer().version < pmig_proto::msg::SKELETON {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&m.staging)
+        .map_err(io_err(format!("create {}", m.staging.display())))?;
+    let dir = m.staging.join(SKELETON_DIR);
+    let mut primed = Primed::start(m.host, m.pid, &m.staging, mode)?;
+    let c = primed.precapture(&dir)?;
+    m.primed = Some(primed);
+    let pause_ms = ms_between(c.frozen_ns, c.captured_ns);
+    mark("src: skeleton captured");
+    tracing::info!(
+        "process {}: captured for its skeleton (paused {pause_ms:.2} ms)",
+        m.pid
+    );
+    m.ch.queue(&Msg::Skeleton { id: m.id }, &[])?;
+    m.count(16);
+    send_image(m, &dir)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (ready, why) = match m.recv("SkeletonReady")? {
+        Msg::SkeletonReady { id, ready, why } if id == m.id => (ready, why),
+        other => {
+            return Err(StrategyError::Protocol {
+                node: m.peer.clone(),
+                what: format!("expected SkeletonReady, got {}", other.kind()),
+            })
+        }
+    };
+    mark("src: skeleton held");
+    if !ready {
+        tracing::info!("{} holds no skeleton of process {}: {why}", m.peer, m.pid);
+    }
+    m.skeleton = Some(SkeletonUse {
+        used: false,
+        pause_ms,
+        why_not: (!ready).then_some(why),
+    });
+    if ready && m.host.hooks().hold_skeleton {
+        let f = m.host.state_dir().join("release-skeleton");
+        tracing::warn!(
+            "test hook: the stop of migration {} waits for {}",
+            m.id,
+            f.display()
+        );
+        crate::await_release(&f);
+    }
+    Ok(())
+}
+
+/// Source, after the image of the stop: a destination that holds a
+/// skeleton says whether it ran it (`SkeletonUsed`).
+pub(crate) fn outcome(m: &mut Source) -> Result<()> {
+    let Some(k) = m.skeleton.as_mut().filter(|k| k.why_not.is_none()) else {
+        return Ok(());
+    };
+    match m.ch.recv()? {
+        Msg::SkeletonUsed { id, used, why } if id == m.id => {
+            k.used = used;
+            if !used {
+                tracing::info!(
+                    "{} did not run the skeleton of process {}: {why}",
+                    m.peer,
+                    m.pid
+                );
+                k.why_not = Some(why);
+            }
+            Ok(())
+        }
+        Msg::Error { code, text } => Err(StrategyError::Refused {
+            node: m.peer.clone(),
+            code,
+            text,
+        }),
+        other => Err(StrategyError::Protocol {
+            node: m.peer.clone(),
+            what: format!("expected SkeletonUsed, got {}", other.kind()),
+        }),
+    }
+}
+
+/// A skeleton offered to the destination: held (unless it could not be
+/// built), and where its image is.
+pub(crate) struct Offered<'a> {
+    held: Option<HeldSkeleton<'a>>,
+    /// The image it was restored from (composed with the private copies
+    /// of file mappings when `composed`).
+    pre: PathBuf,
+    composed: bool,
+}
+
+/// Destination, on `Skeleton`: receives the image that follows, composes
+/// it with `store` (the private copies of file mappings received before,
+/// if any), restores it as a skeleton, and answers `SkeletonReady`. A
+/// skeleton that cannot be built is no error of the migration: the answer
+/// says why, and the process is then restored from the image of the stop.
+pub(crate) fn receive<'a>(
+    d: &mut Destination<'a>,
+    store: Option<PageStore>,
+) -> Result<Offered<'a>> {
+    let staging = d.staging.clone();
+    let composed = store.is_some();
+    let dir = staging.join(if composed {
+        SKELETON_IN_DIR
+    } else {
+        SKELETON_DIR
+    });
+    std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+    receive_image_after(d, &dir, None)?;
+    mark("dst: skeleton received");
+    let pre = match store {
+        Some(store) => {
+            let r = compose(store, &dir);
+            let _ = std::fs::remove_dir_all(&dir);
+            if let Err(e) = r {
+                return Err(crate::pre_copy::cannot_compose(d, e));
+            }
+            staging.clone()
+        }
+        None => dir,
+    };
+    let (held, why) = match start_skeleton(d, &pre) {
+        Ok(held) => {
+            tracing::info!(
+                "holding a skeleton of process {} ({}) from {} as pid {}",
+                d.offer.pid,
+                d.offer.comm,
+                d.peer,
+                held.pid
+            );
+            (Some(held), String::new())
+        }
+        Err((_, e)) => {
+            tracing::warn!(
+                "no skeleton of process {} ({}) from {}: {e}",
+                d.offer.pid,
+                d.offer.comm,
+                d.peer
+            );
+            (None, e)
+        }
+    };
+    mark("dst: skeleton held");
+    d.ch.send(&Msg::SkeletonReady {
+        id: d.offer.id,
+        ready: held.is_some(),
+        why: why.chars().take(pmig_proto::msg::MAX_ERROR_TEXT).collect(),
+    })?;
+    Ok(Offered {
+        held,
+        pre,
+        composed,
+    })
+}
+
+/// Destination, once the image of the stop is in `fin` (and verified):
+/// brings the skeleton up to it, or, if there is none or that cannot be,
+/// restores that image the ordinary way; a held skeleton's source is told
+/// which (`SkeletonUsed`, queued ahead of `Restored`). Returns what runs
+/// and the directory of its image.
+pub(crate) fn start(
+    d: &mut Destination,
+    offered: Offered,
+    fin: &Path,
+) -> std::result::Result<(Started, PathBuf), (u32, String)> {
+    let Offered {
+        held,
+        pre,
+        composed,
+    } = offered;
+    if d.hooks.fail_restore {
+        // Dropped, the held skeleton is killed, as a failed restore's
+        // process would be.
+        return Err((
+            code::RESTORE_FAILED,
+            "restore failed: test hook fail-restore".into(),
+        ));
+    }
+    let why = match held.map(|h| h.bring_up(fin)) {
+        None => None,
+        Some(Ok(started)) => {
+            mark("dst: skeleton brought up");
+            let _ = d.ch.queue(
+                &Msg::SkeletonUsed {
+                    id: d.offer.id,
+                    used: true,
+                    why: String::new(),
+                },
+                &[],
+            );
+            return Ok((started, fin.to_path_buf()));
+        }
+        Some(Err(NotBrought::Stale(why))) => {
+            tracing::info!(
+                "the skeleton of process {} is out of date ({why}): restoring the image of the stop",
+                d.offer.comm
+            );
+            Some(why)
+        }
+        Some(Err(NotBrought::Failed(e))) => {
+            tracing::warn!(
+                "the skeleton of process {} failed ({e}): restoring the image of the stop",
+                d.offer.comm
+            );
+            Some(e)
+        }
+    };
+    let dir = full_image(d, &pre, composed, fin).map_err(|e| (code::BAD_IMAGE, e.to_string()))?;
+    if let Some(why) = why {
+        let _ = d.ch.queue(
+            &Msg::SkeletonUsed {
+                id: d.offer.id,
+                used: false,
+                why: why.chars().take(pmig_proto::msg::MAX_ERROR_TEXT).collect(),
+            },
+            &[],
+        );
+    }
+    let started = restore_from(d, &dir, true)?;
+    Ok((started, dir))
+}
+
+/// The image of the stop as the ordinary restore wants it: `fin` itself,
+/// or, when the private copies of file mappings went into the skeleton's
+/// image (`composed`, in `pre`), `fin` composed with that image's pages.
+pub(crate) fn full_image(
+    d: &mut Destination,
+    pre: &Path,
+    composed: bool,
+    fin: &Path,
+) -> Result<PathBuf> {
+    if !composed {
+        return Ok(fin.to_path_buf());
+    }
+    let dir = d.staging.join(FALLBACK_DIR);
+    std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+    let mut store = PageStore::create(&dir)?;
+    let img = pmig_image::Image::open(pre).map_err(|e| StrategyError::Other(e.to_string()))?;
+    let pi = read_image(pre)?;
+    store.absorb(&img, &pi)?;
+    compose(store, fin)?;
+    mark("dst: image of the stop composed");
+    d.composed = Some(dir.clone());
+    Ok(dir)
+}
+
+/// Destination: the directory the image of the stop goes into when a
+/// skeleton was offered.
+pub(crate) fn final_dir(d: &Destination) -> PathBuf {
+    d.staging.join(FINAL_DIR)
+}
