@@ -116,15 +116,11 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
     compare_part("open files' inodes", &pre.file_ids, &fin.file_ids)?;
     compare_part("mapped files' inodes", &pre.mapped_ids, &fin.mapped_ids)?;
-    // These apply what changed. Memory first: the pages of the stop,
-    // which the thread descriptors' ids are then written into.
-    Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
-    Threads::update(
-        &pre.threads,
-        &fin.threads,
-        same(&pre.threads, &fin.threads),
-        cx,
-    )?;
+    // These apply what changed: the descriptors, signals, timers and
+    // threads first (their comparisons are the likelier to find the
+    // skeleton stale), then the pages of the stop, which the thread
+    // descriptors' ids are written into last.
+    Files::update(&pre.files, &fin.files, same(&pre.files, &fin.files), cx)?;
     Signals::update(
         &pre.signals,
         &fin.signals,
@@ -132,7 +128,13 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
         cx,
     )?;
     Timers::update(&pre.timers, &fin.timers, same(&pre.timers, &fin.timers), cx)?;
-    Files::update(&pre.files, &fin.files, same(&pre.files, &fin.files), cx)?;
+    Threads::update(
+        &pre.threads,
+        &fin.threads,
+        same(&pre.threads, &fin.threads),
+        cx,
+    )?;
+    Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
     let n = crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some())?;
     if n > 0 {
         tracing::debug!(
