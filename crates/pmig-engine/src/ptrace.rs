@@ -531,12 +531,14 @@ impl Frozen {
         {
             return self.run_stub(idx, calls);
         }
-        let mut gadget = self.gadget()?;
         let tid = self.threads[idx].tid;
         let saved = sys::get_regs(tid)?;
         let mut out = Vec::with_capacity(calls.len());
         let res = (|| -> Result<()> {
             for (nr, args) in calls {
+                // Looked for again only when a call needs it (one that
+                // unmapped the last one's memory may be the last call).
+                let gadget = self.gadget()?;
                 let mut r = saved;
                 r.rax = *nr as u64;
                 r.orig_rax = u64::MAX; // no syscall restart on the way out
@@ -579,7 +581,6 @@ impl Frozen {
                 // The instruction may be gone with the memory it was in.
                 if *nr == libc::SYS_munmap && gadget >= a(0) && gadget - a(0) < a(1) {
                     self.gadget = None;
-                    gadget = self.gadget()?;
                 }
             }
             Ok(())
@@ -685,6 +686,7 @@ impl Frozen {
     pub fn detach(mut self) -> Result<()> {
         self.detached = true;
         let parked = self.park_all();
+        crate::timing::mark("detach: parked");
         self.restore_masks();
         // Queued while every thread is held: the first thing each does once
         // let go is to take it and stop, before any instruction of its own.

@@ -752,6 +752,7 @@ fn restore_image_held(
             crate::skeleton::bring_up(pi, &fin, &mut cx)?;
             mark("skeleton: brought up");
             Memory::finish(&fin.memory, &mut cx.finish())?;
+            mark("skeleton: restorer area removed");
         } else if let Hold::Release(release) = hold {
             release(&r)?;
             mark("restore: released");
