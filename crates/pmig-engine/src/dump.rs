@@ -82,6 +82,20 @@ pub fn capture_with(
     filter: Option<&dyn crate::resources::memory::PageFilter>,
     aids: Aids,
 ) -> Result<(ProcessImage, bool)> {
+    // The capture injects calls into the process: on one CPU with it
+    // (see `Frozen::colocate`); its own affinity is captured.
+    frozen.colocate();
+    let r = capture_colocated(frozen, w, filter, aids);
+    frozen.release_cpu();
+    r
+}
+
+fn capture_colocated(
+    frozen: &mut Frozen,
+    w: &mut ImageWriter,
+    filter: Option<&dyn crate::resources::memory::PageFilter>,
+    aids: Aids,
+) -> Result<(ProcessImage, bool)> {
     let mut cx = Capture::new(frozen, w.pages());
     cx.filter = filter;
     cx.layout = aids.layout;

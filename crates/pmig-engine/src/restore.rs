@@ -651,6 +651,8 @@ fn restore_image_held(
         let tids = wait_for_traps(pid, pi.threads.threads.len(), &p)?;
         mark("restore: restorer done");
         let mut frozen = Frozen::adopt(pid, &tids);
+        // The finishing steps inject calls: on one CPU with them.
+        frozen.colocate();
         // Injected calls run in the restorer's code (still mapped) instead
         // of one found by reading the process's mappings.
         if let Some(g) = p.area.syscall_insn() {
@@ -727,7 +729,12 @@ fn restore_image_held(
             resumed_ns: 0,
         };
         if let Hold::Skeleton(bring) = hold {
-            let Some((dir, verify)) = bring(&r)? else {
+            // Not kept on one CPU while it waits: this program would then
+            // wait for that CPU when the image of the stop comes.
+            frozen.release_cpu();
+            let brought = bring(&r)?;
+            frozen.colocate();
+            let Some((dir, verify)) = brought else {
                 return Err(EngineError::Other(
                     "the skeleton was not brought up (no image of the stop): killed".into(),
                 ));

@@ -6,6 +6,7 @@ use crate::error::{unsupported, Ctx, EngineError, Result};
 use crate::procfs::{self, MapLine};
 use crate::sys;
 use libc::pid_t;
+use pmig_image::PagesWriter;
 use pmig_restorer::{Arg, Check};
 use serde::{Deserialize, Serialize};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -734,8 +735,7 @@ struct PageCopier<'p> {
     pid: pid_t,
     mem: std::fs::File,
     offset: u64,
-    full: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
-    empty: std::sync::mpsc::Receiver<Vec<u8>>,
+    sink: Sink<'p>,
     /// The buffer being filled, with the bytes of it planned so far.
     cur: Option<Vec<u8>>,
     fill: usize,
@@ -743,7 +743,22 @@ struct PageCopier<'p> {
     /// `cur[read..fill]`, in order.
     pending: Vec<(u64, usize)>,
     read: usize,
-    _p: std::marker::PhantomData<&'p ()>,
+}
+
+/// Where a [`PageCopier`]'s full buffers go.
+enum Sink<'p> {
+    /// To a writer thread, which sends them back once written.
+    Writer {
+        full: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+        empty: std::sync::mpsc::Receiver<Vec<u8>>,
+    },
+    /// Into the page data by the copying thread itself, the one buffer
+    /// used again: for a capture that fits one buffer, which a thread
+    /// would only make wait for its start and its end.
+    Inline {
+        pages: &'p mut PagesWriter,
+        spare: Option<Vec<u8>>,
+    },
 }
 
 const COPY_BUF: usize = 4 << 20;
@@ -762,7 +777,7 @@ pub fn touched_copy_buffer(touch: usize) -> Vec<u8> {
     std::hint::black_box(b)
 }
 
-impl PageCopier<'_> {
+impl<'p> PageCopier<'p> {
     fn new(
         pid: pid_t,
         mem: std::fs::File,
@@ -770,17 +785,43 @@ impl PageCopier<'_> {
         full: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
         empty: std::sync::mpsc::Receiver<Vec<u8>>,
     ) -> Self {
+        Self::with_sink(pid, mem, offset, Sink::Writer { full, empty })
+    }
+
+    /// A copier that writes `pages` itself, through `buf` (see [`Sink`]).
+    fn inline(pid: pid_t, mem: std::fs::File, pages: &'p mut PagesWriter, buf: Vec<u8>) -> Self {
+        let offset = pages.offset();
+        Self::with_sink(
+            pid,
+            mem,
+            offset,
+            Sink::Inline {
+                pages,
+                spare: Some(buf),
+            },
+        )
+    }
+
+    fn with_sink(pid: pid_t, mem: std::fs::File, offset: u64, sink: Sink<'p>) -> Self {
         PageCopier {
             pid,
             mem,
             offset,
-            full,
-            empty,
+            sink,
             cur: None,
             fill: 0,
             pending: Vec::new(),
             read: 0,
-            _p: Default::default(),
+        }
+    }
+
+    /// An empty buffer to fill.
+    fn take_buffer(&mut self) -> Result<Vec<u8>> {
+        match &mut self.sink {
+            Sink::Writer { empty, .. } => empty
+                .recv()
+                .map_err(|_| EngineError::Other("page writer stopped".into())),
+            Sink::Inline { spare, .. } => Ok(spare.take().unwrap_or_else(|| vec![0u8; COPY_BUF])),
         }
     }
 
@@ -795,11 +836,7 @@ impl PageCopier<'_> {
             let mut done = 0;
             while done < len {
                 if self.cur.is_none() {
-                    let buf = self
-                        .empty
-                        .recv()
-                        .map_err(|_| EngineError::Other("page writer stopped".into()))?;
-                    self.cur = Some(buf);
+                    self.cur = Some(self.take_buffer()?);
                 }
                 let n = (len - done).min((COPY_BUF - self.fill) as u64) as usize;
                 let at = addr + done;
@@ -866,10 +903,17 @@ impl PageCopier<'_> {
         if let Some(buf) = self.cur.take() {
             let n = std::mem::take(&mut self.fill);
             self.read = 0;
-            if n > 0 {
-                self.full
+            match &mut self.sink {
+                Sink::Writer { full, .. } if n > 0 => full
                     .send((buf, n))
-                    .map_err(|_| EngineError::Other("page writer stopped".into()))?;
+                    .map_err(|_| EngineError::Other("page writer stopped".into()))?,
+                Sink::Writer { .. } => {}
+                Sink::Inline { pages, spare } => {
+                    pages
+                        .write_all(&buf[..n])
+                        .ctx(|| "write page data".to_string())?;
+                    *spare = Some(buf);
+                }
             }
         }
         Ok(())
@@ -879,6 +923,49 @@ impl PageCopier<'_> {
     fn finish(&mut self) -> Result<()> {
         self.flush()
     }
+}
+
+/// Copies the `planned` runs of each mapping into `pages`, a second thread
+/// writing while this one reads (`first`: a buffer prepared before the
+/// stop, used first).
+fn copy_with_writer(
+    pid: pid_t,
+    mem: std::fs::File,
+    pages: &mut PagesWriter,
+    mut first: Option<Vec<u8>>,
+    planned: &mut [(Vma, Vec<(u64, u64)>)],
+) -> Result<()> {
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(3);
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    for _ in 0..4 {
+        empty_tx
+            .send(first.take().unwrap_or_else(|| vec![0u8; COPY_BUF]))
+            .expect("channel has room");
+    }
+    let offset = pages.offset();
+    let mut copier = PageCopier::new(pid, mem, offset, full_tx, empty_rx);
+    std::thread::scope(|sc| -> Result<()> {
+        let writer = sc.spawn(move || -> std::io::Result<()> {
+            for (buf, n) in full_rx {
+                pages.write_all(&buf[..n])?;
+                // The reader may be gone already; keep draining.
+                let _ = empty_tx.send(buf);
+            }
+            Ok(())
+        });
+        let res = (|| -> Result<()> {
+            for (vma, runs) in planned.iter_mut() {
+                copier.save(vma, runs)?;
+            }
+            copier.finish()
+        })();
+        drop(copier);
+        let w = writer
+            .join()
+            .map_err(|_| EngineError::Other("page writer panicked".into()))?;
+        res?;
+        w.ctx(|| "write page data".to_string())
+    })
 }
 
 fn short_read(at: u64) -> EngineError {
@@ -1137,15 +1224,6 @@ impl Resource for Memory {
             .ctx(|| format!("open /proc/{pid}/pagemap"))?;
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
             .ctx(|| format!("open /proc/{pid}/mem"))?;
-        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(3);
-        let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
-        let mut first = cx.copy_buffer.take().filter(|b| b.len() == COPY_BUF);
-        for _ in 0..4 {
-            empty_tx
-                .send(first.take().unwrap_or_else(|| vec![0u8; COPY_BUF]))
-                .expect("channel has room");
-        }
-        let mut copier = PageCopier::new(pid, mem, cx.pages.offset(), full_tx, empty_rx);
         // The stop after pages were sent while the process ran (pre-copy's
         // rounds, post-copy's private file copies): of the tracked ranges
         // only the pages written since come with the scan (without it,
@@ -1168,130 +1246,122 @@ impl Resource for Memory {
         let caller_filter = cx.filter;
         let defer = cx.defer_population;
         let apart = cx.written_apart && cx.written_since.is_some();
-        let pages = &mut *cx.pages;
-        let mut vmas = Vec::new();
         let mut vdso_lo = None;
         let mut vdso_hi = 0;
         let mut vdso_text = None;
         let mut mapped_ids = MappedIds::default();
-        let scanned = std::thread::scope(|sc| -> Result<()> {
-            let writer = sc.spawn(move || -> std::io::Result<()> {
-                for (buf, n) in full_rx {
-                    pages.write_all(&buf[..n])?;
-                    // The reader may be gone already; keep draining.
-                    let _ = empty_tx.send(buf);
+        // Each mapping with the page runs to save of it, then the copy.
+        let mut planned: Vec<(Vma, Vec<(u64, u64)>)> = Vec::new();
+        check_aliases(pid, &maps)?;
+        let mut file_ids: std::collections::HashMap<(String, u64), (FileId, (u64, u64))> =
+            std::collections::HashMap::new();
+        for m in &maps {
+            if m.path.starts_with("[vvar") || m.path == "[vdso]" {
+                vdso_lo.get_or_insert(m.start);
+                vdso_hi = m.end;
+                if m.path == "[vdso]" {
+                    vdso_text = Some(m.start);
                 }
-                Ok(())
-            });
-            let res = (|| -> Result<()> {
-                check_aliases(pid, &maps)?;
-                let mut file_ids: std::collections::HashMap<(String, u64), (FileId, (u64, u64))> =
-                    std::collections::HashMap::new();
-                for m in &maps {
-                    if m.path.starts_with("[vvar") || m.path == "[vdso]" {
-                        vdso_lo.get_or_insert(m.start);
-                        vdso_hi = m.end;
-                        if m.path == "[vdso]" {
-                            vdso_text = Some(m.start);
-                        }
-                        continue;
-                    }
-                    let Some(backing) = classify(pid, m)? else {
-                        continue;
-                    };
-                    let prot = (if m.read { libc::PROT_READ } else { 0 })
-                        | (if m.write { libc::PROT_WRITE } else { 0 })
-                        | (if m.exec { libc::PROT_EXEC } else { 0 });
-                    let file = match backing {
-                        Backing::PrivateFile | Backing::SharedFile => {
-                            // A file is mapped several times (a library's
-                            // text, data and read-only parts): one stat per
-                            // file, not per mapping.
-                            let key = (m.dev.clone(), m.inode);
-                            let (id, inode) = match file_ids.get(&key).filter(|_| m.inode != 0) {
-                                Some(known) => known.clone(),
-                                None => {
-                                    let via =
-                                        format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
-                                    let known = file_id_and_inode(&m.path, &via)?;
-                                    file_ids.insert(key, known.clone());
-                                    known
-                                }
-                            };
-                            mapped_ids.add(m.path.clone(), inode);
-                            Some(FileId {
-                                path: m.path.clone(),
-                                ..id
-                            })
-                        }
-                        _ => None,
-                    };
-                    let (advice, locked) = advice_of(&m.flags);
-                    if m.flags.iter().any(|f| f == "nr") {
-                        cx.memory_flags.noreserve.push(m.start);
-                    }
-                    let mut vma = Vma {
-                        start: m.start,
-                        end: m.end,
-                        prot,
-                        backing,
-                        growsdown: m.flags.iter().any(|f| f == "gd"),
-                        file,
-                        offset: m.offset,
-                        advice,
-                        locked,
-                        name: m.path.clone(),
-                        runs: Vec::new(),
-                        present: Vec::new(),
-                    };
-                    // Whether the scan made at the freeze covered this
-                    // mapping: only then does it say which pages were
-                    // written since.
-                    let (present, scanned) = if defer && vma.deferrable() {
-                        // Not scanned at the stop: the source scans its
-                        // frozen copy after the handover.
-                        (vec![(m.start, m.end - m.start)], false)
-                    } else {
-                        match prescan.take(m.start, m.end, backing) {
-                            Some(r) => (r, true),
-                            None => (page_runs(&pagemap, m.start, m.end, backing)?, false),
+                continue;
+            }
+            let Some(backing) = classify(pid, m)? else {
+                continue;
+            };
+            let prot = (if m.read { libc::PROT_READ } else { 0 })
+                | (if m.write { libc::PROT_WRITE } else { 0 })
+                | (if m.exec { libc::PROT_EXEC } else { 0 });
+            let file = match backing {
+                Backing::PrivateFile | Backing::SharedFile => {
+                    // A file is mapped several times (a library's
+                    // text, data and read-only parts): one stat per
+                    // file, not per mapping.
+                    let key = (m.dev.clone(), m.inode);
+                    let (id, inode) = match file_ids.get(&key).filter(|_| m.inode != 0) {
+                        Some(known) => known.clone(),
+                        None => {
+                            let via = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+                            let known = file_id_and_inode(&m.path, &via)?;
+                            file_ids.insert(key, known.clone());
+                            known
                         }
                     };
-                    // Saving nothing of the tracked ranges needs no scan.
-                    let since = since.filter(|_| scanned || apart);
-                    // Writable private anonymous memory: the caller's filter
-                    // (a post-copy handover's pages), else the pages written
-                    // since; a file's private copies: the pages written
-                    // since. Shared memory and read-only anonymous pages are
-                    // always saved: left to the userfaultfd, a read-only area
-                    // came back as zeros after a post-copy (the mem scenario
-                    // moved between nodes); the cause is not understood yet
-                    // (UFFDIO_COPY itself works on a read-only area), so such
-                    // pages go with the state.
-                    let runs = match (backing, caller_filter.or(since)) {
-                        (Backing::Anon, Some(keep)) if vma.prot & libc::PROT_WRITE != 0 => {
-                            filter_runs(&present, keep)
-                        }
-                        (Backing::PrivateFile, _) => match since {
-                            Some(keep) => filter_runs(&present, keep),
-                            None => present.clone(),
-                        },
-                        _ => present.clone(),
-                    };
-                    vma.present = present;
-                    copier.save(&mut vma, &runs)?;
-                    vmas.push(vma);
+                    mapped_ids.add(m.path.clone(), inode);
+                    Some(FileId {
+                        path: m.path.clone(),
+                        ..id
+                    })
                 }
-                copier.finish()
-            })();
-            drop(copier);
-            let w = writer
-                .join()
-                .map_err(|_| EngineError::Other("page writer panicked".into()))?;
-            res?;
-            w.ctx(|| "write page data".to_string())
-        });
-        scanned?;
+                _ => None,
+            };
+            let (advice, locked) = advice_of(&m.flags);
+            if m.flags.iter().any(|f| f == "nr") {
+                cx.memory_flags.noreserve.push(m.start);
+            }
+            let mut vma = Vma {
+                start: m.start,
+                end: m.end,
+                prot,
+                backing,
+                growsdown: m.flags.iter().any(|f| f == "gd"),
+                file,
+                offset: m.offset,
+                advice,
+                locked,
+                name: m.path.clone(),
+                runs: Vec::new(),
+                present: Vec::new(),
+            };
+            // Whether the scan made at the freeze covered this
+            // mapping: only then does it say which pages were
+            // written since.
+            let (present, scanned) = if defer && vma.deferrable() {
+                // Not scanned at the stop: the source scans its
+                // frozen copy after the handover.
+                (vec![(m.start, m.end - m.start)], false)
+            } else {
+                match prescan.take(m.start, m.end, backing) {
+                    Some(r) => (r, true),
+                    None => (page_runs(&pagemap, m.start, m.end, backing)?, false),
+                }
+            };
+            // Saving nothing of the tracked ranges needs no scan.
+            let since = since.filter(|_| scanned || apart);
+            // Writable private anonymous memory: the caller's filter
+            // (a post-copy handover's pages), else the pages written
+            // since; a file's private copies: the pages written
+            // since. Shared memory and read-only anonymous pages are
+            // always saved: left to the userfaultfd, a read-only area
+            // came back as zeros after a post-copy (the mem scenario
+            // moved between nodes); the cause is not understood yet
+            // (UFFDIO_COPY itself works on a read-only area), so such
+            // pages go with the state.
+            let runs = match (backing, caller_filter.or(since)) {
+                (Backing::Anon, Some(keep)) if vma.prot & libc::PROT_WRITE != 0 => {
+                    filter_runs(&present, keep)
+                }
+                (Backing::PrivateFile, _) => match since {
+                    Some(keep) => filter_runs(&present, keep),
+                    None => present.clone(),
+                },
+                _ => present.clone(),
+            };
+            vma.present = present;
+            planned.push((vma, runs));
+        }
+        crate::timing::mark("memory: pages scanned");
+        let total: u64 = planned.iter().flat_map(|(_, r)| r).map(|r| r.1).sum();
+        let first = cx.copy_buffer.take().filter(|b| b.len() == COPY_BUF);
+        if total <= COPY_BUF as u64 {
+            let buf = first.unwrap_or_else(|| vec![0u8; COPY_BUF]);
+            let mut copier = PageCopier::inline(pid, mem, cx.pages, buf);
+            for (vma, runs) in &mut planned {
+                copier.save(vma, runs)?;
+            }
+            copier.finish()?;
+        } else {
+            copy_with_writer(pid, mem, cx.pages, first, &mut planned)?;
+        }
+        let vmas: Vec<Vma> = planned.into_iter().map(|(v, _)| v).collect();
         crate::timing::mark("memory: pages scanned and copied");
         let st = procfs::stat_fields(pid)?;
         let f = |n| procfs::stat_field(&st, n);

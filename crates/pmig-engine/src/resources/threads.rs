@@ -238,7 +238,10 @@ impl Resource for Threads {
                     .to_string(),
                 timerslack: res[2].max(0) as u64,
                 nice,
-                affinity: affinity(tid)?,
+                affinity: match cx.frozen.affinity_of(i) {
+                    Some(a) => a.to_vec(),
+                    None => affinity(tid)?,
+                },
             });
         }
         Ok(ThreadsState { threads })
@@ -407,20 +410,10 @@ impl Resource for Threads {
             // any signal sent to it meanwhile, must not interrupt the
             // calls injected until then (a held restore's release).
             cx.frozen.set_mask_at_detach(i, th.sigmask)?;
-            // SAFETY: sched_setaffinity reads the mask we pass.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_sched_setaffinity,
-                    tid,
-                    th.affinity.len() * 8,
-                    th.affinity.as_ptr(),
-                )
-            };
-            if rc < 0 {
-                tracing::warn!(
-                    "thread {tid}: CPU affinity not restored: {}",
-                    std::io::Error::last_os_error()
-                );
+            // Likewise its affinity, if it is kept on the tracer's CPU
+            // meanwhile (`Frozen::colocate`).
+            if let Err(e) = cx.frozen.set_affinity_at_release(i, &th.affinity) {
+                tracing::warn!("thread {tid}: CPU affinity not restored: {e}");
             }
             // SAFETY: setpriority on one thread id.
             if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as u32, th.nice) } < 0 {
