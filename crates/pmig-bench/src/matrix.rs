@@ -427,6 +427,15 @@ pub struct Record {
     /// Apart from `stall_ms`, which may hold several faults in a row.
     #[serde(default = "nan")]
     pub fault_wait_max_ms: f64,
+    /// Whether the process that ran on the destination was restored ahead
+    /// of the stop (the report's `skeleton.used`; None: no skeleton tried).
+    #[serde(default)]
+    pub skeleton_used: Option<bool>,
+    /// How long the skeleton's capture paused the process during the
+    /// preparation (`skeleton.pause_ms`; NaN when none was tried): a pause
+    /// besides the stop.
+    #[serde(default = "nan")]
+    pub skeleton_pause_ms: f64,
     /// verify=ok and the checksum of the unmigrated run.
     pub self_check: bool,
     /// Wall time of the whole cell (start to DONE).
@@ -950,6 +959,12 @@ impl Run<'_> {
             .and_then(|w| w.get("max_ms"))
             .and_then(|v| v.as_f64())
             .unwrap_or(f64::NAN);
+        let skeleton = j.get("skeleton");
+        r.skeleton_used = skeleton.and_then(|k| k.get("used")).and_then(|v| v.as_bool());
+        r.skeleton_pause_ms = skeleton
+            .and_then(|k| k.get("pause_ms"))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(f64::NAN);
         let new_pid = j.get("new_pid").and_then(|v| v.as_i64());
         // Wait for the migrated workload to finish (it writes to the same file,
         // reopened on n2 at its offset).
@@ -1283,6 +1298,7 @@ impl Record {
             &mut self.max_pause_ms,
             &mut self.stall_ms,
             &mut self.fault_wait_max_ms,
+            &mut self.skeleton_pause_ms,
         ] {
             *x = f64::NAN;
         }
