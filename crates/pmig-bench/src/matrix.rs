@@ -960,7 +960,9 @@ impl Run<'_> {
             .and_then(|v| v.as_f64())
             .unwrap_or(f64::NAN);
         let skeleton = j.get("skeleton");
-        r.skeleton_used = skeleton.and_then(|k| k.get("used")).and_then(|v| v.as_bool());
+        r.skeleton_used = skeleton
+            .and_then(|k| k.get("used"))
+            .and_then(|v| v.as_bool());
         r.skeleton_pause_ms = skeleton
             .and_then(|k| k.get("pause_ms"))
             .and_then(|v| v.as_f64())

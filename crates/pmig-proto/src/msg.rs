@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 11: a post-copy or ampom source
+/// The protocol version this build speaks. 11: a post-copy, ampom,
+/// demand-paging or freeze-free source
 /// may capture the process while it runs and send that image first, as a
 /// skeleton (`Skeleton`, then the image's files), which the destination
 /// restores and holds ahead of the stop and answers with `SkeletonReady`

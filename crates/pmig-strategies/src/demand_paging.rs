@@ -73,7 +73,7 @@ impl Strategy for DemandPaging {
 
     fn prepare(&mut self, m: &mut Source) -> Result<()> {
         self.copies = None;
-        self.copies = FileCopies::prepare(m)?;
+        self.copies = FileCopies::prepare_with_skeleton(m)?;
         Ok(())
     }
 

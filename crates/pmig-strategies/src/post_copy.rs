@@ -538,6 +538,20 @@ impl FileCopies {
         })
     }
 
+    /// The whole preparation of the lazy strategies whose stop is a
+    /// handover capture (post-copy, ampom, demand-paging, freeze-free):
+    /// [`Self::prepare`], then the skeleton ([`crate::skeleton::offer`]),
+    /// captured as the stop will be.
+    pub(crate) fn prepare_with_skeleton(m: &mut Source) -> Result<Option<FileCopies>> {
+        let copies = FileCopies::prepare(m)?;
+        let mode = match &copies {
+            Some(c) => c.mode(m)?,
+            None => HANDOVER,
+        };
+        crate::skeleton::offer(m, &mode)?;
+        Ok(copies)
+    }
+
     /// Their handover: the stop saves, of the tracked mappings, the pages
     /// written since the copies went (or everything, without copies);
     /// captured or failed (and the process resumes), the tracking has then
@@ -574,12 +588,8 @@ impl Strategy for PostCopy {
 
     fn prepare(&mut self, m: &mut Source) -> Result<()> {
         self.copies = None;
-        self.copies = FileCopies::prepare(m)?;
-        let mode = match &self.copies {
-            Some(c) => c.mode(m)?,
-            None => HANDOVER,
-        };
-        crate::skeleton::offer(m, &mode)
+        self.copies = FileCopies::prepare_with_skeleton(m)?;
+        Ok(())
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {

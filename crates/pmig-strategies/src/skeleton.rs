@@ -1,5 +1,6 @@
 //! Skeletons: the process restored at the destination before it stops
-//! (post-copy, ampom; protocol 11, docs/protocol.md §6.3i). See
+//! (post-copy, ampom, demand-paging, freeze-free; protocol 11,
+//! docs/protocol.md §6.3i). See
 //! `pmig_engine::skeleton` for what a skeleton is and how it is brought up.
 //!
 //! Source, at the end of the preparation ([`offer`]): a primed holder
