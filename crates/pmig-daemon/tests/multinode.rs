@@ -1143,6 +1143,17 @@ fn rounds_report(rep: &serde_json::Value) {
     );
 }
 
+/// The dirtier ran from a skeleton built before the stop (protocol 11):
+/// between the two captures it changes only its registers and memory.
+fn skeleton_ran(rep: &serde_json::Value) {
+    let k = &rep["skeleton"];
+    assert_eq!(k["used"], true, "the skeleton did not run: {rep}");
+    assert!(
+        k["pause_ms"].as_f64().is_some_and(|p| p > 0.0),
+        "the skeleton's capture did not report its pause: {rep}"
+    );
+}
+
 /// Post-copy: the stop moved only the state; the memory moved after the resume,
 /// and the report says until when the source held pages.
 fn postcopy_report(rep: &serde_json::Value) {
@@ -1163,14 +1174,7 @@ fn postcopy_report(rep: &serde_json::Value) {
             .contains("all pages moved"),
         "residual not reported: {rep}"
     );
-    // It ran from a skeleton built before the stop (protocol 11): between
-    // the two captures the dirtier changes only its registers and memory.
-    let k = &rep["skeleton"];
-    assert_eq!(k["used"], true, "the skeleton did not run: {rep}");
-    assert!(
-        k["pause_ms"].as_f64().is_some_and(|p| p > 0.0),
-        "the skeleton's capture did not report its pause: {rep}"
-    );
+    skeleton_ran(rep);
     // How long its faults waited, as the destination measured them: one
     // count per remote fault whose page came (a page dropped while owed
     // has none).
@@ -1327,6 +1331,7 @@ fn demand_paging_report(rep: &serde_json::Value) {
     );
     assert!(rep["remote_faults"].is_u64(), "{rep}");
     assert!(rep["rounds"].as_u64().unwrap() <= 1, "{rep}");
+    skeleton_ran(rep);
     assert!(
         prep < 8 << 20,
         "{prep} bytes before the stop: more than the file copies: {rep}"
@@ -1407,6 +1412,7 @@ fn dirtier_and_python_move_around_three_nodes_with_freeze_free() {
 /// residual dependency and is removed once every page has been read (the
 /// report comes at the handover).
 fn freeze_free_report(rep: &serde_json::Value) {
+    skeleton_ran(rep);
     let b = &rep["bytes_per_phase"];
     let down = b["down"].as_u64().unwrap();
     assert!(
