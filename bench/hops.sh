@@ -75,8 +75,10 @@ for to in n2 n3 n1; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 b = d["bytes_per_phase"]
+k = d.get("skeleton")
+sk = "" if not k else ("  skeleton" if k.get("used") else f"  no skeleton ({k.get('why_not')})")
 print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  bytes before/at/after the stop "
-      f"{b['preparation']}/{b['down']}/{b['post']}")
+      f"{b['preparation']}/{b['down']}/{b['post']}{sk}")
 for n in d.get("notes", []):
     print(f"  note: {n}")
 PY

@@ -782,11 +782,30 @@ fn wait_for_go(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Option<Ready>
         }
         let line = line.trim();
         if let Some(to) = line.strip_prefix("precapture ") {
-            match precapture(pid, Path::new(to), mode, &mut ready) {
+            let mut got = precapture(pid, Path::new(to), mode, &mut ready);
+            // As at the stop: a state that passes in a moment (an event
+            // not yet read) is waited out a few times.
+            for _ in 0..BUSY_RETRIES {
+                if !matches!(
+                    got,
+                    Err(StrategyError::Engine(pmig_engine::EngineError::Busy { .. }))
+                ) {
+                    break;
+                }
+                std::thread::sleep(BUSY_WAIT);
+                mark("hold: busy, precapture again");
+                let _ = std::fs::remove_dir_all(to);
+                got = precapture(pid, Path::new(to), mode, &mut ready);
+            }
+            match got {
                 Ok(c) => say(&HolderMsg::Precaptured(c)),
                 Err(e) => {
+                    // The process runs on (the failed capture let it go);
+                    // the daemon gives the migration up, and this exits
+                    // without touching it again.
+                    say(&HolderMsg::Error(e.to_string()));
                     ready.writer.discard();
-                    return Err(e);
+                    return Ok(None);
                 }
             }
             continue;

@@ -64,7 +64,21 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
         .map_err(io_err(format!("create {}", m.staging.display())))?;
     let dir = m.staging.join(SKELETON_DIR);
     let mut primed = Primed::start(m.host, m.pid, &m.staging, mode)?;
-    let c = primed.precapture(&dir)?;
+    let c = match primed.precapture(&dir) {
+        Ok(c) => c,
+        Err(e) => {
+            // The process runs on, and its holder has gone: the stop
+            // captures it with a new one, and says whether it can be.
+            tracing::info!("process {}: no skeleton: {e}", m.pid);
+            let _ = std::fs::remove_dir_all(&dir);
+            m.skeleton = Some(SkeletonUse {
+                used: false,
+                pause_ms: 0.0,
+                why_not: Some(format!("its capture failed: {e}")),
+            });
+            return Ok(());
+        }
+    };
     m.primed = Some(primed);
     let pause_ms = ms_between(c.frozen_ns, c.captured_ns);
     mark("src: skeleton captured");

@@ -809,3 +809,103 @@ fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
         assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
     }
 }
+
+/// Event-loop state that moves on while a skeleton is held: on its first
+/// SIGUSR2 it re-arms its timerfd (one-shot in 60 s becomes every 30 s),
+/// adds 5 to its eventfd's count (2 before) and creates a file in the
+/// directory its inotify instance watches, reading that event itself. It
+/// says STEP; on its second SIGUSR2 it checks that the timer is the new
+/// one, the count 7, and that no inotify event is queued (the skeleton's
+/// instance saw the file come too, while it was held), then says PASS,
+/// or FAIL and why.
+const EVENTS: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+static volatile sig_atomic_t step;
+static void on_usr2(int s) { (void)s; step++; }
+int main(int argc, char **argv) {
+    (void)argc;
+    int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
+    struct itimerspec once = {{0, 0}, {60, 0}};
+    if (tfd < 0 || timerfd_settime(tfd, 0, &once, 0)) return 3;
+    int efd = eventfd(2, EFD_NONBLOCK);
+    int ifd = inotify_init1(IN_NONBLOCK);
+    if (efd < 0 || ifd < 0 || inotify_add_watch(ifd, argv[1], IN_CREATE) < 0) return 4;
+    sigset_t none;
+    sigemptyset(&none);
+    signal(SIGUSR2, on_usr2);
+    printf("READY\n");
+    fflush(stdout);
+    while (step < 1) sigsuspend(&none);
+    struct itimerspec every = {{30, 0}, {30, 0}};
+    if (timerfd_settime(tfd, 0, &every, 0)) return 5;
+    uint64_t five = 5;
+    if (write(efd, &five, 8) != 8) return 6;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/made", argv[1]);
+    int f = open(path, O_CREAT | O_WRONLY, 0600);
+    if (f < 0) return 7;
+    close(f);
+    char ev[4096];
+    for (int i = 0; i < 1000 && read(ifd, ev, sizeof ev) <= 0; i++) usleep(1000);
+    printf("STEP\n");
+    fflush(stdout);
+    while (step < 2) sigsuspend(&none);
+    char why[256] = "";
+    struct itimerspec now;
+    timerfd_gettime(tfd, &now);
+    if (now.it_interval.tv_sec != 30 || now.it_value.tv_sec > 30)
+        snprintf(why, sizeof why, "timerfd: interval %ld s, %ld s left",
+                 (long)now.it_interval.tv_sec, (long)now.it_value.tv_sec);
+    uint64_t count = 0;
+    if (!*why && (read(efd, &count, 8) != 8 || count != 7))
+        snprintf(why, sizeof why, "eventfd count %llu, want 7", (unsigned long long)count);
+    if (!*why && read(ifd, ev, sizeof ev) > 0)
+        snprintf(why, sizeof why, "an inotify event is queued");
+    printf("%s%s\n", *why ? "FAIL " : "PASS", why);
+    fflush(stdout);
+    return *why ? 1 : 0;
+}
+"#;
+
+/// A skeleton's timerfd, eventfd and inotify instance are brought up to
+/// the stop: the timer armed as the process last set it, the count it had,
+/// and no event the skeleton's own watch saw while it was held.
+#[test]
+fn a_skeletons_event_loop_descriptors_are_brought_up_to_the_stop() {
+    let _g = serial(&HEAVY);
+    let mut guard = Guard::new();
+    let watched = tempfile::tempdir().unwrap();
+    let w = watched.path().to_str().unwrap().to_string();
+    let (dir, mut child, src, mut out) = start_c_with("events", EVENTS, &[&w], &mut guard);
+    let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
+    first.detach().unwrap();
+    let outfile = dir.path().join("out.txt");
+    let opts = pmig_engine::RestoreOptions {
+        skeleton: true,
+        ..lazy_to(outfile.clone())
+    };
+    let mut stop = None;
+    let mut bring = |_: &pmig_engine::Restored| {
+        let (frozen, pi, stage) = change_and_capture(src, &mut out, &keep);
+        let dir = stage.path().to_path_buf();
+        stop = Some((frozen, pi, stage));
+        Ok(Some((dir, pmig_engine::Verify::Check)))
+    };
+    let r =
+        pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring)
+            .expect("the skeleton brought up");
+    guard.track_pid(r.pid);
+    let (frozen, pi, _stage) = stop.expect("the stop was captured");
+    fill_all(&r, &pi, src);
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(verdict(r.pid, &outfile), "PASS\n");
+}

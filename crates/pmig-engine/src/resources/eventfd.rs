@@ -62,6 +62,46 @@ pub fn preflight(pf: &mut Preflight, count: u64, semaphore: bool, flags: i32) ->
     pf.keep(fd)
 }
 
+/// Sets the count of the eventfd `fd` (a copy of a held skeleton's, whose
+/// count is `current`, since nothing else reads or writes it) to `want`:
+/// reads take the count to 0 (one read, or one per unit in semaphore
+/// mode), a write gives it the new one.
+pub fn set_count(
+    fd: &impl std::os::fd::AsRawFd,
+    current: u64,
+    want: u64,
+    semaphore: bool,
+) -> Result<()> {
+    const MOST_READS: u64 = 1 << 16;
+    let reads = match (current, semaphore) {
+        (0, _) => 0,
+        (_, false) => 1,
+        (n, true) if n <= MOST_READS => n,
+        (n, true) => {
+            return Err(crate::error::stale(format!(
+                "a semaphore eventfd's count changed from {n}"
+            )))
+        }
+    };
+    let mut v = [0u8; 8];
+    for _ in 0..reads {
+        // SAFETY: reading 8 bytes into our local; the count is not 0, so
+        // the read does not wait.
+        if unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 8) } != 8 {
+            return Err(errno_err("read an eventfd"));
+        }
+    }
+    if want > 0 {
+        let w = want.to_ne_bytes();
+        // SAFETY: writing 8 bytes from our local; the count is 0, so the
+        // write does not wait.
+        if unsafe { libc::write(fd.as_raw_fd(), w.as_ptr().cast(), 8) } != 8 {
+            return Err(errno_err(format!("set an eventfd's count to {want}")));
+        }
+    }
+    Ok(())
+}
+
 fn create(initial: u32, semaphore: bool, flags: i32) -> Result<OwnedFd> {
     let mut f = libc::EFD_CLOEXEC;
     if semaphore {

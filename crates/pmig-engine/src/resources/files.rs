@@ -354,6 +354,16 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     Err(what("this kind of file"))
 }
 
+/// Sets the offset of the open file behind `f` (shared with every
+/// descriptor of it) to `pos`.
+fn seek(f: &impl std::os::fd::AsRawFd, pos: u64) -> std::io::Result<()> {
+    // SAFETY: lseek on a descriptor the caller holds.
+    if unsafe { libc::lseek(f.as_raw_fd(), pos as i64, libc::SEEK_SET) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 impl Resource for Files {
     const PART: &'static str = "files";
     type State = FilesState;
@@ -483,19 +493,20 @@ impl Resource for Files {
         })
     }
 
-    /// The same descriptors of the same files; a file's offset (and
-    /// size) may have moved, and is set through a copy of the process's
-    /// descriptor, which shares it.
+    /// The same descriptors of the same files. What their kernel objects
+    /// hold may have moved on, and is set through a copy of the process's
+    /// descriptor (which shares it): a file's offset; a timerfd's settings,
+    /// time left and expirations not read (a skeleton's are created
+    /// disarmed, and armed here); an eventfd's count. An inotify
+    /// instance's queue is emptied: its events happened while the
+    /// skeleton was held (the source process saw them).
     fn update(
         pre: &FilesState,
         fin: &FilesState,
         same: bool,
         cx: &mut super::Update,
     ) -> Result<()> {
-        if same {
-            return Ok(());
-        }
-        let without_offsets = |s: &FilesState| {
+        let normal = |s: &FilesState| {
             let fds: Vec<_> = s
                 .fds
                 .iter()
@@ -506,6 +517,14 @@ impl Resource for Files {
                             pos: 0,
                             size: 0,
                         },
+                        FdKind::TimerFd(t) => FdKind::TimerFd(super::timerfd::TimerFd {
+                            clock: t.clock,
+                            ..Default::default()
+                        }),
+                        FdKind::EventFd { semaphore, .. } => FdKind::EventFd {
+                            count: 0,
+                            semaphore: *semaphore,
+                        },
                         k => k.clone(),
                     };
                     (f.fd, f.flags, f.cloexec, kind)
@@ -513,35 +532,33 @@ impl Resource for Files {
                 .collect();
             crate::skeleton::encode(&(&s.cwd, s.umask, fds))
         };
-        if without_offsets(pre) != without_offsets(fin) {
+        if !same && normal(pre) != normal(fin) {
             return Err(crate::error::stale("its open files changed"));
         }
         let mut pidfd = None;
         for (a, b) in pre.fds.iter().zip(&fin.fds) {
-            let (FdKind::File { pos: was, .. }, FdKind::File { pos, .. }) = (&a.kind, &b.kind)
-            else {
-                continue;
+            let needed = match (&a.kind, &b.kind) {
+                (FdKind::File { pos: was, .. }, FdKind::File { pos, .. }) => was != pos,
+                (FdKind::EventFd { count: was, .. }, FdKind::EventFd { count, .. }) => was != count,
+                (_, FdKind::TimerFd(_) | FdKind::Inotify { .. }) => true,
+                _ => false,
             };
-            if was == pos {
+            if !needed {
                 continue;
             }
             if pidfd.is_none() {
                 pidfd = Some(crate::sys::pidfd_open(cx.pid)?);
             }
             let f = crate::sys::pidfd_getfd(pidfd.as_ref().expect("just opened"), b.fd)?;
-            // SAFETY: lseek on a descriptor we own.
-            if unsafe {
-                libc::lseek(
-                    std::os::fd::AsRawFd::as_raw_fd(&f),
-                    *pos as i64,
-                    libc::SEEK_SET,
-                )
-            } < 0
-            {
-                return Err(crate::error::errno_err(format!(
-                    "fd {}: seek to {pos}",
-                    b.fd
-                )));
+            match (&a.kind, &b.kind) {
+                (_, FdKind::File { pos, .. }) => seek(&f, *pos)
+                    .map_err(|_| crate::error::errno_err(format!("fd {}: seek to {pos}", b.fd)))?,
+                (_, FdKind::TimerFd(t)) => super::timerfd::arm(&f, t)?,
+                (FdKind::EventFd { count: was, .. }, FdKind::EventFd { count, semaphore }) => {
+                    super::eventfd::set_count(&f, *was, *count, *semaphore)?
+                }
+                (_, FdKind::Inotify { .. }) => super::inotify::drain_queued(&f)?,
+                _ => {}
             }
         }
         Ok(())

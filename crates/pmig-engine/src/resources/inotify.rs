@@ -412,6 +412,39 @@ fn drain(fd: &OwnedFd) {
     }
 }
 
+/// Reads out the events queued on the inotify instance `fd` (a copy of a
+/// held skeleton's, which may be blocking): what happened to the watched
+/// files while the skeleton was held, which the process saw at its source,
+/// or will see there before its stop (one with events not yet read is not
+/// captured at all). Each read only once `poll` says one is queued.
+pub fn drain_queued(fd: &impl AsRawFd) -> Result<()> {
+    let mut buf = [0u8; 4096];
+    for _ in 0..65536 {
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one pollfd of ours, without waiting.
+        let r = unsafe { libc::poll(&mut p, 1, 0) };
+        if r < 0 {
+            return Err(errno_err("poll an inotify instance"));
+        }
+        if r == 0 || p.revents & libc::POLLIN == 0 {
+            return Ok(());
+        }
+        // SAFETY: read into our local buffer, at most its length; an event
+        // is queued, so the read does not wait.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr() as *mut _, buf.len()) };
+        if n <= 0 {
+            return Err(errno_err("read an inotify instance's events"));
+        }
+    }
+    Err(EngineError::Other(
+        "an inotify instance's events did not end".into(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

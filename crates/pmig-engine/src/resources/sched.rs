@@ -97,6 +97,30 @@ impl Resource for Sched {
     const PART: &'static str = "sched";
     type State = SchedState;
 
+    /// No change is followed; one in the number of threads is named as
+    /// such (this part is compared before the threads').
+    fn update(
+        pre: &SchedState,
+        fin: &SchedState,
+        same: bool,
+        _cx: &mut super::Update,
+    ) -> Result<()> {
+        if same {
+            return Ok(());
+        }
+        Err(crate::error::stale(
+            if pre.threads.len() != fin.threads.len() {
+                format!(
+                    "its threads changed ({} then, {} at the stop)",
+                    pre.threads.len(),
+                    fin.threads.len()
+                )
+            } else {
+                "its scheduling policy, priority or OOM score changed".to_string()
+            },
+        ))
+    }
+
     fn capture(cx: &mut Capture) -> Result<SchedState> {
         let mut threads = Vec::with_capacity(cx.n_threads());
         for t in &cx.frozen.threads {

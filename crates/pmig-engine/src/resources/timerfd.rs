@@ -156,6 +156,17 @@ pub fn preflight(pf: &mut Preflight, t: &TimerFd, flags: i32) -> Result<i32> {
     }
     // SAFETY: a fresh fd owned by nobody else.
     let fd = unsafe { OwnedFd::from_raw_fd(r) };
+    // A skeleton's timers are armed at its bring-up, as of the stop.
+    if !pf.opts.skeleton {
+        arm(&fd, t)?;
+    }
+    pf.keep(fd)
+}
+
+/// Arms the timerfd `fd` as `t` says, as of now (see [`TimerFd::at`]):
+/// the expirations that fell since its capture are counted as not read.
+/// Through a copy of a process's descriptor, this arms the process's.
+pub fn arm(fd: &impl AsRawFd, t: &TimerFd) -> Result<()> {
     let (left, ticks) = t.at(now_ns(libc::CLOCK_REALTIME)?);
     if left > 0 || t.interval_ns > 0 {
         let abs = t.settime_flags & libc::TFD_TIMER_ABSTIME != 0;
@@ -185,7 +196,7 @@ pub fn preflight(pf: &mut Preflight, t: &TimerFd, flags: i32) -> Result<i32> {
             )));
         }
     }
-    pf.keep(fd)
+    Ok(())
 }
 
 #[cfg(test)]
