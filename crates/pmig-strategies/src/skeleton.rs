@@ -32,8 +32,8 @@ use crate::post_copy::read_image;
 use crate::pre_copy::{compose, FINAL_DIR};
 use crate::report::SkeletonUse;
 use crate::stop_copy::{
-    receive_image_after, restore_from, send_image, start_skeleton, HeldSkeleton, NotBrought,
-    Started,
+    prespawn_restore, receive_image_after, restore_from, send_image, start_skeleton, HeldSkeleton,
+    NotBrought, Started,
 };
 use crate::{Destination, Source};
 use pmig_engine::pagestore::PageStore;
@@ -155,10 +155,10 @@ pub(crate) fn outcome(m: &mut Source) -> Result<()> {
 /// built), and where its image is.
 pub(crate) struct Offered<'a> {
     held: Option<HeldSkeleton<'a>>,
-    /// The image it was restored from (composed with the private copies
-    /// of file mappings when `composed`).
-    pre: PathBuf,
-    composed: bool,
+    /// When the private copies of file mappings went into the skeleton's
+    /// image: a page store that holds that image's pages already, which
+    /// the image of the stop is composed with if the skeleton is not used.
+    fallback: Option<PageStore>,
 }
 
 /// Destination, on `Skeleton`: receives the image that follows, composes
@@ -191,6 +191,20 @@ pub(crate) fn receive<'a>(
         }
         None => dir,
     };
+    // Ready in case the skeleton is not used: the store the image of the
+    // stop would then be composed with, and the restore that would run
+    // (started now: starting the program is a millisecond of the stop).
+    let fallback = match composed {
+        true => Some(fallback_store(d, &pre)?),
+        false => None,
+    };
+    let fallback_dir = match composed {
+        true => staging.join(FALLBACK_DIR),
+        false => final_dir(d),
+    };
+    // Started before the skeleton's restore, so that its own start is over
+    // before the stop.
+    prespawn_restore(d, &fallback_dir, true);
     let (held, why) = match start_skeleton(d, &pre) {
         Ok(held) => {
             tracing::info!(
@@ -218,11 +232,19 @@ pub(crate) fn receive<'a>(
         ready: held.is_some(),
         why: why.chars().take(pmig_proto::msg::MAX_ERROR_TEXT).collect(),
     })?;
-    Ok(Offered {
-        held,
-        pre,
-        composed,
-    })
+    Ok(Offered { held, fallback })
+}
+
+/// A page store in the staging directory's fallback directory that holds
+/// the pages of the image in `pre`.
+fn fallback_store(d: &Destination, pre: &Path) -> Result<PageStore> {
+    let dir = d.staging.join(FALLBACK_DIR);
+    std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+    let mut store = PageStore::create(&dir)?;
+    let img = pmig_image::Image::open(pre).map_err(|e| StrategyError::Other(e.to_string()))?;
+    let pi = read_image(pre)?;
+    store.absorb(&img, &pi)?;
+    Ok(store)
 }
 
 /// Destination, once the image of the stop is in `fin` (and verified):
@@ -235,11 +257,7 @@ pub(crate) fn start(
     offered: Offered,
     fin: &Path,
 ) -> std::result::Result<(Started, PathBuf), (u32, String)> {
-    let Offered {
-        held,
-        pre,
-        composed,
-    } = offered;
+    let Offered { held, fallback } = offered;
     if d.hooks.fail_restore {
         // Dropped, the held skeleton is killed, as a failed restore's
         // process would be.
@@ -277,7 +295,7 @@ pub(crate) fn start(
             Some(e)
         }
     };
-    let dir = full_image(d, &pre, composed, fin).map_err(|e| (code::BAD_IMAGE, e.to_string()))?;
+    let dir = full_image(d, fallback, fin).map_err(|e| (code::BAD_IMAGE, e.to_string()))?;
     if let Some(why) = why {
         let _ = d.ch.queue(
             &Msg::SkeletonUsed {
@@ -294,24 +312,15 @@ pub(crate) fn start(
 
 /// The image of the stop as the ordinary restore wants it: `fin` itself,
 /// or, when the private copies of file mappings went into the skeleton's
-/// image (`composed`, in `pre`), `fin` composed with that image's pages.
-pub(crate) fn full_image(
-    d: &mut Destination,
-    pre: &Path,
-    composed: bool,
-    fin: &Path,
-) -> Result<PathBuf> {
-    if !composed {
+/// image, `fin` composed with that image's pages (`fallback`, a store
+/// that holds them).
+fn full_image(d: &mut Destination, fallback: Option<PageStore>, fin: &Path) -> Result<PathBuf> {
+    let Some(store) = fallback else {
         return Ok(fin.to_path_buf());
-    }
-    let dir = d.staging.join(FALLBACK_DIR);
-    std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-    let mut store = PageStore::create(&dir)?;
-    let img = pmig_image::Image::open(pre).map_err(|e| StrategyError::Other(e.to_string()))?;
-    let pi = read_image(pre)?;
-    store.absorb(&img, &pi)?;
+    };
     compose(store, fin)?;
     mark("dst: image of the stop composed");
+    let dir = d.staging.join(FALLBACK_DIR);
     d.composed = Some(dir.clone());
     Ok(dir)
 }
