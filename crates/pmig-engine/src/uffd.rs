@@ -288,6 +288,14 @@ pub fn register_wp(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
     Ok(())
 }
 
+pub fn register_missing(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
+    let mut r = [start, len, UFFDIO_REGISTER_MODE_MISSING, 0u64];
+    ioctl(uffd, UFFDIO_REGISTER, r.as_mut_ptr(), || {
+        format!("register {start:#x}+{len:#x} for missing pages")
+    })?;
+    Ok(())
+}
+
 pub fn unregister(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
     let mut r = [start, len];
     ioctl(uffd, UFFDIO_UNREGISTER, r.as_mut_ptr(), || {

@@ -599,10 +599,13 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// Changes between the two captures of a skeleton migration: on its first
 /// SIGUSR2 it writes on (its file's offset moves), raises a blocked SIGUSR1
 /// (pending), arms a 60 s interval timer and rewrites a byte of every page
-/// of 4 MiB; with `action` it also gives SIGHUP a handler, with `map` it
-/// maps and fills 1 MiB more (two changes a skeleton cannot follow). It
-/// says STEP, and on its second SIGUSR2 checks all of it and says PASS, or
-/// FAIL and why.
+/// of 4 MiB. Then, as its second argument says, it changes its memory's
+/// layout as an allocator does (a skeleton follows): `map` maps and fills
+/// 1 MiB more, `heap` moves its program break 2 MiB up and fills that,
+/// `unmap` unmaps 1 MiB it mapped before, `protect` makes half of a 64 KiB
+/// mapping read-only; or it makes a change a skeleton cannot follow:
+/// `action` gives SIGHUP a handler, `file` maps a file. It says STEP, and
+/// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
 const CHANGER: &str = r#"
 #include <fcntl.h>
 #include <signal.h>
@@ -625,6 +628,11 @@ int main(int argc, char **argv) {
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
     if (fd < 0 || write(fd, "0123456789", 10) != 10) return 4;
     const char *change = argc > 2 ? argv[2] : "";
+    unsigned char *gone = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *half = mmap(0, 64 << 10, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (gone == MAP_FAILED || half == MAP_FAILED) return 3;
+    memset(gone, 1, 1 << 20);
+    memset(half, 2, 64 << 10);
     /* SIGUSR1 stays blocked throughout, its waits included: once raised
        it must be pending at the end. */
     sigset_t usr1;
@@ -642,10 +650,22 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i += 4096) a[i] ^= 0x5a;
     unsigned char *more = 0;
     if (!strcmp(change, "action")) signal(SIGHUP, on_hup);
+    unsigned char *heap = 0;
     if (!strcmp(change, "map")) {
         more = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (more == MAP_FAILED) return 6;
         memset(more, 9, 1 << 20);
+    }
+    if (!strcmp(change, "heap")) {
+        heap = sbrk(2 << 20);
+        if (heap == (void *)-1) return 6;
+        memset(heap, 8, 2 << 20);
+    }
+    if (!strcmp(change, "unmap") && munmap(gone, 1 << 20)) return 6;
+    if (!strcmp(change, "protect") && mprotect(half + (32 << 10), 32 << 10, PROT_READ)) return 6;
+    if (!strcmp(change, "file")) {
+        void *f = mmap(0, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (f == MAP_FAILED) return 6;
     }
     printf("STEP\n");
     fflush(stdout);
@@ -667,6 +687,31 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; more && i < (1 << 20) && !*why; i++)
         if (more[i] != 9) snprintf(why, sizeof why, "the new mapping differs at byte %zu", i);
+    for (size_t i = 0; heap && i < (2 << 20) && !*why; i++)
+        if (heap[i] != 8) snprintf(why, sizeof why, "the heap's new part differs at byte %zu", i);
+    if (!*why && heap && sbrk(0) != heap + (2 << 20))
+        snprintf(why, sizeof why, "the program break is %p, want %p", sbrk(0), (void *)(heap + (2 << 20)));
+    if (!*why && !strcmp(change, "unmap")) {
+        void *p2 = mmap(gone, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p2 != gone) snprintf(why, sizeof why, "the unmapped 1 MiB is mapped");
+    } else {
+        for (size_t i = 0; i < (1 << 20) && !*why; i++)
+            if (gone[i] != 1) snprintf(why, sizeof why, "a mapping differs at byte %zu", i);
+    }
+    for (size_t i = 0; i < (64 << 10) && !*why; i++)
+        if (half[i] != 2) snprintf(why, sizeof why, "the 64 KiB differ at byte %zu", i);
+    if (!*why && !strcmp(change, "protect")) {
+        /* Read-only now: mprotect to the same succeeds either way, so ask
+           the kernel through msync-free means: /proc/self/maps. */
+        char line[512], want[64];
+        snprintf(want, sizeof want, "%lx-", (unsigned long)(half + (32 << 10)));
+        FILE *m = fopen("/proc/self/maps", "r");
+        int ro = 0;
+        while (m && fgets(line, sizeof line, m))
+            if (!strncmp(line, want, strlen(want)) && !strncmp(strchr(line, ' ') + 1, "r--p", 4)) ro = 1;
+        if (m) fclose(m);
+        if (!ro) snprintf(why, sizeof why, "the protected half is not read-only");
+    }
     printf("%s%s\n", *why ? "FAIL " : "PASS", why);
     fflush(stdout);
     return *why ? 1 : 0;
@@ -723,8 +768,17 @@ fn verdict(pid: i32, outfile: &std::path::Path) -> String {
 #[test]
 fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
     let _g = serial(&HEAVY);
+    for change in ["none", "map", "heap", "unmap", "protect"] {
+        brought_up_after(change);
+    }
+}
+
+/// [`a_skeleton_is_brought_up_to_the_state_of_the_stop`] with the change
+/// of layout `change` (see [`CHANGER`]).
+fn brought_up_after(change: &str) {
     let mut guard = Guard::new();
-    let (dir, mut child, src, mut out) = start_c_with("changer", CHANGER, &["{dir}"], &mut guard);
+    let (dir, mut child, src, mut out) =
+        start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
     let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
     first.detach().unwrap();
     let outfile = dir.path().join("out.txt");
@@ -744,17 +798,17 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
     };
     let r =
         pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring)
-            .expect("the skeleton brought up");
+            .unwrap_or_else(|e| panic!("{change}: the skeleton not brought up: {e}"));
     guard.track_pid(r.pid);
     assert_eq!(r.pid, skeleton_pid, "the process that runs is the skeleton");
     let (frozen, pi, _stage) = stop.expect("the stop was captured");
     fill_all(&r, &pi, src);
     frozen.kill().unwrap();
     let _ = child.wait();
-    assert_eq!(verdict(r.pid, &outfile), "PASS\n");
+    assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
 }
 
-/// A change a skeleton cannot follow (a new signal action, a new mapping)
+/// A change a skeleton cannot follow (a new signal action, a file mapped)
 /// makes it stale: it is killed, having never run, and the capture of the
 /// stop restores the process the ordinary way.
 #[test]
@@ -762,7 +816,10 @@ fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
     let _g = serial(&HEAVY);
     for (change, why) in [
         ("action", "its signal actions changed"),
-        ("map", "its mappings changed"),
+        (
+            "file",
+            "a mapping of a file or of shared memory came or went",
+        ),
     ] {
         let mut guard = Guard::new();
         let (dir, mut child, src, mut out) =

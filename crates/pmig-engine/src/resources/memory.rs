@@ -925,6 +925,277 @@ impl<'p> PageCopier<'p> {
     }
 }
 
+/// What identifies a mapping for a skeleton: everything but its pages.
+fn vma_key(v: &Vma) -> Vec<u8> {
+    crate::skeleton::encode(&(
+        v.start,
+        v.end,
+        v.prot,
+        v.backing,
+        v.growsdown,
+        &v.file,
+        v.offset,
+        &v.advice,
+        v.locked,
+        &v.name,
+    ))
+}
+
+/// The layout of an address space: its mappings, mm fields and vDSO.
+fn layout_key(s: &MemoryState) -> Vec<u8> {
+    crate::skeleton::encode(&(
+        s.vmas.iter().map(vma_key).collect::<Vec<_>>(),
+        &s.mm,
+        s.vdso,
+        s.vdso_text,
+    ))
+}
+
+/// A mapping's attributes, for the ranges a skeleton's layout follows
+/// (see [`follow_layout`]).
+#[derive(Clone, PartialEq)]
+struct Attrs {
+    prot: i32,
+    backing: Backing,
+    growsdown: bool,
+    /// The file, offset, advice, lock and name, encoded: what the layout
+    /// follows only where it is the same.
+    rest: Vec<u8>,
+    /// Whether its pages come later through the userfaultfd.
+    later: bool,
+}
+
+/// The elementary ranges of two layouts: every boundary of either cuts;
+/// each range with the attributes it has in `pre` and in `fin` (None:
+/// unmapped there).
+fn layout_ranges(
+    pre: &[Vma],
+    fin: &[Vma],
+    lazy: bool,
+) -> Vec<(u64, u64, Option<Attrs>, Option<Attrs>)> {
+    let attrs = |v: &Vma, at: u64| Attrs {
+        prot: v.prot,
+        backing: v.backing,
+        growsdown: v.growsdown,
+        rest: crate::skeleton::encode(&(
+            &v.file,
+            v.file.as_ref().map(|_| v.offset + (at - v.start)),
+            &v.advice,
+            v.locked,
+            &v.name,
+        )),
+        later: lazy && v.comes_later(),
+    };
+    let mut cuts: Vec<u64> = pre
+        .iter()
+        .chain(fin)
+        .flat_map(|v| [v.start, v.end])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let find = |vs: &[Vma], at: u64| {
+        let i = vs.partition_point(|v| v.end <= at);
+        vs.get(i).filter(|v| v.start <= at).map(|v| attrs(v, at))
+    };
+    cuts.windows(2)
+        .map(|w| (w[0], w[1], find(pre, w[0]), find(fin, w[0])))
+        .filter(|(_, _, a, b)| a.is_some() || b.is_some())
+        .collect()
+}
+
+/// Makes a held skeleton's mappings those of `fin`, when they differ from
+/// `pre`'s only in private anonymous memory (what an allocator does: maps
+/// and unmaps memory, changes its protection, moves the program break).
+/// Range by range: what went is unmapped, what came is mapped, what
+/// changed protection is protected anew, the program break is moved with
+/// `brk`, each by a call made in the process; the userfaultfd's
+/// registrations follow (a registered range is let go of before it is
+/// unmapped: unmapped, it would stop the call until its event is read).
+/// Memory mapped in both captures stays mapped: it may hold what the
+/// restore set up (the thread's rseq area, its descriptor). Then the
+/// process's mappings are read back and must be `fin`'s. Anything else (a
+/// file mapped, unmapped or remapped, shared memory, other attributes, mm
+/// fields other than the break, a mapping where the restorer area lies) is
+/// stale.
+fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -> Result<()> {
+    let changed = || crate::error::stale("its mappings changed");
+    let mut a_mm = pre.mm.clone();
+    a_mm.brk = fin.mm.brk;
+    if crate::skeleton::encode(&(&a_mm, pre.vdso, pre.vdso_text))
+        != crate::skeleton::encode(&(&fin.mm, fin.vdso, fin.vdso_text))
+    {
+        return Err(changed());
+    }
+    let lazy = cx.uffd.is_some();
+    let ranges = layout_ranges(&pre.vmas, &fin.vmas, lazy);
+    // The program break's range, which `brk` maps or unmaps.
+    let page_up = |a: u64| (a + PAGE - 1) & !(PAGE - 1);
+    let brk_range = (pre.mm.brk != fin.mm.brk).then(|| {
+        let (a, b) = (page_up(pre.mm.brk), page_up(fin.mm.brk));
+        (a.min(b), a.max(b))
+    });
+    let in_brk = |s: u64, e: u64| brk_range.is_some_and(|(a, b)| s >= a && e <= b);
+    let anon = |x: &Option<Attrs>| x.as_ref().is_none_or(|a| a.backing == Backing::Anon);
+    let (area, area_len) = cx.area;
+    for (s, e, a, b) in &ranges {
+        let (Some(a), Some(b)) = (a, b) else {
+            if !anon(a) || !anon(b) {
+                return Err(crate::error::stale(
+                    "a mapping of a file or of shared memory came or went",
+                ));
+            }
+            if b.is_some() && *s < area + area_len && area < *e {
+                return Err(crate::error::stale(
+                    "a new mapping lies where the restorer was",
+                ));
+            }
+            continue;
+        };
+        let same_kind = a.backing == b.backing && a.growsdown == b.growsdown && a.rest == b.rest;
+        if !same_kind || (a.prot != b.prot && a.backing != Backing::Anon) {
+            return Err(crate::error::stale(format!(
+                "the mapping at {s:#x}-{e:#x} changed"
+            )));
+        }
+    }
+    let call = |cx: &mut super::Update, nr: i64, args: &[u64], what: &str| -> Result<i64> {
+        let r = cx.frozen.inject(0, nr, args)?;
+        if r < 0 {
+            return Err(crate::error::stale(format!(
+                "{what} at {:#x} in the skeleton: errno {}",
+                args[0], -r
+            )));
+        }
+        Ok(r)
+    };
+    // Registrations let go of first, then what went is unmapped.
+    for (s, e, a, b) in &ranges {
+        let was = a.as_ref().is_some_and(|a| a.later);
+        let will = b.as_ref().is_some_and(|b| b.later);
+        if let Some(u) = cx.uffd.filter(|_| was && !will) {
+            crate::uffd::unregister(u, *s, e - s)?;
+        }
+    }
+    for (s, e, _, b) in &ranges {
+        if b.is_none() && !in_brk(*s, *e) {
+            call(cx, libc::SYS_munmap, &[*s, e - s], "unmap")?;
+        }
+    }
+    if brk_range.is_some() {
+        let got = call(cx, libc::SYS_brk, &[fin.mm.brk], "move the program break")?;
+        if got as u64 != fin.mm.brk {
+            return Err(crate::error::stale(format!(
+                "the program break did not move to {:#x} in the skeleton",
+                fin.mm.brk
+            )));
+        }
+    }
+    for (s, e, a, b) in &ranges {
+        let Some(b) = b else { continue };
+        match a {
+            None if !in_brk(*s, *e) => {
+                let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+                if b.growsdown {
+                    flags |= libc::MAP_GROWSDOWN;
+                }
+                let got = call(
+                    cx,
+                    libc::SYS_mmap,
+                    &[*s, e - s, b.prot as u64, flags as u64, u64::MAX, 0],
+                    "map",
+                )?;
+                if got as u64 != *s {
+                    return Err(crate::error::stale(format!(
+                        "a new mapping could not be made at {s:#x} in the skeleton"
+                    )));
+                }
+            }
+            None => {
+                // Mapped by `brk`, with the heap's protection.
+            }
+            Some(a) if a.prot != b.prot => {
+                call(
+                    cx,
+                    libc::SYS_mprotect,
+                    &[*s, e - s, b.prot as u64],
+                    "protect",
+                )?;
+            }
+            Some(_) => {}
+        }
+    }
+    // New mappings take their advice and lock from the capture of the stop.
+    for v in fin.vmas.iter().filter(|v| v.backing == Backing::Anon) {
+        let came = ranges
+            .iter()
+            .any(|(s, e, a, _)| a.is_none() && *s >= v.start && *e <= v.end);
+        if !came {
+            continue;
+        }
+        for adv in &v.advice {
+            call(
+                cx,
+                libc::SYS_madvise,
+                &[v.start, v.len(), *adv as u64],
+                "advise",
+            )?;
+        }
+        if v.locked {
+            let flags = if lazy && v.comes_later() {
+                libc::MLOCK_ONFAULT as u64
+            } else {
+                0
+            };
+            call(cx, libc::SYS_mlock2, &[v.start, v.len(), flags], "lock")?;
+        }
+    }
+    for (s, e, a, b) in &ranges {
+        let was = a.as_ref().is_some_and(|a| a.later);
+        let will = b.as_ref().is_some_and(|b| b.later);
+        if let Some(u) = cx.uffd.filter(|_| will && !was) {
+            crate::uffd::register_missing(u, *s, e - s)?;
+        }
+    }
+    check_followed(cx.pid, fin, cx.area)
+}
+
+/// Whether the address space of `pid` is `fin`'s now (the restorer area
+/// and the vDSO aside): the same bytes mapped with the same protections
+/// (the kernel may have merged neighbours the source kept apart).
+fn check_followed(pid: pid_t, fin: &MemoryState, (area, area_len): (u64, u64)) -> Result<()> {
+    fn flatten(mut v: Vec<(u64, u64, i32)>) -> Vec<(u64, u64, i32)> {
+        v.sort_unstable();
+        let mut out: Vec<(u64, u64, i32)> = Vec::new();
+        for (s, e, p) in v {
+            match out.last_mut() {
+                Some(l) if l.1 == s && l.2 == p => l.1 = e,
+                _ => out.push((s, e, p)),
+            }
+        }
+        out
+    }
+    let vdso = fin.vdso.map(|(a, l)| (a, a + l));
+    let now: Vec<(u64, u64, i32)> = procfs::maps(pid)?
+        .into_iter()
+        .filter(|m| !(m.start >= area && m.end <= area + area_len))
+        .filter(|m| !vdso.is_some_and(|(a, e)| m.start >= a && m.end <= e))
+        .filter(|m| !is_special(&m.path) && m.start < TASK_END)
+        .map(|m| {
+            let p = (if m.read { libc::PROT_READ } else { 0 })
+                | (if m.write { libc::PROT_WRITE } else { 0 })
+                | (if m.exec { libc::PROT_EXEC } else { 0 });
+            (m.start, m.end, p)
+        })
+        .collect();
+    let want: Vec<(u64, u64, i32)> = fin.vmas.iter().map(|v| (v.start, v.end, v.prot)).collect();
+    if flatten(now) != flatten(want) {
+        return Err(crate::error::stale(
+            "its mappings changed in a way the skeleton could not follow",
+        ));
+    }
+    Ok(())
+}
+
 /// Copies the `planned` runs of each mapping into `pages`, a second thread
 /// writing while this one reads (`first`: a buffer prepared before the
 /// stop, used first).
@@ -1700,76 +1971,60 @@ impl Resource for Memory {
         Ok(())
     }
 
-    /// The mappings must be the same, and every page the skeleton holds
-    /// must be in `fin`, whose pages then replace them: through the
-    /// userfaultfd where a mapping's pages come later and the page is
-    /// still missing, else written through `/proc/PID/mem` (which, like a
-    /// debugger, writes read-only private memory too).
+    /// The mappings must be the same, or differ only in private anonymous
+    /// mappings, which are followed ([`follow_layout`]); every page the
+    /// skeleton holds must be in `fin`, whose pages then replace them:
+    /// through the userfaultfd where a mapping's pages come later and the
+    /// page is still missing, else written through `/proc/PID/mem` (which,
+    /// like a debugger, writes read-only private memory too).
     fn update(
         pre: &MemoryState,
         fin: &MemoryState,
         same: bool,
         cx: &mut super::Update,
     ) -> Result<()> {
-        use crate::skeleton::{covers, same as alike};
-        let layout = |s: &MemoryState| {
-            crate::skeleton::encode(&(
-                s.vmas
-                    .iter()
-                    .map(|v| {
-                        (
-                            v.start,
-                            v.end,
-                            v.prot,
-                            v.backing,
-                            v.growsdown,
-                            &v.file,
-                            v.offset,
-                            &v.advice,
-                            v.locked,
-                            &v.name,
-                        )
-                    })
-                    .collect::<Vec<_>>(),
-                &s.mm,
-                s.vdso,
-                s.vdso_text,
-            ))
-        };
-        if !same && layout(pre) != layout(fin) {
-            return Err(crate::error::stale("its mappings changed"));
-        }
+        use crate::skeleton::covers;
         let lazy = cx.uffd.is_some();
-        for (a, b) in pre.vmas.iter().zip(&fin.vmas) {
-            let later = lazy && a.comes_later();
-            let gone = |what: &str| {
-                crate::error::stale(format!(
-                    "{what} in {:#x}-{:#x} ({})",
-                    a.start,
-                    a.end,
-                    if a.name.is_empty() { "[anon]" } else { &a.name }
-                ))
-            };
-            if later != (lazy && b.comes_later()) {
-                return Err(gone("the pages that come later changed"));
-            }
-            let runs = |v: &Vma| v.runs.iter().map(|r| (r.addr, r.len)).collect::<Vec<_>>();
-            if later {
-                // The skeleton holds the first capture's pages of this
-                // mapping; the rest come through the userfaultfd.
-                if !alike(&a.present, &b.present) {
-                    return Err(gone("the populated pages changed"));
+        if !same && layout_key(pre) != layout_key(fin) {
+            follow_layout(pre, fin, cx)?;
+        }
+        // Every page the skeleton holds (its first capture's runs) that is
+        // still mapped must be replaced by the capture of the stop: in
+        // memory that comes later, by one of its pages; elsewhere by a
+        // page it still has (a private copy, an anonymous page), which is
+        // in its runs.
+        let mut now: Vec<(u64, u64)> = fin
+            .vmas
+            .iter()
+            .flat_map(|v| v.runs.iter().map(|r| (r.addr, r.len)))
+            .collect();
+        now.sort_unstable();
+        let present: Vec<(u64, u64)> = fin
+            .vmas
+            .iter()
+            .flat_map(|v| v.present.iter().copied())
+            .collect();
+        for a in &pre.vmas {
+            for r in &a.runs {
+                for b in fin
+                    .vmas
+                    .iter()
+                    .filter(|b| b.start < r.addr + r.len && r.addr < b.end)
+                {
+                    let s = r.addr.max(b.start);
+                    let held = [(s, (r.addr + r.len).min(b.end) - s)];
+                    let ok = if lazy && b.comes_later() {
+                        covers(&now, &held)
+                    } else {
+                        covers(&present, &held)
+                    };
+                    if !ok {
+                        return Err(crate::error::stale(format!(
+                            "a page held at {s:#x} ({}) is not in the capture of the stop",
+                            if b.name.is_empty() { "[anon]" } else { &b.name }
+                        )));
+                    }
                 }
-                let (mut held, mut now) = (runs(a), runs(b));
-                held.sort_unstable();
-                now.sort_unstable();
-                if !covers(&now, &held) {
-                    return Err(gone("a page held is not in the capture of the stop"));
-                }
-            } else if !covers(&b.present, &a.present) {
-                // A page the skeleton holds that the process dropped
-                // since (its private copy, or anonymous page, is gone).
-                return Err(gone("a populated page was dropped"));
             }
         }
         let mem = std::fs::OpenOptions::new()
