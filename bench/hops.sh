@@ -14,6 +14,8 @@
 # one the command writes to the file F of its directory (a process inside a
 # pipeline, or under a parent), and the output is compared AFTER seconds
 # (default 2) after that process ends, once the rest of the pipeline has.
+# With KEEP=DIR, a run whose output differs leaves the daemons' state
+# directories (their logs) and the program's stderr in DIR.
 set -u
 cd "$(dirname "$0")/.."
 B=${PMIG:-target/release/pmig}
@@ -104,5 +106,11 @@ if cmp -s "$tmp/out" "$tmp/ref"; then
     echo "output equals the unmigrated run's ($(wc -c <"$tmp/out") bytes)"
 else
     echo "OUTPUT DIFFERS from the unmigrated run:"; diff "$tmp/ref" "$tmp/out" | head -5; status=1
+    # With KEEP=DIR, what the daemons and the program said is kept there.
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP"
+        cp -r "$tmp/state" "$tmp/err" "$tmp/out" "$KEEP/" 2>/dev/null
+        echo "  logs kept in $KEEP"
+    fi
 fi
 exit $status
