@@ -604,12 +604,23 @@ impl LazyMemory {
                 Event::Fault { addr, .. } => faults.push(addr),
                 Event::Remove { start, end } | Event::Unmap { start, end } => {
                     st.log(Journal::DROPPED, start, end, 0);
+                    let before = st.stats.dropped_pages;
                     st.dropped(start, end);
+                    tracing::debug!(
+                        "{e:x?}: {} owed pages dropped",
+                        st.stats.dropped_pages - before
+                    );
                     uffd::wake(&self.uffd, start, end.saturating_sub(start))?;
                 }
                 Event::Remap { from, to, len } => {
                     st.log(Journal::REMAPPED, from, len, to);
+                    let (before, owed) = (st.stats.dropped_pages, st.owed.len());
                     st.remapped(from, to, len);
+                    tracing::debug!(
+                        "{e:x?}: {} owed pages dropped at the target, {} owed in all",
+                        st.stats.dropped_pages - before,
+                        owed
+                    );
                     uffd::wake(&self.uffd, from, len)?;
                 }
                 Event::Other(_) => {}
@@ -625,7 +636,12 @@ impl LazyMemory {
         let mut st = self.state.lock().unwrap();
         for &(a, l) in ranges {
             st.log(Journal::NOT_OWED, a, l, 0);
+            let before = st.stats.not_owed_pages;
             st.not_owed(a, l);
+            tracing::debug!(
+                "not owed: {a:#x}+{l:#x}, {} pages",
+                st.stats.not_owed_pages - before
+            );
         }
     }
 
@@ -715,6 +731,7 @@ impl LazyMemory {
             let page = faults[k] & !(PAGE - 1);
             match st.owed.src_at(page) {
                 Some(src) => {
+                    tracing::debug!("remote fault at {page:#x}");
                     st.stats.remote_faults += 1;
                     h.faults.push(src);
                     let now = std::time::Instant::now();
@@ -748,7 +765,10 @@ impl LazyMemory {
                         Err(e) => Err((e, k + 1)),
                     };
                     match r {
-                        Ok(true) => st.stats.zero_faults += 1,
+                        Ok(true) => {
+                            tracing::debug!("zero page at {page:#x}");
+                            st.stats.zero_faults += 1
+                        }
                         Ok(false) => {
                             let more = std::mem::take(&mut st.deferred);
                             faults.extend(more);
@@ -1098,6 +1118,74 @@ mod tests {
         drop((lm, _peek));
         // SAFETY: unmapping the test's mapping.
         unsafe { libc::munmap(base as *mut _, (16 * PAGE) as usize) };
+    }
+
+    /// A process that moves memory with owed pages (a `realloc` that
+    /// glibc does with `mremap`): the move is reported, the moved mapping
+    /// stays registered, and a fault at the new address asks for the page
+    /// of the old one. (pmig asked for the fork event instead of the remap
+    /// event: the kernel then dropped the moved mapping's registration, and
+    /// the owed pages read as zeros there.)
+    #[test]
+    fn memory_moved_with_owed_pages_keeps_them_owed_at_its_new_address() {
+        let Some((uffd, _peek, base)) = registered_here(8) else {
+            return;
+        };
+        let lm = LazyMemory::new(uffd, &[(base, 8 * PAGE)], vec![(base, 8 * PAGE)]);
+        // A place to move to, made free again just before the move.
+        let to = crate::resources::memory::anon_map((16 * PAGE) as usize) as u64;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mover = std::thread::spawn(move || {
+            // SAFETY: moving the test's own mapping onto the test's own
+            // reservation (MREMAP_FIXED replaces it).
+            let got = unsafe {
+                libc::mremap(
+                    base as *mut _,
+                    (8 * PAGE) as usize,
+                    (16 * PAGE) as usize,
+                    libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                    to as *mut libc::c_void,
+                )
+            };
+            tx.send(("moved", got as u64)).unwrap();
+            // SAFETY: reading page 3 of the moved mapping (served below).
+            let v = unsafe { std::ptr::read_volatile((to + 3 * PAGE + 5) as *const u8) };
+            tx.send(("read", v as u64)).unwrap();
+        });
+        // The move waits until its event is read; then the read faults.
+        let t0 = std::time::Instant::now();
+        let mut said = Vec::new();
+        let mut asked = Vec::new();
+        while asked.is_empty() {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "no fault came from the moved memory (the thread said {said:?})"
+            );
+            if lm.wait(10) {
+                asked.extend(lm.handle_events().unwrap().ask);
+            }
+            said.extend(rx.try_iter());
+        }
+        assert_eq!(
+            asked,
+            vec![base + 3 * PAGE],
+            "the fault asked for another page"
+        );
+        let mut page = vec![0u8; PAGE as usize];
+        page[5] = 0x5a;
+        assert_eq!(lm.install(base + 3 * PAGE, &page).unwrap(), 1);
+        while said.len() < 2 {
+            said.push(
+                rx.recv_timeout(std::time::Duration::from_secs(10))
+                    .expect("the moving thread was not answered"),
+            );
+        }
+        assert_eq!(said, vec![("moved", to), ("read", 0x5a)]);
+        mover.join().unwrap();
+        assert_eq!(lm.owed_pages(), 7);
+        drop((lm, _peek));
+        // SAFETY: unmapping the test's mapping.
+        unsafe { libc::munmap(to as *mut _, (16 * PAGE) as usize) };
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub const UFFDIO_REGISTER_MODE_MISSING: u64 = 1 << 0;
 pub const UFFDIO_WAKE: u64 = 0x8010_aa02;
 pub const UFFDIO_COPY: u64 = 0xc028_aa03;
 pub const UFFDIO_ZEROPAGE: u64 = 0xc020_aa04;
-pub const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 1;
+// (1 << 1 is UFFD_FEATURE_EVENT_FORK.)
+pub const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
 pub const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 pub const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 /// What a post-copy restore asks for: to hear about memory the process
@@ -93,6 +94,7 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
                 if copied > 0 {
                     done += copied as u64;
                 }
+                tracing::debug!("install: the page at {:#x} exists", dst + done);
                 done += PG;
             }
             // The piece spans mappings, or part of it is gone (unmapped
