@@ -12,7 +12,7 @@ use crate::error::{Ctx, Result};
 use crate::uffd::{self, Event};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 const PAGE: u64 = 4096;
@@ -70,6 +70,7 @@ pub struct Handled {
 }
 
 /// One range of owed pages still at their own address.
+#[derive(Clone)]
 struct InPlace {
     start: u64,
     pages: u64,
@@ -97,7 +98,7 @@ impl InPlace {
 /// those are kept as a bitmap per owed range, built in microseconds. (A map
 /// entry per page took 10-40 ms for 1 GiB, time after the resume in which no
 /// fault could be served.) Pages moved since are kept in two maps.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Owed {
     /// Sorted, disjoint.
     in_place: Vec<InPlace>,
@@ -291,10 +292,110 @@ impl Owed {
     }
 }
 
+/// A child the process forked while pages were owed. The child's copy of
+/// the owed memory is registered with a userfaultfd of its own (the kernel
+/// hands it to the reader of the fork event), and the child owes what the
+/// parent owed at the fork, at the same places: pages installed in the
+/// parent after the fork are installed in the child too, and a fault of
+/// the child asks the source as the parent's do.
+struct Child {
+    uffd: OwnedFd,
+    owed: Owed,
+}
+
+impl Child {
+    /// Applies the child's own events: its faults are appended to `faults`
+    /// (page addresses in the child), its own children to `forks`.
+    fn apply(
+        &mut self,
+        evs: Vec<Event>,
+        faults: &mut Vec<u64>,
+        forks: &mut Vec<Child>,
+    ) -> Result<()> {
+        for e in evs {
+            match e {
+                Event::Fault { addr, .. } => faults.push(addr & !(PAGE - 1)),
+                Event::Remove { start, end } | Event::Unmap { start, end } => {
+                    self.owed.take_dst_range(start, end);
+                    uffd::wake(&self.uffd, start, end.saturating_sub(start))?;
+                }
+                Event::Remap { from, to, len } => {
+                    self.owed.take_dst_range(to, to + len);
+                    for (d, s) in self.owed.take_dst_range(from, from + len) {
+                        self.owed.put_moved(s, to + (d - from));
+                    }
+                    uffd::wake(&self.uffd, from, len)?;
+                }
+                Event::Fork { ufd } => forks.push(Child {
+                    // SAFETY: the kernel installed this descriptor in this
+                    // process with the read of the event; nothing else owns it.
+                    uffd: unsafe { OwnedFd::from_raw_fd(ufd) },
+                    owed: self.owed.clone(),
+                }),
+                Event::Other(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs the source pages [src, src + data.len()) the child still
+    /// owes. `Ok(false)`: the child is gone (it exited or replaced its
+    /// program).
+    fn install(&mut self, src: u64, data: &[u8], forks: &mut Vec<Child>) -> Result<bool> {
+        let n = data.len() as u64 / PAGE;
+        let mut i = 0;
+        // Each round installs or skips a page, or waits for a change of
+        // the child's address space (bounded, as the parent's).
+        for _ in 0..(n + 20_000) {
+            if i >= n {
+                return Ok(true);
+            }
+            let Some(dst) = self.owed.dst_of(src + i * PAGE) else {
+                i += 1;
+                continue;
+            };
+            let mut j = i + 1;
+            while j < n && self.owed.dst_of(src + j * PAGE) == Some(dst + (j - i) * PAGE) {
+                j += 1;
+            }
+            let (bytes, fill) = uffd::copy(
+                &self.uffd,
+                dst,
+                &data[(i * PAGE) as usize..(j * PAGE) as usize],
+            )?;
+            let k = i + bytes / PAGE;
+            for p in i..k {
+                self.owed.remove(src + p * PAGE);
+            }
+            i = k;
+            match fill {
+                uffd::Fill::Done => {}
+                uffd::Fill::Gone => return Ok(false),
+                uffd::Fill::Busy => {
+                    let mut evs = Vec::new();
+                    uffd::read_events(&self.uffd, &mut evs)?;
+                    let mut faults = Vec::new();
+                    self.apply(evs, &mut faults, forks)?;
+                    // Faults come again once answered: wake them to refault.
+                    for f in faults {
+                        uffd::wake(&self.uffd, f, PAGE)?;
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+            }
+        }
+        Err(crate::error::EngineError::Other(
+            "a child's address space kept changing: pages could not be installed".into(),
+        ))
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Every page still owed, by source and by destination address.
     owed: Owed,
+    /// The children forked while pages were owed (see [`Child`]).
+    children: Vec<Child>,
     /// source pages asked for and not yet installed.
     requested: HashSet<u64>,
     /// prefetched pages not yet installed, and whether a fault hit them first.
@@ -539,6 +640,20 @@ impl LazyMemory {
             }
         }
         st.stats.installed_pages += installed;
+        if !st.children.is_empty() {
+            let mut forks = Vec::new();
+            let mut kept = Vec::new();
+            for mut c in std::mem::take(&mut st.children) {
+                if c.install(src, data, &mut forks)? {
+                    kept.push(c);
+                }
+            }
+            kept.extend(forks);
+            st.children = kept;
+            for k in 0..n {
+                st.requested.remove(&(src + k * PAGE));
+            }
+        }
         Ok(installed)
     }
 
@@ -623,9 +738,61 @@ impl LazyMemory {
                     );
                     uffd::wake(&self.uffd, from, len)?;
                 }
+                Event::Fork { ufd } => {
+                    tracing::info!(
+                        "the process forked while {} pages were owed: its child is served as well",
+                        st.owed.len()
+                    );
+                    st.children.push(Child {
+                        // SAFETY: the kernel installed this descriptor in
+                        // this process with the read of the event; nothing
+                        // else owns it.
+                        uffd: unsafe { OwnedFd::from_raw_fd(ufd) },
+                        owed: st.owed.clone(),
+                    });
+                }
                 Event::Other(_) => {}
             }
         }
+        Ok(())
+    }
+
+    /// The children's events: their faults on owed pages ask the source
+    /// (through `h`), the others get zero pages; a child that is gone is
+    /// let go.
+    fn handle_children(&self, st: &mut State, h: &mut Handled) -> Result<()> {
+        let mut forks = Vec::new();
+        let mut kept = Vec::new();
+        for mut c in std::mem::take(&mut st.children) {
+            let mut evs = Vec::new();
+            let mut faults = Vec::new();
+            let mut alive = uffd::read_events(&c.uffd, &mut evs)
+                .and_then(|_| c.apply(evs, &mut faults, &mut forks))
+                .is_ok();
+            for page in faults {
+                if !alive {
+                    break;
+                }
+                match c.owed.src_at(page) {
+                    Some(src) => {
+                        if st.requested.insert(src) {
+                            h.ask.push(src);
+                        }
+                    }
+                    None => match uffd::zeropage(&c.uffd, page, PAGE)? {
+                        uffd::Fill::Done => {}
+                        uffd::Fill::Gone => alive = false,
+                        // The fault comes again after its change is read.
+                        uffd::Fill::Busy => uffd::wake(&c.uffd, page, PAGE)?,
+                    },
+                }
+            }
+            if alive {
+                kept.push(c);
+            }
+        }
+        kept.extend(forks);
+        st.children = kept;
         Ok(())
     }
 
@@ -642,6 +809,15 @@ impl LazyMemory {
                 "not owed: {a:#x}+{l:#x}, {} pages",
                 st.stats.not_owed_pages - before
             );
+            let State {
+                children,
+                requested,
+                ..
+            } = &mut *st;
+            for c in children.iter_mut() {
+                c.owed
+                    .remove_src_range(a, a.saturating_add(l), |p| requested.contains(&p));
+            }
         }
     }
 
@@ -651,13 +827,25 @@ impl LazyMemory {
         if !self.state.lock().unwrap().deferred.is_empty() {
             return true;
         }
-        let mut p = libc::pollfd {
-            fd: self.uffd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: polling one fd we own.
-        unsafe { libc::poll(&mut p, 1, ms) > 0 }
+        let mut fds = vec![self.uffd.as_raw_fd()];
+        fds.extend(
+            self.state
+                .lock()
+                .unwrap()
+                .children
+                .iter()
+                .map(|c| c.uffd.as_raw_fd()),
+        );
+        let mut p: Vec<libc::pollfd> = fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: polling descriptors we own, `p.len()` of them.
+        unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) > 0 }
     }
 
     /// How many source pages are asked for and still owed.
@@ -785,6 +973,9 @@ impl LazyMemory {
                 }
             }
             k += 1;
+        }
+        if !st.children.is_empty() {
+            self.handle_children(&mut st, &mut h)?;
         }
         Ok(h)
     }
@@ -1186,6 +1377,116 @@ mod tests {
         drop((lm, _peek));
         // SAFETY: unmapping the test's mapping.
         unsafe { libc::munmap(to as *mut _, (16 * PAGE) as usize) };
+    }
+
+    /// A process that forks while pages are owed: the child's copy of the
+    /// owed memory stays registered (with a userfaultfd of its own, read
+    /// from the fork event), a fault of the child asks the source for the
+    /// page, and the page arrives in both processes.
+    ///
+    /// The fork runs in a test process of its own: a fork waits until every
+    /// userfaultfd with registered memory in the process has read its event,
+    /// and the other tests' userfaultfds are not read for that.
+    #[test]
+    fn a_child_forked_while_pages_are_owed_gets_them_too() {
+        const ALONE: &str = "PMIG_TEST_FORK_ALONE";
+        if std::env::var_os(ALONE).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "lazy::tests::a_child_forked_while_pages_are_owed_gets_them_too",
+                    "--test-threads=1",
+                ])
+                .env(ALONE, "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("1 passed"),
+                "the test run alone failed: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return;
+        }
+        let Some((uffd, _peek, base)) = registered_here(8) else {
+            return;
+        };
+        let lm = LazyMemory::new(uffd, &[(base, 8 * PAGE)], vec![(base, 8 * PAGE)]);
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 fills the two descriptors.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        let (rd, wr) = (fds[0], fds[1]);
+        // The fork waits in the kernel until its event is read.
+        let forker = std::thread::spawn(move || {
+            // SAFETY: the child only reads memory, writes to a pipe and
+            // exits, all async-signal-safe.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // SAFETY: reading page 2 of the mapping (served by the test).
+                let v = unsafe { std::ptr::read_volatile((base + 2 * PAGE + 7) as *const u8) };
+                // SAFETY: writing one byte to the pipe, then leaving.
+                unsafe {
+                    libc::write(wr, (&v as *const u8).cast(), 1);
+                    libc::_exit(0);
+                }
+            }
+            pid
+        });
+        let t0 = std::time::Instant::now();
+        let mut asked = Vec::new();
+        while asked.is_empty() {
+            assert!(
+                t0.elapsed().as_secs() < 10,
+                "no fault of the child reached the lazy memory"
+            );
+            if lm.wait(10) {
+                asked.extend(lm.handle_events().unwrap().ask);
+            }
+        }
+        assert_eq!(
+            asked,
+            vec![base + 2 * PAGE],
+            "the child's fault asked for another page"
+        );
+        let mut page = vec![0u8; PAGE as usize];
+        page[7] = 0x77;
+        assert_eq!(lm.install(base + 2 * PAGE, &page).unwrap(), 1);
+        let mut p = libc::pollfd {
+            fd: rd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: polling the pipe for up to 10 s.
+        assert_eq!(
+            unsafe { libc::poll(&mut p, 1, 10_000) },
+            1,
+            "the child was not answered"
+        );
+        let mut got = 0u8;
+        // SAFETY: reading one byte from the pipe.
+        assert_eq!(
+            unsafe { libc::read(rd, (&mut got as *mut u8).cast(), 1) },
+            1
+        );
+        assert_eq!(got, 0x77, "the child read another byte than the page's");
+        let pid = forker.join().unwrap();
+        let mut status = 0;
+        // SAFETY: reaping the test's child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        // The page is the parent's too, without a fault.
+        // SAFETY: reading page 2 of the mapping, installed above.
+        assert_eq!(
+            unsafe { std::ptr::read_volatile((base + 2 * PAGE + 7) as *const u8) },
+            0x77
+        );
+        assert_eq!(lm.owed_pages(), 7);
+        drop((lm, _peek));
+        // SAFETY: closing the pipe and unmapping the test's mapping.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
+            libc::munmap(base as *mut _, (8 * PAGE) as usize);
+        }
     }
 
     #[test]

@@ -23,13 +23,19 @@ pub const UFFDIO_COPY: u64 = 0xc028_aa03;
 pub const UFFDIO_ZEROPAGE: u64 = 0xc020_aa04;
 // (1 << 1 is UFFD_FEATURE_EVENT_FORK.)
 pub const UFFD_FEATURE_EVENT_REMAP: u64 = 1 << 2;
+pub const UFFD_FEATURE_EVENT_FORK: u64 = 1 << 1;
 pub const UFFD_FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 pub const UFFD_FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 /// What a post-copy restore asks for: to hear about memory the process
-/// moves (mremap) or releases (madvise, munmap) while pages are owed.
-pub const LAZY_FEATURES: u64 =
-    UFFD_FEATURE_EVENT_REMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_UNMAP;
+/// moves (mremap) or releases (madvise, munmap) while pages are owed, and
+/// about its children (fork): a child's copy of the owed memory stays
+/// registered, with a userfaultfd of its own that the reader receives.
+pub const LAZY_FEATURES: u64 = UFFD_FEATURE_EVENT_REMAP
+    | UFFD_FEATURE_EVENT_REMOVE
+    | UFFD_FEATURE_EVENT_UNMAP
+    | UFFD_FEATURE_EVENT_FORK;
 pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+pub const UFFD_EVENT_FORK: u8 = 0x13;
 pub const UFFD_EVENT_REMAP: u8 = 0x14;
 pub const UFFD_EVENT_REMOVE: u8 = 0x15;
 pub const UFFD_EVENT_UNMAP: u8 = 0x16;
@@ -205,10 +211,28 @@ pub fn wake(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
 /// One event read from a userfaultfd.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    Fault { addr: u64, write: bool },
-    Remap { from: u64, to: u64, len: u64 },
-    Remove { start: u64, end: u64 },
-    Unmap { start: u64, end: u64 },
+    Fault {
+        addr: u64,
+        write: bool,
+    },
+    Remap {
+        from: u64,
+        to: u64,
+        len: u64,
+    },
+    Remove {
+        start: u64,
+        end: u64,
+    },
+    Unmap {
+        start: u64,
+        end: u64,
+    },
+    /// The process forked: `ufd` is the child's userfaultfd, which the
+    /// kernel installed in the reading process with the read.
+    Fork {
+        ufd: i32,
+    },
     Other(u8),
 }
 
@@ -246,6 +270,9 @@ pub fn read_events(uffd: &OwnedFd, out: &mut Vec<Event>) -> Result<()> {
             UFFD_EVENT_UNMAP => Event::Unmap {
                 start: u(8),
                 end: u(16),
+            },
+            UFFD_EVENT_FORK => Event::Fork {
+                ufd: u32::from_le_bytes(m[8..12].try_into().unwrap()) as i32,
             },
             e => Event::Other(e),
         });
