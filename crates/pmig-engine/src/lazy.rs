@@ -644,8 +644,15 @@ impl LazyMemory {
             let mut forks = Vec::new();
             let mut kept = Vec::new();
             for mut c in std::mem::take(&mut st.children) {
-                if c.install(src, data, &mut forks)? {
-                    kept.push(c);
+                // A child's trouble is the child's: it is let go, and the
+                // parent's pages go on.
+                match c.install(src, data, &mut forks) {
+                    Ok(true) => kept.push(c),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(
+                        "a child of the process is no longer served ({} pages owed): {e}",
+                        c.owed.len()
+                    ),
                 }
             }
             kept.extend(forks);
@@ -779,11 +786,15 @@ impl LazyMemory {
                             h.ask.push(src);
                         }
                     }
-                    None => match uffd::zeropage(&c.uffd, page, PAGE)? {
-                        uffd::Fill::Done => {}
-                        uffd::Fill::Gone => alive = false,
+                    None => match uffd::zeropage(&c.uffd, page, PAGE) {
+                        Ok(uffd::Fill::Done) => {}
+                        Ok(uffd::Fill::Gone) => alive = false,
                         // The fault comes again after its change is read.
-                        uffd::Fill::Busy => uffd::wake(&c.uffd, page, PAGE)?,
+                        Ok(uffd::Fill::Busy) => alive = uffd::wake(&c.uffd, page, PAGE).is_ok(),
+                        Err(e) => {
+                            tracing::warn!("a child of the process is no longer served: {e}");
+                            alive = false;
+                        }
                     },
                 }
             }
