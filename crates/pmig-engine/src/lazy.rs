@@ -656,6 +656,9 @@ impl LazyMemory {
                 }
             }
             kept.extend(forks);
+            // A child that owes nothing more is let go: closing its
+            // userfaultfd ends its registrations.
+            kept.retain(|c| c.owed.len() > 0);
             st.children = kept;
             for k in 0..n {
                 st.requested.remove(&(src + k * PAGE));
@@ -803,6 +806,7 @@ impl LazyMemory {
             }
         }
         kept.extend(forks);
+        kept.retain(|c| c.owed.len() > 0);
         st.children = kept;
         Ok(())
     }
