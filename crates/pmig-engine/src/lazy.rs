@@ -265,6 +265,26 @@ impl Owed {
         n
     }
 
+    /// The run of `data`'s pages from index `i` (of `n`, source pages from
+    /// `src`) that is owed and contiguous on both sides: its destination
+    /// and the index after it; `None` when page `i` is not owed.
+    fn run_at(&self, src: u64, i: u64, n: u64) -> Option<(u64, u64)> {
+        let dst = self.dst_of(src + i * PAGE)?;
+        let mut j = i + 1;
+        while j < n && self.dst_of(src + j * PAGE) == Some(dst + (j - i) * PAGE) {
+            j += 1;
+        }
+        Some((dst, j))
+    }
+
+    /// The owed pages at `[from, from + len)` moved to `to` (mremap; what
+    /// was owed at the target is dropped by the caller first).
+    fn move_range(&mut self, from: u64, to: u64, len: u64) {
+        for (d, s) in self.take_dst_range(from, from + len) {
+            self.put_moved(s, to + (d - from));
+        }
+    }
+
     /// Owed source page `src` now goes to `dst`.
     fn put_moved(&mut self, src: u64, dst: u64) {
         self.moved.insert(src, dst);
@@ -321,9 +341,7 @@ impl Child {
                 }
                 Event::Remap { from, to, len } => {
                     self.owed.take_dst_range(to, to + len);
-                    for (d, s) in self.owed.take_dst_range(from, from + len) {
-                        self.owed.put_moved(s, to + (d - from));
-                    }
+                    self.owed.move_range(from, to, len);
                     uffd::wake(&self.uffd, from, len)?;
                 }
                 Event::Fork { ufd } => forks.push(Child {
@@ -350,14 +368,10 @@ impl Child {
             if i >= n {
                 return Ok(true);
             }
-            let Some(dst) = self.owed.dst_of(src + i * PAGE) else {
+            let Some((dst, j)) = self.owed.run_at(src, i, n) else {
                 i += 1;
                 continue;
             };
-            let mut j = i + 1;
-            while j < n && self.owed.dst_of(src + j * PAGE) == Some(dst + (j - i) * PAGE) {
-                j += 1;
-            }
             let (bytes, fill) = uffd::copy(
                 &self.uffd,
                 dst,
@@ -498,9 +512,7 @@ impl State {
         // Whatever was owed at the target is gone (the kernel unmaps it
         // first and reports that as well).
         self.dropped(to, to + len);
-        for (d, s) in self.owed.take_dst_range(from, from + len) {
-            self.owed.put_moved(s, to + (d - from));
-        }
+        self.owed.move_range(from, to, len);
         self.remapped.push((to, len));
     }
 }
@@ -610,15 +622,10 @@ impl LazyMemory {
         while i < n {
             // Looked up again after a wait: the events read meanwhile may
             // have moved or released the page.
-            let Some(dst) = st.owed.dst_of(src + i * PAGE) else {
+            let Some((dst, j)) = st.owed.run_at(src, i, n) else {
                 i += 1;
                 continue;
             };
-            // Extend over pages that are owed and contiguous on both sides.
-            let mut j = i + 1;
-            while j < n && st.owed.dst_of(src + j * PAGE) == Some(dst + (j - i) * PAGE) {
-                j += 1;
-            }
             let (bytes, fill) = uffd::copy(
                 &self.uffd,
                 dst,
@@ -770,7 +777,7 @@ impl LazyMemory {
     /// The children's events: their faults on owed pages ask the source
     /// (through `h`), the others get zero pages; a child that is gone is
     /// let go.
-    fn handle_children(&self, st: &mut State, h: &mut Handled) -> Result<()> {
+    fn handle_children(&self, st: &mut State, h: &mut Handled) {
         let mut forks = Vec::new();
         let mut kept = Vec::new();
         for mut c in std::mem::take(&mut st.children) {
@@ -808,7 +815,6 @@ impl LazyMemory {
         kept.extend(forks);
         kept.retain(|c| c.owed.len() > 0);
         st.children = kept;
-        Ok(())
     }
 
     /// The source never had the pages of `ranges` (source addresses): they
@@ -990,7 +996,7 @@ impl LazyMemory {
             k += 1;
         }
         if !st.children.is_empty() {
-            self.handle_children(&mut st, &mut h)?;
+            self.handle_children(&mut st, &mut h);
         }
         Ok(h)
     }
