@@ -522,4 +522,101 @@ mod tests {
         let _ = c.kill();
         let _ = c.wait();
     }
+
+    /// A page the process releases (`MADV_DONTNEED`) after a round sent it
+    /// must not look populated at the stop: pre-copy's destination keeps a
+    /// page of an earlier round only where the image of the stop lists one.
+    #[test]
+    fn a_page_released_after_a_scan_is_not_populated_at_the_stop() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: needs root to create a userfaultfd in another process");
+            return;
+        }
+        // python3 with 16 anonymous pages, all written; `d i n` releases n
+        // pages from page i, `w i` writes page i, `r i` reads it.
+        let prog = "import ctypes,mmap,sys\nm=mmap.mmap(-1,16*4096,flags=mmap.MAP_PRIVATE|mmap.MAP_ANONYMOUS)\nfor i in range(16):\n    m[i*4096]=1\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    c=line.split()\n    if c[0]=='d':\n        m.madvise(mmap.MADV_DONTNEED,int(c[1])*4096,int(c[2])*4096)\n    elif c[0]=='r':\n        assert m[int(c[1])*4096]==0\n    else:\n        m[int(c[1])*4096]=2\n    print('ok',flush=True)\n";
+        let mut c = Command::new("python3")
+            .args(["-c", prog])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let pid = c.id() as i32;
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut stdin = c.stdin.take().unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        let mut say = |what: &str| {
+            writeln!(stdin, "{what}").unwrap();
+            let mut l = String::new();
+            out.read_line(&mut l).unwrap();
+            assert_eq!(l.trim(), "ok");
+        };
+        let pages_of = |r: &[(u64, u64)]| -> Vec<u64> {
+            r.iter()
+                .flat_map(|&(a, l)| (0..l / 4096).map(move |k| a + k * 4096))
+                .filter(|&a| a >= base && a < base + 16 * 4096)
+                .map(|a| (a - base) / 4096)
+                .collect()
+        };
+        let mut t = DirtyTracker::attach(pid).unwrap();
+        let _ = t.scan().unwrap();
+        // Released after the round that sent them, and page 9 written.
+        say("d 2 3");
+        say("w 9");
+        // The released pages may be reported too (their markers went with
+        // them): a round then sends them as zeros.
+        let written = pages_of(&t.scan().unwrap());
+        assert!(
+            written.contains(&9) && written.iter().all(|p| [2, 3, 4, 9].contains(p)),
+            "{written:?}"
+        );
+        let populated = crate::resources::memory::saveable_ranges(pid).unwrap();
+        let expect: Vec<u64> = (0..16).filter(|p| !(2..5).contains(p)).collect();
+        assert_eq!(pages_of(&populated), expect, "{populated:x?}");
+        // Released after the last scan: the stop's own scan. Page 3, read
+        // again, maps the zero page, which the scan just protected: it is
+        // not written, and must not count as populated either, or the
+        // destination would keep the copy a round sent before the release.
+        say("d 12 1");
+        say("r 3");
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let mut frozen = Frozen::freeze(pid).unwrap();
+        tx.send(crate::resources::memory::PreScan::scan(
+            pid,
+            false,
+            crate::resources::memory::ScanFor::Populated,
+        ))
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = pmig_image::ImageWriter::create(dir.path()).unwrap();
+        let (pi, _) = crate::dump::capture_with(
+            &mut frozen,
+            &mut w,
+            None,
+            crate::dump::Aids {
+                prescan: Some(rx),
+                written_since: Some(t.tracked()),
+                written_apart: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        drop(frozen);
+        let v = pi
+            .memory
+            .vmas
+            .iter()
+            .find(|v| v.start <= base && base < v.end)
+            .unwrap();
+        let expect: Vec<u64> = (0..16)
+            .filter(|p| !(2..5).contains(p) && *p != 12)
+            .collect();
+        assert_eq!(pages_of(&v.present), expect, "{v:x?}");
+        drop(t);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }

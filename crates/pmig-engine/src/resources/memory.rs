@@ -341,22 +341,9 @@ fn page_runs(
     end: u64,
     backing: Backing,
 ) -> Result<Vec<(u64, u64)>> {
-    use crate::uffd::{ScanMasks, PAGE_IS_FILE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
-    let masks = match backing {
-        Backing::Anon | Backing::SharedAnon => ScanMasks {
-            inverted: 0,
-            mask: 0,
-            anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        },
-        // Private copies: not the file's own page, present or swapped.
-        Backing::PrivateFile => ScanMasks {
-            inverted: PAGE_IS_FILE,
-            mask: PAGE_IS_FILE,
-            anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        },
-        Backing::SharedFile => return Ok(Vec::new()),
+    use crate::uffd::{PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
+    let Some(masks) = populated_masks(backing, PAGE_IS_PRESENT | PAGE_IS_SWAPPED) else {
+        return Ok(Vec::new());
     };
     match scan_populated(pagemap, start, end, masks)? {
         Some(cat) => {
@@ -369,6 +356,32 @@ fn page_runs(
         // No PAGEMAP_SCAN (before Linux 6.7).
         None => page_runs_read(pagemap, start, end, backing),
     }
+}
+
+/// The page scan's masks for the pages of a `backing` mapping that hold
+/// data of their own, reporting the categories `ret`: present or swapped,
+/// and neither the shared zero page (which a read of a page never written,
+/// or released, maps: it holds zeros, like no page at all) nor, for a file
+/// mapped privately, the file's own page (only private copies count).
+/// `None` for a shared file mapping, whose pages are the file's.
+///
+/// A zero page must not count: pre-copy's destination keeps, for every page
+/// the image of the stop lists as populated, the copy an earlier round sent,
+/// and a page released since then (`MADV_DONTNEED`) and read again maps the
+/// zero page without being written.
+fn populated_masks(backing: Backing, ret: u64) -> Option<crate::uffd::ScanMasks> {
+    use crate::uffd::{ScanMasks, PAGE_IS_FILE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
+    let not = match backing {
+        Backing::Anon | Backing::SharedAnon => PAGE_IS_PFNZERO,
+        Backing::PrivateFile => PAGE_IS_PFNZERO | PAGE_IS_FILE,
+        Backing::SharedFile => return None,
+    };
+    Some(ScanMasks {
+        inverted: not,
+        mask: not,
+        anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+        ret,
+    })
 }
 
 /// PAGEMAP_SCAN of [start, end) with `masks` (whose `ret` has
@@ -675,19 +688,10 @@ pub(crate) fn populated_and_written(
     end: u64,
     backing: Backing,
 ) -> Result<(Runs, Runs)> {
-    use crate::uffd::{ScanMasks, PAGE_IS_FILE, PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN};
-    // A file mapped privately: only its private copies (not the file's own
-    // pages), as `page_runs` counts them.
-    let not_file = if backing == Backing::PrivateFile {
-        PAGE_IS_FILE
-    } else {
-        0
-    };
-    let masks = ScanMasks {
-        inverted: not_file,
-        mask: not_file,
-        anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN,
+    use crate::uffd::{PAGE_IS_PRESENT, PAGE_IS_SWAPPED, PAGE_IS_WRITTEN};
+    let Some(masks) = populated_masks(backing, PAGE_IS_PRESENT | PAGE_IS_SWAPPED | PAGE_IS_WRITTEN)
+    else {
+        return Ok((Vec::new(), Vec::new()));
     };
     let Some(cat) = scan_populated(pagemap, start, end, masks)? else {
         let present = page_runs_read(pagemap, start, end, backing)?;
@@ -1345,15 +1349,11 @@ pub fn subtract_ranges(ranges: &[(u64, u64)], minus: &[(u64, u64)]) -> Vec<(u64,
 /// source learns this way which pages it owes. Without `PAGEMAP_SCAN`
 /// (before Linux 6.7) zero-page pages count as data.
 pub fn populated_anon(pid: pid_t, ranges: &[(u64, u64)]) -> Result<Vec<(u64, u64)>> {
-    use crate::uffd::{ScanMasks, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
+    use crate::uffd::{PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
     let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
         .ctx(|| format!("open /proc/{pid}/pagemap"))?;
-    let masks = ScanMasks {
-        inverted: PAGE_IS_PFNZERO,
-        mask: PAGE_IS_PFNZERO,
-        anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-    };
+    let masks = populated_masks(Backing::Anon, PAGE_IS_PRESENT | PAGE_IS_SWAPPED)
+        .expect("anonymous memory has masks");
     let mut out = Vec::new();
     for &(a, l) in ranges {
         match scan_populated(&pagemap, a, a + l, masks)? {
