@@ -3752,6 +3752,107 @@ while True:
         break
 "#;
 
+/// python3 with four pages of private anonymous memory ('A' to 'D'), read
+/// only, so that a capture keeps them with the state. `change` makes them
+/// writable, rewrites page 0 and releases page 1; `done` prints each page's
+/// first and last byte.
+const PAGE_FLIPPER: &str = r#"
+import ctypes, mmap, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+P = 4096
+m = mmap.mmap(-1, 4 * P, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+a = ctypes.addressof(ctypes.c_char.from_buffer(m))
+for i in range(4):
+    m[i * P:(i + 1) * P] = bytes([65 + i]) * P
+assert libc.mprotect(ctypes.c_void_p(a), 4 * P, 1) == 0
+print("READY", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        time.sleep(0.002)
+        continue
+    c = line.split()
+    if c[0] == "change":
+        assert libc.mprotect(ctypes.c_void_p(a), 4 * P, 3) == 0
+        m[0:P] = b"x" * P
+        m.madvise(mmap.MADV_DONTNEED, P, P)
+        print("CHANGED", flush=True)
+    elif c[0] == "done":
+        print("PAGES", " ".join("%d:%d" % (m[i * P], m[i * P + P - 1]) for i in range(4)), flush=True)
+        break
+"#;
+
+/// A skeleton found stale gives way to the image of the stop, and that
+/// image must not take pages from the skeleton's capture: read-only pages
+/// kept with the state at the first capture, made writable, rewritten and
+/// released before the stop (test hook `hold-skeleton`), must read as the
+/// process left them, not as the skeleton held them.
+#[test]
+fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("sp");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
+    let script = env.dir.join("flipper.py");
+    std::fs::write(&script, PAGE_FLIPPER).unwrap();
+    let cmds = env.dir.join("flipper.cmd");
+    std::fs::write(&cmds, "").unwrap();
+    let out = env.dir.join("flipper.out");
+    let mut child = env.spawn(
+        "n1",
+        &["/usr/bin/python3", script.to_str().unwrap()],
+        Some(&cmds),
+        &out,
+    );
+    wait_ready(&out);
+    let pid = child.id() as i32;
+    let rep = std::thread::scope(|sc| {
+        let m = sc.spawn(|| {
+            migrate_result(
+                env.migrate_cmd("n1", pid, "n2", "post-copy", 20)
+                    .output()
+                    .unwrap(),
+            )
+        });
+        wait_log(&env, "n1", "test hook: the stop of migration");
+        command(&cmds, "change");
+        // Bounded: until the process has made its changes.
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("CHANGED")
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the process did not change its pages"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        File::create(env.node_dir("n1").join("release-skeleton")).unwrap();
+        m.join().unwrap()
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "post-copy failed: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    });
+    assert_eq!(rep["skeleton"]["used"], false, "{rep}");
+    let pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    command(&cmds, "done");
+    wait_gone(pid);
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("PAGES 120:120 0:0 67:67 68:68"),
+        "pages after the move: {text}\n{rep}"
+    );
+}
+
 /// The skeleton of a post-copy move (protocol 11) cannot follow a process
 /// that opens a file between its capture and the stop (test hook
 /// `hold-skeleton` holds the stop until the file is open): the destination

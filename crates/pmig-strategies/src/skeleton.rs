@@ -37,6 +37,7 @@ use crate::stop_copy::{
 };
 use crate::{Destination, Source};
 use pmig_engine::pagestore::PageStore;
+use pmig_engine::resources::memory::Backing;
 use pmig_proto::{code, Msg};
 use std::path::{Path, PathBuf};
 
@@ -236,13 +237,23 @@ pub(crate) fn receive<'a>(
 }
 
 /// A page store in the staging directory's fallback directory that holds
-/// the pages of the image in `pre`.
+/// the pages of private file mappings in the image in `pre`: the private
+/// copies sent before the stop, which the image of the stop leaves out
+/// unless they were written since.
+///
+/// Only those: the stop's image lists writable private anonymous memory as
+/// wholly present (its pages follow the resume), so any other page of the
+/// skeleton's capture taken into the store would be composed into the
+/// image and restored as it was at that capture, however the process
+/// changed it since (a read-only area made writable and written, or
+/// released). The pages the stop keeps with the state, it captures itself.
 fn fallback_store(d: &Destination, pre: &Path) -> Result<PageStore> {
     let dir = d.staging.join(FALLBACK_DIR);
     std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
     let mut store = PageStore::create(&dir)?;
     let img = pmig_image::Image::open(pre).map_err(|e| StrategyError::Other(e.to_string()))?;
-    let pi = read_image(pre)?;
+    let mut pi = read_image(pre)?;
+    pi.memory.vmas.retain(|v| v.backing == Backing::PrivateFile);
     store.absorb(&img, &pi)?;
     Ok(store)
 }
