@@ -316,6 +316,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("hold-answers"), _) => h.hold_answers = true,
             (Some("hold-skeleton"), _) => h.hold_skeleton = true,
             (Some("hold-flush"), _) => h.hold_flush = true,
+            (Some("hold-rounds"), _) => h.hold_rounds = true,
             _ => {}
         }
     }

@@ -1844,11 +1844,16 @@ impl Drop for LinkCut {
 
 /// Waits (at most 20 s) for `needle` in `node`'s daemon log.
 fn wait_log(env: &Env, node: &str, needle: &str) {
+    wait_log_count(env, node, needle, 1);
+}
+
+/// Waits (at most 20 s) until `needle` is in `node`'s log `n` times.
+fn wait_log_count(env: &Env, node: &str, needle: &str, n: usize) {
     let t0 = Instant::now();
-    while !env.log(node).contains(needle) {
+    while env.log(node).matches(needle).count() < n {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
-            "no {needle:?} in {node}'s log:\n{}",
+            "{needle:?} not {n} times in {node}'s log:\n{}",
             env.log(node)
         );
         std::thread::sleep(Duration::from_millis(20));
@@ -3851,6 +3856,104 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
         text.contains("PAGES 120:120 0:0 67:67 68:68"),
         "pages after the move: {text}\n{rep}"
     );
+}
+
+/// python3 with 16 pages of private anonymous memory, all 'A'; `protect`
+/// rewrites pages 0-3 and makes the memory read-only; `done` prints the
+/// first byte of each page.
+const PROTECTOR: &str = r#"
+import ctypes, mmap, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+P = 4096
+m = mmap.mmap(-1, 16 * P, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+a = ctypes.addressof(ctypes.c_char.from_buffer(m))
+m[:] = b"A" * (16 * P)
+print("READY", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        time.sleep(0.002)
+        continue
+    c = line.split()
+    if c[0] == "protect":
+        m[0:4 * P] = b"x" * (4 * P)
+        assert libc.mprotect(ctypes.c_void_p(a), 16 * P, 1) == 0
+        print("PROTECTED", flush=True)
+    elif c[0] == "done":
+        print("PAGES", "".join(chr(m[i * P]) for i in range(16)), flush=True)
+        break
+"#;
+
+/// Memory that a round sent and that the process then rewrites and makes
+/// read-only before the stop (test hook `hold-rounds`) is no longer
+/// tracked there: the stop must count it written, for pre-copy (the last
+/// round from the frozen process sends it) and assisted-post-copy (it goes
+/// with the state, read-only memory never being left to the userfaultfd).
+#[test]
+fn memory_made_read_only_after_the_last_round_moves_as_it_was_written() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("ro");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-rounds\n").unwrap();
+    let script = env.dir.join("protector.py");
+    std::fs::write(&script, PROTECTOR).unwrap();
+    for (k, strategy) in ["pre-copy", "assisted-post-copy"].into_iter().enumerate() {
+        let cmds = env.dir.join(format!("protector{k}.cmd"));
+        std::fs::write(&cmds, "").unwrap();
+        let out = env.dir.join(format!("protector{k}.out"));
+        let mut child = env.spawn(
+            "n1",
+            &["/usr/bin/python3", script.to_str().unwrap()],
+            Some(&cmds),
+            &out,
+        );
+        wait_ready(&out);
+        let pid = child.id() as i32;
+        let rep = std::thread::scope(|sc| {
+            let m = sc.spawn(|| {
+                migrate_result(
+                    env.migrate_cmd("n1", pid, "n2", strategy, 20)
+                        .output()
+                        .unwrap(),
+                )
+            });
+            wait_log_count(&env, "n1", "test hook: the stop of migration", k + 1);
+            command(&cmds, "protect");
+            // Bounded: until the process has made its changes.
+            let t0 = Instant::now();
+            while !std::fs::read_to_string(&out)
+                .unwrap_or_default()
+                .contains("PROTECTED")
+            {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "the process did not protect its memory"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            File::create(env.node_dir("n1").join("release-rounds")).unwrap();
+            m.join().unwrap()
+        })
+        .unwrap_or_else(|e| {
+            panic!(
+                "{strategy} failed: {e}\nn1:\n{}\nn2:\n{}",
+                env.log("n1"),
+                env.log("n2")
+            )
+        });
+        let pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        command(&cmds, "done");
+        wait_gone(pid);
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            text.contains("PAGES xxxxAAAAAAAAAAAA"),
+            "{strategy}: pages after the move: {text}\n{rep}"
+        );
+    }
 }
 
 /// The skeleton of a post-copy move (protocol 11) cannot follow a process

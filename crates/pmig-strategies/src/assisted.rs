@@ -7,13 +7,15 @@
 //! `RoundDone`). The destination keeps them aside in a
 //! [`PageStore`].
 //!
-//! Source, handover: the holder freezes the process and captures, in the
-//! tracked ranges, only the pages written since round 0 (plus all untracked
-//! memory, [`CaptureMode::WrittenSince`]): exactly the dirtied pages. They
-//! are *not* sent: a small image is composed without them (except the pages
-//! the restore touches), the image goes over, then their list (`Owed`). The
-//! tracker is dropped at `Restored` (or at any failure before, which resumes
-//! the process as it was).
+//! Source, handover: the holder freezes the process and captures it with
+//! nothing of the tracked ranges (all untracked memory,
+//! [`CaptureMode::WrittenApart`]); the tracker's scan of the frozen process
+//! names the pages written since round 0. They are *not* sent, except the
+//! few the restore itself touches (a last round, from the frozen process):
+//! the image goes over, then their list (`Owed`). So the stop neither copies
+//! the dirtied pages nor composes an image without them. The tracker is
+//! dropped at `Restored` (or at any failure before, which resumes the
+//! process as it was).
 //!
 //! Destination: the store absorbs the small image, forgets the owed pages
 //! (its round-0 copies are stale) and composes the complete image, which is
@@ -23,18 +25,18 @@
 //! the source, on fault and by post-copy's background push. The source kills
 //! its frozen copy when `PagesDone` arrives.
 
+use crate::clock::mark;
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::{compose_small_from, kept_pages};
+use crate::flushing::kept_pages;
 use crate::post_copy::{destination_lazy, serve_source, Owing};
 use crate::pre_copy::{
-    await_restored, cannot_compose, receive_rounds, set_aside_small, stop_holder, write_ranges,
-    Iterative, Policy, FINAL_DIR, TRACKED_FILE,
+    await_restored, cannot_compose, intersect, receive_rounds, send_frozen_round, set_aside_small,
+    stop_holder, subtract, write_ranges, Iterative, Policy, FINAL_DIR, TRACKED_FILE,
 };
 use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::PageStore;
-use pmig_engine::resources::memory::RangeFilter;
 use pmig_proto::Msg;
 
 const PAGE: u64 = 4096;
@@ -53,7 +55,7 @@ pub struct AssistedPostCopy {
 impl Default for AssistedPostCopy {
     fn default() -> Self {
         AssistedPostCopy {
-            it: Iterative::new(Policy::Plain).written_in_image(),
+            it: Iterative::new(Policy::Plain),
             owed: Vec::new(),
         }
     }
@@ -73,34 +75,35 @@ impl AssistedPostCopy {
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         // The holder primed after round 0, if it could be started.
-        let holder = stop_holder(m, &list, &dir, false)?;
+        let holder = stop_holder(m, &list, &dir)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
+        m.pages_sent += holder.captured.page_bytes / PAGE;
         m.holder = Some(holder);
-        // The final image holds, in the tracked ranges, exactly the pages
-        // written since round 0: those are owed, except what the restore
-        // itself touches.
-        // Decoded once, for both the pages to keep and the small image.
-        let img = pmig_image::Image::open(&dir).map_err(|e| StrategyError::Other(e.to_string()))?;
-        let pi = ProcessImage::read(&img).map_err(|e| StrategyError::Other(e.to_string()))?;
-        let hand = kept_pages(&pi);
-        let keep =
-            RangeFilter::outside_or(tracked.clone(), hand.iter().map(|&p| (p, PAGE)).collect());
-        let (kept, owed) = compose_small_from(
-            pi,
-            img.manifest.clone(),
-            &img.pages_path(),
-            &m.staging,
-            &keep,
-        )?;
-        m.pages_sent += kept;
-        let owed_pages: u64 = owed.iter().map(|(_, l)| l / PAGE).sum();
-        self.owed = owed;
-        tracing::info!(
-            "process {} stopped: {} pages written since round 0 are owed, {kept} pages go with the state",
-            m.pid,
-            owed_pages
+        // The pages written since round 0 are owed, except those that go
+        // ahead of the image: what the restore itself touches, and what
+        // lies outside writable private anonymous memory (memory made
+        // read-only since round 0), which a restore never leaves to the
+        // userfaultfd.
+        let (written, pi) = self.it.written_at_stop(&dir, &tracked)?;
+        let mut hand: Vec<(u64, u64)> = kept_pages(&pi).into_iter().map(|p| (p, PAGE)).collect();
+        hand.extend(
+            pi.memory
+                .vmas
+                .iter()
+                .filter(|v| !v.deferrable())
+                .map(|v| (v.start, v.end - v.start)),
         );
-        send_image(m, &m.staging.clone())?;
+        let with_state = intersect(&written, &hand);
+        self.owed = subtract(&written, &hand);
+        send_frozen_round(m, 1, &with_state)?;
+        mark("src: written pages the restore touches sent");
+        tracing::info!(
+            "process {} stopped: {} pages written since round 0 are owed, {} go with the state",
+            m.pid,
+            self.owed.iter().map(|(_, l)| l / PAGE).sum::<u64>(),
+            with_state.iter().map(|(_, l)| l / PAGE).sum::<u64>()
+        );
+        send_image(m, &dir)?;
         let chunks: Vec<&[(u64, u64)]> = if self.owed.is_empty() {
             vec![&[]]
         } else {

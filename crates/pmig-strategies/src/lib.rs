@@ -212,6 +212,12 @@ pub struct Hooks {
     /// most 60 s), logging one line, so that the process can change
     /// between the skeleton's capture and the stop's.
     pub hold_skeleton: bool,
+    /// Source of `pre-copy`, `queued-pre-copy` and `assisted-post-copy`:
+    /// after the last round the stop waits until
+    /// `<state dir>/release-rounds` exists (at most 60 s), logging one
+    /// line, so that the process can change between the last round and the
+    /// stop.
+    pub hold_rounds: bool,
 }
 
 /// For the test hooks that hold a step: waits (at most 60 s) until `file`

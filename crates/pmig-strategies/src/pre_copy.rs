@@ -101,11 +101,6 @@ pub(crate) struct Iterative {
     missed: Vec<(u64, u64)>,
     /// The round in progress (for errors).
     round: u32,
-    /// How the holder captures the tracked ranges at the stop: pre-copy
-    /// sends the pages written since the last round apart
-    /// ([`CaptureMode::WrittenApart`]); assisted-post-copy needs them in
-    /// the image, whose pages it owes ([`CaptureMode::WrittenSince`]).
-    written_apart: bool,
 }
 
 impl Iterative {
@@ -116,17 +111,6 @@ impl Iterative {
             delayed: Vec::new(),
             missed: Vec::new(),
             round: 0,
-            written_apart: true,
-        }
-    }
-
-    /// The holder of the stop saves the pages written since the last
-    /// round into the image (assisted-post-copy, whose image lists the
-    /// pages it owes: those written since round 0).
-    pub(crate) fn written_in_image(self) -> Iterative {
-        Iterative {
-            written_apart: false,
-            ..self
         }
     }
 
@@ -156,7 +140,17 @@ impl Iterative {
                 what: format!("pre-copy round {} (write tracking removed)", self.round),
                 source: Box::new(e),
             }
-        })
+        })?;
+        if m.host.hooks().hold_rounds {
+            let f = m.host.state_dir().join("release-rounds");
+            tracing::warn!(
+                "test hook: the stop of migration {} waits for {}",
+                m.id,
+                f.display()
+            );
+            crate::await_release(&f);
+        }
+        Ok(())
     }
 
     fn rounds(&mut self, m: &mut Source) -> Result<()> {
@@ -196,7 +190,7 @@ impl Iterative {
         // The holder that will capture the process at the stop does its
         // preparation now (see `holder::Primed`).
         let mut layout_read = Instant::now();
-        prime_holder(m, self.written_apart);
+        prime_holder(m);
         // With a down-time budget: the previous round's bytes, to see that
         // rounds still shrink.
         let mut previous = sent;
@@ -293,7 +287,7 @@ impl Iterative {
         write_ranges(&list, &listed)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let holder = stop_holder(m, &list, &dir, self.written_apart)?;
+        let holder = stop_holder(m, &list, &dir)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         tracing::info!(
@@ -303,9 +297,7 @@ impl Iterative {
             mib(holder.captured.page_bytes)
         );
         m.holder = Some(holder);
-        if self.written_apart {
-            self.send_written_apart(m, &dir, &listed)?;
-        }
+        self.send_written_apart(m, &dir, &listed)?;
         send_image(m, &dir)?;
         await_restored(m)
     }
@@ -321,18 +313,7 @@ impl Iterative {
         // process and sent once, as the rounds' pages are (the image holds
         // none of the tracked ranges), instead of being copied into the
         // image, received into a second copy and put into the store.
-        // The scan also reports pages never populated (no page table
-        // entry, no protection marker): only those the image lists as
-        // present (its populated pages at the freeze) are sent.
-        let present: Vec<(u64, u64)> = crate::post_copy::read_image(dir)?
-            .memory
-            .vmas
-            .iter()
-            .flat_map(|v| v.present.iter().copied())
-            .collect();
-        let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
-        let written = intersect(&intersect(&tracker.scan()?, listed), &present);
-        mark("src: written pages scanned");
+        let (written, _) = self.written_at_stop(dir, listed)?;
         let sent = send_frozen_round(m, self.round + 1, &written)?;
         mark("src: written pages sent");
         tracing::info!(
@@ -341,6 +322,37 @@ impl Iterative {
             mib(sent)
         );
         Ok(())
+    }
+
+    /// At the stop, once the holder captured the process into `dir`
+    /// ([`CaptureMode::WrittenApart`]): the pages of the tracked ranges
+    /// `listed` written since the last round, and the image. The scan also
+    /// reports pages never populated (no page table entry, no protection
+    /// marker): only those the image lists as present (its populated pages
+    /// at the freeze) count.
+    ///
+    /// A listed range that the scan no longer covers (made read-only since,
+    /// or unmapped and mapped again as memory it does not track) counts as
+    /// written whole: what the process wrote there before is unknown, and
+    /// the image holds nothing of it.
+    pub(crate) fn written_at_stop(
+        &mut self,
+        dir: &Path,
+        listed: &[(u64, u64)],
+    ) -> Result<(Vec<(u64, u64)>, ProcessImage)> {
+        let pi = crate::post_copy::read_image(dir)?;
+        let present: Vec<(u64, u64)> = pi
+            .memory
+            .vmas
+            .iter()
+            .flat_map(|v| v.present.iter().copied())
+            .collect();
+        let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
+        let scanned = intersect(&tracker.scan()?, listed);
+        let untracked = subtract(listed, &tracker.tracked());
+        let written = intersect(&[scanned, untracked].concat(), &present);
+        mark("src: written pages scanned");
+        Ok((written, pi))
     }
 
     pub(crate) fn post(&mut self, m: &mut Source) -> Result<()> {
@@ -508,24 +520,15 @@ pub(crate) fn set_aside_small(
 /// to read them again.
 const LAYOUT_REFRESH: Duration = Duration::from_secs(1);
 
-/// The holder's mode for the tracked ranges `list` (see
-/// [`Iterative::written_apart`]).
-fn stop_mode(list: &Path, apart: bool) -> CaptureMode {
-    if apart {
-        CaptureMode::WrittenApart(list.into())
-    } else {
-        CaptureMode::WrittenSince(list.into())
-    }
-}
-
 /// Starts the holder for the stop (its capture into the staging
-/// directory's final image, in the mode `apart` names) and lets it prepare
-/// while the rounds go on. Without it the stop starts a holder itself.
-fn prime_holder(m: &mut Source, apart: bool) {
+/// directory's final image, with nothing of the tracked ranges:
+/// [`CaptureMode::WrittenApart`]) and lets it prepare while the rounds go
+/// on. Without it the stop starts a holder itself.
+fn prime_holder(m: &mut Source) {
     if m.primed.is_some() {
         return;
     }
-    let mode = stop_mode(&m.staging.join(TRACKED_FILE), apart);
+    let mode = CaptureMode::WrittenApart(m.staging.join(TRACKED_FILE));
     match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), &mode) {
         Ok(p) => m.primed = Some(p),
         Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
@@ -535,16 +538,10 @@ fn prime_holder(m: &mut Source, apart: bool) {
 /// The holder of the stop, frozen and captured: the one primed during the
 /// rounds (it uses `<staging>/TRACKED_FILE` and `<staging>/FINAL_DIR`, which
 /// `list` and `dir` must be), else a new one.
-/// `apart` must be what the rounds primed the holder with.
-pub(crate) fn stop_holder<'a>(
-    m: &mut Source<'a>,
-    list: &Path,
-    dir: &Path,
-    apart: bool,
-) -> Result<Holder<'a>> {
+pub(crate) fn stop_holder<'a>(m: &mut Source<'a>, list: &Path, dir: &Path) -> Result<Holder<'a>> {
     match m.primed.take() {
         Some(p) => p.go(),
-        None => Holder::start_with(m.host, m.pid, dir, &stop_mode(list, apart)),
+        None => Holder::start_with(m.host, m.pid, dir, &CaptureMode::WrittenApart(list.into())),
     }
 }
 
@@ -655,7 +652,7 @@ fn stream_pages(
 /// (protected since round 0) is read through `/proc/PID/mem`, which may;
 /// one that cannot be read at all fails the migration, since the image
 /// does not hold it. Returns the bytes sent.
-fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
+pub(crate) fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
     let (mut sent, skipped) = stream_pages(m, ranges, None)?;
     if !skipped.is_empty() {
