@@ -7,14 +7,15 @@
 //! `RoundDone`). The destination keeps them aside in a
 //! [`PageStore`].
 //!
-//! Source, handover: the holder freezes the process and captures it with
-//! nothing of the tracked ranges (all untracked memory,
-//! [`CaptureMode::WrittenApart`]); the tracker's scan of the frozen process
-//! names the pages written since round 0. They are *not* sent, except the
-//! few the restore itself touches (a last round, from the frozen process):
-//! the image goes over, then their list (`Owed`). So the stop neither copies
-//! the dirtied pages nor composes an image without them. The tracker is
-//! dropped at `Restored` (or at any failure before, which resumes the
+//! Source, handover: the holder freezes the process and captures it as a
+//! post-copy handover does, with nothing of writable private anonymous
+//! memory but the pages the restore touches (everything else whole,
+//! [`CaptureMode::Handover`]); the tracker's scan of the frozen process
+//! names the pages written since round 0. Those, and the pages round 0 did
+//! not send (memory mapped or first touched since), are *not* sent: the
+//! image goes over, then their list (`Owed`). So the stop neither copies
+//! the dirtied memory nor the memory allocated since round 0. The tracker
+//! is dropped at `Restored` (or at any failure before, which resumes the
 //! process as it was).
 //!
 //! Destination: the store absorbs the small image, forgets the owed pages
@@ -27,11 +28,10 @@
 
 use crate::clock::mark;
 use crate::error::{io_err, Result, StrategyError};
-use crate::flushing::kept_pages;
 use crate::post_copy::{destination_lazy, serve_source, Owing};
 use crate::pre_copy::{
-    await_restored, cannot_compose, intersect, receive_rounds, send_frozen_round, set_aside_small,
-    stop_holder, subtract, write_ranges, Iterative, Policy, FINAL_DIR, TRACKED_FILE,
+    await_restored, cannot_compose, intersect, receive_rounds, set_aside_small, stop_holder,
+    subtract, write_ranges, Iterative, Policy, FINAL_DIR, TRACKED_FILE,
 };
 use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
@@ -55,7 +55,7 @@ pub struct AssistedPostCopy {
 impl Default for AssistedPostCopy {
     fn default() -> Self {
         AssistedPostCopy {
-            it: Iterative::new(Policy::Plain),
+            it: Iterative::new(Policy::Plain).capturing_a_handover(),
             owed: Vec::new(),
         }
     }
@@ -75,33 +75,36 @@ impl AssistedPostCopy {
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         // The holder primed after round 0, if it could be started.
-        let holder = stop_holder(m, &list, &dir)?;
+        let holder = stop_holder(m, &dir, &self.it.stop_mode(&list))?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         m.holder = Some(holder);
-        // The pages written since round 0 are owed, except those that go
-        // ahead of the image: what the restore itself touches, and what
-        // lies outside writable private anonymous memory (memory made
-        // read-only since round 0), which a restore never leaves to the
-        // userfaultfd.
+        // The image holds nothing of writable private anonymous memory but
+        // the pages the restore touches. Of that memory, the pages written
+        // since round 0, and those round 0 did not send (mapped or first
+        // touched since, or missed), are owed; the destination has the
+        // others from round 0. The pages the image holds are not owed.
         let (written, pi) = self.it.written_at_stop(&dir, &tracked)?;
-        let mut hand: Vec<(u64, u64)> = kept_pages(&pi).into_iter().map(|p| (p, PAGE)).collect();
-        hand.extend(
-            pi.memory
-                .vmas
-                .iter()
-                .filter(|v| !v.deferrable())
-                .map(|v| (v.start, v.end - v.start)),
-        );
-        let with_state = intersect(&written, &hand);
-        self.owed = subtract(&written, &hand);
-        send_frozen_round(m, 1, &with_state)?;
-        mark("src: written pages the restore touches sent");
+        let lazy: Vec<(u64, u64)> = pi
+            .memory
+            .vmas
+            .iter()
+            .filter(|v| v.deferrable())
+            .flat_map(|v| v.present.iter().copied())
+            .collect();
+        let in_image: Vec<(u64, u64)> = pi
+            .memory
+            .vmas
+            .iter()
+            .flat_map(|v| v.runs.iter().map(|r| (r.addr, r.len)))
+            .collect();
+        let since = [written, subtract(&lazy, &tracked)].concat();
+        self.owed = subtract(&intersect(&since, &lazy), &in_image);
+        mark("src: owed pages listed");
         tracing::info!(
-            "process {} stopped: {} pages written since round 0 are owed, {} go with the state",
+            "process {} stopped: {} pages written or mapped since round 0 are owed",
             m.pid,
-            self.owed.iter().map(|(_, l)| l / PAGE).sum::<u64>(),
-            with_state.iter().map(|(_, l)| l / PAGE).sum::<u64>()
+            self.owed.iter().map(|(_, l)| l / PAGE).sum::<u64>()
         );
         send_image(m, &dir)?;
         let chunks: Vec<&[(u64, u64)]> = if self.owed.is_empty() {

@@ -101,6 +101,12 @@ pub(crate) struct Iterative {
     missed: Vec<(u64, u64)>,
     /// The round in progress (for errors).
     round: u32,
+    /// How the holder captures the process at the stop: with nothing of
+    /// the tracked ranges (pre-copy, [`CaptureMode::WrittenApart`]), or
+    /// with nothing of writable private anonymous memory beyond the pages
+    /// the restore touches (assisted-post-copy, [`CaptureMode::Handover`]:
+    /// its pages written or mapped since round 0 are owed).
+    handover: bool,
 }
 
 impl Iterative {
@@ -111,6 +117,26 @@ impl Iterative {
             delayed: Vec::new(),
             missed: Vec::new(),
             round: 0,
+            handover: false,
+        }
+    }
+
+    /// The stop captures like a post-copy handover (see
+    /// [`Iterative::handover`]'s field): assisted-post-copy.
+    pub(crate) fn capturing_a_handover(self) -> Iterative {
+        Iterative {
+            handover: true,
+            ..self
+        }
+    }
+
+    /// The holder's mode at the stop, for the tracked ranges listed in
+    /// `list`.
+    pub(crate) fn stop_mode(&self, list: &Path) -> CaptureMode {
+        if self.handover {
+            CaptureMode::Handover
+        } else {
+            CaptureMode::WrittenApart(list.into())
         }
     }
 
@@ -190,7 +216,8 @@ impl Iterative {
         // The holder that will capture the process at the stop does its
         // preparation now (see `holder::Primed`).
         let mut layout_read = Instant::now();
-        prime_holder(m);
+        let mode = self.stop_mode(&m.staging.join(TRACKED_FILE));
+        prime_holder(m, &mode);
         // With a down-time budget: the previous round's bytes, to see that
         // rounds still shrink.
         let mut previous = sent;
@@ -287,7 +314,7 @@ impl Iterative {
         write_ranges(&list, &listed)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        let holder = stop_holder(m, &list, &dir)?;
+        let holder = stop_holder(m, &dir, &self.stop_mode(&list))?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         tracing::info!(
@@ -521,15 +548,13 @@ pub(crate) fn set_aside_small(
 const LAYOUT_REFRESH: Duration = Duration::from_secs(1);
 
 /// Starts the holder for the stop (its capture into the staging
-/// directory's final image, with nothing of the tracked ranges:
-/// [`CaptureMode::WrittenApart`]) and lets it prepare while the rounds go
-/// on. Without it the stop starts a holder itself.
-fn prime_holder(m: &mut Source) {
+/// directory's final image, in `mode`) and lets it prepare while the
+/// rounds go on. Without it the stop starts a holder itself.
+fn prime_holder(m: &mut Source, mode: &CaptureMode) {
     if m.primed.is_some() {
         return;
     }
-    let mode = CaptureMode::WrittenApart(m.staging.join(TRACKED_FILE));
-    match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), &mode) {
+    match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), mode) {
         Ok(p) => m.primed = Some(p),
         Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
     }
@@ -537,11 +562,16 @@ fn prime_holder(m: &mut Source) {
 
 /// The holder of the stop, frozen and captured: the one primed during the
 /// rounds (it uses `<staging>/TRACKED_FILE` and `<staging>/FINAL_DIR`, which
-/// `list` and `dir` must be), else a new one.
-pub(crate) fn stop_holder<'a>(m: &mut Source<'a>, list: &Path, dir: &Path) -> Result<Holder<'a>> {
+/// `dir` must be, and the mode of [`Iterative::stop_mode`]), else a new one
+/// capturing into `dir` in `mode`.
+pub(crate) fn stop_holder<'a>(
+    m: &mut Source<'a>,
+    dir: &Path,
+    mode: &CaptureMode,
+) -> Result<Holder<'a>> {
     match m.primed.take() {
         Some(p) => p.go(),
-        None => Holder::start_with(m.host, m.pid, dir, &CaptureMode::WrittenApart(list.into())),
+        None => Holder::start_with(m.host, m.pid, dir, mode),
     }
 }
 
@@ -652,7 +682,7 @@ fn stream_pages(
 /// (protected since round 0) is read through `/proc/PID/mem`, which may;
 /// one that cannot be read at all fails the migration, since the image
 /// does not hold it. Returns the bytes sent.
-pub(crate) fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
+fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
     let (mut sent, skipped) = stream_pages(m, ranges, None)?;
     if !skipped.is_empty() {
