@@ -21,7 +21,7 @@ use crate::procfs::{self, MapLine};
 use crate::uffd;
 use libc::pid_t;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
 pub struct DirtyTracker {
@@ -29,8 +29,9 @@ pub struct DirtyTracker {
     scope: Scope,
     uffd: Arc<OwnedFd>,
     /// Reads the userfaultfd's events while the tracker lives (see the
-    /// module's documentation); stopped by `Drop`.
-    events: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    /// module's documentation); `Drop` closes the socket, which ends it at
+    /// once.
+    events: Option<(UnixStream, std::thread::JoinHandle<()>)>,
     pagemap: std::fs::File,
     /// Ranges registered and protected, by start.
     tracked: std::collections::BTreeMap<u64, u64>,
@@ -216,8 +217,8 @@ impl Drop for DirtyTracker {
         for (s, l) in &self.tracked {
             let _ = uffd::unregister(&self.uffd, *s, *l);
         }
-        if let Some((stop, t)) = self.events.take() {
-            stop.store(true, Ordering::Release);
+        if let Some((waker, t)) = self.events.take() {
+            drop(waker);
             let _ = t.join();
         }
     }
@@ -226,25 +227,34 @@ impl Drop for DirtyTracker {
 /// The thread that reads the tracker's userfaultfd: a process that moves
 /// memory (`mremap`) waits in the kernel until its remap event is read.
 /// Nothing else is asked for, and the events themselves are not needed.
+/// The thread ends as soon as the returned socket is closed (its peer then
+/// reads the end), so that dropping a tracker at a stop waits for nothing.
 fn read_events_until_dropped(
     pid: pid_t,
     ufd: Arc<OwnedFd>,
-) -> Result<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+) -> Result<(UnixStream, std::thread::JoinHandle<()>)> {
+    let sys = |what: &str, e: std::io::Error| EngineError::Sys {
+        what: what.into(),
+        source: e,
+    };
+    let (waker, woken) =
+        UnixStream::pair().map_err(|e| sys("create the write tracker's wake-up socket", e))?;
     let t = std::thread::Builder::new()
         .name(format!("pmig-track-{pid}"))
         .spawn(move || {
             let mut evs = Vec::new();
-            while !flag.load(Ordering::Acquire) {
-                let mut p = libc::pollfd {
-                    fd: ufd.as_raw_fd(),
+            loop {
+                let mut p = [ufd.as_raw_fd(), woken.as_raw_fd()].map(|fd| libc::pollfd {
+                    fd,
                     events: libc::POLLIN,
                     revents: 0,
-                };
-                // SAFETY: one pollfd of a descriptor this thread holds.
-                if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
+                });
+                // SAFETY: two pollfds of descriptors this thread holds.
+                if unsafe { libc::poll(p.as_mut_ptr(), 2, -1) } <= 0 {
                     continue;
+                }
+                if p[1].revents != 0 {
+                    return;
                 }
                 evs.clear();
                 if let Err(e) = uffd::read_events(&ufd, &mut evs) {
@@ -254,11 +264,8 @@ fn read_events_until_dropped(
                 tracing::debug!("write tracking of process {pid}: {evs:x?}");
             }
         })
-        .map_err(|e| EngineError::Sys {
-            what: "start the write tracker's event thread".into(),
-            source: e,
-        })?;
-    Ok((stop, t))
+        .map_err(|e| sys("start the write tracker's event thread", e))?;
+    Ok((waker, t))
 }
 
 /// Duplicate fd `fd` of process `pid` into ours.
