@@ -351,17 +351,16 @@ impl Iterative {
         Ok(())
     }
 
-    /// At the stop, once the holder captured the process into `dir`
-    /// ([`CaptureMode::WrittenApart`]): the pages of the tracked ranges
-    /// `listed` written since the last round, and the image. The scan also
-    /// reports pages never populated (no page table entry, no protection
-    /// marker): only those the image lists as present (its populated pages
-    /// at the freeze) count.
+    /// At the stop, once the holder captured the process into `dir` (in
+    /// [`Iterative::stop_mode`]): the pages of the tracked ranges `listed`
+    /// written since the last round, and the image. The scan also reports
+    /// pages never populated (no page table entry, no protection marker):
+    /// only those the image lists as present (its populated pages at the
+    /// freeze) count.
     ///
     /// A listed range that the scan no longer covers (made read-only since,
     /// or unmapped and mapped again as memory it does not track) counts as
-    /// written whole: what the process wrote there before is unknown, and
-    /// the image holds nothing of it.
+    /// written whole: what the process wrote there before is unknown.
     pub(crate) fn written_at_stop(
         &mut self,
         dir: &Path,
