@@ -256,6 +256,12 @@ fn read_events_until_dropped(
                 if p[1].revents != 0 {
                     return;
                 }
+                if p[0].revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+                    // Never for a userfaultfd set up as ours is; reading on
+                    // would spin.
+                    tracing::warn!("write tracking of process {pid}: its userfaultfd failed");
+                    return;
+                }
                 evs.clear();
                 if let Err(e) = uffd::read_events(&ufd, &mut evs) {
                     tracing::warn!("write tracking of process {pid}: {e}");
