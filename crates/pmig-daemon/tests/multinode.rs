@@ -1847,6 +1847,54 @@ fn wait_log(env: &Env, node: &str, needle: &str) {
     wait_log_count(env, node, needle, 1);
 }
 
+/// Moves `pid` from n1 to n2 with `strategy` while a test hook of n1 holds
+/// the stop: once the hook has said so for the `k`-th time in n1's log,
+/// `change` runs, then the file `release` in n1's state directory lets the
+/// stop go. Returns the migration's report; panics, with both daemons'
+/// logs, if it failed.
+fn migrate_while_held(
+    env: &Env,
+    pid: i32,
+    strategy: &str,
+    k: usize,
+    release: &str,
+    change: impl FnOnce(),
+) -> serde_json::Value {
+    std::thread::scope(|sc| {
+        let m = sc.spawn(|| {
+            migrate_result(
+                env.migrate_cmd("n1", pid, "n2", strategy, 20)
+                    .output()
+                    .unwrap(),
+            )
+        });
+        wait_log_count(env, "n1", "test hook: the stop of migration", k);
+        change();
+        File::create(env.node_dir("n1").join(release)).unwrap();
+        m.join().unwrap()
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{strategy} failed: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    })
+}
+
+/// Waits (at most 20 s) until the output file `out` contains `marker`;
+/// `what` names what the process failed to do.
+fn wait_output(out: &Path, marker: &str, what: &str) {
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .contains(marker)
+    {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Waits (at most 20 s) until `needle` is in `node`'s log `n` times.
 fn wait_log_count(env: &Env, node: &str, needle: &str, n: usize) {
     let t0 = Instant::now();
@@ -3813,37 +3861,9 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
     );
     wait_ready(&out);
     let pid = child.id() as i32;
-    let rep = std::thread::scope(|sc| {
-        let m = sc.spawn(|| {
-            migrate_result(
-                env.migrate_cmd("n1", pid, "n2", "post-copy", 20)
-                    .output()
-                    .unwrap(),
-            )
-        });
-        wait_log(&env, "n1", "test hook: the stop of migration");
+    let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
         command(&cmds, "change");
-        // Bounded: until the process has made its changes.
-        let t0 = Instant::now();
-        while !std::fs::read_to_string(&out)
-            .unwrap_or_default()
-            .contains("CHANGED")
-        {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "the process did not change its pages"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        File::create(env.node_dir("n1").join("release-skeleton")).unwrap();
-        m.join().unwrap()
-    })
-    .unwrap_or_else(|e| {
-        panic!(
-            "post-copy failed: {e}\nn1:\n{}\nn2:\n{}",
-            env.log("n1"),
-            env.log("n2")
-        )
+        wait_output(&out, "CHANGED", "the process did not change its pages");
     });
     assert_eq!(rep["skeleton"]["used"], false, "{rep}");
     let pid = rep["new_pid"].as_i64().unwrap() as i32;
@@ -3911,37 +3931,9 @@ fn memory_made_read_only_after_the_last_round_moves_as_it_was_written() {
         );
         wait_ready(&out);
         let pid = child.id() as i32;
-        let rep = std::thread::scope(|sc| {
-            let m = sc.spawn(|| {
-                migrate_result(
-                    env.migrate_cmd("n1", pid, "n2", strategy, 20)
-                        .output()
-                        .unwrap(),
-                )
-            });
-            wait_log_count(&env, "n1", "test hook: the stop of migration", k + 1);
+        let rep = migrate_while_held(&env, pid, strategy, k + 1, "release-rounds", || {
             command(&cmds, "protect");
-            // Bounded: until the process has made its changes.
-            let t0 = Instant::now();
-            while !std::fs::read_to_string(&out)
-                .unwrap_or_default()
-                .contains("PROTECTED")
-            {
-                assert!(
-                    t0.elapsed() < Duration::from_secs(20),
-                    "the process did not protect its memory"
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            File::create(env.node_dir("n1").join("release-rounds")).unwrap();
-            m.join().unwrap()
-        })
-        .unwrap_or_else(|e| {
-            panic!(
-                "{strategy} failed: {e}\nn1:\n{}\nn2:\n{}",
-                env.log("n1"),
-                env.log("n2")
-            )
+            wait_output(&out, "PROTECTED", "the process did not protect its memory");
         });
         let pid = rep["new_pid"].as_i64().unwrap() as i32;
         env.pids.push(pid);
@@ -3984,15 +3976,7 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
     );
     wait_ready(&out);
     let pid = child.id() as i32;
-    let rep = std::thread::scope(|sc| {
-        let m = sc.spawn(|| {
-            migrate_result(
-                env.migrate_cmd("n1", pid, "n2", "post-copy", 20)
-                    .output()
-                    .unwrap(),
-            )
-        });
-        wait_log(&env, "n1", "test hook: the stop of migration");
+    let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
         command(&cmds, &format!("open {}", opened.display()));
         // Bounded: until the process holds the file.
         let t0 = Instant::now();
@@ -4012,15 +3996,6 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        File::create(env.node_dir("n1").join("release-skeleton")).unwrap();
-        m.join().unwrap()
-    })
-    .unwrap_or_else(|e| {
-        panic!(
-            "post-copy failed: {e}\nn1:\n{}\nn2:\n{}",
-            env.log("n1"),
-            env.log("n2")
-        )
     });
     let k = rep["skeleton"].clone();
     assert_eq!(k["used"], false, "a stale skeleton ran: {rep}");

@@ -302,6 +302,68 @@ mod tests {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
 
+    /// Whether the tests may create a userfaultfd in another process (they
+    /// say that they are skipped when not).
+    fn root() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            eprintln!("skipped: needs root to create a userfaultfd in another process");
+        }
+        root
+    }
+
+    /// A python3 program driven line by line: it first prints the address
+    /// of its memory (hex), then one line for each line it is sent. Killed
+    /// when dropped.
+    struct Driven {
+        child: std::process::Child,
+        stdin: std::process::ChildStdin,
+        out: BufReader<std::process::ChildStdout>,
+        base: u64,
+    }
+
+    impl Driven {
+        fn start(prog: &str) -> Driven {
+            let mut child = Command::new("python3")
+                .args(["-c", prog])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("python3");
+            let stdin = child.stdin.take().unwrap();
+            let mut out = BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+            Driven {
+                child,
+                stdin,
+                out,
+                base,
+            }
+        }
+
+        fn pid(&self) -> i32 {
+            self.child.id() as i32
+        }
+
+        /// Sends `line`; returns the program's answer, trimmed.
+        fn say(&mut self, line: &str) -> String {
+            writeln!(self.stdin, "{line}").unwrap();
+            let mut l = String::new();
+            self.out.read_line(&mut l).unwrap();
+            l.trim().to_string()
+        }
+    }
+
+    impl Drop for Driven {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
     fn python_writer() -> Option<std::process::Child> {
         // python3 writing one byte into page i of a buffer for each line i.
         Command::new("python3")
@@ -314,9 +376,7 @@ mod tests {
 
     #[test]
     fn reports_exactly_the_pages_written() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to create a userfaultfd in another process");
+        if !root() {
             return;
         }
         let mut c = python_writer().expect("python3");
@@ -382,25 +442,14 @@ mod tests {
 
     #[test]
     fn untouched_private_memory_stays_unpopulated_and_a_first_touch_is_seen() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to create a userfaultfd in another process");
+        if !root() {
             return;
         }
         // python3 with a private anonymous mapping of 256 pages, pages 0-3
         // touched; each line i writes into page i.
         let prog = "import ctypes,mmap,sys\nm=mmap.mmap(-1,256*4096,flags=mmap.MAP_PRIVATE|mmap.MAP_ANONYMOUS)\nfor i in range(4):\n    m[i*4096]=1\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    m[int(line)*4096]=2\n    print('ok',flush=True)\n";
-        let mut c = Command::new("python3")
-            .args(["-c", prog])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let pid = c.id() as i32;
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        let mut py = Driven::start(prog);
+        let (pid, base) = (py.pid(), py.base);
         let end = base + 256 * 4096;
         let in_map = |r: &[(u64, u64)]| -> u64 {
             r.iter()
@@ -415,10 +464,7 @@ mod tests {
         assert_eq!(in_map(&populated), 4, "{populated:x?}");
         let _ = t.scan().unwrap();
         // The first write to page 100 (populated after the protection) is seen.
-        let mut stdin = c.stdin.take().unwrap();
-        writeln!(stdin, "100").unwrap();
-        line.clear();
-        out.read_line(&mut line).unwrap();
+        py.say("100");
         let dirty = t.scan().unwrap();
         let p100 = base + 100 * 4096;
         assert!(
@@ -429,8 +475,6 @@ mod tests {
         let populated = crate::resources::memory::saveable_ranges(pid).unwrap();
         assert_eq!(in_map(&populated), 5, "{populated:x?}");
         drop(t);
-        let _ = c.kill();
-        let _ = c.wait();
     }
 
     /// python3 with a file mapped privately (8 pages); each line `w i`
@@ -456,9 +500,7 @@ mod tests {
     /// present.
     #[test]
     fn file_copies_written_since_are_all_a_capture_saves_of_them() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to create a userfaultfd in another process");
+        if !root() {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -601,32 +643,15 @@ mod tests {
     /// page of an earlier round only where the image of the stop lists one.
     #[test]
     fn a_page_released_after_a_scan_is_not_populated_at_the_stop() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to create a userfaultfd in another process");
+        if !root() {
             return;
         }
         // python3 with 16 anonymous pages, all written; `d i n` releases n
         // pages from page i, `w i` writes page i, `r i` reads it.
         let prog = "import ctypes,mmap,sys\nm=mmap.mmap(-1,16*4096,flags=mmap.MAP_PRIVATE|mmap.MAP_ANONYMOUS)\nfor i in range(16):\n    m[i*4096]=1\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    c=line.split()\n    if c[0]=='d':\n        m.madvise(mmap.MADV_DONTNEED,int(c[1])*4096,int(c[2])*4096)\n    elif c[0]=='r':\n        assert m[int(c[1])*4096]==0\n    else:\n        m[int(c[1])*4096]=2\n    print('ok',flush=True)\n";
-        let mut c = Command::new("python3")
-            .args(["-c", prog])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let pid = c.id() as i32;
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        let mut stdin = c.stdin.take().unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
-        let mut say = |what: &str| {
-            writeln!(stdin, "{what}").unwrap();
-            let mut l = String::new();
-            out.read_line(&mut l).unwrap();
-            assert_eq!(l.trim(), "ok");
-        };
+        let mut py = Driven::start(prog);
+        let (pid, base) = (py.pid(), py.base);
+        let mut say = |what: &str| assert_eq!(py.say(what), "ok");
         let pages_of = |r: &[(u64, u64)]| -> Vec<u64> {
             r.iter()
                 .flat_map(|&(a, l)| (0..l / 4096).map(move |k| a + k * 4096))
@@ -689,8 +714,6 @@ mod tests {
             .collect();
         assert_eq!(pages_of(&v.present), expect, "{v:x?}");
         drop(t);
-        let _ = c.kill();
-        let _ = c.wait();
     }
 
     /// Memory moved away and back while its writes are tracked stays one
@@ -699,9 +722,7 @@ mod tests {
     /// others kept their place and content.
     #[test]
     fn memory_moved_away_and_back_stays_one_mapping_and_its_writes_are_seen() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: needs root to create a userfaultfd in another process");
+        if !root() {
             return;
         }
         // python3 with 16 written anonymous pages and 16 reserved ones;
@@ -709,26 +730,13 @@ mod tests {
         // them back, then all 16 pages into the reserve and back, and says
         // whether each move worked.
         let prog = "import ctypes,sys\nlibc=ctypes.CDLL(None,use_errno=True)\nlibc.mmap.restype=ctypes.c_void_p\nlibc.mremap.restype=ctypes.c_void_p\nlibc.mremap.argtypes=[ctypes.c_void_p,ctypes.c_size_t,ctypes.c_size_t,ctypes.c_int,ctypes.c_void_p]\nlibc.mmap.argtypes=[ctypes.c_void_p,ctypes.c_size_t,ctypes.c_int,ctypes.c_int,ctypes.c_int,ctypes.c_long]\nP=4096\na=libc.mmap(None,16*P,3,0x22,-1,0)\nr=libc.mmap(None,16*P,0,0x22,-1,0)\nctypes.memset(a,1,16*P)\nprint(hex(a),flush=True)\ndef mv(src,n,dst):\n    x=libc.mremap(src,n*P,n*P,3,dst)\n    return x==dst\nfor line in sys.stdin:\n    ok=mv(a+4*P,4,r)\n    ctypes.memset(r+P,2,1)\n    ok=ok and mv(r,4,a+4*P)\n    whole=mv(a,16,r) and mv(r,16,a)\n    print(ok,whole,ctypes.get_errno(),flush=True)\n";
-        let mut c = Command::new("python3")
-            .args(["-c", prog])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let pid = c.id() as i32;
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        let mut stdin = c.stdin.take().unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
-        let mut t = DirtyTracker::attach(pid).unwrap();
+        let mut py = Driven::start(prog);
+        let base = py.base;
+        let mut t = DirtyTracker::attach(py.pid()).unwrap();
         assert!(t.is_tracked(base));
         let _ = t.scan().unwrap();
-        writeln!(stdin, "m").unwrap();
-        line.clear();
-        out.read_line(&mut line).unwrap();
         assert_eq!(
-            line.trim(),
+            py.say("m"),
             "True True 0",
             "the moves work as they would untracked"
         );
@@ -749,7 +757,5 @@ mod tests {
             "{again:x?}"
         );
         drop(t);
-        let _ = c.kill();
-        let _ = c.wait();
     }
 }

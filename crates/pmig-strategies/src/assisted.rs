@@ -30,8 +30,8 @@ use crate::clock::mark;
 use crate::error::{io_err, Result, StrategyError};
 use crate::post_copy::{destination_lazy, serve_source, Owing};
 use crate::pre_copy::{
-    await_restored, cannot_compose, intersect, receive_rounds, set_aside_small, stop_holder,
-    subtract, write_ranges, Iterative, Policy, FINAL_DIR, TRACKED_FILE,
+    await_restored, cannot_compose, in_image, intersect, receive_rounds, set_aside_small,
+    stop_holder, subtract, Iterative, Policy, FINAL_DIR, TRACKED_FILE,
 };
 use crate::stop_copy::{receive_image_after, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
@@ -63,19 +63,18 @@ impl Default for AssistedPostCopy {
 
 impl AssistedPostCopy {
     fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
-        // Pages round 0 missed are left out: the holder saves them whole.
+        // The ranges round 0 sent (less the pages it missed, which are
+        // owed below like memory mapped since).
         let tracked = self
             .it
             .tracked_and_sent()
             .ok_or_else(|| StrategyError::Other("internal error: no write tracking".into()))?;
-        std::fs::create_dir_all(&m.staging)
-            .map_err(io_err(format!("create {}", m.staging.display())))?;
-        let list = m.staging.join(TRACKED_FILE);
-        write_ranges(&list, &tracked)?;
         let dir = m.staging.join(FINAL_DIR);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
-        // The holder primed after round 0, if it could be started.
-        let holder = stop_holder(m, &dir, &self.it.stop_mode(&list))?;
+        // The holder primed after round 0, if it could be started; its
+        // handover capture needs no list of the tracked ranges.
+        let mode = self.it.stop_mode(&m.staging.join(TRACKED_FILE));
+        let holder = stop_holder(m, &dir, &mode)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
         m.holder = Some(holder);
@@ -92,14 +91,8 @@ impl AssistedPostCopy {
             .filter(|v| v.deferrable())
             .flat_map(|v| v.present.iter().copied())
             .collect();
-        let in_image: Vec<(u64, u64)> = pi
-            .memory
-            .vmas
-            .iter()
-            .flat_map(|v| v.runs.iter().map(|r| (r.addr, r.len)))
-            .collect();
         let since = [written, subtract(&lazy, &tracked)].concat();
-        self.owed = subtract(&intersect(&since, &lazy), &in_image);
+        self.owed = subtract(&intersect(&since, &lazy), &in_image(&pi));
         mark("src: owed pages listed");
         tracing::info!(
             "process {} stopped: {} pages written or mapped since round 0 are owed",

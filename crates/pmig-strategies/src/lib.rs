@@ -466,6 +466,19 @@ pub struct Source<'a> {
 }
 
 impl Source<'_> {
+    /// A test hook that holds a step of the source: logs `test hook: {what}
+    /// of migration {id} waits for {file}` and waits (at most 60 s) for
+    /// `<state dir>/{release}`, which it then removes.
+    pub(crate) fn hold_for_test(&self, release: &str, what: &str) {
+        let f = self.host.state_dir().join(release);
+        tracing::warn!(
+            "test hook: {what} of migration {} waits for {}",
+            self.id,
+            f.display()
+        );
+        await_release(&f);
+    }
+
     /// Counts bytes sent or received in the current phase.
     pub fn count(&mut self, n: u64) {
         match self.phase {

@@ -718,13 +718,7 @@ pub(crate) fn handover_lazy(m: &mut Source, mode: &CaptureMode) -> Result<()> {
 /// original is killed rather than resumed.
 pub(crate) fn serve_source(m: &mut Source, mut owing: Owing, stash: Option<&Stash>) -> Result<()> {
     if m.host.hooks().hold_answers {
-        let f = m.host.state_dir().join("release-answers");
-        tracing::warn!(
-            "test hook: the pages of migration {} wait for {}",
-            m.id,
-            f.display()
-        );
-        crate::await_release(&f);
+        m.hold_for_test("release-answers", "the pages");
     }
     let mut r = serve_source_inner(m, &mut owing, stash);
     // The destination vanished: its daemon may come back and take over.

@@ -168,13 +168,7 @@ impl Iterative {
             }
         })?;
         if m.host.hooks().hold_rounds {
-            let f = m.host.state_dir().join("release-rounds");
-            tracing::warn!(
-                "test hook: the stop of migration {} waits for {}",
-                m.id,
-                f.display()
-            );
-            crate::await_release(&f);
+            m.hold_for_test("release-rounds", "the stop");
         }
         Ok(())
     }
@@ -360,7 +354,9 @@ impl Iterative {
     ///
     /// A listed range that the scan no longer covers (made read-only since,
     /// or unmapped and mapped again as memory it does not track) counts as
-    /// written whole: what the process wrote there before is unknown.
+    /// written whole: what the process wrote there before is unknown. Pages
+    /// the image holds itself (read-only memory is saved whole) are left
+    /// out.
     pub(crate) fn written_at_stop(
         &mut self,
         dir: &Path,
@@ -376,7 +372,10 @@ impl Iterative {
         let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
         let scanned = intersect(&tracker.scan()?, listed);
         let untracked = subtract(listed, &tracker.tracked());
-        let written = intersect(&[scanned, untracked].concat(), &present);
+        let written = subtract(
+            &intersect(&[scanned, untracked].concat(), &present),
+            &in_image(&pi),
+        );
         mark("src: written pages scanned");
         Ok((written, pi))
     }
@@ -854,6 +853,15 @@ pub(crate) fn write_ranges(path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
         std::fs::File::create(path).map_err(io_err(format!("create {}", path.display())))?;
     f.write_all(text.as_bytes())
         .map_err(io_err(format!("write {}", path.display())))
+}
+
+/// The pages an image holds itself, as (address, length) runs.
+pub(crate) fn in_image(pi: &ProcessImage) -> Vec<(u64, u64)> {
+    pi.memory
+        .vmas
+        .iter()
+        .flat_map(|v| v.runs.iter().map(|r| (r.addr, r.len)))
+        .collect()
 }
 
 /// Total bytes of sorted, disjoint ranges.

@@ -110,13 +110,7 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
         why_not: (!ready).then_some(why),
     });
     if ready && m.host.hooks().hold_skeleton {
-        let f = m.host.state_dir().join("release-skeleton");
-        tracing::warn!(
-            "test hook: the stop of migration {} waits for {}",
-            m.id,
-            f.display()
-        );
-        crate::await_release(&f);
+        m.hold_for_test("release-skeleton", "the stop");
     }
     Ok(())
 }
