@@ -215,6 +215,35 @@ fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<Wa
     }
 }
 
+/// Seizes thread `tid` of process `pid` and asks it to stop. False if it
+/// is gone (or exiting, which refuses ptrace). Does not wait for the stop.
+fn seize_and_interrupt(pid: pid_t, tid: pid_t) -> Result<bool> {
+    match ptrace::seize(Pid::from_raw(tid), ptrace::Options::PTRACE_O_TRACESYSGOOD) {
+        Ok(()) => {}
+        Err(nix::errno::Errno::ESRCH) => return Ok(false),
+        // A thread that has begun to exit cannot be traced any more: as if
+        // it were gone. (It refuses from the moment it starts to exit,
+        // PF_EXITING, while its state still reads as running.)
+        Err(nix::errno::Errno::EPERM) if crate::procfs::has_exited(tid) => return Ok(false),
+        Err(nix::errno::Errno::EPERM) => {
+            return Err(if tid == pid {
+                EngineError::Other(format!(
+                    "cannot stop process {pid}: ptrace not permitted (already traced, or not yours)"
+                ))
+            } else {
+                EngineError::Other(format!(
+                    "cannot stop thread {tid} of process {pid}: ptrace not permitted"
+                ))
+            });
+        }
+        Err(e) => return Err(e).ctx(|| format!("ptrace seize thread {tid}")),
+    }
+    match ptrace::interrupt(Pid::from_raw(tid)) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(true),
+        Err(e) => Err(e).ctx(|| format!("interrupt thread {tid}")),
+    }
+}
+
 /// What thread `tid` of `pid` is doing, for an error: its state and the
 /// kernel function it waits in, e.g. "state D (uninterruptible wait) in
 /// wait_for_vfork_done".
@@ -314,8 +343,10 @@ impl Frozen {
     }
 
     /// [`Frozen::freeze`], waiting at most `per_thread` for each thread to
-    /// stop. A thread that does not stop in time fails the freeze with an
-    /// error naming it and what it waits for; the threads already stopped
+    /// stop. Every thread known is asked to stop before the first is waited
+    /// for, so the freeze lasts about as long as its slowest thread takes.
+    /// A thread that does not stop in time fails the freeze with an
+    /// error naming it and what it waits for; the threads that stopped
     /// run on at once. That thread stays seized, and stops once its wait
     /// ends, until the calling *thread* exits (the kernel then lets it go:
     /// only the tracing thread can detach it, and it cannot while it runs).
@@ -339,46 +370,41 @@ impl Frozen {
             if new.is_empty() {
                 break;
             }
+            // Seize and interrupt every new thread before waiting for any:
+            // a thread may take a while to reach its stop (waiting in the
+            // kernel for the memory-map lock that its siblings' mmap calls
+            // hold), and those waits then overlap instead of adding up.
+            let mut interrupted = Vec::with_capacity(new.len());
+            let mut failed = None;
             for tid in new {
                 seen.insert(tid);
-                match ptrace::seize(Pid::from_raw(tid), ptrace::Options::PTRACE_O_TRACESYSGOOD) {
-                    Ok(()) => {}
-                    Err(nix::errno::Errno::ESRCH) => continue,
-                    // A thread that has begun to exit cannot be traced any
-                    // more: as if it were gone.
-                    // (It refuses from the moment it starts to exit, PF_EXITING,
-                    // while its state still reads as running.)
-                    Err(nix::errno::Errno::EPERM) if crate::procfs::has_exited(tid) => continue,
-                    Err(nix::errno::Errno::EPERM) => {
-                        return Err(if tid == pid {
-                            EngineError::Other(format!("cannot stop process {pid}: ptrace not permitted (already traced, or not yours)"))
-                        } else {
-                            EngineError::Other(format!(
-                                "cannot stop thread {tid} of process {pid}: ptrace not permitted"
-                            ))
-                        });
-                    }
-                    Err(e) => return Err(e).ctx(|| format!("ptrace seize thread {tid}")),
-                }
-                if let Err(e) = ptrace::interrupt(Pid::from_raw(tid)) {
-                    if e != nix::errno::Errno::ESRCH {
-                        return Err(e).ctx(|| format!("interrupt thread {tid}"));
+                match seize_and_interrupt(pid, tid) {
+                    Ok(true) => interrupted.push(tid),
+                    Ok(false) => {}
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
                     }
                 }
-                if let Some(stop_sig) = f.settle(tid, per_thread)? {
-                    if stop_sig == libc::SIGTRAP {
-                        undo_eintr(tid)?;
+            }
+            // Every interrupted thread is waited for, even after a failure,
+            // so that those which stop are let go when `f` is dropped.
+            for tid in interrupted {
+                match f.settle(tid, per_thread) {
+                    Ok(Some(stop_sig)) => {
+                        let held = f.hold(tid, stop_sig);
+                        if let Err(e) = held {
+                            failed.get_or_insert(e);
+                        }
                     }
-                    let mask = sys::get_sigmask(tid)?;
-                    sys::set_sigmask(tid, !0u64)?;
-                    f.threads.push(Thread {
-                        tid,
-                        stop: StopKind::Event,
-                        mask: Some(mask),
-                        group_stop: (stop_sig != libc::SIGTRAP).then_some(stop_sig),
-                        affinity: None,
-                    });
+                    Ok(None) => {}
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
                 }
+            }
+            if let Some(e) = failed {
+                return Err(e);
             }
         }
         if !f.threads.iter().any(|t| t.tid == pid) {
@@ -392,6 +418,28 @@ impl Frozen {
         // Main thread first, then by tid: the image's thread order.
         f.threads.sort_by_key(|t| (t.tid != pid, t.tid));
         Ok(f)
+    }
+
+    /// Records thread `tid`, just stopped by the freeze with `stop_sig`, as
+    /// held, and blocks every signal in it while it is: its own mask is
+    /// kept to be put back.
+    fn hold(&mut self, tid: pid_t, stop_sig: i32) -> Result<()> {
+        self.threads.push(Thread {
+            tid,
+            stop: StopKind::Event,
+            mask: None,
+            group_stop: (stop_sig != libc::SIGTRAP).then_some(stop_sig),
+            affinity: None,
+        });
+        if stop_sig == libc::SIGTRAP {
+            undo_eintr(tid)?;
+        }
+        let mask = sys::get_sigmask(tid)?;
+        sys::set_sigmask(tid, !0u64)?;
+        if let Some(t) = self.threads.last_mut() {
+            t.mask = Some(mask);
+        }
+        Ok(())
     }
 
     /// Wait until `tid` sits in an event stop; returns the stop's signal:
@@ -1277,5 +1325,87 @@ mod tests {
             said[0], said[1]
         );
         assert!(in_epoll(p), "the child is not back in epoll_wait");
+    }
+
+    #[test]
+    fn threads_interrupted_after_one_that_cannot_stop_are_let_go() {
+        // The main thread waits, uninterruptibly, for a vfork child that
+        // never execs; its second thread sleeps. Every thread is
+        // interrupted before any is waited for, so the second one is
+        // already seized when the main thread's wait times out: it must be
+        // let go, not left stopped under a tracer that still runs.
+        let d = tempfile::tempdir().unwrap();
+        let (src, bin) = (d.path().join("v.c"), d.path().join("v"));
+        std::fs::write(
+            &src,
+            "#include <pthread.h>\n#include <signal.h>\n#include <sys/prctl.h>\n#include <unistd.h>\n\
+             static void *run(void *a) { (void)a; for (;;) pause(); return 0; }\n\
+             int main(void) { pthread_t t; pthread_create(&t, 0, run, 0);\n\
+               if (vfork() == 0) { prctl(PR_SET_PDEATHSIG, SIGKILL); for (;;) pause(); }\n\
+               return 7; }\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("cc")
+            .arg("-pthread")
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(built.success(), "cc failed");
+        let mut child = std::process::Command::new(&bin).spawn().unwrap();
+        let p = child.id() as pid_t;
+        let guard = Child(p);
+        // Bounded: until the main thread waits for its vfork child.
+        let waiting = (0..5000).any(|_| {
+            state_of(p) == Some('D') || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        });
+        assert!(waiting, "the main thread never waited for its vfork child");
+        let other = list_tids(p).unwrap().into_iter().find(|&t| t != p).unwrap();
+        let thread_state = || {
+            let st = std::fs::read_to_string(format!("/proc/{p}/task/{other}/stat")).unwrap();
+            st.rsplit(')').next().unwrap().trim_start().chars().next()
+        };
+        // The freezing thread stays alive until told: a thread it had left
+        // seized would stay stopped until then.
+        let (said, heard) = std::sync::mpsc::channel();
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        let freezer = std::thread::spawn(move || {
+            let err = Frozen::freeze_within(p, std::time::Duration::from_millis(300))
+                .map(|_| ())
+                .expect_err("a thread in an uninterruptible wait cannot stop")
+                .to_string();
+            said.send(err).unwrap();
+            let _ = wait_go.recv();
+        });
+        let err = heard.recv().unwrap();
+        assert!(
+            err.contains(&format!("thread {p} of process {p} did not stop")),
+            "{err}"
+        );
+        // Bounded: it may still be on its way back into pause.
+        let asleep = (0..1000).any(|_| {
+            thread_state() == Some('S') || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        });
+        let state = thread_state();
+        go.send(()).unwrap();
+        freezer.join().unwrap();
+        assert!(
+            asleep,
+            "thread {other} is in state {state:?}, not back in pause"
+        );
+        let kids = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap();
+        if let Ok(g) = kids.trim().parse::<pid_t>() {
+            // SAFETY: killing the vfork child this test made.
+            unsafe { libc::kill(g, libc::SIGKILL) };
+        }
+        drop(guard);
+        let _ = child.wait();
     }
 }
