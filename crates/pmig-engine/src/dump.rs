@@ -74,14 +74,15 @@ pub struct Aids {
     pub copy_buffer: Option<Vec<u8>>,
 }
 
-/// [`capture_filtered`] with `aids`; also says whether the layout read
-/// before the freeze still held at the stop.
+/// [`capture_filtered`] with `aids`; also returns the layout whose flags the
+/// capture took without reading them at the stop (see
+/// [`Layout::current`](crate::resources::memory::Layout::current)).
 pub fn capture_with(
     frozen: &mut Frozen,
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
     aids: Aids,
-) -> Result<(ProcessImage, bool)> {
+) -> Result<(ProcessImage, Option<crate::resources::memory::Layout>)> {
     // The capture injects calls into the process: on one CPU with it
     // (see `Frozen::colocate`); its own affinity is captured.
     frozen.colocate();
@@ -95,7 +96,7 @@ fn capture_colocated(
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
     aids: Aids,
-) -> Result<(ProcessImage, bool)> {
+) -> Result<(ProcessImage, Option<crate::resources::memory::Layout>)> {
     let mut cx = Capture::new(frozen, w.pages());
     cx.filter = filter;
     cx.layout = aids.layout;
@@ -135,7 +136,7 @@ fn capture_colocated(
     let jobctl = JobCtl::capture(&mut cx)?;
     let sched = Sched::capture(&mut cx)?;
     let clocks = Clocks::capture(&mut cx)?;
-    let reused = cx.layout_reused;
+    let used = cx.layout_used.take();
     let memory_flags = std::mem::take(&mut cx.memory_flags);
     let mdwe = cx.mdwe.take();
     let (file_ids, mapped_ids) = if cx.keep_inodes {
@@ -171,7 +172,7 @@ fn capture_colocated(
             file_ids,
             mapped_ids,
         },
-        reused,
+        used,
     ))
 }
 

@@ -749,12 +749,17 @@ fn restore_image_held(
                 .ctx(|| format!("open {}", img.pages_path().display()))?;
             mark("skeleton: image of the stop decoded");
             let area = (p.area.base, p.area.len);
+            let noreserve = |f: &Option<crate::resources::memory::MemoryFlags>| {
+                f.as_ref().map(|f| f.noreserve.clone()).unwrap_or_default()
+            };
+            let (pre_nr, fin_nr) = (noreserve(&pi.memory_flags), noreserve(&fin.memory_flags));
             let mut cx = Update {
                 pid,
                 frozen: &mut frozen,
                 area,
                 pages: &pages,
                 uffd: r.uffd.as_ref(),
+                noreserve: (&pre_nr, &fin_nr),
             };
             crate::skeleton::bring_up(pi, &fin, &mut cx)?;
             mark("skeleton: brought up");

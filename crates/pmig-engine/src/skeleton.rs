@@ -112,7 +112,8 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
-    compare_part("mapping flags", &pre.memory_flags, &fin.memory_flags)?;
+    // The mapping flags (MAP_NORESERVE) are followed with the mappings,
+    // by `Memory::update`.
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
     compare_part("open files' inodes", &pre.file_ids, &fin.file_ids)?;
     compare_part("mapped files' inodes", &pre.mapped_ids, &fin.mapped_ids)?;

@@ -198,8 +198,8 @@ impl CaptureMode {
 struct Held {
     frozen: Frozen,
     captured: Captured,
-    /// The layout read before the freeze, if the capture used it (see
-    /// [`Layout`]).
+    /// The layout whose flags the capture took instead of reading them at
+    /// the stop, if it did (see [`Layout::current`]).
     layout: Option<Layout>,
     /// The signals sent to it since the capture.
     late: LateSignals,
@@ -321,7 +321,6 @@ fn capture_once(
     copy_buffer: Vec<u8>,
     also: &HashSet<u64>,
 ) -> Result<(Held, HashSet<u64>)> {
-    let sent = layout.clone();
     let tracked = match mode {
         CaptureMode::WrittenSince(list)
         | CaptureMode::WrittenApart(list)
@@ -363,12 +362,12 @@ fn capture_once(
         };
         capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also)
     })
-    .map(|(captured, reused, late, kept)| {
+    .map(|(captured, used, late, kept)| {
         (
             Held {
                 frozen,
                 captured,
-                layout: reused.then_some(sent),
+                layout: used,
                 late,
             },
             kept,
@@ -384,10 +383,10 @@ fn capture_frozen(
     mode: &CaptureMode,
     aids: Aids,
     also: &HashSet<u64>,
-) -> Result<(Captured, bool, LateSignals, HashSet<u64>)> {
+) -> Result<(Captured, Option<Layout>, LateSignals, HashSet<u64>)> {
     let pid = frozen.pid;
     let mut kept = HashSet::new();
-    let (img, reused) = match mode {
+    let (img, used) = match mode {
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
         CaptureMode::Handover
         | CaptureMode::HandoverDeferred
@@ -421,7 +420,7 @@ fn capture_frozen(
             .map(|t| t.pending.len())
             .collect(),
     );
-    Ok((c, reused, late, kept))
+    Ok((c, used, late, kept))
 }
 
 /// The ranges pre-copy write-protected since its last round: `start len`
@@ -443,13 +442,14 @@ fn read_tracked(list: &Path) -> Result<Vec<(u64, u64)>> {
 }
 
 /// After the handover, while the original is still frozen: names the mappings
-/// whose advice changed between reading `layout` and the freeze, which the
-/// image therefore carries as they were before.
+/// whose flags (advice, lock, `MAP_NORESERVE`) the image does not carry as
+/// they were at the stop: changed, or mapped, between reading `layout` and
+/// the freeze.
 fn check_layout(pid: i32, layout: &Layout) {
     match layout.changed_flags(pid) {
         Ok(v) if v.is_empty() => {}
         Ok(v) => tracing::warn!(
-            "process {pid}: the advice of mapping(s) {} changed just before the stop; the migrated process has them as they were before",
+            "process {pid}: mapping(s) {} were advised or mapped just before the stop; the migrated process has them with the flags they had before (none for new memory)",
             v.join(", ")
         ),
         Err(e) => tracing::debug!("process {pid}: mappings not checked after the handover: {e}"),

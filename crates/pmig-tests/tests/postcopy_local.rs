@@ -603,8 +603,11 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// layout as an allocator does (a skeleton follows): `map` maps and fills
 /// 1 MiB more, `heap` moves its program break 2 MiB up and fills that,
 /// `unmap` unmaps 1 MiB it mapped before, `protect` makes half of a 64 KiB
-/// mapping read-only; or it makes a change a skeleton cannot follow:
-/// `action` gives SIGHUP a handler, `file` maps a file. It says STEP, and
+/// mapping read-only, `noreserve` maps and fills 1 MiB with `MAP_NORESERVE`
+/// (as glibc maps a new heap of an arena); or it makes a change a skeleton
+/// cannot follow: `action` gives SIGHUP a handler, `file` maps a file,
+/// `renoreserve` maps the 1 MiB it mapped before again, alike but with
+/// `MAP_NORESERVE` (a flag no call changes in place). It says STEP, and
 /// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
 const CHANGER: &str = r#"
 #include <fcntl.h>
@@ -618,6 +621,21 @@ const CHANGER: &str = r#"
 static volatile sig_atomic_t step;
 static void on_usr2(int s) { (void)s; step++; }
 static void on_hup(int s) { (void)s; }
+/* Whether the mapping that starts at p has flag `nr` (MAP_NORESERVE). */
+static int noreserve(const void *p) {
+    char line[512], want[64];
+    snprintf(want, sizeof want, "%lx-", (unsigned long)p);
+    FILE *m = fopen("/proc/self/smaps", "r");
+    int in = 0, nr = 0;
+    while (m && fgets(line, sizeof line, m)) {
+        if (strchr(line, '-') && strchr(line, '-') < strchr(line, ' ') && line[0] != 'V')
+            in = !strncmp(line, want, strlen(want));
+        else if (in && !strncmp(line, "VmFlags:", 8))
+            nr = strstr(line, " nr") != 0;
+    }
+    if (m) fclose(m);
+    return nr;
+}
 int main(int argc, char **argv) {
     size_t n = 4 << 20;
     unsigned char *a = malloc(n);
@@ -651,10 +669,18 @@ int main(int argc, char **argv) {
     unsigned char *more = 0;
     if (!strcmp(change, "action")) signal(SIGHUP, on_hup);
     unsigned char *heap = 0;
-    if (!strcmp(change, "map")) {
-        more = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!strcmp(change, "map") || !strcmp(change, "noreserve")) {
+        int nr = strcmp(change, "map") ? MAP_NORESERVE : 0;
+        more = mmap(0, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | nr, -1, 0);
         if (more == MAP_FAILED) return 6;
         memset(more, 9, 1 << 20);
+        if (noreserve(more) != !!nr) return 7;
+    }
+    if (!strcmp(change, "renoreserve")) {
+        int f = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+        if (mmap(gone, 1 << 20, PROT_READ | PROT_WRITE, f, -1, 0) != gone) return 6;
+        memset(gone, 1, 1 << 20);
+        if (!noreserve(gone)) return 7;
     }
     if (!strcmp(change, "heap")) {
         heap = sbrk(2 << 20);
@@ -687,6 +713,10 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; more && i < (1 << 20) && !*why; i++)
         if (more[i] != 9) snprintf(why, sizeof why, "the new mapping differs at byte %zu", i);
+    if (!*why && more && noreserve(more) != !strcmp(change, "noreserve"))
+        snprintf(why, sizeof why, "the new mapping's MAP_NORESERVE is not as it was made");
+    if (!*why && !strcmp(change, "renoreserve") && !noreserve(gone))
+        snprintf(why, sizeof why, "the mapping made again lost its MAP_NORESERVE");
     for (size_t i = 0; heap && i < (2 << 20) && !*why; i++)
         if (heap[i] != 8) snprintf(why, sizeof why, "the heap's new part differs at byte %zu", i);
     if (!*why && heap && sbrk(0) != heap + (2 << 20))
@@ -768,7 +798,7 @@ fn verdict(pid: i32, outfile: &std::path::Path) -> String {
 #[test]
 fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
     let _g = serial(&HEAVY);
-    for change in ["none", "map", "heap", "unmap", "protect"] {
+    for change in ["none", "map", "heap", "unmap", "protect", "noreserve"] {
         brought_up_after(change);
     }
 }
@@ -820,6 +850,7 @@ fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
             "file",
             "a mapping of a file or of shared memory came or went",
         ),
+        ("renoreserve", "the mapping at 0x"),
     ] {
         let mut guard = Guard::new();
         let (dir, mut child, src, mut out) =

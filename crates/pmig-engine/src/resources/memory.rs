@@ -188,6 +188,20 @@ fn is_special(path: &str) -> bool {
     matches!(path, "[vdso]" | "[vvar]" | "[vvar_vclock]" | "[vsyscall]")
 }
 
+/// The `VmFlags` of smaps a capture reads: the advice and lock
+/// ([`advice_of`]), `MAP_NORESERVE` and `MAP_GROWSDOWN`.
+const CARRIED_FLAGS: [&str; 9] = ["hg", "nh", "dd", "dc", "wf", "mg", "lo", "nr", "gd"];
+
+/// The flags of `flags` a capture reads (see [`CARRIED_FLAGS`]), in the
+/// order smaps gives them.
+fn carried_flags(flags: &[String]) -> Vec<String> {
+    flags
+        .iter()
+        .filter(|f| CARRIED_FLAGS.contains(&f.as_str()))
+        .cloned()
+        .collect()
+}
+
 fn advice_of(flags: &[String]) -> (Vec<i32>, bool) {
     let mut adv = Vec::new();
     let mut locked = false;
@@ -447,16 +461,22 @@ fn page_runs_read(
 /// not read `/proc/PID/smaps`. Reading smaps walks every page table (about
 /// 13 ms per GiB here); `/proc/PID/maps` lists the same mappings without their
 /// `VmFlags` and costs the same at any size. At the stop, [`Layout::current`]
-/// reads maps and keeps this layout's flags only if every mapping is still
-/// the same and the locked total (`VmLck`) has not changed; otherwise it
-/// reads smaps again.
+/// reads maps and keeps this layout's flags if every mapping is still the
+/// same and the locked total (`VmLck`) has not changed. A program that maps
+/// and unmaps memory all the time (an allocator under several threads)
+/// rarely leaves every mapping alone for that long: then each mapping takes
+/// the flags of what this layout had where it lies, and private anonymous
+/// memory mapped since, none (see [`Layout::carried_to`]). Only what cannot
+/// be carried that way (a file mapped since, flags that differ within one
+/// mapping, a locked total that does not add up) makes it read smaps again.
 ///
 /// What this cannot see: a `madvise` that changes only the advice of a whole
 /// mapping (huge pages, don't-dump, don't-fork, wipe-on-fork, mergeable)
 /// between [`Layout::read`] and the freeze (the smaps read itself, or, for
 /// pre-copy's holder, which reads during the rounds, up to a second and a
-/// round). [`Layout::changed_flags`]
-/// names such mappings afterwards, while the process is still frozen.
+/// round), nor the advice or `MAP_NORESERVE` of anonymous memory mapped in
+/// that time. [`Layout::changed_flags`] names such mappings afterwards,
+/// while the process is still frozen.
 #[derive(Debug, Clone)]
 pub struct Layout {
     maps: Vec<MapLine>,
@@ -517,6 +537,12 @@ impl Layout {
         Ok(Layout { maps, locked_kib })
     }
 
+    /// [`Layout::read`], the locked total known.
+    fn read_smaps(pid: pid_t, locked_kib: u64) -> Result<Layout> {
+        let maps = procfs::smaps(pid)?;
+        Ok(Layout { maps, locked_kib })
+    }
+
     /// Whether the mappings `now` (from `/proc/PID/maps`) and the locked total
     /// `locked_kib` are what this layout saw.
     fn still_holds(&self, now: &[MapLine], locked_kib: u64) -> bool {
@@ -527,33 +553,77 @@ impl Layout {
     }
 
     /// The mappings of the (frozen) process `pid` with their flags: this
-    /// layout's if it still holds, else read again. The flag says whether
-    /// this layout was used.
-    pub fn current(self, pid: pid_t) -> Result<(Vec<MapLine>, bool)> {
+    /// layout if it still holds, carried over to the mappings of now if
+    /// they can be, else read again (then the flag is true: nothing to
+    /// check afterwards).
+    pub fn current(self, pid: pid_t) -> Result<(Layout, bool)> {
         let now = procfs::maps(pid)?;
-        if self.still_holds(&now, vm_locked_kib(pid)?) {
-            return Ok((self.maps, true));
+        let locked_kib = vm_locked_kib(pid)?;
+        if self.still_holds(&now, locked_kib) {
+            return Ok((self, false));
+        }
+        if let Some(maps) = self.carried_to(&now, locked_kib) {
+            tracing::debug!(
+                "process {pid}: its mappings changed since they were read; their flags carried over"
+            );
+            return Ok((Layout { maps, locked_kib }, false));
         }
         tracing::debug!(
             "process {pid}: its mappings changed since they were read; reading smaps again"
         );
-        Ok((procfs::smaps(pid)?, false))
+        Ok((Layout::read_smaps(pid, locked_kib)?, true))
     }
 
-    /// The mappings whose advice or lock differs between this layout and
-    /// `pid`'s smaps now, as "start-end" (hex).
+    /// The mappings `now` (from `/proc/PID/maps`) with the flags a capture
+    /// uses (see [`CARRIED_FLAGS`]) taken from this layout: each mapping
+    /// takes those of the mappings of the same object (the same file, or
+    /// anonymous memory) it overlaps here, which must all agree; private
+    /// anonymous memory that overlaps none was mapped since, and takes
+    /// none. None where that does not hold (a file or shared memory mapped
+    /// since, a mapping over another object, flags that disagree), or when
+    /// the locked total `locked_kib` is not that of the result.
+    fn carried_to(&self, now: &[MapLine], locked_kib: u64) -> Option<Vec<MapLine>> {
+        let same_object = |a: &MapLine, b: &MapLine| {
+            (a.shared, a.inode, &a.dev, &a.path) == (b.shared, b.inode, &b.dev, &b.path)
+        };
+        let mut out = Vec::with_capacity(now.len());
+        for n in now {
+            let i = self.maps.partition_point(|b| b.end <= n.start);
+            let mut over = self.maps[i..].iter().take_while(|b| b.start < n.end);
+            let mut line = n.clone();
+            match over.next() {
+                Some(first) => {
+                    let flags = carried_flags(&first.flags);
+                    if !same_object(first, n)
+                        || !over.all(|b| same_object(b, n) && carried_flags(&b.flags) == flags)
+                    {
+                        return None;
+                    }
+                    line.flags = flags;
+                }
+                None if n.path.is_empty() && !n.shared => line.flags = Vec::new(),
+                None => return None,
+            }
+            out.push(line);
+        }
+        (locked_kib_of(&out) == locked_kib).then_some(out)
+    }
+
+    /// The mappings whose advice, lock or `MAP_NORESERVE` differs between
+    /// this layout and `pid`'s smaps now, as "start-end" (hex).
     pub fn changed_flags(&self, pid: pid_t) -> Result<Vec<String>> {
         let now = procfs::smaps(pid)?;
         Ok(flag_changes(&self.maps, &now))
     }
 }
 
-/// Mappings of `now` whose advice or lock is not what `before` said.
+/// Mappings of `now` whose flags a capture reads (advice, lock,
+/// `MAP_NORESERVE`) are not what `before` said.
 fn flag_changes(before: &[MapLine], now: &[MapLine]) -> Vec<String> {
     now.iter()
         .filter(|n| {
             let was = before.iter().find(|b| same_mapping(b, n));
-            was.is_none_or(|b| advice_of(&b.flags) != advice_of(&n.flags))
+            was.is_none_or(|b| carried_flags(&b.flags) != carried_flags(&n.flags))
         })
         .map(|n| format!("{:x}-{:x}", n.start, n.end))
         .collect()
@@ -967,17 +1037,19 @@ struct Attrs {
     rest: Vec<u8>,
     /// Whether its pages come later through the userfaultfd.
     later: bool,
+    /// Made with `MAP_NORESERVE` (a flag no call changes afterwards).
+    noreserve: bool,
 }
 
 /// The elementary ranges of two layouts: every boundary of either cuts;
 /// each range with the attributes it has in `pre` and in `fin` (None:
 /// unmapped there).
 fn layout_ranges(
-    pre: &[Vma],
-    fin: &[Vma],
+    (pre, pre_nr): (&[Vma], &[u64]),
+    (fin, fin_nr): (&[Vma], &[u64]),
     lazy: bool,
 ) -> Vec<(u64, u64, Option<Attrs>, Option<Attrs>)> {
-    let attrs = |v: &Vma, at: u64| Attrs {
+    let attrs = |v: &Vma, at: u64, nr: &[u64]| Attrs {
         prot: v.prot,
         backing: v.backing,
         growsdown: v.growsdown,
@@ -989,6 +1061,7 @@ fn layout_ranges(
             &v.name,
         )),
         later: lazy && v.comes_later(),
+        noreserve: nr.contains(&v.start),
     };
     let mut cuts: Vec<u64> = pre
         .iter()
@@ -997,12 +1070,14 @@ fn layout_ranges(
         .collect();
     cuts.sort_unstable();
     cuts.dedup();
-    let find = |vs: &[Vma], at: u64| {
+    let find = |vs: &[Vma], at: u64, nr: &[u64]| {
         let i = vs.partition_point(|v| v.end <= at);
-        vs.get(i).filter(|v| v.start <= at).map(|v| attrs(v, at))
+        vs.get(i)
+            .filter(|v| v.start <= at)
+            .map(|v| attrs(v, at, nr))
     };
     cuts.windows(2)
-        .map(|w| (w[0], w[1], find(pre, w[0]), find(fin, w[0])))
+        .map(|w| (w[0], w[1], find(pre, w[0], pre_nr), find(fin, w[0], fin_nr)))
         .filter(|(_, _, a, b)| a.is_some() || b.is_some())
         .collect()
 }
@@ -1031,7 +1106,8 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
         return Err(changed());
     }
     let lazy = cx.uffd.is_some();
-    let ranges = layout_ranges(&pre.vmas, &fin.vmas, lazy);
+    let (pre_nr, fin_nr) = cx.noreserve;
+    let ranges = layout_ranges((&pre.vmas, pre_nr), (&fin.vmas, fin_nr), lazy);
     // The program break's range, which `brk` maps or unmaps.
     let page_up = |a: u64| (a + PAGE - 1) & !(PAGE - 1);
     let brk_range = (pre.mm.brk != fin.mm.brk).then(|| {
@@ -1055,7 +1131,10 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
             }
             continue;
         };
-        let same_kind = a.backing == b.backing && a.growsdown == b.growsdown && a.rest == b.rest;
+        let same_kind = a.backing == b.backing
+            && a.growsdown == b.growsdown
+            && a.rest == b.rest
+            && a.noreserve == b.noreserve;
         if !same_kind || (a.prot != b.prot && a.backing != Backing::Anon) {
             return Err(crate::error::stale(format!(
                 "the mapping at {s:#x}-{e:#x} changed"
@@ -1101,6 +1180,9 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
                 let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
                 if b.growsdown {
                     flags |= libc::MAP_GROWSDOWN;
+                }
+                if b.noreserve {
+                    flags |= libc::MAP_NORESERVE;
                 }
                 let got = call(
                     cx,
@@ -1475,19 +1557,16 @@ impl Resource for Memory {
             None => PreScan::default(),
         };
         crate::timing::mark("memory: pre-scan joined");
-        let maps = match cx.layout.take() {
-            Some(l) => {
-                let (maps, reused) = l.current(pid)?;
-                cx.layout_reused = reused;
-                maps
-            }
-            None => procfs::smaps(pid)?,
+        let (layout, read) = match cx.layout.take() {
+            Some(l) => l.current(pid)?,
+            None => (Layout::read_smaps(pid, 0)?, true),
         };
+        let maps = &layout.maps;
         // What the process wrote through shared mappings of files on a
         // network file system must reach the server before another node
         // maps them (see `files::flush_network_writes`).
         let mut flush = super::files::NetworkFlush::new(pid);
-        for m in &maps {
+        for m in maps {
             flush.mapping(m)?;
         }
         crate::timing::mark("memory: mappings read");
@@ -1523,10 +1602,10 @@ impl Resource for Memory {
         let mut mapped_ids = MappedIds::default();
         // Each mapping with the page runs to save of it, then the copy.
         let mut planned: Vec<(Vma, Vec<(u64, u64)>)> = Vec::new();
-        check_aliases(pid, &maps)?;
+        check_aliases(pid, maps)?;
         let mut file_ids: std::collections::HashMap<(String, u64), (FileId, (u64, u64))> =
             std::collections::HashMap::new();
-        for m in &maps {
+        for m in maps {
             if m.path.starts_with("[vvar") || m.path == "[vdso]" {
                 vdso_lo.get_or_insert(m.start);
                 vdso_hi = m.end;
@@ -1667,6 +1746,8 @@ impl Resource for Memory {
             auxv,
             exe,
         };
+        // Flags not read at the stop are checked once it is over.
+        cx.layout_used = (!read).then_some(layout);
         Ok(MemoryState {
             vmas,
             mm,
@@ -1985,7 +2066,9 @@ impl Resource for Memory {
     ) -> Result<()> {
         use crate::skeleton::covers;
         let lazy = cx.uffd.is_some();
-        if !same && layout_key(pre) != layout_key(fin) {
+        // A mapping made again where one was, alike but for MAP_NORESERVE,
+        // changes no layout key: the flags' lists are compared too.
+        if (!same && layout_key(pre) != layout_key(fin)) || cx.noreserve.0 != cx.noreserve.1 {
             follow_layout(pre, fin, cx)?;
         }
         // Every page the skeleton holds (its first capture's runs) that is
@@ -2538,6 +2621,50 @@ mod layout_tests {
     }
 
     #[test]
+    fn flags_are_carried_to_mappings_that_changed_and_none_to_new_memory() {
+        let l = layout(vec![
+            line(0x1000, 0x3000, "[heap]", &["rd", "wr", "lo"]),
+            line(0x10000, 0x20000, "", &["rd", "wr", "nr", "hg"]),
+            line(0x20000, 0x30000, "", &["rd", "wr", "dc"]),
+        ]);
+        let mut file = line(0x40000, 0x41000, "/usr/lib/x.so", &[]);
+        file.inode = 7;
+        file.dev = "08:01".into();
+        let flags = |v: &[MapLine]| v.iter().map(|m| m.flags.join(" ")).collect::<Vec<_>>();
+        // The heap grew, the second mapping was split by an mprotect, and
+        // anonymous memory was mapped where nothing was.
+        let mut ro = line(0x10000, 0x18000, "", &[]);
+        ro.write = false;
+        let now = vec![
+            line(0x1000, 0x5000, "[heap]", &[]),
+            ro,
+            line(0x18000, 0x20000, "", &[]),
+            line(0x20000, 0x30000, "", &[]),
+            line(0x30000, 0x38000, "", &[]),
+        ];
+        // The heap's lock was carried: 16 KiB locked, as VmLck must say.
+        assert!(l.carried_to(&now, 8).is_none());
+        let got = l.carried_to(&now, 16).expect("carried");
+        assert_eq!(
+            flags(&got),
+            ["lo", "nr hg", "nr hg", "dc", ""].map(String::from)
+        );
+        assert!(!got[1].write, "the mapping of now is kept");
+        // A mapping across two whose flags differ, a file mapped since,
+        // and anonymous memory over a file's place are read again.
+        let across = vec![line(0x10000, 0x30000, "", &[])];
+        assert!(l.carried_to(&across, 0).is_none());
+        assert!(l.carried_to(&[file.clone()], 0).is_none());
+        let mut shared = line(0x50000, 0x51000, "", &[]);
+        shared.shared = true;
+        assert!(l.carried_to(&[shared], 0).is_none());
+        let lf = layout(vec![file]);
+        assert!(lf
+            .carried_to(&[line(0x40000, 0x41000, "", &[])], 0)
+            .is_none());
+    }
+
+    #[test]
     fn changed_advice_is_named_and_other_flags_are_not() {
         let before = vec![
             line(0x1000, 0x3000, "[heap]", &["rd", "wr"]),
@@ -2581,24 +2708,37 @@ mod layout_tests {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let l = Layout::read(pid).unwrap();
-        let (maps, reused) = l.clone().current(pid).unwrap();
-        assert!(reused);
-        assert_eq!(maps.len(), l.maps.len());
-        assert!(maps.iter().any(|m| !m.flags.is_empty()));
+        let (used, read) = l.clone().current(pid).unwrap();
+        assert!(!read);
+        assert_eq!(used.maps, l.maps);
+        assert!(used.maps.iter().any(|m| !m.flags.is_empty()));
         assert!(l.changed_flags(pid).unwrap().is_empty());
-        // A layout that no longer matches is read again, with flags.
+        // A layout whose first mapping ended a page further on: the flags
+        // are carried over to the mappings of now, and check out.
         let mut stale = l.clone();
         stale.maps[0].end += PAGE;
-        let (maps, reused) = stale.current(pid).unwrap();
-        assert!(!reused);
-        assert_eq!(maps, l.maps);
+        let (used, read) = stale.clone().current(pid).unwrap();
+        assert!(!read);
+        let bounds = |v: &[MapLine]| v.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>();
+        assert_eq!(bounds(&used.maps), bounds(&l.maps));
+        for (a, b) in used.maps.iter().zip(&l.maps) {
+            assert_eq!(a.flags, carried_flags(&b.flags), "{:x}", a.start);
+        }
+        assert!(used.changed_flags(pid).unwrap().is_empty());
+        // One whose mapping of the program's file is missing: a file
+        // mapped since is read again, with every flag.
+        let exe = l.maps.iter().position(|m| m.inode != 0).unwrap();
+        stale.maps.remove(exe);
+        let (used, read) = stale.current(pid).unwrap();
+        assert!(read);
+        assert_eq!(used.maps, l.maps);
 
         // The pre-scan finds, per private mapping, what the capture's own
         // scan finds, and nothing for shared mappings.
         let mut pre = PreScan::scan(pid, false, ScanFor::Populated).unwrap();
         let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
         let mut private = 0;
-        for m in &maps {
+        for m in &used.maps {
             let Ok(Some(b)) = classify(pid, m) else {
                 continue;
             };

@@ -88,8 +88,10 @@ pub struct Capture<'a> {
     pub filter: Option<&'a dyn memory::PageFilter>,
     /// The mappings as read before the freeze, if any (see [`memory::Layout`]).
     pub layout: Option<memory::Layout>,
-    /// Set by the memory capture: whether `layout` still held at the stop.
-    pub layout_reused: bool,
+    /// Set by the memory capture: the layout whose flags it took instead of
+    /// reading them at the stop (`layout`, or `layout` carried over to the
+    /// mappings of the stop; see [`memory::Layout::current`]).
+    pub layout_used: Option<memory::Layout>,
     /// The result of a [`memory::PreScan`] running in another thread; an
     /// error from it (e.g. a failed check) refuses the capture.
     pub prescan: Option<std::sync::mpsc::Receiver<Result<memory::PreScan>>>,
@@ -150,7 +152,7 @@ impl<'a> Capture<'a> {
             pages,
             filter: None,
             layout: None,
-            layout_reused: false,
+            layout_used: None,
             prescan: None,
             defer_population: false,
             written_since: None,
@@ -478,6 +480,10 @@ pub struct Update<'a> {
     /// Our copy of the process's userfaultfd (a lazy restore): the pages
     /// of mappings registered with it are installed through it.
     pub uffd: Option<&'a OwnedFd>,
+    /// Starts of the mappings made with `MAP_NORESERVE`, in the skeleton's
+    /// own capture and in the capture of the stop (see
+    /// [`super::memory::MemoryFlags`]).
+    pub noreserve: (&'a [u64], &'a [u64]),
 }
 
 impl Update<'_> {
