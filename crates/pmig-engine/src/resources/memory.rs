@@ -192,6 +192,12 @@ fn is_special(path: &str) -> bool {
 /// ([`advice_of`]), `MAP_NORESERVE` and `MAP_GROWSDOWN`.
 const CARRIED_FLAGS: [&str; 9] = ["hg", "nh", "dd", "dc", "wf", "mg", "lo", "nr", "gd"];
 
+/// The flags [`Layout::carried_to`] takes over only to a mapping that did not
+/// change: a copy of a mapping of a process that forks (don't-fork,
+/// wipe-on-fork) and a stack that grows down would behave otherwise if
+/// the mapping were new memory that took them by mistake.
+const EXACT_FLAGS: [&str; 3] = ["dc", "wf", "gd"];
+
 /// The flags of `flags` a capture reads (see [`CARRIED_FLAGS`]), in the
 /// order smaps gives them.
 fn carried_flags(flags: &[String]) -> Vec<String> {
@@ -580,8 +586,10 @@ impl Layout {
     /// anonymous memory) it overlaps here, which must all agree; private
     /// anonymous memory that overlaps none was mapped since, and takes
     /// none. None where that does not hold (a file or shared memory mapped
-    /// since, a mapping over another object, flags that disagree), or when
-    /// the locked total `locked_kib` is not that of the result.
+    /// since, a mapping over another object, flags that disagree), where a
+    /// mapping that changed had flags that decide what a fork or a growing
+    /// stack does (see [`EXACT_FLAGS`]), or when the locked total
+    /// `locked_kib` is not that of the result.
     fn carried_to(&self, now: &[MapLine], locked_kib: u64) -> Option<Vec<MapLine>> {
         let same_object = |a: &MapLine, b: &MapLine| {
             (a.shared, a.inode, &a.dev, &a.path) == (b.shared, b.inode, &b.dev, &b.path)
@@ -594,8 +602,10 @@ impl Layout {
             match over.next() {
                 Some(first) => {
                     let flags = carried_flags(&first.flags);
+                    let unchanged = same_mapping(first, n);
                     if !same_object(first, n)
                         || !over.all(|b| same_object(b, n) && carried_flags(&b.flags) == flags)
+                        || (!unchanged && flags.iter().any(|f| EXACT_FLAGS.contains(&f.as_str())))
                     {
                         return None;
                     }
@@ -2661,6 +2671,13 @@ mod layout_tests {
         let lf = layout(vec![file]);
         assert!(lf
             .carried_to(&[line(0x40000, 0x41000, "", &[])], 0)
+            .is_none());
+        // Don't-fork memory is carried only where its mapping is as it was:
+        // shrunk, it may be other memory mapped in its place.
+        let kept = vec![line(0x20000, 0x30000, "", &[])];
+        assert_eq!(flags(&l.carried_to(&kept, 0).unwrap()), ["dc"]);
+        assert!(l
+            .carried_to(&[line(0x20000, 0x28000, "", &[])], 0)
             .is_none());
     }
 
