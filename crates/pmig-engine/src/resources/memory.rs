@@ -474,7 +474,9 @@ fn page_runs_read(
 /// the flags of what this layout had where it lies, and private anonymous
 /// memory mapped since, none (see [`Layout::carried_to`]). Only what cannot
 /// be carried that way (a file mapped since, flags that differ within one
-/// mapping, a locked total that does not add up) makes it read smaps again.
+/// mapping, a changed mapping that had don't-fork, wipe-on-fork or
+/// grows-down, a locked total that does not add up) makes it read smaps
+/// again.
 ///
 /// What this cannot see: a `madvise` that changes only the advice of a whole
 /// mapping (huge pages, don't-dump, don't-fork, wipe-on-fork, mergeable)
