@@ -749,8 +749,12 @@ fn restore_image_held(
                 .ctx(|| format!("open {}", img.pages_path().display()))?;
             mark("skeleton: image of the stop decoded");
             let area = (p.area.base, p.area.len);
+            // Every mapping flag is followed with the mappings (the pattern
+            // names each field, so a new one cannot be left out unseen).
             let noreserve = |f: &Option<crate::resources::memory::MemoryFlags>| {
-                f.as_ref().map(|f| f.noreserve.clone()).unwrap_or_default()
+                f.as_ref()
+                    .map(|crate::resources::memory::MemoryFlags { noreserve }| noreserve.clone())
+                    .unwrap_or_default()
             };
             let (pre_nr, fin_nr) = (noreserve(&pi.memory_flags), noreserve(&fin.memory_flags));
             let mut cx = Update {
