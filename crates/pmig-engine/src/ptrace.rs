@@ -1134,6 +1134,41 @@ mod tests {
         st.rsplit(')').next()?.trim_start().chars().next()
     }
 
+    /// The state letter of thread `tid` of `pid`.
+    fn thread_state_of(pid: pid_t, tid: pid_t) -> Option<char> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        st.rsplit(')').next()?.trim_start().chars().next()
+    }
+
+    /// Whether `cond` holds within about `ms` milliseconds (checked every
+    /// millisecond).
+    fn within_ms(ms: u32, mut cond: impl FnMut() -> bool) -> bool {
+        (0..ms).any(|_| {
+            cond() || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        })
+    }
+
+    /// Builds the C program `code` (with pthreads) in a temporary
+    /// directory and starts it; the directory goes with the returned guard.
+    fn spawn_c(code: &str) -> (tempfile::TempDir, std::process::Child) {
+        let d = tempfile::tempdir().unwrap();
+        let (src, bin) = (d.path().join("t.c"), d.path().join("t"));
+        std::fs::write(&src, code).unwrap();
+        let built = std::process::Command::new("cc")
+            .arg("-pthread")
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(built.success(), "cc failed");
+        let child = std::process::Command::new(&bin).spawn().unwrap();
+        (d, child)
+    }
+
     #[test]
     fn a_thread_that_cannot_stop_fails_the_freeze_in_time_and_the_process_runs_on() {
         // SAFETY: the child makes raw system calls only: clone (a child
@@ -1208,33 +1243,15 @@ mod tests {
 
     #[test]
     fn a_process_whose_main_thread_exited_is_refused_and_runs_on() {
-        let d = tempfile::tempdir().unwrap();
-        let (src, bin) = (d.path().join("z.c"), d.path().join("z"));
-        std::fs::write(
-            &src,
+        let (_dir, mut child) = spawn_c(
             "#include <pthread.h>\n#include <unistd.h>\n\
              static void *run(void *a) { (void)a; for (;;) pause(); return 0; }\n\
              int main(void) { pthread_t t; pthread_create(&t, 0, run, 0); pthread_exit(0); }\n",
-        )
-        .unwrap();
-        let built = std::process::Command::new("cc")
-            .arg("-pthread")
-            .arg("-o")
-            .arg(&bin)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(built.success(), "cc failed");
-        let mut child = std::process::Command::new(&bin).spawn().unwrap();
+        );
         let p = child.id() as pid_t;
         let guard = Child(p);
         // Bounded: until its main thread is a zombie.
-        let gone = (0..5000).any(|_| {
-            state_of(p) == Some('Z') || {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                false
-            }
-        });
+        let gone = within_ms(5000, || state_of(p) == Some('Z'));
         assert!(gone, "the main thread did not exit");
         let err = std::thread::spawn(move || Frozen::freeze(p).map(|_| ()).unwrap_err())
             .join()
@@ -1246,18 +1263,13 @@ mod tests {
         );
         // The other thread was let go: it sleeps in pause, not stopped.
         let other = list_tids(p).unwrap().into_iter().find(|&t| t != p).unwrap();
-        let state = || {
-            let st = std::fs::read_to_string(format!("/proc/{p}/task/{other}/stat")).unwrap();
-            st.rsplit(')').next().unwrap().trim_start().chars().next()
-        };
         // Bounded: it may still be on its way back into pause.
-        let asleep = (0..1000).any(|_| {
-            state() == Some('S') || {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                false
-            }
-        });
-        assert!(asleep, "thread {other} is in state {:?}", state());
+        let asleep = within_ms(1000, || thread_state_of(p, other) == Some('S'));
+        assert!(
+            asleep,
+            "thread {other} is in state {:?}",
+            thread_state_of(p, other)
+        );
         drop(guard);
         let _ = child.wait();
     }
@@ -1334,41 +1346,19 @@ mod tests {
         // interrupted before any is waited for, so the second one is
         // already seized when the main thread's wait times out: it must be
         // let go, not left stopped under a tracer that still runs.
-        let d = tempfile::tempdir().unwrap();
-        let (src, bin) = (d.path().join("v.c"), d.path().join("v"));
-        std::fs::write(
-            &src,
+        let (_dir, mut child) = spawn_c(
             "#include <pthread.h>\n#include <signal.h>\n#include <sys/prctl.h>\n#include <unistd.h>\n\
              static void *run(void *a) { (void)a; for (;;) pause(); return 0; }\n\
              int main(void) { pthread_t t; pthread_create(&t, 0, run, 0);\n\
                if (vfork() == 0) { prctl(PR_SET_PDEATHSIG, SIGKILL); for (;;) pause(); }\n\
                return 7; }\n",
-        )
-        .unwrap();
-        let built = std::process::Command::new("cc")
-            .arg("-pthread")
-            .arg("-o")
-            .arg(&bin)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(built.success(), "cc failed");
-        let mut child = std::process::Command::new(&bin).spawn().unwrap();
+        );
         let p = child.id() as pid_t;
         let guard = Child(p);
         // Bounded: until the main thread waits for its vfork child.
-        let waiting = (0..5000).any(|_| {
-            state_of(p) == Some('D') || {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                false
-            }
-        });
+        let waiting = within_ms(5000, || state_of(p) == Some('D'));
         assert!(waiting, "the main thread never waited for its vfork child");
         let other = list_tids(p).unwrap().into_iter().find(|&t| t != p).unwrap();
-        let thread_state = || {
-            let st = std::fs::read_to_string(format!("/proc/{p}/task/{other}/stat")).unwrap();
-            st.rsplit(')').next().unwrap().trim_start().chars().next()
-        };
         // The freezing thread stays alive until told: a thread it had left
         // seized would stay stopped until then.
         let (said, heard) = std::sync::mpsc::channel();
@@ -1387,13 +1377,8 @@ mod tests {
             "{err}"
         );
         // Bounded: it may still be on its way back into pause.
-        let asleep = (0..1000).any(|_| {
-            thread_state() == Some('S') || {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-                false
-            }
-        });
-        let state = thread_state();
+        let asleep = within_ms(1000, || thread_state_of(p, other) == Some('S'));
+        let state = thread_state_of(p, other);
         go.send(()).unwrap();
         freezer.join().unwrap();
         assert!(
