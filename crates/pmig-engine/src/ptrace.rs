@@ -806,6 +806,62 @@ impl Frozen {
             .collect())
     }
 
+    /// Ends thread `idx`, which must not be the group leader, as a call to
+    /// `exit` would, and forgets it: the threads after it move down one
+    /// index. Its robust futex list and its clear-child-tid word are let go
+    /// first, so that the kernel does not touch the process's memory on the
+    /// thread's way out (a lazily restored process may not have those pages
+    /// yet, and nobody serves them while it is held). Waits, bounded by
+    /// [`FREEZE_TIMEOUT`], until the thread is gone.
+    pub fn end_thread(&mut self, idx: usize) -> Result<()> {
+        let tid = self.threads[idx].tid;
+        if tid == self.pid {
+            return Err(EngineError::Other(format!(
+                "process {}: the main thread cannot be ended alone",
+                self.pid
+            )));
+        }
+        // struct robust_list_head is three words: the size the call wants.
+        let r = self.inject_many(
+            idx,
+            &[
+                (libc::SYS_set_robust_list, &[0, 24]),
+                (libc::SYS_set_tid_address, &[0]),
+            ],
+        )?;
+        if let Some(e) = r.iter().find(|&&v| v < 0) {
+            return Err(EngineError::Sys {
+                what: format!("let go of the futex words of thread {tid}"),
+                source: std::io::Error::from_raw_os_error(-*e as i32),
+            });
+        }
+        let mut regs = sys::get_regs(tid)?;
+        regs.rax = libc::SYS_exit as u64;
+        regs.orig_rax = u64::MAX;
+        regs.rdi = 0;
+        regs.rip = self.gadget()?;
+        sys::set_regs(tid, &regs)?;
+        ptrace::cont(Pid::from_raw(tid), None).ctx(|| format!("resume thread {tid}"))?;
+        let deadline = std::time::Instant::now() + FREEZE_TIMEOUT;
+        loop {
+            match wait_stop_until(tid, deadline)? {
+                Some(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) => break,
+                // Every blockable signal is blocked while frozen; any other
+                // stop on the way out is let pass.
+                Some(_) => {
+                    let _ = ptrace::cont(Pid::from_raw(tid), None);
+                }
+                None => {
+                    return Err(EngineError::Other(format!(
+                        "thread {tid} did not end within {FREEZE_TIMEOUT:?}"
+                    )))
+                }
+            }
+        }
+        self.threads.remove(idx);
+        Ok(())
+    }
+
     /// Park every thread left in the stop of an injected call (see the
     /// module's comment).
     pub fn park_all(&mut self) -> Result<()> {
@@ -886,7 +942,10 @@ impl Frozen {
         }
     }
 
-    /// Kill the process (after a successful dump).
+    /// Kill the process (after a successful dump). Its other threads are
+    /// reaped here, their tracer (bounded): a traced group leader is
+    /// reported to its parent only once every other traced thread is
+    /// reaped. The leader is left to the parent.
     pub fn kill(mut self) -> Result<()> {
         self.detached = true;
         if let Some(a) = self.own_affinity.take() {
@@ -896,6 +955,13 @@ impl Frozen {
         if unsafe { libc::kill(self.pid, libc::SIGKILL) } < 0 {
             return Err(errno_err(format!("kill process {}", self.pid)));
         }
+        let others: Vec<pid_t> = self
+            .threads
+            .iter()
+            .map(|t| t.tid)
+            .filter(|&t| t != self.pid)
+            .collect();
+        reap_exiting(&others);
         Ok(())
     }
 }

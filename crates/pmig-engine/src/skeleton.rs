@@ -94,6 +94,9 @@ fn compare_part<T: Serialize>(part: &str, pre: &Option<T>, fin: &Option<T>) -> R
 /// compare go first, so that a stale skeleton is mostly found before
 /// anything of it changes; an error leaves it to be killed.
 pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Result<()> {
+    // Which threads ended since (a thread that started is stale): the
+    // parts kept per thread compare the others.
+    cx.ended_threads = crate::resources::threads::ended_since(&pre.threads, &fin.threads)?;
     Process::update(
         &pre.process,
         &fin.process,

@@ -460,11 +460,11 @@ fn check_layout(pid: i32, layout: &Layout) {
 /// its parent can reap it.
 fn kill_and_reap(frozen: Frozen) -> Result<()> {
     use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    // Other threads first: a traced group leader reports its exit only once
-    // every other thread is gone, so waiting for it first would never end.
-    let mut left = frozen.tids();
-    left.sort_by_key(|&t| t == frozen.pid);
+    // The kill reaps the other threads (a traced group leader reports its
+    // exit only once every other thread is gone); the leader is waited for
+    // here, once its exit has been reported to us, its tracer.
     let leader = frozen.pid;
+    let mut left = vec![leader];
     frozen.kill()?;
     // Bounded: at most about 10 s.
     for _ in 0..10_000 {

@@ -604,23 +604,50 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// 1 MiB more, `heap` moves its program break 2 MiB up and fills that,
 /// `unmap` unmaps 1 MiB it mapped before, `protect` makes half of a 64 KiB
 /// mapping read-only, `noreserve` maps and fills 1 MiB with `MAP_NORESERVE`
-/// (as glibc maps a new heap of an arena); or it makes a change a skeleton
-/// cannot follow: `action` gives SIGHUP a handler, `file` maps a file,
-/// `renoreserve` maps the 1 MiB it mapped before again, alike but with
-/// `MAP_NORESERVE` (a flag no call changes in place). It says STEP, and
+/// (as glibc maps a new heap of an arena), `endthread` lets a thread it
+/// started before READY end (it writes a word first) and joins it, `attrs`
+/// gives itself an alternate signal stack, a new name and a timer slack,
+/// `wx` writes 8 KiB of a read-only mapping it never touched before, made
+/// writable for that and read-only again, as a JIT does (the first capture
+/// saw no page there); or it
+/// makes a change a skeleton cannot follow: `action` gives SIGHUP a
+/// handler, `file` maps a file, `renoreserve` maps the 1 MiB it mapped
+/// before again, alike but with `MAP_NORESERVE` (a flag no call changes in
+/// place), `newthread` starts a thread that waits for ever. It says STEP, and
 /// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
 const CHANGER: &str = r#"
 #include <fcntl.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/time.h>
 #include <unistd.h>
 static volatile sig_atomic_t step;
+static char alt[65536];
 static void on_usr2(int s) { (void)s; step++; }
 static void on_hup(int s) { (void)s; }
+static sem_t go;
+static volatile int thread_wrote;
+static void *waiter(void *x) {
+    while (sem_wait(&go)) {}
+    thread_wrote = x ? *(int *)x : 0;
+    return 0;
+}
+/* The number of threads the kernel lists for this process. */
+static int threads_now(void) {
+    char line[256];
+    int n = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+    if (f) fclose(f);
+    return n;
+}
 /* Whether the mapping that starts at p has flag `nr` (MAP_NORESERVE). */
 static int noreserve(const void *p) {
     char line[512], want[64];
@@ -651,6 +678,12 @@ int main(int argc, char **argv) {
     if (gone == MAP_FAILED || half == MAP_FAILED) return 3;
     memset(gone, 1, 1 << 20);
     memset(half, 2, 64 << 10);
+    unsigned char *ro = mmap(0, 64 << 10, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ro == MAP_FAILED) return 3;
+    pthread_t th;
+    static int answer = 42;
+    sem_init(&go, 0, 0);
+    if (!strcmp(change, "endthread") && pthread_create(&th, 0, waiter, &answer)) return 3;
     /* SIGUSR1 stays blocked throughout, its waits included: once raised
        it must be pending at the end. */
     sigset_t usr1;
@@ -693,6 +726,22 @@ int main(int argc, char **argv) {
         void *f = mmap(0, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
         if (f == MAP_FAILED) return 6;
     }
+    if (!strcmp(change, "endthread")) {
+        sem_post(&go);
+        if (pthread_join(th, 0)) return 6;
+    }
+    if (!strcmp(change, "newthread") && pthread_create(&th, 0, waiter, 0)) return 6;
+    if (!strcmp(change, "wx")) {
+        if (mprotect(ro, 64 << 10, PROT_READ | PROT_WRITE)) return 6;
+        memset(ro, 7, 8 << 10);
+        if (mprotect(ro, 64 << 10, PROT_READ)) return 6;
+    }
+    if (!strcmp(change, "attrs")) {
+        stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+        if (sigaltstack(&ss, 0) || prctl(PR_SET_NAME, "renamed") ||
+            prctl(PR_SET_TIMERSLACK, 123456))
+            return 6;
+    }
     printf("STEP\n");
     fflush(stdout);
     while (step < 2) sigsuspend(&usr1);
@@ -730,6 +779,26 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < (64 << 10) && !*why; i++)
         if (half[i] != 2) snprintf(why, sizeof why, "the 64 KiB differ at byte %zu", i);
+    for (size_t i = 0; i < (64 << 10) && !*why; i++)
+        if (ro[i] != (!strcmp(change, "wx") && i < (8 << 10) ? 7 : 0))
+            snprintf(why, sizeof why, "the read-only mapping differs at byte %zu", i);
+    int want_threads = strcmp(change, "newthread") ? 1 : 2;
+    if (!*why && threads_now() != want_threads)
+        snprintf(why, sizeof why, "%d threads, want %d", threads_now(), want_threads);
+    if (!*why && !strcmp(change, "endthread") && thread_wrote != 42)
+        snprintf(why, sizeof why, "the ended thread's word is %d, want 42", thread_wrote);
+    if (!*why && !strcmp(change, "attrs")) {
+        stack_t ss;
+        char name[16] = "";
+        long slack = prctl(PR_GET_TIMERSLACK);
+        if (sigaltstack(0, &ss) || ss.ss_sp != alt || ss.ss_size != sizeof alt)
+            snprintf(why, sizeof why, "the alternate stack is %p (%zu bytes), want %p",
+                     ss.ss_sp, ss.ss_size, (void *)alt);
+        else if (prctl(PR_GET_NAME, name) || strcmp(name, "renamed"))
+            snprintf(why, sizeof why, "the thread is named '%s', want 'renamed'", name);
+        else if (slack != 123456)
+            snprintf(why, sizeof why, "the timer slack is %ld, want 123456", slack);
+    }
     if (!*why && !strcmp(change, "protect")) {
         /* Read-only now: mprotect to the same succeeds either way, so ask
            the kernel through msync-free means: /proc/self/maps. */
@@ -798,7 +867,17 @@ fn verdict(pid: i32, outfile: &std::path::Path) -> String {
 #[test]
 fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
     let _g = serial(&HEAVY);
-    for change in ["none", "map", "heap", "unmap", "protect", "noreserve"] {
+    for change in [
+        "none",
+        "map",
+        "heap",
+        "unmap",
+        "protect",
+        "noreserve",
+        "endthread",
+        "attrs",
+        "wx",
+    ] {
         brought_up_after(change);
     }
 }
@@ -851,6 +930,7 @@ fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
             "a mapping of a file or of shared memory came or went",
         ),
         ("renoreserve", "the mapping at 0x"),
+        ("newthread", "started"),
     ] {
         let mut guard = Guard::new();
         let (dir, mut child, src, mut out) =

@@ -2079,8 +2079,23 @@ impl Resource for Memory {
         use crate::skeleton::covers;
         let lazy = cx.uffd.is_some();
         // A mapping made again where one was, alike but for MAP_NORESERVE,
-        // changes no layout key: the flags' lists are compared too.
-        if (!same && layout_key(pre) != layout_key(fin)) || cx.noreserve.0 != cx.noreserve.1 {
+        // changes no layout key: the flags' lists are compared too. So are
+        // the mappings whose pages come later, registered with the
+        // userfaultfd: an anonymous mapping with no page at the first
+        // capture may owe some at the stop without any change of layout
+        // (read-only memory made writable, written and protected again, as
+        // a JIT does; memory the test's plain handover capture saw empty).
+        let later = |m: &MemoryState| -> Vec<(u64, u64)> {
+            m.vmas
+                .iter()
+                .filter(|v| v.comes_later())
+                .map(|v| (v.start, v.end))
+                .collect()
+        };
+        if (!same && layout_key(pre) != layout_key(fin))
+            || cx.noreserve.0 != cx.noreserve.1
+            || (lazy && later(pre) != later(fin))
+        {
             follow_layout(pre, fin, cx)?;
         }
         // Every page the skeleton holds (its first capture's runs) that is

@@ -484,6 +484,10 @@ pub struct Update<'a> {
     /// own capture and in the capture of the stop (see
     /// [`super::memory::MemoryFlags`]).
     pub noreserve: (&'a [u64], &'a [u64]),
+    /// The indices, in the skeleton's own capture, of the threads that
+    /// ended before the stop (see [`super::threads::ended_since`]): the
+    /// per-thread parts compare the others with the capture of the stop.
+    pub ended_threads: Vec<usize>,
 }
 
 impl Update<'_> {

@@ -83,6 +83,21 @@ impl Resource for Process {
     const PART: &'static str = "process";
     type State = ProcessState;
 
+    /// The same process with the same command line. Its name is its main
+    /// thread's, which the threads part follows.
+    fn update(
+        pre: &ProcessState,
+        fin: &ProcessState,
+        same: bool,
+        _cx: &mut super::Update,
+    ) -> Result<()> {
+        if same || (pre.pid == fin.pid && pre.cmdline == fin.cmdline) {
+            Ok(())
+        } else {
+            Err(crate::error::stale("its process changed"))
+        }
+    }
+
     fn precheck(pid: pid_t) -> Result<()> {
         if procfs::is_kernel_thread(pid) {
             return Err(crate::error::EngineError::Other(format!(

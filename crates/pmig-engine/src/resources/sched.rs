@@ -97,28 +97,39 @@ impl Resource for Sched {
     const PART: &'static str = "sched";
     type State = SchedState;
 
-    /// No change is followed; one in the number of threads is named as
-    /// such (this part is compared before the threads').
+    /// No change is followed but the end of a thread (whose settings go
+    /// with it); one in the number of threads otherwise is named as such.
     fn update(
         pre: &SchedState,
         fin: &SchedState,
         same: bool,
-        _cx: &mut super::Update,
+        cx: &mut super::Update,
     ) -> Result<()> {
         if same {
             return Ok(());
         }
-        Err(crate::error::stale(
-            if pre.threads.len() != fin.threads.len() {
-                format!(
-                    "its threads changed ({} then, {} at the stop)",
-                    pre.threads.len(),
-                    fin.threads.len()
-                )
-            } else {
-                "its scheduling policy, priority or OOM score changed".to_string()
-            },
-        ))
+        let kept: Vec<&ThreadSched> = pre
+            .threads
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !cx.ended_threads.contains(i))
+            .map(|(_, t)| t)
+            .collect();
+        if kept.len() == fin.threads.len()
+            && kept.iter().zip(&fin.threads).all(|(a, b)| *a == b)
+            && pre.oom_score_adj == fin.oom_score_adj
+        {
+            return Ok(());
+        }
+        Err(crate::error::stale(if kept.len() != fin.threads.len() {
+            format!(
+                "its threads changed ({} then, {} at the stop)",
+                pre.threads.len(),
+                fin.threads.len()
+            )
+        } else {
+            "its scheduling policy, priority or OOM score changed".to_string()
+        }))
     }
 
     fn capture(cx: &mut Capture) -> Result<SchedState> {

@@ -175,6 +175,123 @@ fn affinity(tid: pid_t) -> Result<Vec<u64>> {
     Ok(set[..words].to_vec())
 }
 
+/// The indices in `pre` of the threads that `fin` no longer has, in
+/// order; stale if `fin` has a thread `pre` had not, or lists them in
+/// another order, or lost the main thread (which cannot end alone).
+pub fn ended_since(pre: &ThreadsState, fin: &ThreadsState) -> Result<Vec<usize>> {
+    let mut ended = Vec::new();
+    let mut next = fin.threads.iter().peekable();
+    for (i, t) in pre.threads.iter().enumerate() {
+        if next.peek().is_some_and(|f| f.tid == t.tid) {
+            next.next();
+        } else if i == 0 {
+            return Err(crate::error::stale(format!(
+                "its main thread {} ended",
+                t.tid
+            )));
+        } else {
+            ended.push(i);
+        }
+    }
+    match next.next() {
+        Some(t) => Err(crate::error::stale(format!(
+            "its threads changed (thread {} started; {} then, {} at the stop)",
+            t.tid,
+            pre.threads.len(),
+            fin.threads.len()
+        ))),
+        None => Ok(ended),
+    }
+}
+
+/// The `stack_t` (sp, flags, size) that gives a thread `th`'s alternate
+/// signal stack: its flags without `SS_ONSTACK`, which says where the
+/// thread ran, not what it set.
+fn altstack_arg(th: &ThreadState) -> [u64; 3] {
+    let (sp, flags, size) = th.sigaltstack;
+    if flags & libc::SS_DISABLE == 0 {
+        [sp, (flags & !libc::SS_ONSTACK) as u32 as u64, size]
+    } else {
+        [0, libc::SS_DISABLE as u64, 0]
+    }
+}
+
+/// `PR_SET_NAME`'s argument for thread name `comm`: at most 15 bytes and a NUL.
+fn name_arg(comm: &str) -> Vec<u8> {
+    let mut name = comm.as_bytes().to_vec();
+    name.truncate(15);
+    name.push(0);
+    name
+}
+
+/// Sets on skeleton thread `idx` (captured as `was`) what the thread set on
+/// itself since, as `now` has it: its robust futex list, clear-child-tid
+/// word, alternate signal stack, name and timer slack.
+fn follow_attributes(
+    was: &ThreadState,
+    now: &ThreadState,
+    idx: usize,
+    cx: &mut super::Update,
+) -> Result<()> {
+    let tid = now.tid;
+    let check = |r: i64, what: &str| {
+        if r < 0 {
+            Err(crate::error::EngineError::Sys {
+                what: format!("thread {tid}: {what}"),
+                source: std::io::Error::from_raw_os_error(-r as i32),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    if was.robust_list != now.robust_list {
+        let (head, len) = now.robust_list;
+        // A list let go of reads back as none of the size the call wants.
+        let len = if head == 0 { 24 } else { len };
+        let r = cx
+            .frozen
+            .inject(idx, libc::SYS_set_robust_list, &[head, len])?;
+        check(r, "set the robust futex list")?;
+    }
+    if was.clear_child_tid != now.clear_child_tid {
+        let r = cx
+            .frozen
+            .inject(idx, libc::SYS_set_tid_address, &[now.clear_child_tid])?;
+        check(r, "set clear_child_tid")?;
+    }
+    if altstack_arg(was) != altstack_arg(now) {
+        let ss: Vec<u8> = altstack_arg(now)
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        cx.call_with(idx, libc::SYS_sigaltstack, &ss, 0, &[0, 0], || {
+            format!("thread {tid}: set the alternate signal stack")
+        })?;
+    }
+    if was.comm != now.comm {
+        let name = name_arg(&now.comm);
+        cx.call_with(
+            idx,
+            libc::SYS_prctl,
+            &name,
+            1,
+            &[libc::PR_SET_NAME as u64, 0],
+            || format!("thread {tid}: name it '{}'", now.comm),
+        )?;
+    }
+    if was.timerslack != now.timerslack {
+        // 0 sets the thread's default slack back, as a thread that never
+        // set one has.
+        let r = cx.frozen.inject(
+            idx,
+            libc::SYS_prctl,
+            &[PR_SET_TIMERSLACK as u64, now.timerslack],
+        )?;
+        check(r, "set the timer slack")?;
+    }
+    Ok(())
+}
+
 impl Resource for Threads {
     const PART: &'static str = "threads";
     type State = ThreadsState;
@@ -287,13 +404,7 @@ impl Resource for Threads {
             // Set either way: the main thread inherits the restoring
             // program's alternate stack across the fork, in memory that is
             // gone once the restorer has run.
-            let (sp, flags, size) = th.sigaltstack;
-            let ss: [u64; 3] = if flags & libc::SS_DISABLE == 0 {
-                [sp, (flags & !libc::SS_ONSTACK) as u32 as u64, size]
-            } else {
-                [0, libc::SS_DISABLE as u64, 0]
-            };
-            let d = b.data_of(&ss);
+            let d = b.data_of(&altstack_arg(th));
             b.syscall(
                 t,
                 libc::SYS_sigaltstack,
@@ -301,10 +412,7 @@ impl Resource for Threads {
                 Check::NonNeg,
                 "set the alternate signal stack",
             );
-            let mut name = th.comm.as_bytes().to_vec();
-            name.truncate(15);
-            name.push(0);
-            let d = b.data(&name);
+            let d = b.data(&name_arg(&th.comm));
             b.syscall(
                 t,
                 libc::SYS_prctl,
@@ -339,43 +447,46 @@ impl Resource for Threads {
     }
 
     /// The same threads with the same attributes; the registers, FPU
-    /// state, signal mask and pending signals of the stop.
+    /// state, signal mask and pending signals of the stop. A thread that
+    /// ended since the skeleton's capture ends in the skeleton too; one
+    /// that started since is not followed (stale).
     fn update(
         pre: &ThreadsState,
         fin: &ThreadsState,
         _same: bool,
         cx: &mut super::Update,
     ) -> Result<()> {
-        if pre.threads.len() != fin.threads.len() {
-            return Err(crate::error::stale(format!(
-                "its threads changed ({} then, {} at the stop)",
-                pre.threads.len(),
-                fin.threads.len()
-            )));
-        }
-        let attrs = |t: &ThreadState| {
-            crate::skeleton::encode(&(
-                t.tid,
-                t.rseq,
-                t.robust_list,
-                t.clear_child_tid,
-                t.sigaltstack,
-                &t.comm,
-                t.timerslack,
-                t.nice,
-                &t.affinity,
-            ))
-        };
-        if let Some(t) = pre
-            .threads
+        let kept: Vec<usize> = (0..pre.threads.len())
+            .filter(|i| !cx.ended_threads.contains(i))
+            .collect();
+        if let Some((a, _)) = kept
             .iter()
+            .map(|&i| &pre.threads[i])
             .zip(&fin.threads)
-            .find(|(a, b)| attrs(a) != attrs(b))
+            .find(|(a, b)| a.rseq != b.rseq)
         {
             return Err(crate::error::stale(format!(
-                "thread {} changed its attributes (name, alternate stack, rseq, robust list, priority or affinity)",
-                t.0.tid
+                "thread {} changed its rseq registration",
+                a.tid
             )));
+        }
+        // What a thread sets on itself, set again in the skeleton's thread
+        // where it changed (its nice value and affinity are set below, by
+        // `finish`, either way). Before any thread ends: an index of `kept`
+        // is the skeleton thread's now.
+        for (&i, b) in kept.iter().zip(&fin.threads) {
+            follow_attributes(&pre.threads[i], b, i, cx)?;
+        }
+        // From the last, so that the indices of the others hold.
+        for &i in cx.ended_threads.iter().rev() {
+            cx.frozen.end_thread(i)?;
+        }
+        if !cx.ended_threads.is_empty() {
+            tracing::debug!(
+                "process {}: {} thread(s) that ended since the skeleton's capture ended in it too",
+                cx.pid,
+                cx.ended_threads.len()
+            );
         }
         Threads::finish(fin, &mut cx.finish())?;
         for (t, th) in fin.threads.iter().enumerate() {
@@ -467,6 +578,49 @@ mod tests {
         m.insert(WORD, 7u32.to_le_bytes().to_vec());
         m.insert(FDS, [3i32.to_le_bytes(), 1u32.to_le_bytes()].concat());
         Mem(m)
+    }
+
+    fn threads(tids: &[pid_t]) -> ThreadsState {
+        ThreadsState {
+            threads: tids
+                .iter()
+                .map(|&tid| ThreadState {
+                    tid,
+                    regs: vec![0; 27],
+                    xstate: vec![],
+                    sigmask: 0,
+                    pending: vec![],
+                    rseq: None,
+                    robust_list: (0, 0),
+                    clear_child_tid: 0,
+                    sigaltstack: (0, libc::SS_DISABLE, 0),
+                    comm: String::new(),
+                    timerslack: 0,
+                    nice: 0,
+                    affinity: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn threads_that_ended_since_the_first_capture_are_found_and_new_ones_are_stale() {
+        let ended = |a: &[pid_t], b: &[pid_t]| ended_since(&threads(a), &threads(b));
+        assert_eq!(
+            ended(&[10, 11, 12], &[10, 11, 12]).unwrap(),
+            Vec::<usize>::new()
+        );
+        assert_eq!(ended(&[10, 11, 12], &[10, 12]).unwrap(), vec![1]);
+        assert_eq!(ended(&[10, 11, 12, 13], &[10]).unwrap(), vec![1, 2, 3]);
+        let stale = |a: &[pid_t], b: &[pid_t]| match ended(a, b) {
+            Err(crate::error::EngineError::Stale(w)) => w,
+            other => panic!("{a:?} -> {b:?}: {other:?}"),
+        };
+        assert!(stale(&[10, 11], &[10, 11, 14]).contains("thread 14 started"));
+        assert!(stale(&[10, 11], &[10, 14]).contains("thread 14 started"));
+        // Listed in another order: the one that seems to come back is new.
+        assert!(stale(&[10, 11, 12], &[10, 12, 11]).contains("thread 11 started"));
+        assert!(stale(&[10, 11], &[11]).contains("main thread 10 ended"));
     }
 
     #[test]
