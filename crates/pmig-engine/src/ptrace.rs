@@ -157,6 +157,12 @@ fn stub_code(calls: &[(i64, &[u64])], results: u64) -> Vec<u8> {
     c
 }
 
+/// Calls a [`Stub`] does not run: they start a thread, whose event stop
+/// the stub's run would take for a stray one.
+fn starts_thread(nr: i64) -> bool {
+    nr == libc::SYS_clone || nr == libc::SYS_clone3
+}
+
 /// Calls a [`Stub`] does not run: they change the mappings, and so could
 /// take away its own page.
 fn changes_mappings(nr: i64) -> bool {
@@ -686,7 +692,9 @@ impl Frozen {
         if self.stub.is_some()
             && !calls.is_empty()
             && calls.len() <= STUB_CALLS
-            && !calls.iter().any(|(nr, _)| changes_mappings(*nr))
+            && !calls
+                .iter()
+                .any(|(nr, _)| changes_mappings(*nr) || starts_thread(*nr))
         {
             return self.run_stub(idx, calls);
         }
@@ -860,6 +868,51 @@ impl Frozen {
         }
         self.threads.remove(idx);
         Ok(())
+    }
+
+    /// Starts a thread with the injected `call` in thread 0: a `clone` or
+    /// `clone3` with a thread's flags and no new stack, which the caller
+    /// traces with `PTRACE_O_TRACECLONE`. The new thread is kept at index
+    /// `at`, in the stop where the kernel first stops a traced thread: it
+    /// has not run an instruction, and its registers, signal mask and the
+    /// rest are the caller's to set before it is let go (until then they
+    /// are thread 0's). Returns its id.
+    pub fn start_thread(&mut self, at: usize, call: (i64, &[u64])) -> Result<pid_t> {
+        let r = self.inject_many(0, &[call])?[0];
+        if r <= 0 {
+            return Err(EngineError::Sys {
+                what: format!("start a thread in process {}", self.pid),
+                source: std::io::Error::from_raw_os_error((-r) as i32),
+            });
+        }
+        let tid = r as pid_t;
+        let deadline = std::time::Instant::now() + FREEZE_TIMEOUT;
+        match wait_stop_until(tid, deadline)? {
+            Some(WaitStatus::PtraceEvent(..) | WaitStatus::Stopped(..)) => {}
+            other => {
+                return Err(EngineError::Other(format!(
+                    "the new thread {tid} of process {} did not stop ({other:?})",
+                    self.pid
+                )))
+            }
+        }
+        // Colocated, it was born on the tracer's CPU: it gets back what
+        // thread 0 had (the caller sets its own affinity at release).
+        let affinity = self
+            .own_affinity
+            .as_ref()
+            .and(self.threads[0].affinity.clone());
+        self.threads.insert(
+            at,
+            Thread {
+                tid,
+                stop: StopKind::Event,
+                mask: None,
+                group_stop: None,
+                affinity,
+            },
+        );
+        Ok(tid)
     }
 
     /// Park every thread left in the stop of an injected call (see the

@@ -764,7 +764,7 @@ fn restore_image_held(
                 pages: &pages,
                 uffd: r.uffd.as_ref(),
                 noreserve: (&pre_nr, &fin_nr),
-                ended_threads: Vec::new(),
+                threads: Default::default(),
             };
             crate::skeleton::bring_up(pi, &fin, &mut cx)?;
             mark("skeleton: brought up");

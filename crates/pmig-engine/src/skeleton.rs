@@ -94,9 +94,10 @@ fn compare_part<T: Serialize>(part: &str, pre: &Option<T>, fin: &Option<T>) -> R
 /// compare go first, so that a stale skeleton is mostly found before
 /// anything of it changes; an error leaves it to be killed.
 pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Result<()> {
-    // Which threads ended since (a thread that started is stale): the
-    // parts kept per thread compare the others.
-    cx.ended_threads = crate::resources::threads::ended_since(&pre.threads, &fin.threads)?;
+    // Which threads ended and started since: the skeleton follows them
+    // (after the cheapest comparisons), and the parts kept per thread
+    // compare the others.
+    cx.threads = crate::resources::threads::thread_changes(&pre.threads, &fin.threads)?;
     Process::update(
         &pre.process,
         &fin.process,
@@ -111,6 +112,7 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     )?;
     update_optional::<Session>(&pre.session, &fin.session, cx)?;
     update_optional::<JobCtl>(&pre.jobctl, &fin.jobctl, cx)?;
+    crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;
     update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
@@ -139,6 +141,7 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
         cx,
     )?;
     Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
+    crate::resources::threads::register_rseq_of_new(&fin.threads, cx)?;
     let n = crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some())?;
     if n > 0 {
         tracing::debug!(

@@ -484,10 +484,10 @@ pub struct Update<'a> {
     /// own capture and in the capture of the stop (see
     /// [`super::memory::MemoryFlags`]).
     pub noreserve: (&'a [u64], &'a [u64]),
-    /// The indices, in the skeleton's own capture, of the threads that
-    /// ended before the stop (see [`super::threads::ended_since`]): the
-    /// per-thread parts compare the others with the capture of the stop.
-    pub ended_threads: Vec<usize>,
+    /// The threads that ended and started between the skeleton's own
+    /// capture and the stop ([`threads::thread_changes`]): the
+    /// per-thread parts compare the others, and set the new ones.
+    pub threads: threads::ThreadChanges,
 }
 
 impl Update<'_> {

@@ -93,12 +93,46 @@ fn is_default(a: &SchedAttr) -> bool {
         && a.flags & (SCHED_FLAG_RESET_ON_FORK | SCHED_FLAG_UTIL_CLAMP) == 0
 }
 
+/// Gives thread `tid` the policy and I/O priority `ts`; with `all`, the
+/// defaults too (a thread started from another has that one's). A setting
+/// the kernel refuses is logged.
+fn set_thread(tid: pid_t, ts: &ThreadSched, all: bool) {
+    if all || !is_default(&ts.attr) {
+        let mut a = ts.attr;
+        a.size = SCHED_ATTR_SIZE;
+        a.flags &= SCHED_FLAG_RESET_ON_FORK | SCHED_FLAG_UTIL_CLAMP;
+        // SAFETY: sched_setattr reads a struct of `a.size` bytes.
+        let r = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &a as *const SchedAttr, 0) };
+        if r < 0 {
+            tracing::warn!(
+                "thread {tid}: scheduling policy {} (priority {}) not restored: {}",
+                a.policy,
+                a.priority,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    // Class 0 (none): the priority follows the nice value.
+    if all || ts.ioprio >> IOPRIO_CLASS_SHIFT != 0 {
+        // SAFETY: ioprio_set takes three integers.
+        let r = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, ts.ioprio) };
+        if r < 0 {
+            tracing::warn!(
+                "thread {tid}: I/O priority {:#x} not restored: {}",
+                ts.ioprio,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 impl Resource for Sched {
     const PART: &'static str = "sched";
     type State = SchedState;
 
-    /// No change is followed but the end of a thread (whose settings go
-    /// with it); one in the number of threads otherwise is named as such.
+    /// No change is followed but in the threads: an ended thread's
+    /// settings go with it, and a thread started since gets its own (it
+    /// was started with its creator's). A change in the others is named.
     fn update(
         pre: &SchedState,
         fin: &SchedState,
@@ -108,28 +142,31 @@ impl Resource for Sched {
         if same {
             return Ok(());
         }
-        let kept: Vec<&ThreadSched> = pre
-            .threads
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !cx.ended_threads.contains(i))
-            .map(|(_, t)| t)
-            .collect();
-        if kept.len() == fin.threads.len()
-            && kept.iter().zip(&fin.threads).all(|(a, b)| *a == b)
-            && pre.oom_score_adj == fin.oom_score_adj
-        {
-            return Ok(());
-        }
-        Err(crate::error::stale(if kept.len() != fin.threads.len() {
-            format!(
+        let kept = |s: &SchedState, skip: &[usize]| -> Vec<ThreadSched> {
+            (0..s.threads.len())
+                .filter(|i| !skip.contains(i))
+                .map(|i| s.threads[i].clone())
+                .collect()
+        };
+        let (was, now) = (kept(pre, &cx.threads.ended), kept(fin, &cx.threads.started));
+        if was.len() != now.len() {
+            return Err(crate::error::stale(format!(
                 "its threads changed ({} then, {} at the stop)",
                 pre.threads.len(),
                 fin.threads.len()
-            )
-        } else {
-            "its scheduling policy, priority or OOM score changed".to_string()
-        }))
+            )));
+        }
+        if was != now || pre.oom_score_adj != fin.oom_score_adj {
+            return Err(crate::error::stale(
+                "its scheduling policy, priority or OOM score changed",
+            ));
+        }
+        for &k in &cx.threads.started {
+            if let (Some(t), Some(ts)) = (cx.frozen.threads.get(k), fin.threads.get(k)) {
+                set_thread(t.tid, ts, true);
+            }
+        }
+        Ok(())
     }
 
     fn capture(cx: &mut Capture) -> Result<SchedState> {
@@ -155,37 +192,7 @@ impl Resource for Sched {
             let Some(tid) = cx.frozen.threads.get(t).map(|t| t.tid) else {
                 break;
             };
-            if !is_default(&ts.attr) {
-                let mut a = ts.attr;
-                a.size = SCHED_ATTR_SIZE;
-                a.flags &= SCHED_FLAG_RESET_ON_FORK | SCHED_FLAG_UTIL_CLAMP;
-                // SAFETY: sched_setattr reads a struct of `a.size` bytes.
-                let r = unsafe {
-                    libc::syscall(libc::SYS_sched_setattr, tid, &a as *const SchedAttr, 0)
-                };
-                if r < 0 {
-                    tracing::warn!(
-                        "thread {tid}: scheduling policy {} (priority {}) not restored: {}",
-                        a.policy,
-                        a.priority,
-                        std::io::Error::last_os_error()
-                    );
-                }
-            }
-            // Class 0 (none): the priority follows the nice value.
-            if ts.ioprio >> IOPRIO_CLASS_SHIFT != 0 {
-                // SAFETY: ioprio_set takes three integers.
-                let r = unsafe {
-                    libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, tid, ts.ioprio)
-                };
-                if r < 0 {
-                    tracing::warn!(
-                        "thread {tid}: I/O priority {:#x} not restored: {}",
-                        ts.ioprio,
-                        std::io::Error::last_os_error()
-                    );
-                }
-            }
+            set_thread(tid, ts, false);
         }
         if s.oom_score_adj != 0 {
             let p = format!("/proc/{}/oom_score_adj", cx.pid);

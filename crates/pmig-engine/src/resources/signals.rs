@@ -123,16 +123,35 @@ impl Resource for Signals {
         Ok(())
     }
 
-    /// The same actions; the process-wide pending signals of the stop,
-    /// queued (every signal is blocked until the process is let go).
+    /// The actions of the stop, each one that changed set again (glibc
+    /// sets two when a program starts its first thread); SIGTRAP's is not
+    /// followed (stale), for the injected calls that follow end on a trap.
+    /// The process-wide pending signals of the stop, queued (every signal
+    /// is blocked until the process is let go).
     fn update(
         pre: &SignalsState,
         fin: &SignalsState,
-        _same: bool,
+        same: bool,
         cx: &mut super::Update,
     ) -> Result<()> {
-        if !crate::skeleton::same(&pre.actions, &fin.actions) {
+        if !same && pre.actions.len() != fin.actions.len() {
             return Err(crate::error::stale("its signal actions changed"));
+        }
+        for (i, (a, b)) in pre.actions.iter().zip(&fin.actions).enumerate() {
+            let sig = i as u64 + 1;
+            if a == b || !settable(sig) {
+                continue;
+            }
+            if sig == libc::SIGTRAP as u64 {
+                return Err(crate::error::stale("its action of SIGTRAP changed"));
+            }
+            let raw: Vec<u8> = [b.handler, b.flags, b.restorer, b.mask]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            cx.call_with(0, libc::SYS_rt_sigaction, &raw, 1, &[sig, 0, 0, 8], || {
+                format!("set the action of signal {sig}")
+            })?;
         }
         for info in &fin.shared_pending {
             let sig = i32::from_le_bytes(info[0..4].try_into().unwrap());

@@ -175,33 +175,115 @@ fn affinity(tid: pid_t) -> Result<Vec<u64>> {
     Ok(set[..words].to_vec())
 }
 
-/// The indices in `pre` of the threads that `fin` no longer has, in
-/// order; stale if `fin` has a thread `pre` had not, or lists them in
-/// another order, or lost the main thread (which cannot end alone).
-pub fn ended_since(pre: &ThreadsState, fin: &ThreadsState) -> Result<Vec<usize>> {
-    let mut ended = Vec::new();
-    let mut next = fin.threads.iter().peekable();
-    for (i, t) in pre.threads.iter().enumerate() {
-        if next.peek().is_some_and(|f| f.tid == t.tid) {
-            next.next();
-        } else if i == 0 {
-            return Err(crate::error::stale(format!(
-                "its main thread {} ended",
-                t.tid
-            )));
-        } else {
-            ended.push(i);
+/// How the threads of `fin` follow from those of `pre` (two captures of
+/// one process, matched by thread id): the indices in `pre` of the threads
+/// that ended, and in `fin` of those that started, each in order. Stale if
+/// the main thread is not the same, or the threads both list are listed in
+/// another order.
+pub fn thread_changes(pre: &ThreadsState, fin: &ThreadsState) -> Result<ThreadChanges> {
+    let main = |s: &ThreadsState| s.threads.first().map(|t| t.tid);
+    if main(pre) != main(fin) {
+        return Err(crate::error::stale(format!(
+            "its main thread {} ended",
+            main(pre).unwrap_or(0)
+        )));
+    }
+    let at: std::collections::HashMap<pid_t, usize> = pre
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.tid, i))
+        .collect();
+    let mut kept = vec![false; pre.threads.len()];
+    let mut started = Vec::new();
+    let mut last = None;
+    for (k, t) in fin.threads.iter().enumerate() {
+        match at.get(&t.tid) {
+            Some(&i) if last.is_some_and(|l| i <= l) => {
+                return Err(crate::error::stale(format!(
+                    "its threads are listed in another order (thread {})",
+                    t.tid
+                )))
+            }
+            Some(&i) => {
+                kept[i] = true;
+                last = Some(i);
+            }
+            None => started.push(k),
         }
     }
-    match next.next() {
-        Some(t) => Err(crate::error::stale(format!(
-            "its threads changed (thread {} started; {} then, {} at the stop)",
-            t.tid,
-            pre.threads.len(),
-            fin.threads.len()
-        ))),
-        None => Ok(ended),
+    let ended = (0..pre.threads.len()).filter(|&i| !kept[i]).collect();
+    Ok(ThreadChanges { ended, started })
+}
+
+/// What [`thread_changes`] found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ThreadChanges {
+    /// Indices in the first capture of the threads that ended.
+    pub ended: Vec<usize>,
+    /// Indices in the capture of the stop of the threads that started.
+    pub started: Vec<usize>,
+}
+
+/// Makes the threads of the held skeleton (`cx.frozen`, in the order of
+/// `pre`) those of `fin`: the threads that ended end
+/// ([`crate::ptrace::Frozen::end_thread`]), and the threads that started
+/// start, stopped before their first instruction, at their index in `fin`
+/// ([`crate::ptrace::Frozen::start_thread`]); with the ids they had when the
+/// skeleton kept its ids, else new ones. What a new thread holds
+/// (registers, attributes) is set by the parts, as for any thread.
+pub fn follow_membership(
+    pre: &ThreadsState,
+    fin: &ThreadsState,
+    cx: &mut super::Update,
+) -> Result<()> {
+    let changes = cx.threads.clone();
+    // From the last, so that the indices of the others hold.
+    for &i in changes.ended.iter().rev() {
+        cx.frozen.end_thread(i)?;
     }
+    let kept_ids = pre.threads.first().map(|t| t.tid) == Some(cx.pid);
+    for &k in &changes.started {
+        let tid = fin.threads[k].tid;
+        let mut got = None;
+        if kept_ids {
+            // clone3 with set_tid: struct clone_args (11 words), then the id.
+            let len = 11 * 8 + 8;
+            let (base, area_len) = cx.area;
+            let at = (base + area_len - len) & !15;
+            let mut args = [0u64; 12];
+            args[0] = THREAD_CLONE_FLAGS;
+            args[8] = at + 11 * 8;
+            args[9] = 1;
+            args[11] = tid as u64;
+            let raw: Vec<u8> = args.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let ptr = cx.finish().scratch(&raw)?;
+            if ptr == at {
+                got = cx
+                    .frozen
+                    .start_thread(k, (libc::SYS_clone3, &[ptr, 11 * 8]))
+                    .ok();
+            }
+        }
+        if got.is_none() {
+            got = Some(
+                cx.frozen
+                    .start_thread(k, (libc::SYS_clone, &[THREAD_CLONE_FLAGS, 0, 0, 0, 0]))?,
+            );
+        }
+        if let Some(new) = got.filter(|&n| n != tid) {
+            tracing::debug!("thread {tid}, started since the skeleton's capture, runs as {new}");
+        }
+    }
+    if changes != ThreadChanges::default() {
+        tracing::debug!(
+            "process {}: threads ended since the skeleton's capture: {}, started: {}",
+            cx.pid,
+            changes.ended.len(),
+            changes.started.len()
+        );
+    }
+    Ok(())
 }
 
 /// The `stack_t` (sp, flags, size) that gives a thread `th`'s alternate
@@ -224,11 +306,13 @@ fn name_arg(comm: &str) -> Vec<u8> {
     name
 }
 
-/// Sets on skeleton thread `idx` (captured as `was`) what the thread set on
-/// itself since, as `now` has it: its robust futex list, clear-child-tid
-/// word, alternate signal stack, name and timer slack.
+/// Sets on skeleton thread `idx` (captured as `was`; None for a thread
+/// started since, which has what its creator had) what the thread set on
+/// itself, as `now` has it: its robust futex list, clear-child-tid word,
+/// alternate signal stack, name and timer slack. (A new thread's rseq
+/// area is registered once the pages are in: [`register_rseq_of_new`].)
 fn follow_attributes(
-    was: &ThreadState,
+    was: Option<&ThreadState>,
     now: &ThreadState,
     idx: usize,
     cx: &mut super::Update,
@@ -244,7 +328,8 @@ fn follow_attributes(
             Ok(())
         }
     };
-    if was.robust_list != now.robust_list {
+    let differs = |f: &dyn Fn(&ThreadState) -> Vec<u8>| was.is_none_or(|w| f(w) != f(now));
+    if differs(&|t| crate::skeleton::encode(&t.robust_list)) {
         let (head, len) = now.robust_list;
         // A list let go of reads back as none of the size the call wants.
         let len = if head == 0 { 24 } else { len };
@@ -253,13 +338,13 @@ fn follow_attributes(
             .inject(idx, libc::SYS_set_robust_list, &[head, len])?;
         check(r, "set the robust futex list")?;
     }
-    if was.clear_child_tid != now.clear_child_tid {
+    if differs(&|t| crate::skeleton::encode(&t.clear_child_tid)) {
         let r = cx
             .frozen
             .inject(idx, libc::SYS_set_tid_address, &[now.clear_child_tid])?;
         check(r, "set clear_child_tid")?;
     }
-    if altstack_arg(was) != altstack_arg(now) {
+    if differs(&|t| crate::skeleton::encode(&altstack_arg(t))) {
         let ss: Vec<u8> = altstack_arg(now)
             .iter()
             .flat_map(|w| w.to_le_bytes())
@@ -268,7 +353,7 @@ fn follow_attributes(
             format!("thread {tid}: set the alternate signal stack")
         })?;
     }
-    if was.comm != now.comm {
+    if differs(&|t| t.comm.as_bytes().to_vec()) {
         let name = name_arg(&now.comm);
         cx.call_with(
             idx,
@@ -279,7 +364,7 @@ fn follow_attributes(
             || format!("thread {tid}: name it '{}'", now.comm),
         )?;
     }
-    if was.timerslack != now.timerslack {
+    if differs(&|t| t.timerslack.to_le_bytes().to_vec()) {
         // 0 sets the thread's default slack back, as a thread that never
         // set one has.
         let r = cx.frozen.inject(
@@ -288,6 +373,29 @@ fn follow_attributes(
             &[PR_SET_TIMERSLACK as u64, now.timerslack],
         )?;
         check(r, "set the timer slack")?;
+    }
+    Ok(())
+}
+
+/// Registers the rseq area of each thread started since the skeleton's
+/// capture: once the pages of the stop are in place, for the kernel
+/// writes to the area as it registers it (the area is in the new thread's
+/// memory, which the image of the stop carries, as it carries every
+/// thread's).
+pub fn register_rseq_of_new(fin: &ThreadsState, cx: &mut super::Update) -> Result<()> {
+    for &k in &cx.threads.started {
+        let Some((addr, len, sig)) = fin.threads[k].rseq else {
+            continue;
+        };
+        let r = cx
+            .frozen
+            .inject(k, libc::SYS_rseq, &[addr, len as u64, 0, sig as u64])?;
+        if r < 0 {
+            return Err(crate::error::EngineError::Sys {
+                what: format!("thread {}: register rseq at {addr:#x}", fin.threads[k].tid),
+                source: std::io::Error::from_raw_os_error(-r as i32),
+            });
+        }
     }
     Ok(())
 }
@@ -446,24 +554,32 @@ impl Resource for Threads {
         Ok(())
     }
 
-    /// The same threads with the same attributes; the registers, FPU
-    /// state, signal mask and pending signals of the stop. A thread that
-    /// ended since the skeleton's capture ends in the skeleton too; one
-    /// that started since is not followed (stale).
+    /// The threads of the stop (those that ended or started since the
+    /// skeleton's capture already did, [`follow_membership`]), with what
+    /// each set on itself since; the registers, FPU state, signal mask and
+    /// pending signals of the stop. A changed rseq registration is not
+    /// followed (stale).
     fn update(
         pre: &ThreadsState,
         fin: &ThreadsState,
         _same: bool,
         cx: &mut super::Update,
     ) -> Result<()> {
-        let kept: Vec<usize> = (0..pre.threads.len())
-            .filter(|i| !cx.ended_threads.contains(i))
-            .collect();
-        if let Some((a, _)) = kept
+        let mut kept = (0..pre.threads.len())
+            .filter(|i| !cx.threads.ended.contains(i))
+            .map(|i| &pre.threads[i]);
+        let mut was = Vec::with_capacity(fin.threads.len());
+        for k in 0..fin.threads.len() {
+            was.push(if cx.threads.started.contains(&k) {
+                None
+            } else {
+                kept.next()
+            });
+        }
+        if let Some(a) = was
             .iter()
-            .map(|&i| &pre.threads[i])
             .zip(&fin.threads)
-            .find(|(a, b)| a.rseq != b.rseq)
+            .find_map(|(a, b)| a.filter(|a| a.rseq != b.rseq))
         {
             return Err(crate::error::stale(format!(
                 "thread {} changed its rseq registration",
@@ -471,22 +587,10 @@ impl Resource for Threads {
             )));
         }
         // What a thread sets on itself, set again in the skeleton's thread
-        // where it changed (its nice value and affinity are set below, by
-        // `finish`, either way). Before any thread ends: an index of `kept`
-        // is the skeleton thread's now.
-        for (&i, b) in kept.iter().zip(&fin.threads) {
-            follow_attributes(&pre.threads[i], b, i, cx)?;
-        }
-        // From the last, so that the indices of the others hold.
-        for &i in cx.ended_threads.iter().rev() {
-            cx.frozen.end_thread(i)?;
-        }
-        if !cx.ended_threads.is_empty() {
-            tracing::debug!(
-                "process {}: {} thread(s) that ended since the skeleton's capture ended in it too",
-                cx.pid,
-                cx.ended_threads.len()
-            );
+        // where it changed, and all of it in a new thread (its nice value
+        // and affinity are set below, by `finish`, either way).
+        for (k, b) in fin.threads.iter().enumerate() {
+            follow_attributes(was[k], b, k, cx)?;
         }
         Threads::finish(fin, &mut cx.finish())?;
         for (t, th) in fin.threads.iter().enumerate() {
@@ -604,23 +708,39 @@ mod tests {
     }
 
     #[test]
-    fn threads_that_ended_since_the_first_capture_are_found_and_new_ones_are_stale() {
-        let ended = |a: &[pid_t], b: &[pid_t]| ended_since(&threads(a), &threads(b));
+    fn threads_that_ended_or_started_since_the_first_capture_are_found() {
+        let changes = |a: &[pid_t], b: &[pid_t]| {
+            thread_changes(&threads(a), &threads(b)).map(|c| (c.ended, c.started))
+        };
+        let none: Vec<usize> = vec![];
         assert_eq!(
-            ended(&[10, 11, 12], &[10, 11, 12]).unwrap(),
-            Vec::<usize>::new()
+            changes(&[10, 11, 12], &[10, 11, 12]).unwrap(),
+            (none.clone(), none.clone())
         );
-        assert_eq!(ended(&[10, 11, 12], &[10, 12]).unwrap(), vec![1]);
-        assert_eq!(ended(&[10, 11, 12, 13], &[10]).unwrap(), vec![1, 2, 3]);
-        let stale = |a: &[pid_t], b: &[pid_t]| match ended(a, b) {
+        assert_eq!(
+            changes(&[10, 11, 12], &[10, 12]).unwrap(),
+            (vec![1], none.clone())
+        );
+        assert_eq!(
+            changes(&[10, 11, 12, 13], &[10]).unwrap(),
+            (vec![1, 2, 3], none.clone())
+        );
+        assert_eq!(
+            changes(&[10, 11], &[10, 11, 14]).unwrap(),
+            (none.clone(), vec![2])
+        );
+        assert_eq!(
+            changes(&[10, 11, 12], &[10, 14, 12, 15]).unwrap(),
+            (vec![1], vec![1, 3])
+        );
+        let stale = |a: &[pid_t], b: &[pid_t]| match changes(a, b) {
             Err(crate::error::EngineError::Stale(w)) => w,
             other => panic!("{a:?} -> {b:?}: {other:?}"),
         };
-        assert!(stale(&[10, 11], &[10, 11, 14]).contains("thread 14 started"));
-        assert!(stale(&[10, 11], &[10, 14]).contains("thread 14 started"));
-        // Listed in another order: the one that seems to come back is new.
-        assert!(stale(&[10, 11, 12], &[10, 12, 11]).contains("thread 11 started"));
+        // Listed in another order: which came first cannot be told.
+        assert!(stale(&[10, 11, 12], &[10, 12, 11]).contains("another order"));
         assert!(stale(&[10, 11], &[11]).contains("main thread 10 ended"));
+        assert!(stale(&[10, 11], &[14, 11]).contains("main thread 10 ended"));
     }
 
     #[test]
