@@ -876,14 +876,16 @@ impl Frozen {
     /// `at`, in the stop where the kernel first stops a traced thread: it
     /// has not run an instruction, and its registers, signal mask and the
     /// rest are the caller's to set before it is let go (until then they
-    /// are thread 0's). Returns its id.
-    pub fn start_thread(&mut self, at: usize, call: (i64, &[u64])) -> Result<pid_t> {
+    /// are thread 0's). Returns its id, or the error of the call if the
+    /// call failed (no thread was started: the caller may try another).
+    pub fn start_thread(
+        &mut self,
+        at: usize,
+        call: (i64, &[u64]),
+    ) -> Result<std::result::Result<pid_t, std::io::Error>> {
         let r = self.inject_many(0, &[call])?[0];
         if r <= 0 {
-            return Err(EngineError::Sys {
-                what: format!("start a thread in process {}", self.pid),
-                source: std::io::Error::from_raw_os_error((-r) as i32),
-            });
+            return Ok(Err(std::io::Error::from_raw_os_error((-r) as i32)));
         }
         let tid = r as pid_t;
         let deadline = std::time::Instant::now() + FREEZE_TIMEOUT;
@@ -912,7 +914,7 @@ impl Frozen {
                 affinity,
             },
         );
-        Ok(tid)
+        Ok(Ok(tid))
     }
 
     /// Park every thread left in the stop of an injected call (see the

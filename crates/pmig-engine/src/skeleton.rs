@@ -94,9 +94,9 @@ fn compare_part<T: Serialize>(part: &str, pre: &Option<T>, fin: &Option<T>) -> R
 /// compare go first, so that a stale skeleton is mostly found before
 /// anything of it changes; an error leaves it to be killed.
 pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Result<()> {
-    // Which threads ended and started since: the skeleton follows them
-    // (after the cheapest comparisons), and the parts kept per thread
-    // compare the others.
+    // Which threads ended and started since (a change it cannot follow is
+    // stale here): the skeleton follows them after the comparisons below,
+    // and the parts kept per thread compare the others.
     cx.threads = crate::resources::threads::thread_changes(&pre.threads, &fin.threads)?;
     Process::update(
         &pre.process,
@@ -112,8 +112,6 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     )?;
     update_optional::<Session>(&pre.session, &fin.session, cx)?;
     update_optional::<JobCtl>(&pre.jobctl, &fin.jobctl, cx)?;
-    crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;
-    update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
@@ -122,6 +120,10 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
     compare_part("open files' inodes", &pre.file_ids, &fin.file_ids)?;
     compare_part("mapped files' inodes", &pre.mapped_ids, &fin.mapped_ids)?;
+    // The threads that ended end and those that started start; then the
+    // parts kept per thread follow.
+    crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;
+    update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
     // These apply what changed: the descriptors, signals, timers and
     // threads first (their comparisons are the likelier to find the
     // skeleton stale), then the pages of the stop, which the thread

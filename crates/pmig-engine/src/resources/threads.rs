@@ -245,7 +245,7 @@ pub fn follow_membership(
     let kept_ids = pre.threads.first().map(|t| t.tid) == Some(cx.pid);
     for &k in &changes.started {
         let tid = fin.threads[k].tid;
-        let mut got = None;
+        let mut got: Option<pid_t> = None;
         if kept_ids {
             // clone3 with set_tid: struct clone_args (11 words), then the id.
             let len = 11 * 8 + 8;
@@ -259,20 +259,26 @@ pub fn follow_membership(
             let raw: Vec<u8> = args.iter().flat_map(|w| w.to_le_bytes()).collect();
             let ptr = cx.finish().scratch(&raw)?;
             if ptr == at {
+                // Refused (the id is taken, or the process may not choose
+                // it): a new id, as the restore gives.
                 got = cx
                     .frozen
-                    .start_thread(k, (libc::SYS_clone3, &[ptr, 11 * 8]))
+                    .start_thread(k, (libc::SYS_clone3, &[ptr, 11 * 8]))?
                     .ok();
             }
         }
-        if got.is_none() {
-            got = Some(
-                cx.frozen
-                    .start_thread(k, (libc::SYS_clone, &[THREAD_CLONE_FLAGS, 0, 0, 0, 0]))?,
-            );
-        }
-        if let Some(new) = got.filter(|&n| n != tid) {
-            tracing::debug!("thread {tid}, started since the skeleton's capture, runs as {new}");
+        let got = match got {
+            Some(t) => t,
+            None => cx
+                .frozen
+                .start_thread(k, (libc::SYS_clone, &[THREAD_CLONE_FLAGS, 0, 0, 0, 0]))?
+                .map_err(|e| crate::error::EngineError::Sys {
+                    what: format!("start thread {tid} in process {}", cx.pid),
+                    source: e,
+                })?,
+        };
+        if got != tid {
+            tracing::debug!("thread {tid}, started since the skeleton's capture, runs as {got}");
         }
     }
     if changes != ThreadChanges::default() {
