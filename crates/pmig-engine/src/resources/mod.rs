@@ -530,6 +530,13 @@ impl Update<'_> {
 }
 
 impl Finish<'_> {
+    /// Where [`Finish::scratch`] puts `len` bytes: for data that holds
+    /// pointers into itself.
+    pub fn scratch_addr(&self, len: usize) -> u64 {
+        let (base, area_len) = self.area;
+        (base + area_len - len as u64) & !15
+    }
+
     /// Writes `bytes` (at most a page) at the end of the restorer area and
     /// returns their address in the process, for an injected call to read.
     /// The area ends with the restorer's stacks, which nothing uses once
@@ -538,9 +545,8 @@ impl Finish<'_> {
     ///
     /// [`Memory::finish`]: memory::Memory
     pub fn scratch(&mut self, bytes: &[u8]) -> Result<u64> {
-        let (base, len) = self.area;
-        let at = (base + len - bytes.len() as u64) & !15;
-        if bytes.len() > 4096 || at < base {
+        let at = self.scratch_addr(bytes.len());
+        if bytes.len() > 4096 || at < self.area.0 {
             return Err(EngineError::Restore(format!(
                 "{} bytes do not fit the restorer area's scratch",
                 bytes.len()

@@ -248,9 +248,7 @@ pub fn follow_membership(
         let mut got: Option<pid_t> = None;
         if kept_ids {
             // clone3 with set_tid: struct clone_args (11 words), then the id.
-            let len = 11 * 8 + 8;
-            let (base, area_len) = cx.area;
-            let at = (base + area_len - len) & !15;
+            let at = cx.finish().scratch_addr(12 * 8);
             let mut args = [0u64; 12];
             args[0] = THREAD_CLONE_FLAGS;
             args[8] = at + 11 * 8;
@@ -258,14 +256,12 @@ pub fn follow_membership(
             args[11] = tid as u64;
             let raw: Vec<u8> = args.iter().flat_map(|w| w.to_le_bytes()).collect();
             let ptr = cx.finish().scratch(&raw)?;
-            if ptr == at {
-                // Refused (the id is taken, or the process may not choose
-                // it): a new id, as the restore gives.
-                got = cx
-                    .frozen
-                    .start_thread(k, (libc::SYS_clone3, &[ptr, 11 * 8]))?
-                    .ok();
-            }
+            // Refused (the id is taken, or the process may not choose it):
+            // a new id, as the restore gives.
+            got = cx
+                .frozen
+                .start_thread(k, (libc::SYS_clone3, &[ptr, 11 * 8]))?
+                .ok();
         }
         let got = match got {
             Some(t) => t,
@@ -334,8 +330,7 @@ fn follow_attributes(
             Ok(())
         }
     };
-    let differs = |f: &dyn Fn(&ThreadState) -> Vec<u8>| was.is_none_or(|w| f(w) != f(now));
-    if differs(&|t| crate::skeleton::encode(&t.robust_list)) {
+    if was.is_none_or(|w| w.robust_list != now.robust_list) {
         let (head, len) = now.robust_list;
         // A list let go of reads back as none of the size the call wants.
         let len = if head == 0 { 24 } else { len };
@@ -344,13 +339,13 @@ fn follow_attributes(
             .inject(idx, libc::SYS_set_robust_list, &[head, len])?;
         check(r, "set the robust futex list")?;
     }
-    if differs(&|t| crate::skeleton::encode(&t.clear_child_tid)) {
+    if was.is_none_or(|w| w.clear_child_tid != now.clear_child_tid) {
         let r = cx
             .frozen
             .inject(idx, libc::SYS_set_tid_address, &[now.clear_child_tid])?;
         check(r, "set clear_child_tid")?;
     }
-    if differs(&|t| crate::skeleton::encode(&altstack_arg(t))) {
+    if was.is_none_or(|w| altstack_arg(w) != altstack_arg(now)) {
         let ss: Vec<u8> = altstack_arg(now)
             .iter()
             .flat_map(|w| w.to_le_bytes())
@@ -359,7 +354,7 @@ fn follow_attributes(
             format!("thread {tid}: set the alternate signal stack")
         })?;
     }
-    if differs(&|t| t.comm.as_bytes().to_vec()) {
+    if was.is_none_or(|w| w.comm != now.comm) {
         let name = name_arg(&now.comm);
         cx.call_with(
             idx,
@@ -370,7 +365,7 @@ fn follow_attributes(
             || format!("thread {tid}: name it '{}'", now.comm),
         )?;
     }
-    if differs(&|t| t.timerslack.to_le_bytes().to_vec()) {
+    if was.is_none_or(|w| w.timerslack != now.timerslack) {
         // 0 sets the thread's default slack back, as a thread that never
         // set one has.
         let r = cx.frozen.inject(
