@@ -763,6 +763,7 @@ fn restore_image_held(
                 area,
                 pages: &pages,
                 uffd: r.uffd.as_ref(),
+                process_uffd: r.uffd_fd_in_process,
                 noreserve: (&pre_nr, &fin_nr),
                 threads: Default::default(),
             };

@@ -118,7 +118,7 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     // The mapping flags (MAP_NORESERVE) are followed with the mappings,
     // by `Memory::update`.
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
-    compare_part("open files' inodes", &pre.file_ids, &fin.file_ids)?;
+    crate::resources::files::compare_ids(&pre.files, &fin.files, &pre.file_ids, &fin.file_ids)?;
     compare_part("mapped files' inodes", &pre.mapped_ids, &fin.mapped_ids)?;
     // The threads that ended end and those that started start; then the
     // parts kept per thread follow.

@@ -618,6 +618,7 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// place). It says STEP, and
 /// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
 const CHANGER: &str = r#"
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
@@ -627,6 +628,7 @@ const CHANGER: &str = r#"
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 static volatile sig_atomic_t step;
@@ -682,6 +684,15 @@ int main(int argc, char **argv) {
     memset(half, 2, 64 << 10);
     unsigned char *ro = mmap(0, 64 << 10, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (ro == MAP_FAILED) return 3;
+    /* "files": one descriptor to close, one to make a copy of fd, one to
+       give other flags. */
+    int closed_fd = -1, swapped = -1, flagged = -1, fresh = -1;
+    if (!strcmp(change, "files")) {
+        closed_fd = open(path, O_RDONLY);
+        swapped = open(path, O_RDONLY);
+        flagged = open(path, O_RDONLY);
+        if (closed_fd < 0 || swapped < 0 || flagged < 0) return 3;
+    }
     pthread_t th;
     static int answer = 42;
     sem_init(&go, 0, 0);
@@ -743,6 +754,18 @@ int main(int argc, char **argv) {
         if (sigaltstack(&ss, 0) || prctl(PR_SET_NAME, "renamed") ||
             prctl(PR_SET_TIMERSLACK, 123456))
             return 6;
+    }
+    if (!strcmp(change, "files")) {
+        char p2[4096], sub[4096];
+        snprintf(p2, sizeof p2, "%s/fresh", argv[1]);
+        snprintf(sub, sizeof sub, "%s/sub", argv[1]);
+        fresh = open(p2, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (fresh < 0 || write(fresh, "hello", 5) != 5 || dup2(fresh, 60) != 60 ||
+            close(closed_fd) || dup2(fd, swapped) != swapped ||
+            fcntl(flagged, F_SETFL, O_NONBLOCK) || fcntl(flagged, F_SETFD, FD_CLOEXEC) ||
+            mkdir(sub, 0700) || chdir(sub))
+            return 6;
+        umask(027);
     }
     printf("STEP\n");
     fflush(stdout);
@@ -810,6 +833,29 @@ int main(int argc, char **argv) {
             snprintf(why, sizeof why, "the thread is named '%s', want 'renamed'", name);
         else if (slack != 123456)
             snprintf(why, sizeof why, "the timer slack is %ld, want 123456", slack);
+    }
+    if (!*why && !strcmp(change, "files")) {
+        char buf[8] = "", cwd[4096] = "";
+        mode_t m = umask(0);
+        umask(m);
+        errno = 0;
+        if (fcntl(closed_fd, F_GETFD) != -1 || errno != EBADF)
+            snprintf(why, sizeof why, "the closed fd %d is open", closed_fd);
+        else if (lseek(fresh, 0, SEEK_CUR) != 5)
+            snprintf(why, sizeof why, "the new file's offset is %ld, want 5", (long)lseek(fresh, 0, SEEK_CUR));
+        else if (write(60, "x", 1) != 1 || lseek(fresh, 0, SEEK_CUR) != 6)
+            snprintf(why, sizeof why, "fd 60 does not share the new file's offset");
+        else if (pread(fresh, buf, 6, 0) != 6 || memcmp(buf, "hellox", 6))
+            snprintf(why, sizeof why, "the new file reads '%s', want 'hellox'", buf);
+        else if (lseek(swapped, 0, SEEK_CUR) != 16 || lseek(fd, 3, SEEK_SET) != 3 ||
+                 lseek(swapped, 0, SEEK_CUR) != 3 || (fcntl(swapped, F_GETFL) & O_ACCMODE) != O_RDWR)
+            snprintf(why, sizeof why, "fd %d is not the copy of fd %d it was made", swapped, fd);
+        else if (!(fcntl(flagged, F_GETFL) & O_NONBLOCK) || !(fcntl(flagged, F_GETFD) & FD_CLOEXEC))
+            snprintf(why, sizeof why, "fd %d lost its O_NONBLOCK or close-on-exec", flagged);
+        else if (!getcwd(cwd, sizeof cwd) || strlen(cwd) < 4 || strcmp(cwd + strlen(cwd) - 4, "/sub"))
+            snprintf(why, sizeof why, "the working directory is %s", cwd);
+        else if (m != 027)
+            snprintf(why, sizeof why, "the umask is %o, want 27", (unsigned)m);
     }
     if (!*why && !strcmp(change, "protect")) {
         /* Read-only now: mprotect to the same succeeds either way, so ask
@@ -891,6 +937,7 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
         "action",
         "attrs",
         "wx",
+        "files",
     ] {
         brought_up_after(change);
     }

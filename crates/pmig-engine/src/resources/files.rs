@@ -493,53 +493,50 @@ impl Resource for Files {
         })
     }
 
-    /// The same descriptors of the same files. What their kernel objects
-    /// hold may have moved on, and is set through a copy of the process's
-    /// descriptor (which shares it): a file's offset; a timerfd's settings,
-    /// time left and expirations not read (a skeleton's are created
-    /// disarmed, and armed here); an eventfd's count. An inotify
-    /// instance's queue is emptied: its events happened while the
-    /// skeleton was held (the source process saw them).
+    /// Descriptors opened, closed, duplicated or given other flags since
+    /// the skeleton's capture are followed ([`Follow`]): files and devices
+    /// are opened again by path inside the skeleton, as the process itself,
+    /// copies are made with `dup3`; a new descriptor of any other kind
+    /// makes it stale. So are a new working directory and umask.
+    ///
+    /// What the kernel objects of the descriptors it keeps hold may have
+    /// moved on, and is set through a copy of the process's descriptor
+    /// (which shares it): a file's offset; a timerfd's settings, time left
+    /// and expirations not read (a skeleton's are created disarmed, and
+    /// armed here); an eventfd's count. An inotify instance's queue is
+    /// emptied: its events happened while the skeleton was held (the
+    /// source process saw them).
     fn update(
         pre: &FilesState,
         fin: &FilesState,
         same: bool,
         cx: &mut super::Update,
     ) -> Result<()> {
-        let normal = |s: &FilesState| {
-            let fds: Vec<_> = s
-                .fds
+        let was: Vec<Option<&Fd>> = if same {
+            pre.fds.iter().map(Some).collect()
+        } else {
+            let follow = Follow::plan(pre, fin)?;
+            follow.apply(pre, fin, cx)?;
+            fin.fds
                 .iter()
-                .map(|f| {
-                    let kind = match &f.kind {
-                        FdKind::File { path, .. } => FdKind::File {
-                            path: path.clone(),
-                            pos: 0,
-                            size: 0,
-                        },
-                        FdKind::TimerFd(t) => FdKind::TimerFd(super::timerfd::TimerFd {
-                            clock: t.clock,
-                            ..Default::default()
-                        }),
-                        FdKind::EventFd { semaphore, .. } => FdKind::EventFd {
-                            count: 0,
-                            semaphore: *semaphore,
-                        },
-                        k => k.clone(),
-                    };
-                    (f.fd, f.flags, f.cloexec, kind)
+                .map(|b| {
+                    follow
+                        .kept
+                        .contains(&b.fd)
+                        .then(|| pre.fds.iter().find(|a| a.fd == b.fd))
+                        .flatten()
                 })
-                .collect();
-            crate::skeleton::encode(&(&s.cwd, s.umask, fds))
+                .collect()
         };
-        if !same && normal(pre) != normal(fin) {
-            return Err(crate::error::stale("its open files changed"));
-        }
         let mut pidfd = None;
-        for (a, b) in pre.fds.iter().zip(&fin.fds) {
-            let needed = match (&a.kind, &b.kind) {
-                (FdKind::File { pos: was, .. }, FdKind::File { pos, .. }) => was != pos,
-                (FdKind::EventFd { count: was, .. }, FdKind::EventFd { count, .. }) => was != count,
+        for (a, b) in was.into_iter().zip(&fin.fds) {
+            let needed = match (a.map(|a| &a.kind), &b.kind) {
+                (Some(FdKind::File { pos: was, .. }), FdKind::File { pos, .. }) => was != pos,
+                // Opened again just now, at offset 0.
+                (None, FdKind::File { pos, .. }) => *pos != 0,
+                (Some(FdKind::EventFd { count: was, .. }), FdKind::EventFd { count, .. }) => {
+                    was != count
+                }
                 (_, FdKind::TimerFd(_) | FdKind::Inotify { .. }) => true,
                 _ => false,
             };
@@ -550,13 +547,14 @@ impl Resource for Files {
                 pidfd = Some(crate::sys::pidfd_open(cx.pid)?);
             }
             let f = crate::sys::pidfd_getfd(pidfd.as_ref().expect("just opened"), b.fd)?;
-            match (&a.kind, &b.kind) {
+            match (a.map(|a| &a.kind), &b.kind) {
                 (_, FdKind::File { pos, .. }) => seek(&f, *pos)
                     .map_err(|_| crate::error::errno_err(format!("fd {}: seek to {pos}", b.fd)))?,
                 (_, FdKind::TimerFd(t)) => super::timerfd::arm(&f, t)?,
-                (FdKind::EventFd { count: was, .. }, FdKind::EventFd { count, semaphore }) => {
-                    super::eventfd::set_count(&f, *was, *count, *semaphore)?
-                }
+                (
+                    Some(FdKind::EventFd { count: was, .. }),
+                    FdKind::EventFd { count, semaphore },
+                ) => super::eventfd::set_count(&f, *was, *count, *semaphore)?,
                 (_, FdKind::Inotify { .. }) => super::inotify::drain_queued(&f)?,
                 _ => {}
             }
@@ -664,6 +662,264 @@ impl Resource for Files {
         }
         Ok(())
     }
+}
+
+/// The open-file-description flags `fcntl(F_SETFL)` sets; a descriptor
+/// whose other flags differ is another open.
+const SETFL_FLAGS: i32 =
+    libc::O_APPEND | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME | libc::O_NONBLOCK;
+
+/// `k` without what moves on while a process runs (a file's offset and
+/// size, a timerfd's times, an eventfd's count): what a descriptor a
+/// skeleton keeps must already be.
+fn settled(k: &FdKind) -> FdKind {
+    match k {
+        FdKind::File { path, .. } => FdKind::File {
+            path: path.clone(),
+            pos: 0,
+            size: 0,
+        },
+        FdKind::TimerFd(t) => FdKind::TimerFd(super::timerfd::TimerFd {
+            clock: t.clock,
+            ..Default::default()
+        }),
+        FdKind::EventFd { semaphore, .. } => FdKind::EventFd {
+            count: 0,
+            semaphore: *semaphore,
+        },
+        k => k.clone(),
+    }
+}
+
+/// What kind of descriptor `k` is, for messages.
+fn kind_name(k: &FdKind) -> &'static str {
+    match k {
+        FdKind::File { .. } => "a file",
+        FdKind::Device { .. } => "a device",
+        FdKind::Stdio(_) => "a standard stream",
+        FdKind::SameAs(_) => "a copy of another descriptor",
+        FdKind::Pipe { .. } => "a pipe",
+        FdKind::EventFd { .. } => "an eventfd",
+        FdKind::Epoll { .. } => "an epoll instance",
+        FdKind::SignalFd { .. } => "a signalfd",
+        FdKind::TimerFd(_) => "a timerfd",
+        FdKind::Inotify { .. } => "an inotify instance",
+    }
+}
+
+/// How a held skeleton's descriptors become those of the capture of the
+/// stop (`fin`) from those of its own capture (`pre`).
+#[derive(Debug, Default)]
+struct Follow<'a> {
+    /// The descriptors (numbers) whose open file the skeleton already
+    /// has: the same number of the same kind, path and open flags in both
+    /// captures, and, for a copy, a copy of a kept one.
+    kept: std::collections::BTreeSet<i32>,
+    /// The skeleton's descriptors to close: gone, or another open now.
+    close: Vec<i32>,
+    /// `fin`'s descriptors to open (files and devices, by path) or to copy
+    /// (`dup3`), in order, so that a copy's original comes first.
+    open: Vec<&'a Fd>,
+    /// Kept descriptors whose `F_SETFL` flags or close-on-exec changed.
+    flags: Vec<&'a Fd>,
+}
+
+impl<'a> Follow<'a> {
+    /// Stale if `fin` has a new descriptor of a kind that is not reopened
+    /// by path or copied, or a changed standard stream.
+    fn plan(pre: &FilesState, fin: &'a FilesState) -> Result<Follow<'a>> {
+        let mut f = Follow::default();
+        for b in &fin.fds {
+            let was = pre.fds.iter().find(|a| a.fd == b.fd);
+            let kept = was.is_some_and(|a| {
+                settled(&a.kind) == settled(&b.kind)
+                    && (a.flags & !SETFL_FLAGS) == (b.flags & !SETFL_FLAGS)
+                    && match b.kind {
+                        FdKind::SameAs(x) => f.kept.contains(&x),
+                        _ => true,
+                    }
+            });
+            if kept {
+                f.kept.insert(b.fd);
+                let a = was.expect("kept");
+                if a.flags != b.flags || a.cloexec != b.cloexec {
+                    f.flags.push(b);
+                }
+                continue;
+            }
+            match b.kind {
+                FdKind::File { .. } | FdKind::Device { .. } | FdKind::SameAs(_) => f.open.push(b),
+                ref k => {
+                    return Err(crate::error::stale(format!(
+                        "its open files changed: fd {} ({}) is new or changed",
+                        b.fd,
+                        kind_name(k)
+                    )))
+                }
+            }
+        }
+        f.close = pre
+            .fds
+            .iter()
+            .map(|a| a.fd)
+            .filter(|fd| !f.kept.contains(fd))
+            .collect();
+        Ok(f)
+    }
+
+    /// Does it in the held skeleton (thread 0): closes, opens and copies,
+    /// flags, then the working directory and umask.
+    fn apply(&self, pre: &FilesState, fin: &FilesState, cx: &mut super::Update) -> Result<()> {
+        if let Some(b) = self.open.iter().find(|b| Some(b.fd) == cx.process_uffd) {
+            return Err(crate::error::stale(format!(
+                "its open files changed: fd {} is new, and the skeleton holds its userfaultfd there",
+                b.fd
+            )));
+        }
+        for &fd in &self.close {
+            call(cx, libc::SYS_close, &[fd as u64], || {
+                format!("close fd {fd}")
+            })?;
+        }
+        for b in &self.open {
+            let cloexec = if b.cloexec { libc::O_CLOEXEC } else { 0 };
+            match &b.kind {
+                FdKind::File { path, .. } | FdKind::Device { path } => {
+                    let mut raw = path.as_bytes().to_vec();
+                    raw.push(0);
+                    let at = cx.finish().scratch(&raw)?;
+                    let flags = (b.flags & KEEP_FLAGS) | libc::O_CLOEXEC;
+                    let r = cx.frozen.inject(
+                        0,
+                        libc::SYS_openat,
+                        &[libc::AT_FDCWD as u64, at, flags as u64, 0],
+                    )?;
+                    if r < 0 {
+                        return Err(crate::error::stale(format!(
+                            "its open files changed: fd {}: {path} does not open in the skeleton ({})",
+                            b.fd,
+                            std::io::Error::from_raw_os_error(-r as i32)
+                        )));
+                    }
+                    let got = r as i32;
+                    if got != b.fd {
+                        call(
+                            cx,
+                            libc::SYS_dup3,
+                            &[got as u64, b.fd as u64, cloexec as u64],
+                            || format!("move {path} to fd {}", b.fd),
+                        )?;
+                        call(cx, libc::SYS_close, &[got as u64], || {
+                            format!("close fd {got}")
+                        })?;
+                    } else if !b.cloexec {
+                        call(
+                            cx,
+                            libc::SYS_fcntl,
+                            &[got as u64, libc::F_SETFD as u64, 0],
+                            || format!("clear fd {got}'s close-on-exec"),
+                        )?;
+                    }
+                }
+                FdKind::SameAs(x) => call(
+                    cx,
+                    libc::SYS_dup3,
+                    &[*x as u64, b.fd as u64, cloexec as u64],
+                    || format!("copy fd {x} to fd {}", b.fd),
+                )?,
+                _ => unreachable!("only files, devices and copies are opened"),
+            }
+        }
+        for b in &self.flags {
+            let fl = (b.flags & SETFL_FLAGS) as u64;
+            call(
+                cx,
+                libc::SYS_fcntl,
+                &[b.fd as u64, libc::F_SETFL as u64, fl],
+                || format!("set fd {}'s flags", b.fd),
+            )?;
+            let fd_flags = if b.cloexec { libc::FD_CLOEXEC } else { 0 } as u64;
+            call(
+                cx,
+                libc::SYS_fcntl,
+                &[b.fd as u64, libc::F_SETFD as u64, fd_flags],
+                || format!("set fd {}'s close-on-exec", b.fd),
+            )?;
+        }
+        if pre.cwd != fin.cwd {
+            let mut raw = fin.cwd.as_bytes().to_vec();
+            raw.push(0);
+            let at = cx.finish().scratch(&raw)?;
+            let r = cx.frozen.inject(0, libc::SYS_chdir, &[at])?;
+            if r < 0 {
+                return Err(crate::error::stale(format!(
+                    "its working directory changed, and {} is not one in the skeleton ({})",
+                    fin.cwd,
+                    std::io::Error::from_raw_os_error(-r as i32)
+                )));
+            }
+        }
+        if pre.umask != fin.umask {
+            cx.frozen.inject(0, libc::SYS_umask, &[fin.umask as u64])?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs `nr(args)` in the skeleton's thread 0; a negative result is an
+/// error naming `what`.
+fn call(
+    cx: &mut super::Update,
+    nr: i64,
+    args: &[u64],
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    let r = cx.frozen.inject(0, nr, args)?;
+    if r < 0 {
+        return Err(EngineError::Sys {
+            what: what(),
+            source: std::io::Error::from_raw_os_error(-r as i32),
+        });
+    }
+    Ok(())
+}
+
+/// The inodes of the open files ([`FileIds`]) of both captures, as far as
+/// a skeleton holds them: those of the descriptors it keeps, and of the
+/// working directory if that stays. The others it opens by path as the
+/// process itself, as a restore does first. Stale if they differ (a file
+/// replaced under the same path and opened again), or if the descriptors
+/// cannot be followed at all.
+pub fn compare_ids(
+    pre: &FilesState,
+    fin: &FilesState,
+    pre_ids: &Option<FileIds>,
+    fin_ids: &Option<FileIds>,
+) -> Result<()> {
+    if pre_ids == fin_ids {
+        return Ok(());
+    }
+    let kept = Follow::plan(pre, fin)?.kept;
+    let held = |ids: &Option<FileIds>| {
+        let mut v: Vec<(i32, u64, u64)> = ids
+            .iter()
+            .flat_map(|i| i.files.iter().copied())
+            .filter(|&(k, ..)| {
+                if k == libc::AT_FDCWD {
+                    pre.cwd == fin.cwd
+                } else {
+                    kept.contains(&k)
+                }
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let boots = pre_ids.as_ref().zip(fin_ids.as_ref());
+    if boots.is_some_and(|(a, b)| a.boot_id != b.boot_id) || held(pre_ids) != held(fin_ids) {
+        return Err(crate::error::stale("its open files' inodes changed"));
+    }
+    Ok(())
 }
 
 /// Reopens the file of fd `f` by `path` ([`open_as_owner`]).
@@ -1009,5 +1265,154 @@ mod file_ids_tests {
             ..ids.clone()
         };
         assert!(!elsewhere.is_same(&3, held.as_file()), "another boot");
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use super::*;
+
+    fn file(fd: i32, path: &str, pos: u64, flags: i32) -> Fd {
+        Fd {
+            fd,
+            flags,
+            cloexec: false,
+            kind: FdKind::File {
+                path: path.into(),
+                pos,
+                size: 100,
+            },
+        }
+    }
+
+    fn copy(fd: i32, of: i32) -> Fd {
+        Fd {
+            fd,
+            flags: libc::O_RDWR,
+            cloexec: false,
+            kind: FdKind::SameAs(of),
+        }
+    }
+
+    fn state(cwd: &str, fds: Vec<Fd>) -> FilesState {
+        FilesState {
+            cwd: cwd.into(),
+            umask: 0o022,
+            fds,
+        }
+    }
+
+    fn fds(v: &[&Fd]) -> Vec<i32> {
+        v.iter().map(|f| f.fd).collect()
+    }
+
+    #[test]
+    fn a_skeleton_keeps_what_only_moved_on_and_reopens_the_rest() {
+        let rw = libc::O_RDWR;
+        let pre = state(
+            "/",
+            vec![
+                file(3, "/a", 0, rw),
+                copy(4, 3),
+                file(5, "/gone", 0, libc::O_RDONLY),
+                file(6, "/b", 0, libc::O_RDONLY),
+                file(7, "/c", 0, rw),
+            ],
+        );
+        let mut nonblock = file(6, "/b", 9, libc::O_RDONLY | libc::O_NONBLOCK);
+        nonblock.cloexec = true;
+        let fin = state(
+            "/",
+            vec![
+                // Moved on (offset): kept.
+                file(3, "/a", 77, rw),
+                // Still a copy of a kept one: kept.
+                copy(4, 3),
+                // F_SETFL flags and close-on-exec: kept, flags set.
+                nonblock,
+                // Same number, opened for writing now: another open.
+                file(7, "/c", 0, libc::O_WRONLY),
+                // New, and a copy of the new one.
+                file(8, "/new", 5, rw),
+                copy(9, 8),
+            ],
+        );
+        let f = Follow::plan(&pre, &fin).unwrap();
+        assert_eq!(f.kept.iter().copied().collect::<Vec<_>>(), [3, 4, 6]);
+        assert_eq!(f.close, [5, 7]);
+        assert_eq!(fds(&f.open), [7, 8, 9]);
+        assert_eq!(fds(&f.flags), [6]);
+    }
+
+    #[test]
+    fn a_copy_of_a_descriptor_opened_again_is_made_again() {
+        let rw = libc::O_RDWR;
+        let pre = state("/", vec![file(3, "/a", 0, rw), copy(4, 3)]);
+        let fin = state("/", vec![file(3, "/other", 0, rw), copy(4, 3)]);
+        let f = Follow::plan(&pre, &fin).unwrap();
+        assert!(f.kept.is_empty());
+        assert_eq!(f.close, [3, 4]);
+        assert_eq!(fds(&f.open), [3, 4]);
+    }
+
+    #[test]
+    fn a_new_descriptor_that_is_not_a_file_is_stale() {
+        let pre = state("/", vec![]);
+        let pipe = Fd {
+            fd: 3,
+            flags: libc::O_RDONLY,
+            cloexec: false,
+            kind: FdKind::Pipe {
+                ino: 1,
+                write: false,
+            },
+        };
+        let e = Follow::plan(&pre, &state("/", vec![pipe])).unwrap_err();
+        assert!(
+            matches!(&e, EngineError::Stale(w) if w.contains("fd 3 (a pipe)")),
+            "{e}"
+        );
+        let term = Fd {
+            fd: 0,
+            flags: libc::O_RDWR,
+            cloexec: false,
+            kind: FdKind::Stdio(StdioKind::Terminal),
+        };
+        assert!(Follow::plan(&pre, &state("/", vec![term])).is_err());
+    }
+
+    #[test]
+    fn the_inodes_compared_are_those_of_kept_descriptors_and_a_kept_directory() {
+        let ids = |v: &[(i32, u64, u64)]| {
+            Some(FileIds {
+                boot_id: "b".into(),
+                files: v.to_vec(),
+            })
+        };
+        let rw = libc::O_RDWR;
+        let pre = state("/d", vec![file(3, "/a", 0, rw), file(4, "/x", 0, rw)]);
+        let fin = state("/d", vec![file(3, "/a", 0, rw), file(5, "/y", 0, rw)]);
+        let cwd = libc::AT_FDCWD;
+        // fd 4 closed and fd 5 opened: their inodes do not matter.
+        compare_ids(
+            &pre,
+            &fin,
+            &ids(&[(3, 1, 10), (4, 1, 11), (cwd, 1, 2)]),
+            &ids(&[(cwd, 1, 2), (3, 1, 10), (5, 1, 12)]),
+        )
+        .unwrap();
+        // fd 3 kept by path, but another inode: replaced under its name.
+        assert!(compare_ids(&pre, &fin, &ids(&[(3, 1, 10)]), &ids(&[(3, 1, 13)])).is_err());
+        // The directory, kept by path, another inode.
+        assert!(compare_ids(&pre, &fin, &ids(&[(cwd, 1, 2)]), &ids(&[(cwd, 1, 3)])).is_err());
+        // Another directory by path: entered anew, its inode does not matter.
+        let moved = state("/e", fin.fds.clone());
+        compare_ids(&pre, &moved, &ids(&[(cwd, 1, 2)]), &ids(&[(cwd, 1, 3)])).unwrap();
+        // Another machine's capture.
+        let other = Some(FileIds {
+            boot_id: "c".into(),
+            files: vec![(3, 1, 10)],
+        });
+        assert!(compare_ids(&pre, &fin, &ids(&[(3, 1, 10)]), &other).is_err());
     }
 }

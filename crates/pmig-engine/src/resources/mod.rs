@@ -480,6 +480,9 @@ pub struct Update<'a> {
     /// Our copy of the process's userfaultfd (a lazy restore): the pages
     /// of mappings registered with it are installed through it.
     pub uffd: Option<&'a OwnedFd>,
+    /// The descriptor number of the process's own userfaultfd, which no
+    /// descriptor it opened since may take.
+    pub process_uffd: Option<i32>,
     /// Starts of the mappings made with `MAP_NORESERVE`, in the skeleton's
     /// own capture and in the capture of the stop (see
     /// [`super::memory::MemoryFlags`]).
