@@ -119,7 +119,16 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     // by `Memory::update`.
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
     crate::resources::files::compare_ids(&pre.files, &fin.files, &pre.file_ids, &fin.file_ids)?;
-    compare_part("mapped files' inodes", &pre.mapped_ids, &fin.mapped_ids)?;
+    // A file mapped since is opened by path in the skeleton, as the
+    // process itself (`Memory::update`): only the files mapped in both
+    // captures must be the same.
+    if let (Some(a), Some(b)) = (&pre.mapped_ids, &fin.mapped_ids) {
+        if !a.agree(b) {
+            return Err(stale("its mapped files' inodes changed"));
+        }
+    } else if pre.mapped_ids.is_some() != fin.mapped_ids.is_some() {
+        return Err(stale("its mapped files' inodes changed"));
+    }
     // The threads that ended end and those that started start; then the
     // parts kept per thread follow.
     crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;

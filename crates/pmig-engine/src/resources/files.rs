@@ -138,6 +138,21 @@ impl<K: PartialEq> HeldInodes<K> {
         (!self.files.is_empty()).then_some(self)
     }
 
+    /// Whether two captures of one process (`self` the earlier) agree on
+    /// the inode of every key both have, on the same machine. A key in one
+    /// of them only (a file mapped or unmapped between them) does not
+    /// matter.
+    pub fn agree(&self, later: &Self) -> bool {
+        self.boot_id == later.boot_id
+            && self.files.iter().all(|(k, dev, ino)| {
+                later
+                    .files
+                    .iter()
+                    .find(|f| f.0 == *k)
+                    .is_none_or(|f| (f.1, f.2) == (*dev, *ino))
+            })
+    }
+
     /// Whether `file`, open here, is the inode captured under `key`.
     pub fn is_same<Q>(&self, key: &Q, file: &std::fs::File) -> bool
     where

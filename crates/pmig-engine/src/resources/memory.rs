@@ -1104,10 +1104,12 @@ fn layout_ranges(
 /// unmapped: unmapped, it would stop the call until its event is read).
 /// Memory mapped in both captures stays mapped: it may hold what the
 /// restore set up (the thread's rseq area, its descriptor). Then the
-/// process's mappings are read back and must be `fin`'s. Anything else (a
-/// file mapped, unmapped or remapped, shared memory, other attributes, mm
-/// fields other than the break, a mapping where the restorer area lies) is
-/// stale.
+/// process's mappings are read back and must be `fin`'s. A file mapped
+/// since is mapped likewise, opened by path in the process as the process
+/// itself ([`map_file_fd`]); its private copies are among the pages of the
+/// stop. Anything else (shared anonymous memory that came, a mapping made
+/// again with another file, offset or backing, other attributes, mm fields
+/// other than the break, a mapping where the restorer area lies) is stale.
 fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -> Result<()> {
     let changed = || crate::error::stale("its mappings changed");
     let mut a_mm = pre.mm.clone();
@@ -1127,14 +1129,13 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
         (a.min(b), a.max(b))
     });
     let in_brk = |s: u64, e: u64| brk_range.is_some_and(|(a, b)| s >= a && e <= b);
-    let anon = |x: &Option<Attrs>| x.as_ref().is_none_or(|a| a.backing == Backing::Anon);
     let (area, area_len) = cx.area;
     for (s, e, a, b) in &ranges {
         let (Some(a), Some(b)) = (a, b) else {
-            if !anon(a) || !anon(b) {
-                return Err(crate::error::stale(
-                    "a mapping of a file or of shared memory came or went",
-                ));
+            // Any mapping may go; shared anonymous memory cannot come
+            // (nothing here has its pages).
+            if b.as_ref().is_some_and(|b| b.backing == Backing::SharedAnon) {
+                return Err(crate::error::stale("a mapping of shared memory came"));
             }
             if b.is_some() && *s < area + area_len && area < *e {
                 return Err(crate::error::stale(
@@ -1147,7 +1148,10 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
             && a.growsdown == b.growsdown
             && a.rest == b.rest
             && a.noreserve == b.noreserve;
-        if !same_kind || (a.prot != b.prot && a.backing != Backing::Anon) {
+        // A private mapping's protection changes in place; a shared
+        // file's may need the file opened for writing.
+        let reprotectable = matches!(a.backing, Backing::Anon | Backing::PrivateFile);
+        if !same_kind || (a.prot != b.prot && !reprotectable) {
             return Err(crate::error::stale(format!(
                 "the mapping at {s:#x}-{e:#x} changed"
             )));
@@ -1185,9 +1189,45 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
             )));
         }
     }
+    // The files of new file mappings, opened in the process once each
+    // (by path and access), closed once mapped.
+    let mut files: Vec<((&str, bool), u64)> = Vec::new();
     for (s, e, a, b) in &ranges {
         let Some(b) = b else { continue };
         match a {
+            None if b.backing != Backing::Anon => {
+                let v = fin
+                    .vmas
+                    .iter()
+                    .find(|v| v.start <= *s && *s < v.end)
+                    .expect("a range of fin lies in one of its mappings");
+                let fd = map_file_fd(cx, v, &mut files)?;
+                let mut flags = libc::MAP_FIXED_NOREPLACE
+                    | if b.backing == Backing::SharedFile {
+                        libc::MAP_SHARED
+                    } else {
+                        libc::MAP_PRIVATE
+                    };
+                if b.growsdown {
+                    flags |= libc::MAP_GROWSDOWN;
+                }
+                if b.noreserve {
+                    flags |= libc::MAP_NORESERVE;
+                }
+                let off = v.offset + (s - v.start);
+                let got = call(
+                    cx,
+                    libc::SYS_mmap,
+                    &[*s, e - s, b.prot as u64, flags as u64, fd, off],
+                    "map a file",
+                )?;
+                if got as u64 != *s {
+                    return Err(crate::error::stale(format!(
+                        "a new mapping of {} could not be made at {s:#x} in the skeleton",
+                        v.name
+                    )));
+                }
+            }
             None if !in_brk(*s, *e) => {
                 let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
                 if b.growsdown {
@@ -1222,8 +1262,11 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
             Some(_) => {}
         }
     }
+    for (_, fd) in files {
+        call(cx, libc::SYS_close, &[fd], "close a mapped file")?;
+    }
     // New mappings take their advice and lock from the capture of the stop.
-    for v in fin.vmas.iter().filter(|v| v.backing == Backing::Anon) {
+    for v in &fin.vmas {
         let came = ranges
             .iter()
             .any(|(s, e, a, _)| a.is_none() && *s >= v.start && *e <= v.end);
@@ -1255,6 +1298,51 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
         }
     }
     check_followed(cx.pid, fin, cx.area)
+}
+
+/// The descriptor, inside the held skeleton, of the file `v` maps (a new
+/// mapping): opened there as the process itself, by path, read-only or,
+/// for a writable shared mapping, for reading and writing (as a restore
+/// opens it), once per path and access (`files`). Stale if the file here
+/// is not the one mapped (its size or modification time differ) or does
+/// not open.
+fn map_file_fd<'a>(
+    cx: &mut super::Update,
+    v: &'a Vma,
+    files: &mut Vec<((&'a str, bool), u64)>,
+) -> Result<u64> {
+    let id = v.file.as_ref().ok_or_else(|| {
+        crate::error::stale(format!("the new mapping at {:#x} names no file", v.start))
+    })?;
+    let rw = v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0;
+    if let Some(&(_, fd)) = files.iter().find(|(k, _)| *k == (id.path.as_str(), rw)) {
+        return Ok(fd);
+    }
+    let here = file_id(&id.path, &id.path).ok();
+    if here.is_none_or(|h| h.size != id.size || h.mtime_ns != id.mtime_ns) {
+        return Err(crate::error::stale(format!(
+            "{} was mapped since, and is not here as it was there",
+            id.path
+        )));
+    }
+    let mut raw = id.path.as_bytes().to_vec();
+    raw.push(0);
+    let at = cx.finish().scratch(&raw)?;
+    let flags = libc::O_CLOEXEC | if rw { libc::O_RDWR } else { libc::O_RDONLY };
+    let r = cx.frozen.inject(
+        0,
+        libc::SYS_openat,
+        &[libc::AT_FDCWD as u64, at, flags as u64, 0],
+    )?;
+    if r < 0 {
+        return Err(crate::error::stale(format!(
+            "{} was mapped since, and does not open in the skeleton ({})",
+            id.path,
+            std::io::Error::from_raw_os_error(-r as i32)
+        )));
+    }
+    files.push(((id.path.as_str(), rw), r as u64));
+    Ok(r as u64)
 }
 
 /// Whether the address space of `pid` is `fin`'s now (the restorer area
