@@ -1044,9 +1044,14 @@ struct Attrs {
     prot: i32,
     backing: Backing,
     growsdown: bool,
-    /// The file, offset, advice, lock and name, encoded: what the layout
-    /// follows only where it is the same.
-    rest: Vec<u8>,
+    /// The file and the offset in it at this range, encoded: another one
+    /// means the range was mapped again.
+    source: Vec<u8>,
+    /// The advice and lock, encoded: set on a mapping that came, else
+    /// followed only where the same.
+    extra: Vec<u8>,
+    /// The name (a path, `[heap]`, `[anon:…]`): no call sets it.
+    name: String,
     /// Whether its pages come later through the userfaultfd.
     later: bool,
     /// Made with `MAP_NORESERVE` (a flag no call changes afterwards).
@@ -1065,13 +1070,12 @@ fn layout_ranges(
         prot: v.prot,
         backing: v.backing,
         growsdown: v.growsdown,
-        rest: crate::skeleton::encode(&(
+        source: crate::skeleton::encode(&(
             &v.file,
             v.file.as_ref().map(|_| v.offset + (at - v.start)),
-            &v.advice,
-            v.locked,
-            &v.name,
         )),
+        extra: crate::skeleton::encode(&(&v.advice, v.locked)),
+        name: v.name.clone(),
         later: lazy && v.comes_later(),
         noreserve: nr.contains(&v.start),
     };
@@ -1110,7 +1114,11 @@ fn layout_ranges(
 /// stop. Anything else (shared anonymous memory that came, a mapping made
 /// again with another file, offset or backing, other attributes, mm fields
 /// other than the break, a mapping where the restorer area lies) is stale.
-fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -> Result<()> {
+fn follow_layout(
+    pre: &MemoryState,
+    fin: &MemoryState,
+    cx: &mut super::Update,
+) -> Result<Vec<(u64, u64)>> {
     let changed = || crate::error::stale("its mappings changed");
     let mut a_mm = pre.mm.clone();
     a_mm.brk = fin.mm.brk;
@@ -1144,19 +1152,30 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
             }
             continue;
         };
-        let same_kind = a.backing == b.backing
-            && a.growsdown == b.growsdown
-            && a.rest == b.rest
-            && a.noreserve == b.noreserve;
+        if replaced(a, b) {
+            // Mapped again by the process: unmapped and mapped anew here.
+            if b.backing == Backing::SharedAnon {
+                return Err(crate::error::stale("a mapping of shared memory came"));
+            }
+            if in_brk(*s, *e) || (*s < area + area_len && area < *e) {
+                return Err(crate::error::stale(format!(
+                    "the mapping at {s:#x}-{e:#x} was made again where the skeleton cannot"
+                )));
+            }
+            continue;
+        }
         // A private mapping's protection changes in place; a shared
         // file's may need the file opened for writing.
         let reprotectable = matches!(a.backing, Backing::Anon | Backing::PrivateFile);
-        if !same_kind || (a.prot != b.prot && !reprotectable) {
+        if !same_kind(a, b) || (a.prot != b.prot && !reprotectable) {
             return Err(crate::error::stale(format!(
                 "the mapping at {s:#x}-{e:#x} changed"
             )));
         }
     }
+    // Ranges that came: unmapped in the skeleton's capture, or mapped
+    // again since.
+    let came = |a: &Option<Attrs>, b: &Attrs| a.as_ref().is_none_or(|a| replaced(a, b));
     let call = |cx: &mut super::Update, nr: i64, args: &[u64], what: &str| -> Result<i64> {
         let r = cx.frozen.inject(0, nr, args)?;
         if r < 0 {
@@ -1167,16 +1186,22 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
         }
         Ok(r)
     };
+    // Whether a range that stays mapped is mapped again (and so its
+    // registration made again too).
+    let again = |a: &Option<Attrs>, b: &Option<Attrs>| match (a, b) {
+        (Some(a), Some(b)) => replaced(a, b),
+        _ => false,
+    };
     // Registrations let go of first, then what went is unmapped.
     for (s, e, a, b) in &ranges {
         let was = a.as_ref().is_some_and(|a| a.later);
         let will = b.as_ref().is_some_and(|b| b.later);
-        if let Some(u) = cx.uffd.filter(|_| was && !will) {
+        if let Some(u) = cx.uffd.filter(|_| was && (!will || again(a, b))) {
             crate::uffd::unregister(u, *s, e - s)?;
         }
     }
-    for (s, e, _, b) in &ranges {
-        if b.is_none() && !in_brk(*s, *e) {
+    for (s, e, a, b) in &ranges {
+        if (b.is_none() || again(a, b)) && !in_brk(*s, *e) {
             call(cx, libc::SYS_munmap, &[*s, e - s], "unmap")?;
         }
     }
@@ -1194,8 +1219,9 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
     let mut files: Vec<((&str, bool), u64)> = Vec::new();
     for (s, e, a, b) in &ranges {
         let Some(b) = b else { continue };
+        let new = came(a, b);
         match a {
-            None if b.backing != Backing::Anon => {
+            _ if new && b.backing != Backing::Anon => {
                 let v = fin
                     .vmas
                     .iter()
@@ -1228,7 +1254,7 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
                     )));
                 }
             }
-            None if !in_brk(*s, *e) => {
+            _ if new && !in_brk(*s, *e) => {
                 let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
                 if b.growsdown {
                     flags |= libc::MAP_GROWSDOWN;
@@ -1267,10 +1293,10 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
     }
     // New mappings take their advice and lock from the capture of the stop.
     for v in &fin.vmas {
-        let came = ranges
-            .iter()
-            .any(|(s, e, a, _)| a.is_none() && *s >= v.start && *e <= v.end);
-        if !came {
+        let any_came = ranges.iter().any(|(s, e, a, b)| {
+            b.as_ref().is_some_and(|b| came(a, b)) && *s >= v.start && *e <= v.end
+        });
+        if !any_came {
             continue;
         }
         for adv in &v.advice {
@@ -1293,11 +1319,39 @@ fn follow_layout(pre: &MemoryState, fin: &MemoryState, cx: &mut super::Update) -
     for (s, e, a, b) in &ranges {
         let was = a.as_ref().is_some_and(|a| a.later);
         let will = b.as_ref().is_some_and(|b| b.later);
-        if let Some(u) = cx.uffd.filter(|_| will && !was) {
+        if let Some(u) = cx.uffd.filter(|_| will && (!was || again(a, b))) {
             crate::uffd::register_missing(u, *s, e - s)?;
         }
     }
-    check_followed(cx.pid, fin, cx.area)
+    check_followed(cx.pid, fin, cx.area)?;
+    Ok(ranges
+        .iter()
+        .filter(|(_, _, a, b)| again(a, b))
+        .map(|&(s, e, ..)| (s, e - s))
+        .collect())
+}
+
+/// Whether a range has the same attributes in both captures but perhaps
+/// its protection.
+fn same_kind(a: &Attrs, b: &Attrs) -> bool {
+    a.backing == b.backing
+        && a.growsdown == b.growsdown
+        && a.source == b.source
+        && a.extra == b.extra
+        && a.name == b.name
+        && a.noreserve == b.noreserve
+}
+
+/// Whether the process mapped a range again between the captures: another
+/// backing, file or offset, another `MAP_NORESERVE` or growth, under the
+/// same name (which no call sets). Its contents are then all the capture
+/// of the stop's.
+fn replaced(a: &Attrs, b: &Attrs) -> bool {
+    a.name == b.name
+        && (a.backing != b.backing
+            || a.source != b.source
+            || a.noreserve != b.noreserve
+            || a.growsdown != b.growsdown)
 }
 
 /// The descriptor, inside the held skeleton, of the file `v` maps (a new
@@ -2180,11 +2234,12 @@ impl Resource for Memory {
                 .map(|v| (v.start, v.end))
                 .collect()
         };
+        let mut again = Vec::new();
         if (!same && layout_key(pre) != layout_key(fin))
             || cx.noreserve.0 != cx.noreserve.1
             || (lazy && later(pre) != later(fin))
         {
-            follow_layout(pre, fin, cx)?;
+            again = follow_layout(pre, fin, cx)?;
         }
         // Every page the skeleton holds (its first capture's runs) that is
         // still mapped must be replaced by the capture of the stop: in
@@ -2210,7 +2265,8 @@ impl Resource for Memory {
                     .filter(|b| b.start < r.addr + r.len && r.addr < b.end)
                 {
                     let s = r.addr.max(b.start);
-                    let held = [(s, (r.addr + r.len).min(b.end) - s)];
+                    // Memory mapped again since holds none of them.
+                    let held = subtract_ranges(&[(s, (r.addr + r.len).min(b.end) - s)], &again);
                     let ok = if lazy && b.comes_later() {
                         covers(&now, &held)
                     } else {
