@@ -1028,51 +1028,46 @@ fn brought_up_after(change: &str) {
 #[test]
 fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
     let _g = serial(&HEAVY);
-    for (change, why) in [("shared", "a mapping of shared memory came")] {
-        let mut guard = Guard::new();
-        let (dir, mut child, src, mut out) =
-            start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
-        let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
-        first.detach().unwrap();
-        let outfile = dir.path().join("out.txt");
-        let opts = pmig_engine::RestoreOptions {
-            skeleton: true,
-            ..lazy_to(outfile.clone())
-        };
-        let mut stop = None;
-        let mut skeleton_pid = 0;
-        let mut bring = |r: &pmig_engine::Restored| {
-            skeleton_pid = r.pid;
-            let (frozen, pi, stage) = change_and_capture(src, &mut out, &keep);
-            let dir = stage.path().to_path_buf();
-            stop = Some((frozen, pi, stage));
-            Ok(Some((dir, pmig_engine::Verify::Check)))
-        };
-        let e = pmig_engine::restore_skeleton(
-            pre.path(),
-            &opts,
-            pmig_engine::Verify::Check,
-            &mut bring,
-        )
-        .expect_err("a stale skeleton brought up");
-        assert!(
-            matches!(&e, pmig_engine::EngineError::Stale(w) if w.contains(why)),
-            "{change}: {e}"
-        );
-        assert!(skeleton_pid > 0);
-        assert!(
-            !std::path::Path::new(&format!("/proc/{skeleton_pid}")).exists(),
-            "{change}: the stale skeleton {skeleton_pid} is still there"
-        );
-        let (frozen, pi, stage) = stop.expect("the stop was captured");
-        let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone()))
-            .expect("the ordinary restore of the stop");
-        guard.track_pid(r.pid);
-        fill_all(&r, &pi, src);
-        frozen.kill().unwrap();
-        let _ = child.wait();
-        assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
-    }
+    let (change, why) = ("shared", "a mapping of shared memory came");
+    let mut guard = Guard::new();
+    let (dir, mut child, src, mut out) =
+        start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
+    let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
+    first.detach().unwrap();
+    let outfile = dir.path().join("out.txt");
+    let opts = pmig_engine::RestoreOptions {
+        skeleton: true,
+        ..lazy_to(outfile.clone())
+    };
+    let mut stop = None;
+    let mut skeleton_pid = 0;
+    let mut bring = |r: &pmig_engine::Restored| {
+        skeleton_pid = r.pid;
+        let (frozen, pi, stage) = change_and_capture(src, &mut out, &keep);
+        let dir = stage.path().to_path_buf();
+        stop = Some((frozen, pi, stage));
+        Ok(Some((dir, pmig_engine::Verify::Check)))
+    };
+    let e =
+        pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring)
+            .expect_err("a stale skeleton brought up");
+    assert!(
+        matches!(&e, pmig_engine::EngineError::Stale(w) if w.contains(why)),
+        "{change}: {e}"
+    );
+    assert!(skeleton_pid > 0);
+    assert!(
+        !std::path::Path::new(&format!("/proc/{skeleton_pid}")).exists(),
+        "{change}: the stale skeleton {skeleton_pid} is still there"
+    );
+    let (frozen, pi, stage) = stop.expect("the stop was captured");
+    let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone()))
+        .expect("the ordinary restore of the stop");
+    guard.track_pid(r.pid);
+    fill_all(&r, &pi, src);
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
 }
 
 /// Event-loop state that moves on while a skeleton is held: on its first
