@@ -990,6 +990,19 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
 /// [`a_skeleton_is_brought_up_to_the_state_of_the_stop`] with the change
 /// of layout `change` (see [`CHANGER`]).
 fn brought_up_after(change: &str) {
+    let (verdict, stale) = changer_moved(change);
+    if let Some(e) = stale {
+        panic!("{change}: the skeleton not brought up: {e}");
+    }
+    assert_eq!(verdict, "PASS\n", "{change}");
+}
+
+/// Starts a CHANGER doing `change`, captures it while it runs, and holds
+/// the restore of that capture as a skeleton while the program changes;
+/// then brings the skeleton up to the capture of the stop or, if it cannot
+/// (its error is returned), checks that it is gone and restores the stop
+/// the ordinary way. Returns the moved program's verdict.
+fn changer_moved(change: &str) -> (String, Option<pmig_engine::EngineError>) {
     let mut guard = Guard::new();
     let (dir, mut child, src, mut out) =
         start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
@@ -1010,16 +1023,30 @@ fn brought_up_after(change: &str) {
         stop = Some((frozen, pi, stage));
         Ok(Some((dir, pmig_engine::Verify::Check)))
     };
-    let r =
-        pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring)
-            .unwrap_or_else(|e| panic!("{change}: the skeleton not brought up: {e}"));
+    let brought =
+        pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring);
+    let (frozen, pi, stage) = stop.expect("the stop was captured");
+    let (r, stale) = match brought {
+        Ok(r) => {
+            assert_eq!(r.pid, skeleton_pid, "the process that runs is the skeleton");
+            (r, None)
+        }
+        Err(e) => {
+            assert!(skeleton_pid > 0);
+            assert!(
+                !std::path::Path::new(&format!("/proc/{skeleton_pid}")).exists(),
+                "{change}: the skeleton {skeleton_pid} that was not brought up is still there"
+            );
+            let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone()))
+                .expect("the ordinary restore of the stop");
+            (r, Some(e))
+        }
+    };
     guard.track_pid(r.pid);
-    assert_eq!(r.pid, skeleton_pid, "the process that runs is the skeleton");
-    let (frozen, pi, _stage) = stop.expect("the stop was captured");
     fill_all(&r, &pi, src);
     frozen.kill().unwrap();
     let _ = child.wait();
-    assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
+    (verdict(r.pid, &outfile), stale)
 }
 
 /// A change a skeleton cannot follow (shared anonymous memory mapped)
@@ -1028,46 +1055,13 @@ fn brought_up_after(change: &str) {
 #[test]
 fn a_stale_skeleton_is_killed_and_the_stop_restored_instead() {
     let _g = serial(&HEAVY);
-    let (change, why) = ("shared", "a mapping of shared memory came");
-    let mut guard = Guard::new();
-    let (dir, mut child, src, mut out) =
-        start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
-    let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
-    first.detach().unwrap();
-    let outfile = dir.path().join("out.txt");
-    let opts = pmig_engine::RestoreOptions {
-        skeleton: true,
-        ..lazy_to(outfile.clone())
-    };
-    let mut stop = None;
-    let mut skeleton_pid = 0;
-    let mut bring = |r: &pmig_engine::Restored| {
-        skeleton_pid = r.pid;
-        let (frozen, pi, stage) = change_and_capture(src, &mut out, &keep);
-        let dir = stage.path().to_path_buf();
-        stop = Some((frozen, pi, stage));
-        Ok(Some((dir, pmig_engine::Verify::Check)))
-    };
-    let e =
-        pmig_engine::restore_skeleton(pre.path(), &opts, pmig_engine::Verify::Check, &mut bring)
-            .expect_err("a stale skeleton brought up");
+    let (verdict, stale) = changer_moved("shared");
+    let e = stale.expect("a stale skeleton brought up");
     assert!(
-        matches!(&e, pmig_engine::EngineError::Stale(w) if w.contains(why)),
-        "{change}: {e}"
+        matches!(&e, pmig_engine::EngineError::Stale(w) if w.contains("a mapping of shared memory came")),
+        "{e}"
     );
-    assert!(skeleton_pid > 0);
-    assert!(
-        !std::path::Path::new(&format!("/proc/{skeleton_pid}")).exists(),
-        "{change}: the stale skeleton {skeleton_pid} is still there"
-    );
-    let (frozen, pi, stage) = stop.expect("the stop was captured");
-    let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone()))
-        .expect("the ordinary restore of the stop");
-    guard.track_pid(r.pid);
-    fill_all(&r, &pi, src);
-    frozen.kill().unwrap();
-    let _ = child.wait();
-    assert_eq!(verdict(r.pid, &outfile), "PASS\n", "{change}");
+    assert_eq!(verdict, "PASS\n");
 }
 
 /// Event-loop state that moves on while a skeleton is held: on its first

@@ -800,23 +800,19 @@ impl<'a> Follow<'a> {
             let cloexec = if b.cloexec { libc::O_CLOEXEC } else { 0 };
             match &b.kind {
                 FdKind::File { path, .. } | FdKind::Device { path } => {
-                    let mut raw = path.as_bytes().to_vec();
-                    raw.push(0);
-                    let at = cx.finish().scratch(&raw)?;
                     let flags = (b.flags & KEEP_FLAGS) | libc::O_CLOEXEC;
-                    let r = cx.frozen.inject(
-                        0,
+                    let r = cx.call_with_path(
                         libc::SYS_openat,
-                        &[libc::AT_FDCWD as u64, at, flags as u64, 0],
+                        path,
+                        1,
+                        &[libc::AT_FDCWD as u64, 0, flags as u64, 0],
                     )?;
-                    if r < 0 {
-                        return Err(crate::error::stale(format!(
-                            "its open files changed: fd {}: {path} does not open in the skeleton ({})",
-                            b.fd,
-                            std::io::Error::from_raw_os_error(-r as i32)
-                        )));
-                    }
-                    let got = r as i32;
+                    let got = r.map_err(|e| {
+                        crate::error::stale(format!(
+                            "its open files changed: fd {}: {path} does not open in the skeleton ({e})",
+                            b.fd
+                        ))
+                    })? as i32;
                     if got != b.fd {
                         call(
                             cx,
@@ -862,17 +858,13 @@ impl<'a> Follow<'a> {
             )?;
         }
         if pre.cwd != fin.cwd {
-            let mut raw = fin.cwd.as_bytes().to_vec();
-            raw.push(0);
-            let at = cx.finish().scratch(&raw)?;
-            let r = cx.frozen.inject(0, libc::SYS_chdir, &[at])?;
-            if r < 0 {
-                return Err(crate::error::stale(format!(
-                    "its working directory changed, and {} is not one in the skeleton ({})",
-                    fin.cwd,
-                    std::io::Error::from_raw_os_error(-r as i32)
-                )));
-            }
+            cx.call_with_path(libc::SYS_chdir, &fin.cwd, 0, &[0])?
+                .map_err(|e| {
+                    crate::error::stale(format!(
+                        "its working directory changed, and {} is not one in the skeleton ({e})",
+                        fin.cwd
+                    ))
+                })?;
         }
         if pre.umask != fin.umask {
             cx.frozen.inject(0, libc::SYS_umask, &[fin.umask as u64])?;

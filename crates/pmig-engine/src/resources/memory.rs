@@ -1379,24 +1379,22 @@ fn map_file_fd<'a>(
             id.path
         )));
     }
-    let mut raw = id.path.as_bytes().to_vec();
-    raw.push(0);
-    let at = cx.finish().scratch(&raw)?;
     let flags = libc::O_CLOEXEC | if rw { libc::O_RDWR } else { libc::O_RDONLY };
-    let r = cx.frozen.inject(
-        0,
-        libc::SYS_openat,
-        &[libc::AT_FDCWD as u64, at, flags as u64, 0],
-    )?;
-    if r < 0 {
-        return Err(crate::error::stale(format!(
-            "{} was mapped since, and does not open in the skeleton ({})",
-            id.path,
-            std::io::Error::from_raw_os_error(-r as i32)
-        )));
-    }
-    files.push(((id.path.as_str(), rw), r as u64));
-    Ok(r as u64)
+    let fd = cx
+        .call_with_path(
+            libc::SYS_openat,
+            &id.path,
+            1,
+            &[libc::AT_FDCWD as u64, 0, flags as u64, 0],
+        )?
+        .map_err(|e| {
+            crate::error::stale(format!(
+                "{} was mapped since, and does not open in the skeleton ({e})",
+                id.path
+            ))
+        })? as u64;
+    files.push(((id.path.as_str(), rw), fd));
+    Ok(fd)
 }
 
 /// Whether the address space of `pid` is `fin`'s now (the restorer area

@@ -532,6 +532,33 @@ impl Update<'_> {
     }
 }
 
+impl Update<'_> {
+    /// Runs `nr` in thread 0 with `path` (a path the process names, written
+    /// NUL-terminated into the restorer area's scratch) as its argument `at`
+    /// (the others as given): its result, or the error it failed with.
+    pub fn call_with_path(
+        &mut self,
+        nr: i64,
+        path: &str,
+        at: usize,
+        args: &[u64],
+    ) -> Result<std::result::Result<i64, std::io::Error>> {
+        let mut raw = path.as_bytes().to_vec();
+        raw.push(0);
+        let ptr = self.finish().scratch(&raw)?;
+        let mut args = args.to_vec();
+        if at < args.len() {
+            args[at] = ptr;
+        }
+        let r = self.frozen.inject(0, nr, &args)?;
+        Ok(if r < 0 {
+            Err(std::io::Error::from_raw_os_error(-r as i32))
+        } else {
+            Ok(r)
+        })
+    }
+}
+
 impl Finish<'_> {
     /// Where [`Finish::scratch`] puts `len` bytes: for data that holds
     /// pointers into itself.
