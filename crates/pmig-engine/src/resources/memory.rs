@@ -1098,22 +1098,25 @@ fn layout_ranges(
         .collect()
 }
 
-/// Makes a held skeleton's mappings those of `fin`, when they differ from
-/// `pre`'s only in private anonymous memory (what an allocator does: maps
+/// Makes a held skeleton's mappings those of `fin`, as an allocator, a
+/// loader of libraries or a program mapping its files changed them (maps
 /// and unmaps memory, changes its protection, moves the program break).
 /// Range by range: what went is unmapped, what came is mapped, what
 /// changed protection is protected anew, the program break is moved with
 /// `brk`, each by a call made in the process; the userfaultfd's
 /// registrations follow (a registered range is let go of before it is
 /// unmapped: unmapped, it would stop the call until its event is read).
-/// Memory mapped in both captures stays mapped: it may hold what the
-/// restore set up (the thread's rseq area, its descriptor). Then the
-/// process's mappings are read back and must be `fin`'s. A file mapped
-/// since is mapped likewise, opened by path in the process as the process
-/// itself ([`map_file_fd`]); its private copies are among the pages of the
-/// stop. Anything else (shared anonymous memory that came, a mapping made
-/// again with another file, offset or backing, other attributes, mm fields
-/// other than the break, a mapping where the restorer area lies) is stale.
+/// A file mapped since is mapped likewise, opened by path in the process
+/// as the process itself ([`map_file_fd`]); its private copies are among
+/// the pages of the stop. A range the process mapped again ([`replaced`])
+/// is unmapped and mapped as it is now. Memory mapped in both captures,
+/// and not again, stays mapped: it may hold what the restore set up (the
+/// thread's rseq area, its descriptor). Then the process's mappings are
+/// read back and must be `fin`'s. Anything else (shared anonymous memory
+/// that came, another name, advice or lock in place, a shared file
+/// mapping's protection, mm fields other than the break, a mapping where
+/// the restorer area lies) is stale. Returns the ranges mapped again,
+/// which hold none of the skeleton's own pages any more.
 fn follow_layout(
     pre: &MemoryState,
     fin: &MemoryState,
