@@ -792,7 +792,7 @@ impl<'a> Follow<'a> {
             )));
         }
         for &fd in &self.close {
-            call(cx, libc::SYS_close, &[fd as u64], || {
+            cx.call(0, libc::SYS_close, &[fd as u64], || {
                 format!("close fd {fd}")
             })?;
         }
@@ -814,26 +814,26 @@ impl<'a> Follow<'a> {
                         ))
                     })? as i32;
                     if got != b.fd {
-                        call(
-                            cx,
+                        cx.call(
+                            0,
                             libc::SYS_dup3,
                             &[got as u64, b.fd as u64, cloexec as u64],
                             || format!("move {path} to fd {}", b.fd),
                         )?;
-                        call(cx, libc::SYS_close, &[got as u64], || {
+                        cx.call(0, libc::SYS_close, &[got as u64], || {
                             format!("close fd {got}")
                         })?;
                     } else if !b.cloexec {
-                        call(
-                            cx,
+                        cx.call(
+                            0,
                             libc::SYS_fcntl,
                             &[got as u64, libc::F_SETFD as u64, 0],
                             || format!("clear fd {got}'s close-on-exec"),
                         )?;
                     }
                 }
-                FdKind::SameAs(x) => call(
-                    cx,
+                FdKind::SameAs(x) => cx.call(
+                    0,
                     libc::SYS_dup3,
                     &[*x as u64, b.fd as u64, cloexec as u64],
                     || format!("copy fd {x} to fd {}", b.fd),
@@ -843,15 +843,15 @@ impl<'a> Follow<'a> {
         }
         for b in &self.flags {
             let fl = (b.flags & SETFL_FLAGS) as u64;
-            call(
-                cx,
+            cx.call(
+                0,
                 libc::SYS_fcntl,
                 &[b.fd as u64, libc::F_SETFL as u64, fl],
                 || format!("set fd {}'s flags", b.fd),
             )?;
             let fd_flags = if b.cloexec { libc::FD_CLOEXEC } else { 0 } as u64;
-            call(
-                cx,
+            cx.call(
+                0,
                 libc::SYS_fcntl,
                 &[b.fd as u64, libc::F_SETFD as u64, fd_flags],
                 || format!("set fd {}'s close-on-exec", b.fd),
@@ -871,24 +871,6 @@ impl<'a> Follow<'a> {
         }
         Ok(())
     }
-}
-
-/// Runs `nr(args)` in the skeleton's thread 0; a negative result is an
-/// error naming `what`.
-fn call(
-    cx: &mut super::Update,
-    nr: i64,
-    args: &[u64],
-    what: impl FnOnce() -> String,
-) -> Result<()> {
-    let r = cx.frozen.inject(0, nr, args)?;
-    if r < 0 {
-        return Err(EngineError::Sys {
-            what: what(),
-            source: std::io::Error::from_raw_os_error(-r as i32),
-        });
-    }
-    Ok(())
 }
 
 /// The inodes of the open files ([`FileIds`]) of both captures, as far as

@@ -521,7 +521,19 @@ impl Update<'_> {
         if at < args.len() {
             args[at] = ptr;
         }
-        let r = self.frozen.inject(idx, nr, &args)?;
+        self.call(idx, nr, &args, what)
+    }
+
+    /// Runs `nr(args)` in thread `idx`; a negative result is an error
+    /// naming `what`.
+    pub fn call(
+        &mut self,
+        idx: usize,
+        nr: i64,
+        args: &[u64],
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let r = self.frozen.inject(idx, nr, args)?;
         if r < 0 {
             return Err(EngineError::Sys {
                 what: what(),
