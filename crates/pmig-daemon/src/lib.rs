@@ -537,7 +537,11 @@ fn serve_peer(node: &Node, s: TcpStream) {
         Err(_) => return, // pmig-proto logged one line
     };
     let peer = ch.peer().node.clone();
-    tracing::debug!("connection from {peer} ({})", ch.peer().addr);
+    tracing::debug!(
+        "connection from {peer} ({}, {})",
+        ch.peer().addr,
+        ch.peer().cipher
+    );
     // An authenticated but idle peer does not hold a thread forever.
     let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(300)));
     for _ in 0..1_000_000 {

@@ -28,7 +28,8 @@ fn timed_out(peer: &str) -> ProtoError {
     }
 }
 
-/// Connects over TCP, authenticates and exchanges `Hello`.
+/// Connects over TCP, authenticates and exchanges `Hello`, with the cipher
+/// [`crate::blocking::connect`] describes.
 pub async fn connect(
     addr: impl ToSocketAddrs,
     key: &ClusterKey,
@@ -37,7 +38,21 @@ pub async fn connect(
     let s = TcpStream::connect(addr)
         .await
         .map_err(|e| ProtoError::io("connecting to peer", e))?;
-    Channel::client(s, key, cfg).await
+    let a = s
+        .peer_addr()
+        .map_err(|e| ProtoError::io("connecting to peer", e))?;
+    let cipher = session::client_cipher(&a, cfg.cipher).unwrap_or(session::Cipher::ChaChaPoly);
+    let r = Channel::client(
+        s,
+        key,
+        &Config {
+            cipher,
+            ..cfg.clone()
+        },
+    )
+    .await;
+    session::learn_peer(&a, r.as_ref().ok().map(|c| c.peer().hello.features));
+    r
 }
 
 /// Accepts one connection and runs the server side; a refusal is logged and returned.
@@ -170,7 +185,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
         key: &ClusterKey,
         cfg: &Config,
     ) -> Result<Self, ProtoError> {
-        let mut hs = session::handshake_state(key, true)?;
+        let cipher = cfg.cipher;
+        let mut hs = session::handshake_state(key, true, cipher)?;
         let mut buf = [0u8; MAX_HANDSHAKE_MSG];
         let n = hs
             .write_message(&[], &mut buf)
@@ -184,7 +200,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
         hs.read_message(&reply, &mut buf)
             .map_err(|_| session::reply_auth_failed(&addr))?;
         let ts = session::into_transport(hs)?;
-        Self::finish(r, w, ts, cfg, addr).await
+        Self::finish(r, w, ts, cfg, addr, cipher).await
     }
 
     async fn server_inner(
@@ -194,18 +210,17 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
         key: &ClusterKey,
         cfg: &Config,
     ) -> Result<Self, ProtoError> {
-        let mut hs = session::handshake_state(key, false)?;
         let first = read_hs(&mut r, &addr, true)
             .await?
             .ok_or_else(|| ProtoError::Handshake {
                 peer: addr.clone(),
                 reason: "connection closed before the handshake".into(),
             })?;
-        let mut buf = [0u8; MAX_HANDSHAKE_MSG];
-        if hs.read_message(&first, &mut buf).is_err() {
+        let Some((mut hs, cipher)) = session::respond(key, &first)? else {
             let _ = w.shutdown().await;
             return Err(ProtoError::AuthFailed { peer: addr });
-        }
+        };
+        let mut buf = [0u8; MAX_HANDSHAKE_MSG];
         let n = hs
             .write_message(&[], &mut buf)
             .map_err(|e| ProtoError::Noise(e.to_string()))?;
@@ -213,7 +228,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
             .await
             .map_err(|e| io_err("handshake with", &addr, e))?;
         let ts = session::into_transport(hs)?;
-        Self::finish(r, w, ts, cfg, addr).await
+        Self::finish(r, w, ts, cfg, addr, cipher).await
     }
 
     async fn finish(
@@ -222,6 +237,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
         ts: Arc<snow::StatelessTransportState>,
         cfg: &Config,
         addr: String,
+        cipher: session::Cipher,
     ) -> Result<Self, ProtoError> {
         let provisional = Arc::new(PeerInfo {
             node: addr.clone(),
@@ -229,6 +245,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
             version: 0,
             features: 0,
             hello: cfg.hello(),
+            cipher,
         });
         let mut tx = Sender {
             w,
@@ -242,7 +259,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Channel<R, W> {
         };
         tx.send(&Msg::Hello(cfg.hello())).await?;
         let frame = rx.recv_frame().await?;
-        match session::check_hello(cfg, &addr, &frame) {
+        match session::check_hello(cfg, &addr, &frame, cipher) {
             HelloOutcome::Ok(info) => {
                 let info = Arc::new(info);
                 rx.opener.peer = info.node.clone();

@@ -11,7 +11,7 @@
 //! ```
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,10 +88,38 @@ fn io_err(what: &str, peer: &str, e: io::Error) -> ProtoError {
 }
 
 /// Connects over TCP (with `TCP_NODELAY`), authenticates and exchanges `Hello`.
+///
+/// The cipher (docs/protocol.md §2): with `cfg.cipher` AES-GCM, a peer whose
+/// `Hello` offered AES-GCM on an earlier connection of this process is reached
+/// with AES-GCM; any other with ChaChaPoly, which every pmig accepts, and its
+/// `Hello` is remembered for the next connection ([`connect_for_bulk`] learns it
+/// first).
 pub fn connect(
     addr: impl ToSocketAddrs,
     key: &ClusterKey,
     cfg: &Config,
+) -> Result<Channel<TcpStream>, ProtoError> {
+    connect_with(addr, key, cfg, false)
+}
+
+/// [`connect`] for a connection that carries bulk data (a migration's pages) to
+/// a pmig daemon: a peer this process has not reached before is first asked
+/// what it offers, on a short connection of its own (closed after `Hello`), so
+/// that this one already uses the faster cipher where both ends have it. The
+/// peer must accept more than one connection.
+pub fn connect_for_bulk(
+    addr: impl ToSocketAddrs,
+    key: &ClusterKey,
+    cfg: &Config,
+) -> Result<Channel<TcpStream>, ProtoError> {
+    connect_with(addr, key, cfg, true)
+}
+
+fn connect_with(
+    addr: impl ToSocketAddrs,
+    key: &ClusterKey,
+    cfg: &Config,
+    learn_first: bool,
 ) -> Result<Channel<TcpStream>, ProtoError> {
     let addrs: Vec<_> = addr
         .to_socket_addrs()
@@ -99,17 +127,25 @@ pub fn connect(
         .collect();
     let mut last = None;
     for a in &addrs {
-        let r = match cfg.handshake_timeout {
-            Some(t) => TcpStream::connect_timeout(a, t),
-            None => TcpStream::connect(a),
-        };
-        match r {
-            Ok(s) => {
-                s.set_nodelay(true)
-                    .map_err(|e| io_err("setting TCP_NODELAY for", &a.to_string(), e))?;
-                return Channel::client(s, key, cfg);
+        if learn_first && session::client_cipher(a, cfg.cipher).is_none() {
+            // ChaChaPoly, and what the peer offers is remembered: this is the
+            // connection unless the peer offers the faster cipher.
+            match tcp_connect(a, cfg) {
+                Ok(s) => {
+                    let first = client_to(s, a, key, cfg)?;
+                    if session::client_cipher(a, cfg.cipher) != Some(session::Cipher::AesGcm) {
+                        return Ok(first);
+                    }
+                }
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
             }
-            Err(e) => last = Some(io_err("connecting to", &a.to_string(), e)),
+        }
+        match tcp_connect(a, cfg) {
+            Ok(s) => return client_to(s, a, key, cfg),
+            Err(e) => last = Some(e),
         }
     }
     Err(last.unwrap_or_else(|| {
@@ -118,6 +154,38 @@ pub fn connect(
             io::Error::new(io::ErrorKind::NotFound, "no address"),
         )
     }))
+}
+
+fn tcp_connect(a: &SocketAddr, cfg: &Config) -> Result<TcpStream, ProtoError> {
+    let s = match cfg.handshake_timeout {
+        Some(t) => TcpStream::connect_timeout(a, t),
+        None => TcpStream::connect(a),
+    }
+    .map_err(|e| io_err("connecting to", &a.to_string(), e))?;
+    s.set_nodelay(true)
+        .map_err(|e| io_err("setting TCP_NODELAY for", &a.to_string(), e))?;
+    Ok(s)
+}
+
+/// The client side on `s`, connected to `a`, with the cipher [`connect`]
+/// describes; remembers what the peer offers.
+fn client_to(
+    s: TcpStream,
+    a: &SocketAddr,
+    key: &ClusterKey,
+    cfg: &Config,
+) -> Result<Channel<TcpStream>, ProtoError> {
+    let cipher = session::client_cipher(a, cfg.cipher).unwrap_or(session::Cipher::ChaChaPoly);
+    let r = Channel::client(
+        s,
+        key,
+        &Config {
+            cipher,
+            ..cfg.clone()
+        },
+    );
+    session::learn_peer(a, r.as_ref().ok().map(|c| c.peer().hello.features));
+    r
 }
 
 /// Accepts one TCP connection and runs the server side of the handshake on it.
@@ -234,7 +302,8 @@ impl<S: Stream> Channel<S> {
         stream
             .set_timeouts(cfg.handshake_timeout)
             .map_err(|e| io_err("configuring connection to", &addr, e))?;
-        let mut hs = session::handshake_state(key, true)?;
+        let cipher = cfg.cipher;
+        let mut hs = session::handshake_state(key, true, cipher)?;
         let mut buf = [0u8; MAX_HANDSHAKE_MSG];
         let n = hs
             .write_message(&[], &mut buf)
@@ -258,7 +327,7 @@ impl<S: Stream> Channel<S> {
         hs.read_message(&reply, &mut buf)
             .map_err(|_| session::reply_auth_failed(&addr))?;
         let ts = session::into_transport(hs)?;
-        Self::finish(stream, ts, cfg, addr)
+        Self::finish(stream, ts, cfg, addr, cipher)
     }
 
     /// Runs the responder side on an accepted stream. A refusal is logged as one
@@ -282,7 +351,6 @@ impl<S: Stream> Channel<S> {
         stream
             .set_timeouts(cfg.handshake_timeout)
             .map_err(|e| io_err("configuring connection from", &addr, e))?;
-        let mut hs = session::handshake_state(key, false)?;
         let first = match read_hs(&mut stream, &addr, true) {
             Ok(Some(m)) => m,
             Ok(None) => {
@@ -296,17 +364,17 @@ impl<S: Stream> Channel<S> {
                 return Err(e);
             }
         };
-        let mut buf = [0u8; MAX_HANDSHAKE_MSG];
-        if hs.read_message(&first, &mut buf).is_err() {
+        let Some((mut hs, cipher)) = session::respond(key, &first)? else {
             stream.shutdown_both();
             return Err(ProtoError::AuthFailed { peer: addr });
-        }
+        };
+        let mut buf = [0u8; MAX_HANDSHAKE_MSG];
         let n = hs
             .write_message(&[], &mut buf)
             .map_err(|e| ProtoError::Noise(e.to_string()))?;
         write_hs(&mut stream, &buf[..n]).map_err(|e| io_err("handshake with", &addr, e))?;
         let ts = session::into_transport(hs)?;
-        Self::finish(stream, ts, cfg, addr)
+        Self::finish(stream, ts, cfg, addr, cipher)
     }
 
     /// Both sides: send our `Hello`, read and check the peer's.
@@ -315,6 +383,7 @@ impl<S: Stream> Channel<S> {
         ts: Arc<snow::StatelessTransportState>,
         cfg: &Config,
         addr: String,
+        cipher: session::Cipher,
     ) -> Result<Self, ProtoError> {
         let stream2 = stream
             .try_clone_stream()
@@ -325,6 +394,7 @@ impl<S: Stream> Channel<S> {
             version: 0,
             features: 0,
             hello: cfg.hello(),
+            cipher,
         });
         let mut tx = Sender {
             stream,
@@ -338,7 +408,7 @@ impl<S: Stream> Channel<S> {
         };
         tx.send(&Msg::Hello(cfg.hello()))?;
         let frame = rx.recv_frame()?;
-        match session::check_hello(cfg, &addr, &frame) {
+        match session::check_hello(cfg, &addr, &frame, cipher) {
             HelloOutcome::Ok(info) => {
                 let info = Arc::new(info);
                 rx.opener.peer = info.node.clone();

@@ -1,8 +1,9 @@
 //! pmig node-to-node transport.
 //!
 //! * **Authentication** with the cluster key before any other byte is parsed: Noise
-//!   `NNpsk0_25519_ChaChaPoly_BLAKE2s` (the `snow` crate) with the 32-byte cluster key as
-//!   pre-shared key ([`key`]).
+//!   `NNpsk0_25519_{AESGCM,ChaChaPoly}_BLAKE2s` (the `snow` crate) with the 32-byte
+//!   cluster key as pre-shared key ([`key`]); the initiator picks the cipher, the
+//!   responder accepts either ([`session::Cipher`]).
 //! * **Framing**: after the handshake the stream is a sequence of Noise transport
 //!   messages (*records*, at most 65535 bytes, 2-byte length prefix); their plaintext is a
 //!   stream of length-prefixed *frames* of any size up to a limit ([`frame`]).
@@ -32,4 +33,4 @@ pub use msg::{
     code, decode, decode_with_attachment, encode, feature, is_safe_file_name, service, Hello, Msg,
     Offer, MAX_MESSAGE_SIZE, MAX_NODE_NAME, MIN_PROTO_VERSION, PROTO_VERSION,
 };
-pub use session::{Config, PeerInfo};
+pub use session::{Cipher, Config, PeerInfo};

@@ -59,6 +59,10 @@ pub const FAULT_WAITS: u16 = 10;
 pub const FAULT_WAIT_BUCKETS: usize = 6;
 /// The first version whose `freeze-free` flushes after the resume.
 pub const FREEZE_FREE_AFTER_RESUME: u16 = 9;
+/// `Hello::features` bit: this node accepts AES-GCM transports and its CPU
+/// accelerates AES-GCM. A node that prefers AES-GCM itself reaches such a peer
+/// with it (docs/protocol.md §2), and every other peer with ChaChaPoly.
+pub const FEATURE_AESGCM: u64 = 1;
 /// The oldest protocol version this build can still speak.
 pub const MIN_PROTO_VERSION: u16 = 7;
 

@@ -405,3 +405,103 @@ fn receive_within_a_time_gives_up_and_keeps_a_partial_message() {
     drop(_crx);
     assert!(srx.recv_with_within(Duration::from_secs(5)).is_err());
 }
+
+/// A config that prefers `c` and offers what goes with it.
+fn prefers(node: &str, c: pmig_proto::Cipher) -> Config {
+    let mut cfg = Config::new(node);
+    cfg.cipher = c;
+    cfg.features = match c {
+        pmig_proto::Cipher::AesGcm => pmig_proto::msg::FEATURE_AESGCM,
+        pmig_proto::Cipher::ChaChaPoly => 0,
+    };
+    cfg
+}
+
+/// A server that serves `n` connections on an ephemeral port, answering one
+/// Ping each, and returns the cipher of each.
+fn serve_n(
+    cfg: Config,
+    n: usize,
+) -> (
+    std::net::SocketAddr,
+    thread::JoinHandle<Vec<pmig_proto::Cipher>>,
+) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let h = thread::spawn(move || {
+        let mut seen = Vec::new();
+        for _ in 0..n {
+            let mut ch = blocking::accept(&l, &key(6), &cfg).unwrap();
+            seen.push(ch.peer().cipher);
+            // The probe of `connect_for_bulk` ends after Hello.
+            if let Ok(Msg::Ping { seq }) = ch.recv() {
+                ch.send(&Msg::Pong { seq }).unwrap();
+            }
+        }
+        seen
+    });
+    (addr, h)
+}
+
+#[test]
+fn either_cipher_is_accepted_whatever_the_responder_prefers() {
+    use pmig_proto::Cipher;
+    for server in Cipher::ALL {
+        for client in Cipher::ALL {
+            let (addr, h) = serve_n(prefers("srv", server), 1);
+            let s = TcpStream::connect(addr).unwrap();
+            let mut c = Channel::client(s, &key(6), &prefers("cli", client)).unwrap();
+            assert_eq!(c.peer().cipher, client);
+            c.send(&Msg::Ping { seq: 9 }).unwrap();
+            assert_eq!(c.recv().unwrap(), Msg::Pong { seq: 9 });
+            assert_eq!(h.join().unwrap(), vec![client], "server {server}");
+        }
+    }
+}
+
+#[test]
+fn bulk_connections_use_aes_gcm_where_both_ends_offer_it() {
+    use pmig_proto::Cipher;
+    // A peer that offers AES-GCM: asked first on a short connection.
+    let (addr, h) = serve_n(prefers("srv", Cipher::AesGcm), 3);
+    let cli = prefers("cli", Cipher::AesGcm);
+    let mut c = blocking::connect_for_bulk(addr, &key(6), &cli).unwrap();
+    assert_eq!(c.peer().cipher, Cipher::AesGcm);
+    c.send(&Msg::Ping { seq: 1 }).unwrap();
+    assert_eq!(c.recv().unwrap(), Msg::Pong { seq: 1 });
+    // Known now: one connection.
+    let mut c = blocking::connect(addr, &key(6), &cli).unwrap();
+    assert_eq!(c.peer().cipher, Cipher::AesGcm);
+    c.send(&Msg::Ping { seq: 2 }).unwrap();
+    assert_eq!(c.recv().unwrap(), Msg::Pong { seq: 2 });
+    assert_eq!(
+        h.join().unwrap(),
+        vec![Cipher::ChaChaPoly, Cipher::AesGcm, Cipher::AesGcm]
+    );
+
+    // A peer that does not offer it: the first connection is the one used.
+    let (addr, h) = serve_n(prefers("old", Cipher::ChaChaPoly), 1);
+    let mut c = blocking::connect_for_bulk(addr, &key(6), &cli).unwrap();
+    assert_eq!(c.peer().cipher, Cipher::ChaChaPoly);
+    c.send(&Msg::Ping { seq: 3 }).unwrap();
+    assert_eq!(c.recv().unwrap(), Msg::Pong { seq: 3 });
+    assert_eq!(h.join().unwrap(), vec![Cipher::ChaChaPoly]);
+
+    // A wrong key is one refused connection, not two.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (told, client_done) = std::sync::mpsc::channel();
+    let srv = thread::spawn(move || {
+        let r = blocking::accept(&l, &key(7), &prefers("srv", Cipher::AesGcm));
+        // Once the client has given up: no other connection is waiting.
+        client_done.recv().unwrap();
+        l.set_nonblocking(true).unwrap();
+        (r.is_err(), l.accept().is_ok())
+    });
+    let e = blocking::connect_for_bulk(addr, &key(6), &cli)
+        .err()
+        .expect("wrong key");
+    told.send(()).unwrap();
+    assert!(matches!(e, ProtoError::Handshake { .. }), "{e}");
+    assert_eq!(srv.join().unwrap(), (true, false));
+}

@@ -817,7 +817,7 @@ pub fn migrate_with(
     };
     let mut cfg = host.proto_config();
     cfg.handshake_timeout = Some(req.timeout.min(Duration::from_secs(10)));
-    let ch = pmig_proto::blocking::connect(req.to.as_str(), host.cluster_key(), &cfg)
+    let ch = pmig_proto::blocking::connect_for_bulk(req.to.as_str(), host.cluster_key(), &cfg)
         .map_err(|e| ctx(e.into()))?;
     let peer = ch.peer().node.clone();
     let id = new_id();

@@ -21,6 +21,11 @@ pub struct Args {
     /// this one included).
     #[arg(long = "peer", value_name = "NAME=ADDR:PORT")]
     peers: Vec<String>,
+    /// Cipher of the connections this node opens: `auto` (AES-GCM where the CPU
+    /// accelerates it and the peer offers it, ChaChaPoly otherwise), `aesgcm` or
+    /// `chachapoly`. Connections from other nodes may use either.
+    #[arg(long, default_value = "auto", value_name = "auto|aesgcm|chachapoly")]
+    cipher: String,
     /// Host selection: where the load comes from: `system` (/proc/loadavg and
     /// terminal input) or `netns` (runnable threads in this network namespace,
     /// owner activity only from `pmig owner active`; for local test clusters).
@@ -103,6 +108,10 @@ pub fn run(a: Args) -> Result<i32> {
             &mode,
             a.hold_wait,
         ));
+    }
+    if a.cipher != "auto" {
+        let c: pmig_proto::Cipher = a.cipher.parse().map_err(anyhow::Error::msg)?;
+        pmig_proto::Cipher::set_default(c);
     }
     let node = a.node.context("--node is required")?;
     let listen = a.listen.context("--listen is required")?;
