@@ -21,10 +21,11 @@ pub struct Args {
     /// this one included).
     #[arg(long = "peer", value_name = "NAME=ADDR:PORT")]
     peers: Vec<String>,
-    /// Cipher of the connections this node opens: `auto` (AES-GCM where the CPU
-    /// accelerates it and the peer offers it, ChaChaPoly otherwise), `aesgcm` or
-    /// `chachapoly`. Connections from other nodes may use either.
-    #[arg(long, default_value = "auto", value_name = "auto|aesgcm|chachapoly")]
+    /// Cipher of the connections this node opens: `auto` prefers AES-GCM where
+    /// the CPU accelerates it, `aesgcm` whatever the CPU, `chachapoly` never. A
+    /// node that prefers AES-GCM offers it, and uses it to peers that offer it
+    /// too (ChaChaPoly to the others). Connections from other nodes may use either.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "aesgcm", "chachapoly"])]
     cipher: String,
     /// Host selection: where the load comes from: `system` (/proc/loadavg and
     /// terminal input) or `netns` (runnable threads in this network namespace,
