@@ -20,7 +20,7 @@ pub enum Cipher {
     /// and carry-less multiply instructions (ring uses them).
     AesGcm,
     /// ChaCha20-Poly1305: the faster one without such instructions, and the only
-    /// one of pmig before protocol 12.
+    /// one that nodes built before responders took either accept.
     ChaChaPoly,
 }
 
