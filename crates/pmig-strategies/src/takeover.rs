@@ -318,7 +318,8 @@ fn connect(
     host: &dyn Host,
     addr: &str,
 ) -> Result<pmig_proto::blocking::Channel<std::net::TcpStream>> {
-    Ok(pmig_proto::blocking::connect(
+    // The pages still owed come on this connection.
+    Ok(pmig_proto::blocking::connect_for_bulk(
         addr,
         host.cluster_key(),
         &host.proto_config(),
