@@ -118,6 +118,12 @@ pub(crate) fn learn_peer(addr: &std::net::SocketAddr, features: Option<u64>) {
     }
 }
 
+/// Forgets what the peer at `addr` offered: its next connection learns it again
+/// (tests; a node replaced by another build).
+pub fn forget_peer(addr: &std::net::SocketAddr) {
+    learn_peer(addr, None);
+}
+
 impl std::str::FromStr for Cipher {
     type Err = String;
     fn from_str(s: &str) -> Result<Cipher, String> {

@@ -418,7 +418,9 @@ fn prefers(node: &str, c: pmig_proto::Cipher) -> Config {
 }
 
 /// A server that serves `n` connections on an ephemeral port, answering one
-/// Ping each, and returns the cipher of each.
+/// Ping each, and returns the cipher of each; it gives up on a connection that
+/// has not come within 20 s. What this process learned of an earlier listener
+/// on the same port is forgotten.
 fn serve_n(
     cfg: Config,
     n: usize,
@@ -428,10 +430,26 @@ fn serve_n(
 ) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
+    pmig_proto::session::forget_peer(&addr);
+    l.set_nonblocking(true).unwrap();
     let h = thread::spawn(move || {
         let mut seen = Vec::new();
         for _ in 0..n {
-            let mut ch = blocking::accept(&l, &key(6), &cfg).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let s = loop {
+                match l.accept() {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() > deadline {
+                            return seen;
+                        }
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                }
+            };
+            s.set_nonblocking(false).unwrap();
+            let mut ch = Channel::server(s, &key(6), &cfg).unwrap();
             seen.push(ch.peer().cipher);
             // The probe of `connect_for_bulk` ends after Hello.
             if let Ok(Msg::Ping { seq }) = ch.recv() {
@@ -490,6 +508,7 @@ fn bulk_connections_use_aes_gcm_where_both_ends_offer_it() {
     // A wrong key is one refused connection, not two.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
+    pmig_proto::session::forget_peer(&addr);
     let (told, client_done) = std::sync::mpsc::channel();
     let srv = thread::spawn(move || {
         let r = blocking::accept(&l, &key(7), &prefers("srv", Cipher::AesGcm));
