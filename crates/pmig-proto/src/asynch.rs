@@ -41,16 +41,7 @@ pub async fn connect(
     let a = s
         .peer_addr()
         .map_err(|e| ProtoError::io("connecting to peer", e))?;
-    let cipher = session::client_cipher(&a, cfg.cipher).unwrap_or(session::Cipher::ChaChaPoly);
-    let r = Channel::client(
-        s,
-        key,
-        &Config {
-            cipher,
-            ..cfg.clone()
-        },
-    )
-    .await;
+    let r = Channel::client(s, key, &session::config_for(&a, cfg)).await;
     session::learn_peer(&a, r.as_ref().ok().map(|c| c.peer().hello.features));
     r
 }

@@ -175,15 +175,7 @@ fn client_to(
     key: &ClusterKey,
     cfg: &Config,
 ) -> Result<Channel<TcpStream>, ProtoError> {
-    let cipher = session::client_cipher(a, cfg.cipher).unwrap_or(session::Cipher::ChaChaPoly);
-    let r = Channel::client(
-        s,
-        key,
-        &Config {
-            cipher,
-            ..cfg.clone()
-        },
-    );
+    let r = Channel::client(s, key, &session::config_for(a, cfg));
     session::learn_peer(a, r.as_ref().ok().map(|c| c.peer().hello.features));
     r
 }

@@ -118,6 +118,15 @@ pub(crate) fn learn_peer(addr: &std::net::SocketAddr, features: Option<u64>) {
     }
 }
 
+/// `cfg` with the cipher to reach `addr` with ([`client_cipher`];
+/// ChaChaPoly to a peer not known yet).
+pub(crate) fn config_for(addr: &std::net::SocketAddr, cfg: &Config) -> Config {
+    Config {
+        cipher: client_cipher(addr, cfg.cipher).unwrap_or(Cipher::ChaChaPoly),
+        ..cfg.clone()
+    }
+}
+
 /// Forgets what the peer at `addr` offered: its next connection learns it again
 /// (tests; a node replaced by another build).
 pub fn forget_peer(addr: &std::net::SocketAddr) {

@@ -516,12 +516,19 @@ impl Update<'_> {
         args: &[u64],
         what: impl FnOnce() -> String,
     ) -> Result<()> {
+        let args = self.args_with_scratch(data, at, args)?;
+        self.call(idx, nr, &args, what)
+    }
+
+    /// `args` with argument `at` pointing at `data`, written into the
+    /// restorer area's scratch.
+    fn args_with_scratch(&mut self, data: &[u8], at: usize, args: &[u64]) -> Result<Vec<u64>> {
         let ptr = self.finish().scratch(data)?;
         let mut args = args.to_vec();
         if at < args.len() {
             args[at] = ptr;
         }
-        self.call(idx, nr, &args, what)
+        Ok(args)
     }
 
     /// Runs `nr(args)` in thread `idx`; a negative result is an error
@@ -557,11 +564,7 @@ impl Update<'_> {
     ) -> Result<std::result::Result<i64, std::io::Error>> {
         let mut raw = path.as_bytes().to_vec();
         raw.push(0);
-        let ptr = self.finish().scratch(&raw)?;
-        let mut args = args.to_vec();
-        if at < args.len() {
-            args[at] = ptr;
-        }
+        let args = self.args_with_scratch(&raw, at, args)?;
         let r = self.frozen.inject(0, nr, &args)?;
         Ok(if r < 0 {
             Err(std::io::Error::from_raw_os_error(-r as i32))
