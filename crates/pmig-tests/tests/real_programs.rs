@@ -24,12 +24,39 @@ fn fd_pos(pid: i32, fd: i32) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The standard input of both runs.
+enum Input<'a> {
+    Null,
+    File(&'a Path),
+    /// A pipe holding these bytes (at most one pipe's capacity), whose
+    /// write end is closed as soon as they are in: the shell's here-string,
+    /// or the end of a pipeline whose writer has exited.
+    Piped(&'a [u8]),
+}
+
+/// Bytes left unread in the pipe on stdin of `pid` (opened for reading
+/// through /proc, and closed again at once).
+fn unread_stdin(pid: i32) -> Option<i32> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/{pid}/fd/0"))
+        .ok()?;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    (unsafe { libc::ioctl(f.as_raw_fd(), libc::FIONREAD, &mut n) } == 0).then_some(n)
+}
+
 /// How to tell that the program is in the middle of its work.
 enum MidRun {
     /// At least this much CPU time used.
     Cpu(u64),
     /// Input fd has been read past its start but not to its end.
     Reading { fd: i32, size: u64 },
+    /// Its stdin pipe has been read from, but holds some bytes still.
+    PipeRead { size: usize },
 }
 
 fn big_file(dir: &Path, mib: usize) -> PathBuf {
@@ -49,7 +76,7 @@ fn big_file(dir: &Path, mib: usize) -> PathBuf {
     p
 }
 
-fn run_and_compare(name: &str, argv: &[&str], stdin: Option<&Path>, mid: MidRun, dir: &Path) {
+fn run_and_compare(name: &str, argv: &[&str], stdin: Input, mid: MidRun, dir: &Path) {
     let _g = serial(&HEAVY);
     let mut guard = Guard::new();
     let spawn = |out: &Path| {
@@ -57,14 +84,25 @@ fn run_and_compare(name: &str, argv: &[&str], stdin: Option<&Path>, mid: MidRun,
         c.args(&argv[1..])
             .current_dir(dir)
             .stdin(match stdin {
-                Some(p) => Stdio::from(File::open(p).unwrap()),
-                None => Stdio::null(),
+                Input::File(p) => Stdio::from(File::open(p).unwrap()),
+                Input::Piped(_) => Stdio::piped(),
+                Input::Null => Stdio::null(),
             })
             .stdout(Stdio::from(File::create(out).unwrap()))
             .stderr(Stdio::null());
-        only_stdio(&mut c)
+        let mut child = only_stdio(&mut c)
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", argv[0]))
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", argv[0]));
+        if let Input::Piped(data) = stdin {
+            assert!(
+                data.len() <= 64 << 10,
+                "{name}: more input than a pipe holds"
+            );
+            let mut w = child.stdin.take().expect("a pipe on stdin");
+            w.write_all(data).unwrap();
+            // Closed here: nobody writes to the pipe any more.
+        }
+        child
     };
     // Reference run.
     let reference = dir.join(format!("{name}.ref"));
@@ -86,6 +124,9 @@ fn run_and_compare(name: &str, argv: &[&str], stdin: Option<&Path>, mid: MidRun,
         let ready = match mid {
             MidRun::Cpu(ms) => cpu_ms(pid).unwrap_or(0) >= ms,
             MidRun::Reading { fd, size } => fd_pos(pid, fd).is_some_and(|p| p > 0 && p < size),
+            MidRun::PipeRead { size } => {
+                unread_stdin(pid).is_some_and(|n| n > 0 && (n as usize) < size)
+            }
         };
         if ready {
             break;
@@ -140,7 +181,7 @@ fn python3_computation() {
     run_and_compare(
         "python3",
         &["python3", "-c", prog],
-        None,
+        Input::Null,
         MidRun::Cpu(300),
         d.path(),
     );
@@ -154,8 +195,25 @@ fn bc_computes_pi() {
     run_and_compare(
         "bc",
         &["bc", "-l"],
-        Some(&input),
+        Input::File(&input),
         MidRun::Cpu(300),
+        d.path(),
+    );
+}
+
+/// A program reading a pipe whose writer is gone (a here-string, or a
+/// pipeline whose first command has exited): the bytes still in the pipe
+/// move with it, and it reads them and then end-of-file, as it would have.
+#[test]
+fn python3_reads_a_pipe_whose_writer_is_gone() {
+    let d = tmp();
+    let input: String = (1..=9000).map(|i| format!("{i}\n")).collect();
+    let prog = "import sys\nt = 0\nfor l in sys.stdin:\n    t += sum(range(int(l) * 4))\n    print(l.strip(), t)\nprint('end', t)\n";
+    run_and_compare(
+        "python3-stdin-pipe",
+        &["python3", "-c", prog],
+        Input::Piped(input.as_bytes()),
+        MidRun::PipeRead { size: input.len() },
         d.path(),
     );
 }
@@ -167,7 +225,7 @@ fn gzip_compresses_a_large_file() {
     run_and_compare(
         "gzip",
         &["gzip", "-9", "-c", f.to_str().unwrap()],
-        None,
+        Input::Null,
         MidRun::Cpu(500),
         d.path(),
     );
@@ -180,7 +238,7 @@ fn sha256sum_reads_a_large_file() {
     run_and_compare(
         "sha256sum",
         &["sha256sum", f.to_str().unwrap()],
-        None,
+        Input::Null,
         MidRun::Reading {
             fd: 3,
             size: 512 << 20,
@@ -209,7 +267,7 @@ fn static_binary_built_by_gcc() {
     run_and_compare(
         "static",
         &[bin.to_str().unwrap()],
-        None,
+        Input::Null,
         MidRun::Cpu(300),
         d.path(),
     );

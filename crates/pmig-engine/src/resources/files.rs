@@ -267,7 +267,12 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         return Err(what("io_uring"));
     }
     if link.starts_with("pipe:") {
-        if fd <= 2 {
+        // A standard stream whose pipe still leads somewhere (a writer, or
+        // a reader, that stays here) is replaced by the destination's stdio.
+        // One whose other end is closed everywhere (the shell's here-string,
+        // the end of a pipeline that has exited) belongs to the process
+        // alone: it moves as a pipe, with the bytes still unread in it.
+        if fd <= 2 && !super::pipes::other_end_closed(pid, fd) {
             return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
         }
         return match super::pipes::inode_of(&link) {
@@ -385,9 +390,11 @@ impl Resource for Files {
 
     fn precheck(pid: pid_t) -> Result<()> {
         let mut alone = HeldAlone::default();
+        let mut stdio_pipes = Vec::new();
         for fd in list_fds(pid)? {
             let kind = classify(pid, fd)?;
             match kind {
+                Some(FdKind::Stdio(StdioKind::Pipe)) => stdio_pipes.push(fd),
                 Some(FdKind::Pipe { ino, .. }) => alone.pipes.push(ino),
                 Some(FdKind::EventFd { .. }) => {
                     alone.eventfds.extend(super::eventfd::id_of(pid, fd));
@@ -407,7 +414,7 @@ impl Resource for Files {
         }
         // Stdio is replaced on restore: a pipe from it to another fd of the
         // process would be cut in two.
-        for fd in 0..=2 {
+        for &fd in &stdio_pipes {
             let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
             if let Some(ino) = super::pipes::inode_of(&link) {
                 if alone.pipes.contains(&ino) {

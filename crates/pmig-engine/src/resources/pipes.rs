@@ -6,7 +6,10 @@
 //!
 //! A pipe another process also holds (a pipeline, a parent's pipe) connects
 //! the process to something that does not move: it is refused, except at
-//! fds 0–2, which the home node's stdio replaces (see `files`).
+//! fds 0–2, which the home node's stdio replaces (see `files`). A pipe at
+//! fds 0–2 whose other end is closed everywhere ([`other_end_closed`]: a
+//! here-string, a pipeline whose writer has exited) leads nowhere else, and
+//! moves like any other.
 //!
 //! Capture: `files` names each fd's pipe and end ([`super::files::FdKind::Pipe`]);
 //! this part holds the pipes themselves. The buffered bytes are read
@@ -56,6 +59,24 @@ pub fn inode_of(link: &str) -> Option<u64> {
 /// Whether an fd whose link is `link` is one of the pipes `inos`.
 pub fn is_one_of(link: &str, inos: &[u64]) -> bool {
     inode_of(link).is_some_and(|i| inos.contains(&i))
+}
+
+/// Whether the pipe end at `fd` of `pid` is the last of its pipe: a read
+/// end no process can write to any more (`poll` reports `POLLHUP`), or a
+/// write end nobody can read from (`POLLERR`). False when it cannot be told
+/// (the fd is gone, or this is no pipe).
+pub fn other_end_closed(pid: libc::pid_t, fd: i32) -> bool {
+    let Ok(end) = crate::sys::pidfd_open(pid).and_then(|p| crate::sys::pidfd_getfd(&p, fd)) else {
+        return false;
+    };
+    let mut p = libc::pollfd {
+        fd: end.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd of ours, without waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
 }
 
 pub(crate) fn fresh_pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -220,6 +241,30 @@ mod tests {
         assert_eq!(inode_of("pipe:[1361581]"), Some(1361581));
         assert_eq!(inode_of("socket:[12]"), None);
         assert_eq!(inode_of("/tmp/pipe:[1]"), None);
+    }
+
+    #[test]
+    fn a_pipe_end_is_the_last_once_the_other_end_is_closed() {
+        let me = std::process::id() as libc::pid_t;
+        let (r, w) = fresh_pipe().unwrap();
+        assert!(!other_end_closed(me, r.as_raw_fd()));
+        assert!(!other_end_closed(me, w.as_raw_fd()));
+        // SAFETY: writing a local buffer into our pipe.
+        assert_eq!(
+            unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr() as *const _, 1) },
+            1
+        );
+        drop(w);
+        // Unread data does not make a writer.
+        assert!(other_end_closed(me, r.as_raw_fd()));
+        let (r2, w2) = fresh_pipe().unwrap();
+        drop(r2);
+        assert!(other_end_closed(me, w2.as_raw_fd()));
+        // Not a pipe end, or no fd at all: not known to be the last.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        assert!(!other_end_closed(me, f.as_raw_fd()));
+        drop(r);
+        assert!(!other_end_closed(me, 100_000));
     }
 
     #[test]
