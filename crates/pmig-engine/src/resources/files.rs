@@ -267,12 +267,12 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         return Err(what("io_uring"));
     }
     if link.starts_with("pipe:") {
-        // A standard stream whose pipe still leads somewhere (a writer, or
-        // a reader, that stays here) is replaced by the destination's stdio.
-        // One whose other end is closed everywhere (the shell's here-string,
-        // the end of a pipeline that has exited) belongs to the process
-        // alone: it moves as a pipe, with the bytes still unread in it.
-        if fd <= 2 && !super::pipes::other_end_closed(pid, fd) {
+        // A standard stream on a pipe is replaced by the destination's
+        // stdio, except a read end whose writers are all gone (the shell's
+        // here-string, the end of a pipeline that has exited): nothing
+        // else will come, and it moves as a pipe, with the bytes still
+        // unread in it.
+        if fd <= 2 && !super::pipes::writers_gone(pid, fd) {
             return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
         }
         return match super::pipes::inode_of(&link) {

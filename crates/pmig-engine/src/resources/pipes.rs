@@ -6,10 +6,10 @@
 //!
 //! A pipe another process also holds (a pipeline, a parent's pipe) connects
 //! the process to something that does not move: it is refused, except at
-//! fds 0–2, which the home node's stdio replaces (see `files`). A pipe at
-//! fds 0–2 whose other end is closed everywhere ([`other_end_closed`]: a
-//! here-string, a pipeline whose writer has exited) leads nowhere else, and
-//! moves like any other.
+//! fds 0–2, which the home node's stdio replaces (see `files`). A read end
+//! at fds 0–2 whose writers are all gone ([`writers_gone`]: a here-string,
+//! a pipeline whose writer has exited) leads nowhere else, and moves like
+//! any other pipe, with what is left to read in it.
 //!
 //! Capture: `files` names each fd's pipe and end ([`super::files::FdKind::Pipe`]);
 //! this part holds the pipes themselves. The buffered bytes are read
@@ -61,11 +61,11 @@ pub fn is_one_of(link: &str, inos: &[u64]) -> bool {
     inode_of(link).is_some_and(|i| inos.contains(&i))
 }
 
-/// Whether the pipe end at `fd` of `pid` is the last of its pipe: a read
-/// end no process can write to any more (`poll` reports `POLLHUP`), or a
-/// write end nobody can read from (`POLLERR`). False when it cannot be told
-/// (the fd is gone, or this is no pipe).
-pub fn other_end_closed(pid: libc::pid_t, fd: i32) -> bool {
+/// Whether fd `fd` of `pid` is the read end of a pipe no process can write
+/// to any more (`poll` reports `POLLHUP`): what is in it is all it will
+/// ever read. False for a write end, and when it cannot be told (the fd is
+/// gone, or this is no pipe).
+pub fn writers_gone(pid: libc::pid_t, fd: i32) -> bool {
     let Ok(end) = crate::sys::pidfd_open(pid).and_then(|p| crate::sys::pidfd_getfd(&p, fd)) else {
         return false;
     };
@@ -76,7 +76,7 @@ pub fn other_end_closed(pid: libc::pid_t, fd: i32) -> bool {
     };
     // SAFETY: poll on one pollfd of ours, without waiting.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0
+    n == 1 && p.revents & libc::POLLHUP != 0
 }
 
 pub(crate) fn fresh_pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -244,11 +244,11 @@ mod tests {
     }
 
     #[test]
-    fn a_pipe_end_is_the_last_once_the_other_end_is_closed() {
+    fn a_read_end_knows_when_its_writers_are_gone() {
         let me = std::process::id() as libc::pid_t;
         let (r, w) = fresh_pipe().unwrap();
-        assert!(!other_end_closed(me, r.as_raw_fd()));
-        assert!(!other_end_closed(me, w.as_raw_fd()));
+        assert!(!writers_gone(me, r.as_raw_fd()));
+        assert!(!writers_gone(me, w.as_raw_fd()));
         // SAFETY: writing a local buffer into our pipe.
         assert_eq!(
             unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr() as *const _, 1) },
@@ -256,15 +256,16 @@ mod tests {
         );
         drop(w);
         // Unread data does not make a writer.
-        assert!(other_end_closed(me, r.as_raw_fd()));
+        assert!(writers_gone(me, r.as_raw_fd()));
+        // A write end whose readers are gone is not meant.
         let (r2, w2) = fresh_pipe().unwrap();
         drop(r2);
-        assert!(other_end_closed(me, w2.as_raw_fd()));
-        // Not a pipe end, or no fd at all: not known to be the last.
+        assert!(!writers_gone(me, w2.as_raw_fd()));
+        // Not a pipe, or no fd at all.
         let f = std::fs::File::open("/dev/null").unwrap();
-        assert!(!other_end_closed(me, f.as_raw_fd()));
+        assert!(!writers_gone(me, f.as_raw_fd()));
         drop(r);
-        assert!(!other_end_closed(me, 100_000));
+        assert!(!writers_gone(me, 100_000));
     }
 
     #[test]
