@@ -6,6 +6,7 @@ use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
     files::{FileIds, Files},
+    ghosts::Ghosts,
     identity::Identity,
     jobctl::JobCtl,
     memory::{Layout, Memory, PreScan},
@@ -120,6 +121,7 @@ fn capture_colocated(
     lap("identity");
     let files = Files::capture(&mut cx)?;
     let pipes = Pipes::capture(&mut cx)?;
+    let ghosts = Ghosts::capture(&mut cx)?;
     lap("files");
     let session = Session::capture(&mut cx)?;
     lap("session");
@@ -171,6 +173,8 @@ fn capture_colocated(
             // Only images of an unprivileged process need formats 1.7 and 1.8.
             file_ids,
             mapped_ids,
+            // Only images of a process holding a deleted file need format 1.9.
+            ghosts: (!ghosts.files.is_empty()).then_some(ghosts),
         },
         used,
     ))

@@ -4,6 +4,7 @@ use crate::error::Result;
 use crate::resources::{
     clocks::Clocks,
     files::{FileIds, Files},
+    ghosts::Ghosts,
     identity::Identity,
     jobctl::JobCtl,
     memory::{MappedIds, Memory, MemoryFlags},
@@ -62,6 +63,9 @@ pub struct ProcessImage {
     /// None in images written before this part existed (format 1.7 and
     /// older).
     pub mapped_ids: Option<MappedIds>,
+    /// The deleted files the process holds; None when it holds none, and in
+    /// images written before this part existed (format 1.8 and older).
+    pub ghosts: Option<<Ghosts as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -83,6 +87,7 @@ impl ProcessImage {
         put_optional(w, MdweState::PART, &self.mdwe)?;
         put_optional(w, FileIds::PART, &self.file_ids)?;
         put_optional(w, MappedIds::PART, &self.mapped_ids)?;
+        put_optional(w, Ghosts::PART, &self.ghosts)?;
         Ok(())
     }
 
@@ -105,6 +110,7 @@ impl ProcessImage {
             mdwe: optional(img, MdweState::PART)?,
             file_ids: optional(img, FileIds::PART)?,
             mapped_ids: optional(img, MappedIds::PART)?,
+            ghosts: optional(img, Ghosts::PART)?,
         })
     }
 }
@@ -205,6 +211,7 @@ pub mod tests_support {
             mdwe: None,
             file_ids: None,
             mapped_ids: None,
+            ghosts: None,
         }
     }
 }

@@ -26,9 +26,9 @@
 use crate::error::{stale, Result};
 use crate::image::ProcessImage;
 use crate::resources::{
-    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, pipes::Pipes,
-    prctl::Prctl, process::Process, sched::Sched, session::Session, signals::Signals,
-    threads::Threads, timers::Timers, Resource, Update,
+    clocks::Clocks, files::Files, ghosts::Ghosts, identity::Identity, jobctl::JobCtl,
+    memory::Memory, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session::Session,
+    signals::Signals, threads::Threads, timers::Timers, Resource, Update,
 };
 use serde::Serialize;
 
@@ -114,6 +114,7 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     update_optional::<JobCtl>(&pre.jobctl, &fin.jobctl, cx)?;
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
+    update_optional::<Ghosts>(&pre.ghosts, &fin.ghosts, cx)?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
     // The mapping flags (MAP_NORESERVE) are followed with the mappings,
     // by `Memory::update`.

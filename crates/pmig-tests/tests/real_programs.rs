@@ -32,6 +32,9 @@ enum Input<'a> {
     /// write end is closed as soon as they are in: the shell's here-string,
     /// or the end of a pipeline whose writer has exited.
     Piped(&'a [u8]),
+    /// A file holding these bytes, deleted once opened: the shell's
+    /// here-document, or a here-string longer than a pipe holds.
+    Deleted(&'a [u8]),
 }
 
 /// Bytes left unread in the pipe on stdin of `pid` (opened for reading
@@ -86,6 +89,13 @@ fn run_and_compare(name: &str, argv: &[&str], stdin: Input, mid: MidRun, dir: &P
             .stdin(match stdin {
                 Input::File(p) => Stdio::from(File::open(p).unwrap()),
                 Input::Piped(_) => Stdio::piped(),
+                Input::Deleted(data) => {
+                    let p = dir.join(format!("{name}.stdin"));
+                    std::fs::write(&p, data).unwrap();
+                    let f = File::open(&p).unwrap();
+                    std::fs::remove_file(&p).unwrap();
+                    Stdio::from(f)
+                }
                 Input::Null => Stdio::null(),
             })
             .stdout(Stdio::from(File::create(out).unwrap()))
@@ -214,6 +224,25 @@ fn python3_reads_a_pipe_whose_writer_is_gone() {
         &["python3", "-c", prog],
         Input::Piped(input.as_bytes()),
         MidRun::PipeRead { size: input.len() },
+        d.path(),
+    );
+}
+
+/// A program reading a deleted file (a here-document): the file's bytes
+/// move with it, and it reads on from where it was.
+#[test]
+fn python3_reads_a_deleted_file() {
+    let d = tmp();
+    let input: String = (1..=20000).map(|i| format!("{i}\n")).collect();
+    let prog = "import sys\nt = 0\nfor l in sys.stdin:\n    t += sum(range(int(l) * 2))\n    print(l.strip(), t)\nprint('end', t)\n";
+    run_and_compare(
+        "python3-deleted-stdin",
+        &["python3", "-c", prog],
+        Input::Deleted(input.as_bytes()),
+        MidRun::Reading {
+            fd: 0,
+            size: input.len() as u64,
+        },
         d.path(),
     );
 }

@@ -251,6 +251,7 @@ scenario!(mdwe, "mdwe", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
+scenario!(ghost, "ghost", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(timerfd, "timerfd", false);
@@ -396,6 +397,7 @@ fn scenarios_pass_without_migration() {
         ("timens", &[]),
         ("pipes", &[]),
         ("eventfd", &[]),
+        ("ghost", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),
         ("timerfd", &[]),

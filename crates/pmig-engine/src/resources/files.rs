@@ -74,6 +74,9 @@ pub enum FdKind {
     /// An inotify instance the process holds alone, with its watches
     /// (format 1.6; see `inotify`).
     Inotify { watches: Vec<super::inotify::Watch> },
+    /// A deleted file the process holds alone, by its device and inode
+    /// (format 1.9; its bytes are in the `ghosts` part), and the offset.
+    Ghost { dev: u64, ino: u64, pos: u64 },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -319,8 +322,21 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     if on_mqueue_fs(pid, fd) {
         return Err(what("a POSIX message queue"));
     }
-    if link.ends_with(" (deleted)") {
-        return Err(what("a deleted file"));
+    if super::ghosts::deleted_path(&link).is_some() {
+        // No path leads to it: its bytes move in the image (see `ghosts`).
+        let md = match std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
+            Ok(md) => md,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).ctx(|| format!("stat fd {fd} of process {pid}")),
+        };
+        if let Some(why) = super::ghosts::refusal(&md) {
+            return Err(what(&why));
+        }
+        return Ok(Some(FdKind::Ghost {
+            dev: md.dev(),
+            ino: md.ino(),
+            pos: 0,
+        }));
     }
     if names_a_process(&link) {
         // Reopened by path it would name the frozen original, then
@@ -401,6 +417,7 @@ impl Resource for Files {
                 }
                 Some(FdKind::Epoll { .. }) => alone.epolls.push(fd),
                 Some(FdKind::TimerFd(_) | FdKind::Inotify { .. }) => alone.by_file.push(fd),
+                Some(FdKind::Ghost { dev, ino, .. }) => alone.ghosts.push((dev, ino)),
                 _ => {}
             }
             if kind.is_some() {
@@ -451,6 +468,14 @@ impl Resource for Files {
             let (pos, flags, info) = fdinfo(pid, fd)?;
             if matches!(kind, FdKind::File { .. }) {
                 flush.fd(fd, flags)?;
+            }
+            if let FdKind::Ghost { dev, ino, pos: p } = &mut kind {
+                *p = pos;
+                cx.ghost_fds.push(super::ghosts::GhostFd {
+                    fd,
+                    dev: *dev,
+                    ino: *ino,
+                });
             }
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
@@ -570,7 +595,7 @@ impl Resource for Files {
             }
             let f = crate::sys::pidfd_getfd(pidfd.as_ref().expect("just opened"), b.fd)?;
             match (a.map(|a| &a.kind), &b.kind) {
-                (_, FdKind::File { pos, .. }) => seek(&f, *pos)
+                (_, FdKind::File { pos, .. } | FdKind::Ghost { pos, .. }) => seek(&f, *pos)
                     .map_err(|_| crate::error::errno_err(format!("fd {}: seek to {pos}", b.fd)))?,
                 (_, FdKind::TimerFd(t)) => super::timerfd::arm(&f, t)?,
                 (
@@ -606,6 +631,22 @@ impl Resource for Files {
                     fd
                 }
                 FdKind::Device { path } => pf.open_keep_as_owner(path, f.flags & KEEP_FLAGS)?,
+                FdKind::Ghost { dev, ino, pos } => {
+                    let made = *pf.ghosts.get(&(*dev, *ino)).ok_or_else(|| {
+                        EngineError::Image(pmig_image::ImageError::MissingPart(format!(
+                            "ghosts: the deleted file of fd {}",
+                            f.fd
+                        )))
+                    })?;
+                    // A new open of the file made again: an offset and
+                    // flags of its own, as the process's descriptor had.
+                    let path = format!("/proc/self/fd/{made}");
+                    let file = super::open_with(&path, f.flags & KEEP_FLAGS)
+                        .ctx(|| format!("open the deleted file of fd {} again", f.fd))?;
+                    seek(&file, *pos)
+                        .ctx(|| format!("fd {}: seek the deleted file to {pos}", f.fd))?;
+                    pf.keep(file.into())?
+                }
                 FdKind::Stdio(_) => match &pf.opts.stdio[f.fd as usize] {
                     Some(path) => {
                         let flags = if f.fd == 0 {
@@ -701,6 +742,11 @@ fn settled(k: &FdKind) -> FdKind {
             pos: 0,
             size: 0,
         },
+        FdKind::Ghost { dev, ino, .. } => FdKind::Ghost {
+            dev: *dev,
+            ino: *ino,
+            pos: 0,
+        },
         FdKind::TimerFd(t) => FdKind::TimerFd(super::timerfd::TimerFd {
             clock: t.clock,
             ..Default::default()
@@ -726,6 +772,7 @@ fn kind_name(k: &FdKind) -> &'static str {
         FdKind::SignalFd { .. } => "a signalfd",
         FdKind::TimerFd(_) => "a timerfd",
         FdKind::Inotify { .. } => "an inotify instance",
+        FdKind::Ghost { .. } => "a deleted file",
     }
 }
 

@@ -20,7 +20,7 @@
 //! a busy host, with more than a few hundred pids created in between, or
 //! after a wrap-around of the pid counter, every process is read again.
 
-use super::{epoll, eventfd, inotify, pipes, timerfd};
+use super::{epoll, eventfd, ghosts, inotify, pipes, timerfd};
 use crate::error::{unsupported, Result};
 use libc::pid_t;
 use std::sync::Mutex;
@@ -35,6 +35,8 @@ pub struct HeldAlone {
     /// Timerfds and inotify instances: another process's fd is one of them
     /// if it is the same open file (`kcmp`).
     pub by_file: Vec<i32>,
+    /// Deleted files, by device and inode (see [`ghosts`]).
+    pub ghosts: Vec<(u64, u64)>,
 }
 
 /// The kinds of file `HeldAlone::by_file` holds, by their fd link.
@@ -83,6 +85,7 @@ impl HeldAlone {
             && self.eventfds.is_empty()
             && self.epolls.is_empty()
             && self.by_file.is_empty()
+            && self.ghosts.is_empty()
     }
 
     fn covered_by(&self, other: &HeldAlone) -> bool {
@@ -90,12 +93,14 @@ impl HeldAlone {
             && subset(&self.eventfds, &other.eventfds)
             && subset(&self.epolls, &other.epolls)
             && subset(&self.by_file, &other.by_file)
+            && subset(&self.ghosts, &other.ghosts)
     }
 
     /// Whether fd `fd` of process `other`, whose link is `link`, is one of
     /// these files of `pid`.
     fn holds(&self, pid: pid_t, other: pid_t, fd: i32, link: &str) -> bool {
         pipes::is_one_of(link, &self.pipes)
+            || (!self.ghosts.is_empty() && ghosts::is_one_of(other, fd, link, &self.ghosts))
             || eventfd::is_one_of(other, fd, link, &self.eventfds)
             || epoll::is_one_of(pid, other, fd, link, &self.epolls)
             || (BY_FILE.contains(&link)
@@ -145,6 +150,8 @@ impl HeldAlone {
             format!("a timerfd shared with another process (also held by pid {other})")
         } else if link == inotify::LINK {
             format!("an inotify instance shared with another process (also held by pid {other})")
+        } else if ghosts::deleted_path(&link).is_some() {
+            format!("a deleted file shared with another process ({link}, also held by pid {other})")
         } else if link == epoll::LINK {
             format!("an epoll shared with another process (also held by pid {other})")
         } else {
@@ -238,12 +245,53 @@ mod tests {
     }
 
     #[test]
+    fn a_deleted_file_another_process_holds_is_refused() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("gone");
+        std::fs::write(&p, b"bytes").unwrap();
+        let one = std::fs::File::open(&p).unwrap();
+        let two = std::fs::File::open(&p).unwrap();
+        std::fs::remove_file(&p).unwrap();
+        let md = one.metadata().unwrap();
+        let held = HeldAlone {
+            ghosts: vec![(md.dev(), md.ino())],
+            ..HeldAlone::default()
+        };
+        // Two children reading it on stdin (this process is never counted).
+        let sleeper = |f: std::fs::File| {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .stdin(std::process::Stdio::from(f))
+                .spawn()
+                .unwrap()
+        };
+        let mut child = sleeper(one);
+        let mut other = sleeper(two);
+        let shared = held.refuse_shared(child.id() as pid_t);
+        let _ = other.kill();
+        let _ = other.wait();
+        // The other one gone, the child alone holds it.
+        let alone = held.refuse_shared(child.id() as pid_t);
+        let _ = child.kill();
+        let _ = child.wait();
+        let e = shared.unwrap_err().to_string();
+        assert!(
+            e.contains("deleted file shared with another process")
+                && e.contains(&other.id().to_string()),
+            "{e}"
+        );
+        assert!(alone.is_ok(), "{alone:?}");
+    }
+
+    #[test]
     fn after_a_clean_pass_only_new_processes_are_read() {
         let held = HeldAlone {
             pipes: vec![1],
             eventfds: vec![7],
             epolls: vec![3],
             by_file: vec![4],
+            ghosts: vec![(5, 6)],
         };
         let me = std::process::id() as pid_t;
         let us = identity(me).expect("our own start time");

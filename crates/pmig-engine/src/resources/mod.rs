@@ -19,6 +19,7 @@ pub mod clocks;
 pub mod epoll;
 pub mod eventfd;
 pub mod files;
+pub mod ghosts;
 pub mod holders;
 pub mod identity;
 pub mod inotify;
@@ -113,6 +114,8 @@ pub struct Capture<'a> {
     pub copy_buffer: Option<Vec<u8>>,
     /// The pipe ends `files` found, for `pipes`.
     pub pipe_ends: Vec<pipes::End>,
+    /// The descriptors of deleted files `files` found, for `ghosts`.
+    pub ghost_fds: Vec<ghosts::GhostFd>,
     /// Set by the memory capture: the flags its part has no field for.
     pub memory_flags: memory::MemoryFlags,
     /// Set by the prctl capture when the process has memory-deny-write-
@@ -159,6 +162,7 @@ impl<'a> Capture<'a> {
             written_apart: false,
             copy_buffer: None,
             pipe_ends: Vec::new(),
+            ghost_fds: Vec::new(),
             memory_flags: Default::default(),
             mdwe: None,
             keep_inodes: false,
@@ -315,6 +319,9 @@ pub struct Preflight {
     pub mapped_files: std::collections::HashMap<String, i32>,
     /// Pipe inode (on the source) → helper fds of its read and write ends.
     pub pipes: std::collections::HashMap<u64, (i32, i32)>,
+    /// Deleted file (device and inode on the source) → helper fd of the
+    /// file made again ([`ghosts`]).
+    pub ghosts: std::collections::HashMap<(u64, u64), i32>,
     /// Which stdio fd becomes the controlling terminal (see `session`).
     pub ctty: session::CttyPlan,
     /// The thread ids of the image, by thread index (thread 0 first). A thread
@@ -352,6 +359,7 @@ impl Preflight {
             child: ChildSetup::default(),
             mapped_files: Default::default(),
             pipes: Default::default(),
+            ghosts: Default::default(),
             ctty: Default::default(),
             thread_tids: Vec::new(),
             noreserve: Default::default(),
