@@ -20,12 +20,11 @@
 //! of its old name.
 
 use super::{Capture, Preflight, Resource};
-use crate::error::{errno_err, EngineError, Result};
+use crate::error::{EngineError, Result};
 use serde::{Deserialize, Serialize};
-use std::ffi::CString;
-use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 
 pub struct Ghosts;
 
@@ -167,22 +166,13 @@ impl Resource for Ghosts {
 }
 
 /// An unnamed file (`O_TMPFILE`) in `dir`.
-fn unnamed_in(dir: &str, mode: u32) -> std::io::Result<OwnedFd> {
-    let c = CString::new(dir).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: open with a NUL-terminated path; on success it returns a new
-    // fd that we own.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is fresh and owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn unnamed_in(dir: &str) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .mode(0o600)
+        .open(dir)
 }
 
 /// The file `g` made again, unnamed, with its bytes, mode and owner.
@@ -192,50 +182,28 @@ fn make(g: &Ghost) -> Result<OwnedFd> {
         .and_then(|d| d.to_str())
         .filter(|d| !d.is_empty())
         .unwrap_or("/tmp");
-    let fd = unnamed_in(dir, 0o600)
-        .or_else(|_| unnamed_in("/tmp", 0o600))
-        .map_err(|e| {
-            EngineError::Incompatible(format!(
-                "cannot make the deleted file {} again (O_TMPFILE in {dir} and /tmp): {e}",
-                g.path
-            ))
-        })?;
-    let mut done = 0;
-    while done < g.data.len() {
-        // SAFETY: writing from our buffer into a file we own.
-        let n = unsafe {
-            libc::write(
-                fd.as_raw_fd(),
-                g.data[done..].as_ptr() as *const _,
-                g.data.len() - done,
-            )
-        };
-        if n <= 0 {
-            return Err(errno_err(format!(
-                "write the deleted file {} again",
-                g.path
-            )));
-        }
-        done += n as usize;
-    }
-    // SAFETY: fchown and fchmod on a file we own; they take no pointers.
-    // The owner is best effort (a restore that is not root keeps its own).
-    unsafe {
-        let _ = libc::fchown(fd.as_raw_fd(), g.uid, g.gid);
-        if libc::fchmod(fd.as_raw_fd(), g.mode as libc::mode_t) < 0 {
-            return Err(errno_err(format!(
-                "set the mode of the deleted file {}",
-                g.path
-            )));
-        }
-    }
-    Ok(fd)
+    let mut f = unnamed_in(dir).or_else(|_| unnamed_in("/tmp")).map_err(|e| {
+        EngineError::Incompatible(format!(
+            "cannot make the deleted file {} again (O_TMPFILE in {dir} and /tmp): {e}",
+            g.path
+        ))
+    })?;
+    let again = |what: &str, e: std::io::Error| {
+        EngineError::Other(format!("{what} of the deleted file {} again: {e}", g.path))
+    };
+    f.write_all(&g.data).map_err(|e| again("write the bytes", e))?;
+    // The owner is best effort: a restore that is not root keeps its own.
+    let _ = std::os::unix::fs::fchown(&f, Some(g.uid), Some(g.gid));
+    f.set_permissions(std::fs::Permissions::from_mode(g.mode))
+        .map_err(|e| again("set the mode", e))?;
+    Ok(f.into())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Seek, SeekFrom, Write};
+    use std::io::{Seek, SeekFrom};
+    use std::os::fd::AsRawFd;
 
     #[test]
     fn a_deleted_link_names_its_path() {

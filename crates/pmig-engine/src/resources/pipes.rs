@@ -208,22 +208,11 @@ impl Resource for Pipes {
                 }
                 tracing::warn!("pipe:[{}]: capacity {} not set: {e}", p.ino, p.capacity);
             }
-            let mut done = 0;
-            while done < p.data.len() {
-                // SAFETY: writing from our buffer into a pipe we own, whose
-                // capacity holds all of it (checked above).
-                let k = unsafe {
-                    libc::write(
-                        w.as_raw_fd(),
-                        p.data[done..].as_ptr() as *const _,
-                        p.data.len() - done,
-                    )
-                };
-                if k <= 0 {
-                    return Err(errno_err("write a pipe's data back"));
-                }
-                done += k as usize;
-            }
+            // Its capacity holds all of it (checked above): this never blocks.
+            let mut wf = std::fs::File::from(w);
+            std::io::Write::write_all(&mut wf, &p.data)
+                .map_err(|e| EngineError::Other(format!("write a pipe's data back: {e}")))?;
+            let w = OwnedFd::from(wf);
             let r = pf.keep(r)?;
             let w = pf.keep(w)?;
             pf.pipes.insert(p.ino, (r, w));
