@@ -182,16 +182,19 @@ fn make(g: &Ghost) -> Result<OwnedFd> {
         .and_then(|d| d.to_str())
         .filter(|d| !d.is_empty())
         .unwrap_or("/tmp");
-    let mut f = unnamed_in(dir).or_else(|_| unnamed_in("/tmp")).map_err(|e| {
-        EngineError::Incompatible(format!(
-            "cannot make the deleted file {} again (O_TMPFILE in {dir} and /tmp): {e}",
-            g.path
-        ))
-    })?;
+    let mut f = unnamed_in(dir)
+        .or_else(|_| unnamed_in("/tmp"))
+        .map_err(|e| {
+            EngineError::Incompatible(format!(
+                "cannot make the deleted file {} again (O_TMPFILE in {dir} and /tmp): {e}",
+                g.path
+            ))
+        })?;
     let again = |what: &str, e: std::io::Error| {
         EngineError::Other(format!("{what} of the deleted file {} again: {e}", g.path))
     };
-    f.write_all(&g.data).map_err(|e| again("write the bytes", e))?;
+    f.write_all(&g.data)
+        .map_err(|e| again("write the bytes", e))?;
     // The owner is best effort: a restore that is not root keeps its own.
     let _ = std::os::unix::fs::fchown(&f, Some(g.uid), Some(g.gid));
     f.set_permissions(std::fs::Permissions::from_mode(g.mode))
