@@ -1056,8 +1056,8 @@ pub(crate) fn migrate_core(
 
 /// What stays on this node when process `pid` moves without a home (it is
 /// not a job of `pmig run`), one line each for the report: a pipe (but not
-/// a read end whose writers are all gone, which moves with the process) or
-/// a terminal on its stdio, which the destination replaces with `/dev/null`
+/// a read end with bytes left and no writer, which moves with the process)
+/// or a terminal on its stdio, which the destination replaces with `/dev/null`
 /// (stdin) or a file of its own (stdout, stderr), and a parent, which sees
 /// it end killed once the move is complete.
 fn left_behind(node: &str, pid: i32) -> Vec<String> {
@@ -1068,7 +1068,7 @@ fn left_behind(node: &str, pid: i32) -> Vec<String> {
         };
         let link = link.to_string_lossy().into_owned();
         let kind = if link.starts_with("pipe:") {
-            if pmig_engine::resources::pipes::writers_gone(pid, fd) {
+            if pmig_engine::resources::pipes::unread_left(pid, fd) {
                 // Held by the process alone: it moves with the process.
                 continue;
             }

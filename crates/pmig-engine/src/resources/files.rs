@@ -271,11 +271,12 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     }
     if link.starts_with("pipe:") {
         // A standard stream on a pipe is replaced by the destination's
-        // stdio, except a read end whose writers are all gone (the shell's
-        // here-string, the end of a pipeline that has exited): nothing
-        // else will come, and it moves as a pipe, with the bytes still
-        // unread in it.
-        if fd <= 2 && !super::pipes::writers_gone(pid, fd) {
+        // stdio, except a read end that still holds bytes but whose
+        // writers are all gone (the shell's here-string, the end of a
+        // pipeline that has exited): nothing else will come, and it moves
+        // as a pipe, with those bytes. (Empty, it gives end-of-file, as
+        // `/dev/null` does.)
+        if fd <= 2 && !super::pipes::unread_left(pid, fd) {
             return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
         }
         return match super::pipes::inode_of(&link) {

@@ -7,9 +7,9 @@
 //! A pipe another process also holds (a pipeline, a parent's pipe) connects
 //! the process to something that does not move: it is refused, except at
 //! fds 0–2, which the home node's stdio replaces (see `files`). A read end
-//! at fds 0–2 whose writers are all gone ([`writers_gone`]: a here-string,
-//! a pipeline whose writer has exited) leads nowhere else, and moves like
-//! any other pipe, with what is left to read in it.
+//! at fds 0–2 that still holds bytes but whose writers are all gone
+//! ([`unread_left`]: a here-string, a pipeline whose writer has exited)
+//! leads nowhere else, and moves like any other pipe, with those bytes.
 //!
 //! Capture: `files` names each fd's pipe and end ([`super::files::FdKind::Pipe`]);
 //! this part holds the pipes themselves. The buffered bytes are read
@@ -61,11 +61,13 @@ pub fn is_one_of(link: &str, inos: &[u64]) -> bool {
     inode_of(link).is_some_and(|i| inos.contains(&i))
 }
 
-/// Whether fd `fd` of `pid` is the read end of a pipe no process can write
-/// to any more (`poll` reports `POLLHUP`): what is in it is all it will
-/// ever read. False for a write end, and when it cannot be told (the fd is
-/// gone, or this is no pipe).
-pub fn writers_gone(pid: libc::pid_t, fd: i32) -> bool {
+/// Whether fd `fd` of `pid` is the read end of a pipe that still holds
+/// bytes but that no process can write to any more (`poll` reports
+/// `POLLHUP`): what is in it is all it will ever read. False for a write
+/// end, for an empty pipe (end-of-file is all it holds, as `/dev/null`
+/// would give), and when it cannot be told (the fd is gone, or this is no
+/// pipe).
+pub fn unread_left(pid: libc::pid_t, fd: i32) -> bool {
     let Ok(end) = crate::sys::pidfd_open(pid).and_then(|p| crate::sys::pidfd_getfd(&p, fd)) else {
         return false;
     };
@@ -76,7 +78,13 @@ pub fn writers_gone(pid: libc::pid_t, fd: i32) -> bool {
     };
     // SAFETY: poll on one pollfd of ours, without waiting.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
-    n == 1 && p.revents & libc::POLLHUP != 0
+    if n != 1 || p.revents & libc::POLLHUP == 0 {
+        return false;
+    }
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int.
+    let r = unsafe { libc::ioctl(end.as_raw_fd(), libc::FIONREAD, &mut queued) };
+    r == 0 && queued > 0
 }
 
 pub(crate) fn fresh_pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -233,28 +241,37 @@ mod tests {
     }
 
     #[test]
-    fn a_read_end_knows_when_its_writers_are_gone() {
+    fn a_read_end_knows_when_it_holds_all_it_will_read() {
         let me = std::process::id() as libc::pid_t;
         let (r, w) = fresh_pipe().unwrap();
-        assert!(!writers_gone(me, r.as_raw_fd()));
-        assert!(!writers_gone(me, w.as_raw_fd()));
+        assert!(!unread_left(me, r.as_raw_fd()));
+        assert!(!unread_left(me, w.as_raw_fd()));
         // SAFETY: writing a local buffer into our pipe.
         assert_eq!(
             unsafe { libc::write(w.as_raw_fd(), b"x".as_ptr() as *const _, 1) },
             1
         );
+        // A writer left: more may come.
+        assert!(!unread_left(me, r.as_raw_fd()));
         drop(w);
-        // Unread data does not make a writer.
-        assert!(writers_gone(me, r.as_raw_fd()));
+        assert!(unread_left(me, r.as_raw_fd()));
+        // Read out: end-of-file is all it holds.
+        let mut b = [0u8; 4];
+        // SAFETY: reading into a local buffer from our pipe.
+        assert_eq!(
+            unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr() as *mut _, 4) },
+            1
+        );
+        assert!(!unread_left(me, r.as_raw_fd()));
         // A write end whose readers are gone is not meant.
         let (r2, w2) = fresh_pipe().unwrap();
         drop(r2);
-        assert!(!writers_gone(me, w2.as_raw_fd()));
+        assert!(!unread_left(me, w2.as_raw_fd()));
         // Not a pipe, or no fd at all.
         let f = std::fs::File::open("/dev/null").unwrap();
-        assert!(!writers_gone(me, f.as_raw_fd()));
+        assert!(!unread_left(me, f.as_raw_fd()));
         drop(r);
-        assert!(!writers_gone(me, 100_000));
+        assert!(!unread_left(me, 100_000));
     }
 
     #[test]
