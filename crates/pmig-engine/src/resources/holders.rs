@@ -1,7 +1,8 @@
 //! Files a process must hold alone to move: its pipes, eventfds, epoll
-//! instances, timerfds and inotify instances. Moving one that another
-//! process also holds would cut the channel between the two, so such a file
-//! is refused. This module finds the other holders for all these kinds in
+//! instances, timerfds, inotify instances and deleted files. Moving one
+//! that another process also holds would cut the channel between the two
+//! (or, for a deleted file, make two files that drift apart), so such a
+//! file is refused. This module finds the other holders for all these kinds in
 //! one pass over every process's fd table ([`crate::procfs::other_holder`]);
 //! the kinds' own modules say what makes another process's fd the same
 //! file.
