@@ -2547,6 +2547,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "timerfd",
     "inotify",
     "pthreads",
+    "loader",
     "jit",
     "dropuid",
     "mlocked",

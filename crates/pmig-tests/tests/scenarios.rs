@@ -257,6 +257,7 @@ scenario!(signalfd, "signalfd", false);
 scenario!(timerfd, "timerfd", false);
 scenario!(inotify, "inotify", false);
 scenario!(pthreads, "pthreads", false);
+scenario!(loader, "loader", false);
 scenario!(jit, "jit", false);
 scenario!(dropuid, "dropuid", false);
 scenario!(mlocked, "mlocked", false);
@@ -403,6 +404,7 @@ fn scenarios_pass_without_migration() {
         ("timerfd", &[]),
         ("inotify", &[]),
         ("pthreads", &[]),
+        ("loader", &[]),
         ("jit", &[]),
         ("dropuid", &[]),
         ("mlocked", &[]),

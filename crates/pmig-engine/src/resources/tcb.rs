@@ -16,9 +16,14 @@
 //! restore the capture sends the descriptor's pages with the handover
 //! ([`handover_pages`]), so that the rewrite never waits for a page.
 //!
+//! The dynamic loader's locks are recursive mutexes, which name their
+//! owner by thread id: one held across the migration (a thread inside
+//! `dlopen` or `dl_iterate_phdr`) is rewritten too, found in the loader's
+//! `_rtld_global` ([`held_loader_locks`]).
+//!
 //! Not rewritten: ids that a program copied elsewhere, such as the owner
-//! of a mutex held across the migration (error-checking, recursive, robust
-//! and priority-inheritance mutexes check it).
+//! of a mutex of its own held across the migration (error-checking,
+//! recursive, robust and priority-inheritance mutexes check it).
 
 use crate::error::{Ctx, Result};
 use crate::image::ProcessImage;
@@ -46,6 +51,13 @@ fn is_glibc(path: &str) -> bool {
     name == "libc.so.6" || (name.starts_with("libc-2.") && name.ends_with(".so"))
 }
 
+/// Whether `path` names glibc's dynamic loader (`ld-linux-x86-64.so.2`,
+/// or `ld-2.NN.so` of older releases).
+fn is_loader(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or("");
+    name.starts_with("ld-linux") || (name.starts_with("ld-2.") && name.ends_with(".so"))
+}
+
 /// Which file a path names now, and as of when: a library replaced or
 /// rewritten in place (an upgrade) is another file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,31 +79,51 @@ fn file_id(path: &str) -> Option<FileId> {
     })
 }
 
-/// The libraries looked up already ([`tid_offset_known`]).
-static KNOWN: std::sync::Mutex<Vec<(String, FileId, Option<u64>)>> =
-    std::sync::Mutex::new(Vec::new());
+/// What is looked up in a library's file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fact {
+    /// glibc: (offset of the thread id in `struct pthread`, 4).
+    TidOffset,
+    /// The dynamic loader: `_rtld_global` (address from the load base, size).
+    RtldGlobal,
+}
 
-/// [`tid_offset`], looked up once per file: reading the symbol from the
-/// file takes about 0.4 ms, which a restore would spend while the process
-/// is stopped.
-fn tid_offset_known(path: &str) -> Result<Option<u64>> {
+/// A fact looked up in a file: the file's path and identity, the fact, and
+/// what was found.
+type Known = (String, FileId, Fact, Option<(u64, u64)>);
+
+/// The facts looked up already ([`known`]).
+static KNOWN: std::sync::Mutex<Vec<Known>> = std::sync::Mutex::new(Vec::new());
+
+/// `fact` of the file at `path`, looked up once per file: reading a symbol
+/// from the file takes about 0.4 ms, which a restore would spend while the
+/// process is stopped.
+fn known(path: &str, fact: Fact) -> Result<Option<(u64, u64)>> {
     let id = file_id(path);
-    let known = |k: &Vec<(String, FileId, Option<u64>)>| {
+    let cached = |k: &Vec<Known>| {
         k.iter()
-            .find(|(p, i, _)| p == path && Some(*i) == id)
-            .map(|k| k.2)
+            .find(|(p, i, f, _)| p == path && Some(*i) == id && *f == fact)
+            .map(|k| k.3)
     };
-    if let Some(off) = known(&KNOWN.lock().unwrap_or_else(|p| p.into_inner())) {
-        return Ok(off);
+    if let Some(v) = cached(&KNOWN.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Ok(v);
     }
-    let off = tid_offset(path)?;
+    let v = match fact {
+        Fact::TidOffset => tid_offset(path)?.map(|o| (o, 4)),
+        Fact::RtldGlobal => rtld_global(path)?,
+    };
     if let Some(id) = id {
         KNOWN
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((path.to_string(), id, off));
+            .push((path.to_string(), id, fact, v));
     }
-    Ok(off)
+    Ok(v)
+}
+
+/// [`tid_offset`], looked up once per file ([`known`]).
+fn tid_offset_known(path: &str) -> Result<Option<u64>> {
+    Ok(known(path, Fact::TidOffset)?.map(|(o, _)| o))
 }
 
 /// Looks up the glibc this process runs with, ahead of a restore: a
@@ -102,12 +134,12 @@ pub fn learn_own_glibc() {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return;
     };
-    if let Some(lib) = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| is_glibc(p))
-    {
-        let _ = tid_offset_known(lib);
+    for lib in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        if is_glibc(lib) {
+            let _ = known(lib, Fact::TidOffset);
+        } else if is_loader(lib) {
+            let _ = known(lib, Fact::RtldGlobal);
+        }
     }
 }
 
@@ -144,6 +176,120 @@ fn tid_offset(path: &str) -> Result<Option<u64>> {
         return Ok(None);
     }
     Ok(Some(word(2) as u64))
+}
+
+/// `_rtld_global` of the dynamic loader at `path`: its address from the
+/// load base and its size. None if the file has no such symbol, or is not
+/// laid out from address 0 (its first segment loaded from the file's start,
+/// so that the mapping of offset 0 is the load base).
+fn rtld_global(path: &str) -> Result<Option<(u64, u64)>> {
+    use object::ObjectSegment;
+    let file = std::fs::File::open(path).ctx(|| format!("open {path}"))?;
+    let cache = object::ReadCache::new(&file);
+    let Ok(elf) = object::File::parse(&cache) else {
+        return Ok(None);
+    };
+    let first = elf
+        .segments()
+        .next()
+        .map(|s| (s.address(), s.file_range().0));
+    if elf.kind() != object::ObjectKind::Dynamic || first != Some((0, 0)) {
+        return Ok(None);
+    }
+    Ok(elf
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("_rtld_global"))
+        .map(|s| (s.address(), s.size()))
+        .filter(|&(_, size)| (MUTEX_BYTES..=MAX_RTLD_GLOBAL).contains(&size)))
+}
+
+/// glibc's `pthread_mutex_t` on x86-64: lock word, count, owner's thread
+/// id, users, kind, then spin count and list links.
+const MUTEX_BYTES: u64 = 40;
+/// `PTHREAD_MUTEX_RECURSIVE_NP`: the kind of the loader's locks.
+const MUTEX_RECURSIVE: u32 = 1;
+/// Flags glibc may add to a mutex's kind (lock elision on or off).
+const MUTEX_ELISION_FLAGS: u32 = 0x300;
+/// The most bytes of `_rtld_global` read (it is about 4 KiB).
+const MAX_RTLD_GLOBAL: u64 = 64 << 10;
+
+/// The offsets in `mem`, the bytes of the loader's `_rtld_global`, of the
+/// loader's locks held by a thread whose id changed (`ids`: old, new),
+/// each with that thread's new id. The loader's locks (`dl_load_lock`,
+/// taken by `dlopen` and `dlsym`, and `dl_load_write_lock`, by
+/// `dl_iterate_phdr`) are recursive mutexes, which name their owner by
+/// thread id; held, one reads: lock word 1 or 2, a count of at least 1,
+/// the owner's id, at least one user, and the recursive kind. Mutexes are
+/// 8-byte aligned, and nothing else in `_rtld_global` reads so.
+fn held_loader_locks(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<(usize, pid_t)> {
+    let word = |o: usize| u32::from_le_bytes(mem[o..o + 4].try_into().unwrap_or_default());
+    let mut held = Vec::new();
+    let mut o = 0;
+    while o + MUTEX_BYTES as usize <= mem.len() {
+        let (lock, count, owner, users, kind) = (
+            word(o),
+            word(o + 4),
+            word(o + 8) as pid_t,
+            word(o + 12),
+            word(o + 16),
+        );
+        let locked = matches!(lock, 1 | 2)
+            && (1..1 << 16).contains(&count)
+            && (1..1 << 16).contains(&users)
+            && kind & !MUTEX_ELISION_FLAGS == MUTEX_RECURSIVE;
+        if let Some(&(_, new)) = ids
+            .iter()
+            .find(|&&(old, new)| locked && owner > 0 && owner == old && old != new)
+        {
+            held.push((o, new));
+        }
+        o += 8;
+    }
+    held
+}
+
+/// Rewrites, in the restored process `pid`, the owner of each of the
+/// loader's locks that a thread held at the capture ([`held_loader_locks`])
+/// with that thread's new id: its own unlock would otherwise fail (the
+/// owner is not the thread glibc now says it is) and leave the lock held
+/// for good, and the next `dlopen` or `dl_iterate_phdr` would wait forever.
+/// Returns how many were rewritten.
+fn rewrite_loader_locks(
+    pi: &ProcessImage,
+    pid: pid_t,
+    ids: &[(pid_t, pid_t)],
+    readable: impl Fn(u64, u64) -> bool,
+) -> Result<usize> {
+    let Some((path, base)) = pi.memory.vmas.iter().find_map(|v| {
+        let f = v.file.as_ref()?;
+        (v.offset == 0 && is_loader(&f.path)).then_some((f.path.as_str(), v.start))
+    }) else {
+        return Ok(0);
+    };
+    let Some((at, size)) = known(path, Fact::RtldGlobal)? else {
+        return Ok(0);
+    };
+    let addr = base + at;
+    if !readable(addr, size) {
+        tracing::debug!(
+            "process {pid}: the loader's data is not in the image; its locks left as they are"
+        );
+        return Ok(0);
+    }
+    let mut mem = vec![0u8; size as usize];
+    if sys::process_vm_read(pid, addr, &mut mem).unwrap_or(0) != mem.len() {
+        tracing::debug!("process {pid}: the loader's data at {addr:#x} cannot be read; its locks left as they are");
+        return Ok(0);
+    }
+    let held = held_loader_locks(&mem, ids);
+    for &(o, new) in &held {
+        sys::process_vm_write(pid, addr + o as u64 + 8, &new.to_le_bytes())?;
+        tracing::info!(
+            "process {pid}: a loader lock held across the move (at {:#x}) now names its owner's new id {new}",
+            addr + o as u64
+        );
+    }
+    Ok(held.len())
 }
 
 /// Rewrites glibc's copy of each thread's id in the restored process
@@ -207,6 +353,25 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
             n += 1;
         }
     }
+    // Now that glibc names each thread by its new id, a lock the loader
+    // holds must too. Its data is a private copy of the loader's file,
+    // which travels with the state (never owed); anywhere else, a lazy
+    // restore reads it only if the image holds it.
+    let ids: Vec<(pid_t, pid_t)> = pairs.iter().map(|&(old, new, _)| (old, new)).collect();
+    let readable = |a: u64, len: u64| {
+        !lazy
+            || (a..a + len)
+                .step_by(PAGE as usize)
+                .chain([a + len - 4])
+                .all(|p| {
+                    pi.memory
+                        .vmas
+                        .iter()
+                        .any(|v| v.start <= p && p < v.end && v.file.is_some())
+                        || in_image(p)
+                })
+    };
+    rewrite_loader_locks(pi, pid, &ids, readable)?;
     Ok(n)
 }
 
@@ -252,6 +417,99 @@ mod tests {
             [0x7f00_0000_0000, 0x7f00_0000_1000]
         );
         assert_eq!(handover_pages(0x7f00_0000_0000), [0x7f00_0000_0000; 2]);
+    }
+
+    /// This process's loader: its path and load base.
+    fn own_loader() -> Option<(String, u64)> {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
+            (f.len() > 5 && f[2] == "00000000" && is_loader(f[5]))
+                .then(|| (f[5].to_string(), start))
+        })
+    }
+
+    /// The bytes of this process's `_rtld_global`.
+    fn own_rtld_global() -> Option<Vec<u8>> {
+        let (path, base) = own_loader()?;
+        let (at, size) = known(&path, Fact::RtldGlobal).unwrap()?;
+        let mut mem = vec![0u8; size as usize];
+        // SAFETY: getpid has no arguments.
+        let me = unsafe { libc::getpid() };
+        assert_eq!(
+            sys::process_vm_read(me, base + at, &mut mem).unwrap(),
+            mem.len()
+        );
+        Some(mem)
+    }
+
+    extern "C" fn inside_the_loader_lock(
+        _info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the &mut Option<Vec<u8>> the test passed.
+        let out = unsafe { &mut *(data as *mut Option<Vec<u8>>) };
+        *out = own_rtld_global();
+        1 // one object is enough
+    }
+
+    #[test]
+    fn a_loader_lock_this_thread_holds_is_found_by_its_owner() {
+        assert!(is_loader("/lib64/ld-linux-x86-64.so.2"));
+        assert!(is_loader("/lib/ld-2.31.so"));
+        assert!(!is_loader("/usr/lib/x86_64-linux-gnu/libc.so.6"));
+        assert!(!is_loader("/usr/lib/ldap.so"));
+        let Some(outside) = own_rtld_global() else {
+            return; // not linked with glibc's loader: nothing to check
+        };
+        // SAFETY: gettid has no arguments.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as pid_t;
+        let moved = [(me, me + 1)];
+        // dl_iterate_phdr calls back under the loader's write lock.
+        let mut inside: Option<Vec<u8>> = None;
+        // SAFETY: the callback only reads this process's memory and writes
+        // the Option passed as its data, which outlives the call.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(inside_the_loader_lock),
+                &mut inside as *mut Option<Vec<u8>> as *mut libc::c_void,
+            )
+        };
+        let inside = inside.expect("read inside the callback");
+        let held = held_loader_locks(&inside, &moved);
+        assert_eq!(held.len(), 1, "held inside dl_iterate_phdr: {held:?}");
+        assert_eq!(held[0].1, me + 1);
+        let o = held[0].0;
+        assert_eq!(&inside[o + 8..o + 12], &me.to_le_bytes());
+        // Not held outside, not by another thread, and not rewritten when
+        // the id stays.
+        assert!(held_loader_locks(&outside, &moved).is_empty());
+        assert!(held_loader_locks(&inside, &[(me + 7, me + 8)]).is_empty());
+        assert!(held_loader_locks(&inside, &[(me, me)]).is_empty());
+    }
+
+    #[test]
+    fn only_a_held_recursive_mutex_is_a_held_loader_lock() {
+        let mutex = |lock: u32, count: u32, owner: i32, users: u32, kind: u32| {
+            let mut m = vec![0u8; MUTEX_BYTES as usize];
+            for (i, w) in [lock, count, owner as u32, users, kind].iter().enumerate() {
+                m[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            m
+        };
+        let ids = [(100, 200), (101, 101)];
+        let mut mem = vec![0xffu8; 8];
+        mem.extend(mutex(1, 1, 100, 1, 1)); // held by a moved thread
+        mem.extend(mutex(2, 3, 100, 1, 0x101)); // waiters, elision flag
+        mem.extend(mutex(1, 1, 101, 1, 1)); // its owner kept its id
+        mem.extend(mutex(0, 0, 0, 0, 1)); // free
+        mem.extend(mutex(1, 1, 100, 1, 0)); // a plain mutex
+        mem.extend(mutex(1, 0, 100, 1, 1)); // no count
+        mem.extend(mutex(1, 1, 100, 1, 2)); // error-checking
+        mem.extend(&[0u8; 12]); // too short for one more
+        assert_eq!(held_loader_locks(&mem, &ids), vec![(8, 200), (48, 200)]);
     }
 
     #[test]
