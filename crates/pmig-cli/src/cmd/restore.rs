@@ -15,7 +15,8 @@ pub struct Args {
     #[arg(long)]
     pidfile: Option<PathBuf>,
     /// Connect the process's stdin (if it was a terminal or pipe) to this file
-    /// instead of ours.
+    /// instead of ours. A pipe that moved with its unread bytes (its writers
+    /// were gone) is the process's own input and is kept.
     #[arg(long)]
     stdin: Option<PathBuf>,
     /// Same for stdout.

@@ -73,9 +73,10 @@ pub fn refusal(md: &std::fs::Metadata) -> Option<String> {
         return Some("a deleted directory or special file".into());
     }
     if md.nlink() > 0 {
+        let n = md.nlink();
         return Some(format!(
-            "a deleted name of a file that still has {} other",
-            md.nlink()
+            "a deleted name of a file that still has {n} other name{}",
+            if n == 1 { "" } else { "s" }
         ));
     }
     (md.size() > MAX_BYTES).then(|| {
@@ -226,7 +227,7 @@ mod tests {
         assert!(
             named
                 .as_deref()
-                .is_some_and(|w| w.contains("still has 1 other")),
+                .is_some_and(|w| w.ends_with("still has 1 other name")),
             "{named:?}"
         );
         std::fs::remove_file(&p).unwrap();
