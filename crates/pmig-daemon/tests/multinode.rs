@@ -2526,7 +2526,9 @@ fn link_cut_after_handover_of_freeze_free_is_survived() {
 ///   namespace per node (`ids_kept_with_pid_namespaces_*`).
 ///
 /// posix_timers moves under new tids: its thread-directed timer is aimed at
-/// the worker thread's new tid.
+/// the worker thread's new tid. pthreads, loader and robust_ids check what
+/// the restore rewrites when the ids change: glibc's copy of each thread's
+/// id, and the owners of the loader's locks and of robust mutexes.
 const MOVED_SCENARIOS: &[&str] = &[
     "basic",
     "mem",
@@ -2548,6 +2550,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "inotify",
     "pthreads",
     "loader",
+    "robust_ids",
     "jit",
     "dropuid",
     "mlocked",

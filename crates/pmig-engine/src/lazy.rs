@@ -1124,7 +1124,8 @@ pub fn handover_set(
 }
 
 /// [`handover_set`] of the frozen process `frozen`, from its threads'
-/// registers and rseq registrations.
+/// registers and rseq registrations, with the pages of each thread's
+/// robust mutex list ([`crate::resources::tcb::robust_pages`]).
 pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
     let stat = crate::procfs::read(frozen.pid, "stat").unwrap_or_default();
     // Fields 48–51 of /proc/PID/stat: arg_start, arg_end, env_start, env_end
@@ -1144,7 +1145,14 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
         let regs = crate::sys::get_regs(t.tid)?;
         threads.push(ThreadPages::of(&regs, Some((r.ptr, r.size))));
     }
-    Ok(handover_set(threads, [(at(45), at(46)), (at(47), at(48))]))
+    let mut keep = handover_set(threads, [(at(45), at(46)), (at(47), at(48))]);
+    // The mutexes on each thread's robust list, whose owner the restore
+    // rewrites if the thread's id changes (bounded as the kernel bounds
+    // the list).
+    for t in &frozen.threads {
+        keep.extend(crate::resources::tcb::robust_pages(frozen.pid, t.tid));
+    }
+    Ok(keep)
 }
 
 /// Close fd `fd` inside process `pid` (briefly stopping it): the

@@ -80,7 +80,10 @@ impl Flushing {
                 m.page_store.display()
             ))
         })?;
-        let set = kept_pages(&image);
+        let set = kept_pages(
+            &image,
+            &StorePages::of(&image, &store.join(pmig_image::PAGES_FILE))?,
+        );
         let keep = RangeFilter::of_pages(set.iter().copied());
         let (kept, owed) = compose_small(store, &m.staging, &keep)?;
         self.owed_pages = owed.iter().map(|(_, l)| l / PAGE).sum();
@@ -399,8 +402,10 @@ impl StorePages {
 
 /// The private anonymous pages of a full image that travel with the state:
 /// those the restore touches and the kernel reads for others
-/// ([`pmig_engine::lazy::handover_set`]).
-pub(crate) fn kept_pages(pi: &ProcessImage) -> HashSet<u64> {
+/// ([`pmig_engine::lazy::handover_set`]), and those of each thread's robust
+/// mutex list, read from the image's pages `store` (the restore rewrites
+/// the owners of those mutexes if the thread's id changes).
+pub(crate) fn kept_pages(pi: &ProcessImage, store: &StorePages) -> HashSet<u64> {
     let regs = |t: &pmig_engine::resources::threads::ThreadState| {
         pmig_engine::resources::threads::regs_from_vec(&t.regs)
     };
@@ -408,10 +413,28 @@ pub(crate) fn kept_pages(pi: &ProcessImage) -> HashSet<u64> {
         pmig_engine::lazy::ThreadPages::of(&regs(t), t.rseq.map(|(ptr, size, _)| (ptr, size)))
     });
     let mm = &pi.memory.mm;
-    pmig_engine::lazy::handover_set(
+    let mut keep = pmig_engine::lazy::handover_set(
         threads,
         [(mm.arg_start, mm.arg_end), (mm.env_start, mm.env_end)],
-    )
+    );
+    let read = |a: u64, n: usize| {
+        let (first, last) = (a & !(PAGE - 1), (a + n as u64 - 1) & !(PAGE - 1));
+        if !store.has(first) || !store.has(last) {
+            return None;
+        }
+        let mut buf = vec![0u8; (last - first + PAGE) as usize];
+        store.read(first, &mut buf).ok()?;
+        let at = (a - first) as usize;
+        Some(buf[at..at + n].to_vec())
+    };
+    for t in &pi.threads.threads {
+        if t.robust_list.0 != 0 {
+            if let Some(l) = pmig_engine::resources::tcb::robust_list(t.robust_list.0, &read) {
+                keep.extend(l.pages());
+            }
+        }
+    }
+    keep
 }
 
 /// Writes into `out` the image `store` with, of its writable private

@@ -515,7 +515,7 @@ pub(crate) fn set_aside_small(
     let (pi, manifest) = composed;
     let data = store.join(pmig_image::PAGES_FILE);
     let pages = crate::flushing::StorePages::of(&pi, &data).and_then(|pages| {
-        let set = kept_pages(&pi);
+        let set = kept_pages(&pi, &pages);
         let staging = d.staging.clone();
         compose_small_from(
             pi,

@@ -235,6 +235,7 @@ scenario!(mem, "mem", false);
 scenario!(bigheap, "bigheap", true);
 scenario!(threads, "threads", false);
 scenario!(robust, "robust", false);
+scenario!(robust_ids, "robust_ids", false);
 scenario!(signals, "signals", false);
 scenario!(fpu, "fpu", false);
 scenario!(files, "files", false);
@@ -383,6 +384,7 @@ fn scenarios_pass_without_migration() {
         ("bigheap", &[]),
         ("threads", &[]),
         ("robust", &[]),
+        ("robust_ids", &[]),
         ("signals", &[]),
         ("fpu", &[]),
         ("files", &[]),

@@ -21,9 +21,14 @@
 //! `dlopen` or `dl_iterate_phdr`) is rewritten too, found in the loader's
 //! `_rtld_global` ([`held_loader_locks`]).
 //!
+//! So is the owner of each robust mutex a thread holds, found through the
+//! thread's robust list ([`robust_list`]): the lock word's id bits, which
+//! the thread's unlock and the kernel (when the thread exits holding it)
+//! compare with the thread's id, and glibc's `__owner`.
+//!
 //! Not rewritten: ids that a program copied elsewhere, such as the owner
-//! of a mutex of its own held across the migration (error-checking,
-//! recursive, robust and priority-inheritance mutexes check it).
+//! of a mutex of its own held across the migration that is not robust
+//! (error-checking, recursive and priority-inheritance mutexes check it).
 
 use crate::error::{Ctx, Result};
 use crate::image::ProcessImage;
@@ -258,7 +263,7 @@ fn rewrite_loader_locks(
     pi: &ProcessImage,
     pid: pid_t,
     ids: &[(pid_t, pid_t)],
-    readable: impl Fn(u64, u64) -> bool,
+    readable: &dyn Fn(u64, u64) -> bool,
 ) -> Result<usize> {
     let Some((path, base)) = pi.memory.vmas.iter().find_map(|v| {
         let f = v.file.as_ref()?;
@@ -290,6 +295,160 @@ fn rewrite_loader_locks(
         );
     }
     Ok(held.len())
+}
+
+/// `FUTEX_TID_MASK`: the owner's thread id in a robust futex's word.
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+/// `sizeof(struct robust_list_head)`: the list's first link, the offset
+/// from a link to its futex word, and the operation in progress.
+const ROBUST_HEAD_BYTES: u64 = 24;
+/// The kernel's `ROBUST_LIST_LIMIT`: it walks no more entries either.
+const ROBUST_LIST_LIMIT: usize = 2048;
+/// glibc's offset from a mutex's list link to its lock word; the owner's
+/// id is 8 bytes past the lock word (`__owner`).
+const GLIBC_FUTEX_OFFSET: i64 = -32;
+
+/// What a thread's robust mutex list names ([`robust_list`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct RobustList {
+    /// The futex words' addresses.
+    pub words: Vec<u64>,
+    /// The entries' addresses (their links), the head's included.
+    pub links: Vec<u64>,
+    pub futex_offset: i64,
+    /// Whether the walk came back to the head (a list cut short by memory
+    /// that could not be read, or longer than the kernel walks, did not).
+    pub complete: bool,
+}
+
+/// The robust list at `head`, walked as the kernel walks it when the
+/// thread exits: the futex words of its entries (each link plus the head's
+/// futex offset) and that of the operation in progress. Bit 0 of a link
+/// marks a priority-inheritance futex and is not part of the address.
+/// `read` gives the process's memory, None where it cannot; None if the
+/// head cannot be read.
+pub fn robust_list(head: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<RobustList> {
+    let h =
+        read(head, ROBUST_HEAD_BYTES as usize).filter(|h| h.len() == ROBUST_HEAD_BYTES as usize)?;
+    let w = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    let futex_offset = w(&h, 8) as i64;
+    let pending = w(&h, 16) & !1;
+    let mut l = RobustList {
+        words: Vec::new(),
+        links: vec![head],
+        futex_offset,
+        complete: false,
+    };
+    let mut entry = w(&h, 0) & !1;
+    for _ in 0..ROBUST_LIST_LIMIT {
+        if entry == head {
+            l.complete = true;
+            break;
+        }
+        if entry == 0 {
+            break;
+        }
+        l.links.push(entry);
+        if entry != pending {
+            l.words.push(entry.wrapping_add(futex_offset as u64));
+        }
+        match read(entry, 8).filter(|n| n.len() == 8) {
+            Some(n) => entry = w(&n, 0) & !1,
+            None => break,
+        }
+    }
+    if pending != 0 {
+        l.links.push(pending);
+        l.words.push(pending.wrapping_add(futex_offset as u64));
+    }
+    Some(l)
+}
+
+/// The pages of the robust list of thread `tid` of the frozen process
+/// `pid` (its links, futex words and glibc owner fields): a lazy handover
+/// sends them along, so that the restore can rewrite the owner of each
+/// mutex the thread holds ([`rewrite_robust`]) without waiting for a page.
+pub fn robust_pages(pid: pid_t, tid: pid_t) -> Vec<u64> {
+    let Ok((head, len)) = sys::robust_list(tid) else {
+        return Vec::new();
+    };
+    if head == 0 || len != ROBUST_HEAD_BYTES {
+        return Vec::new();
+    }
+    let read = |a: u64, n: usize| {
+        let mut b = vec![0u8; n];
+        (sys::process_vm_read(pid, a, &mut b).ok()? == n).then_some(b)
+    };
+    robust_list(head, &read)
+        .map(|l| l.pages())
+        .unwrap_or_default()
+}
+
+impl RobustList {
+    /// The pages the list lies on: its links, and its futex words with
+    /// glibc's owner fields after them.
+    pub fn pages(&self) -> Vec<u64> {
+        let pg = |a: u64| a & !(PAGE - 1);
+        let mut pages = Vec::new();
+        for &a in &self.links {
+            pages.extend([pg(a), pg(a + ROBUST_HEAD_BYTES - 1)]);
+        }
+        for &a in &self.words {
+            pages.extend([pg(a), pg(a + 11)]);
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        pages
+    }
+}
+
+/// Rewrites, in the restored process `pid`, the owner of each robust mutex
+/// on the robust list at `head` of a thread whose id went from `old` to
+/// `new`: the lock word's id bits, and with glibc's layout (`glibc`: the
+/// list's head lies in the thread's descriptor, and the futex offset is
+/// glibc's) the mutex's `__owner`. The thread's own unlock would otherwise
+/// fail with EPERM, and if it died holding one the kernel would not mark
+/// it dead (it matches the word against the exiting thread's id), leaving
+/// its waiters waiting for good. Returns how many were rewritten.
+fn rewrite_robust(
+    pid: pid_t,
+    head: u64,
+    (old, new): (pid_t, pid_t),
+    glibc: bool,
+    readable: &dyn Fn(u64, u64) -> bool,
+) -> Result<usize> {
+    let read = |a: u64, n: usize| {
+        if !readable(a, n as u64) {
+            return None;
+        }
+        let mut b = vec![0u8; n];
+        (sys::process_vm_read(pid, a, &mut b).ok()? == n).then_some(b)
+    };
+    let Some(l) = robust_list(head, &read) else {
+        return Ok(0);
+    };
+    let word_at =
+        |a: u64| read(a, 4).map(|b| u32::from_le_bytes(b[..4].try_into().unwrap_or_default()));
+    let mut n = 0;
+    for &a in &l.words {
+        let Some(word) = word_at(a) else { continue };
+        if (word & FUTEX_TID_MASK) as pid_t != old {
+            continue;
+        }
+        let now = (word & !FUTEX_TID_MASK) | new as u32;
+        sys::process_vm_write(pid, a, &now.to_le_bytes())?;
+        if glibc && l.futex_offset == GLIBC_FUTEX_OFFSET && word_at(a + 8) == Some(old as u32) {
+            sys::process_vm_write(pid, a + 8, &new.to_le_bytes())?;
+        }
+        n += 1;
+    }
+    if !l.complete {
+        tracing::warn!(
+            "process {pid}: the robust mutex list of thread {old} was not walked to its end (a page not here yet, or a broken list); mutexes past {} entries keep the old id",
+            l.words.len()
+        );
+    }
+    Ok(n)
 }
 
 /// Rewrites glibc's copy of each thread's id in the restored process
@@ -371,7 +530,20 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
                         || in_image(p)
                 })
     };
-    rewrite_loader_locks(pi, pid, &ids, readable)?;
+    rewrite_loader_locks(pi, pid, &ids, &readable)?;
+    for (th, &(old, new, fs_base)) in pi.threads.threads.iter().zip(&pairs) {
+        let (head, len) = th.robust_list;
+        if old == new || head == 0 || len != ROBUST_HEAD_BYTES {
+            continue;
+        }
+        let glibc = (fs_base..fs_base + DESCRIPTOR_BYTES).contains(&head);
+        let k = rewrite_robust(pid, head, (old, new), glibc, &readable)?;
+        if k > 0 {
+            tracing::info!(
+                "process {pid}: {k} robust mutexes held by thread {old} now name its new id {new}"
+            );
+        }
+    }
     Ok(n)
 }
 
@@ -488,6 +660,51 @@ mod tests {
         assert!(held_loader_locks(&outside, &moved).is_empty());
         assert!(held_loader_locks(&inside, &[(me + 7, me + 8)]).is_empty());
         assert!(held_loader_locks(&inside, &[(me, me)]).is_empty());
+    }
+
+    /// Memory of a pretend process, in 8-byte words.
+    fn words(w: &[(u64, u64)]) -> impl Fn(u64, usize) -> Option<Vec<u8>> + '_ {
+        move |a, n| {
+            let mut out = Vec::new();
+            for k in (0..n as u64).step_by(8) {
+                let v = w.iter().find(|(at, _)| *at == a + k)?.1;
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.truncate(n);
+            Some(out)
+        }
+    }
+
+    #[test]
+    fn a_robust_list_is_walked_as_the_kernel_walks_it() {
+        let (h, e1, e2, e3) = (0x1000u64, 0x2020u64, 0x3020u64, 0x4020u64);
+        let off = (-32i64) as u64;
+        // head -> e1 -> e2 (a PI futex: bit 0 of its link) -> head; e3 pending.
+        let mem = [(h, e1), (h + 8, off), (h + 16, e3), (e1, e2 | 1), (e2, h)];
+        let l = robust_list(h, &words(&mem)).unwrap();
+        assert_eq!(l.words, vec![e1 - 32, e2 - 32, e3 - 32]);
+        assert_eq!(l.links, vec![h, e1, e2, e3]);
+        assert_eq!(l.futex_offset, -32);
+        assert!(l.complete);
+        // The pending entry, on the list too, counts once.
+        let mem = [(h, e1), (h + 8, off), (h + 16, e1), (e1, h)];
+        assert_eq!(robust_list(h, &words(&mem)).unwrap().words, vec![e1 - 32]);
+        // An entry that cannot be read cuts the walk short.
+        let mem = [(h, e1), (h + 8, off), (h + 16, 0), (e1, e2)];
+        let l = robust_list(h, &words(&mem)).unwrap();
+        assert_eq!(l.words, vec![e1 - 32, e2 - 32]);
+        assert!(!l.complete);
+        // A cycle that never comes back to the head stops where the kernel
+        // stops.
+        let mem = [(h, e1), (h + 8, off), (h + 16, 0), (e1, e2), (e2, e1)];
+        let l = robust_list(h, &words(&mem)).unwrap();
+        assert_eq!(l.words.len(), ROBUST_LIST_LIMIT);
+        assert!(!l.complete);
+        // An empty list; a head that cannot be read.
+        let mem = [(h, h), (h + 8, off), (h + 16, 0)];
+        let l = robust_list(h, &words(&mem)).unwrap();
+        assert!(l.words.is_empty() && l.complete);
+        assert_eq!(robust_list(0x9000, &words(&mem)), None);
     }
 
     #[test]
