@@ -15,7 +15,8 @@
 # pipeline, or under a parent), and the output is compared AFTER seconds
 # (default 2) after that process ends, once the rest of the pipeline has.
 # With KEEP=DIR, a run whose output differs leaves the daemons' state
-# directories (their logs) and the program's stderr in DIR.
+# directories (their logs) and the program's stderr in DIR. A program still
+# running LIMIT_S seconds after its last hop (default 600) counts as hung.
 set -u
 cd "$(dirname "$0")/.."
 B=${PMIG:-target/release/pmig}
@@ -94,10 +95,10 @@ PY
     from=$to
     sleep 0.3
 done
-# Bounded: at most 10 minutes for the program to finish.
-for _ in $(seq 6000); do alive || break; sleep 0.1; done
+# Bounded: at most LIMIT_S seconds (10 minutes) for the program to finish.
+for _ in $(seq $((${LIMIT_S:-600} * 10))); do alive || break; sleep 0.1; done
 if alive; then
-    echo "the program is still running after 10 minutes"
+    echo "the program is still running after ${LIMIT_S:-600} s"
     exit 1
 fi
 pid=
