@@ -7,20 +7,13 @@
 # Usage: [PMIG=BINARY] [N=20] [SEED=S] [LIMIT_S=120] bench/early-moves.sh CASES
 # CASES: as for bench/sweep.sh, `STRATEGY|LINK|SHELL COMMAND` per line; the
 # strategy `any` picks one of the ten at random for each run. The commands
-# may use $SWEEP_WORKLOADS (bench/workloads) and $SWEEP_DATA (made by
-# bench/sweep.sh; text.txt, 15 MB). A program still running LIMIT_S seconds
+# may use $SWEEP_WORKLOADS (bench/workloads) and $SWEEP_DATA (made on the
+# first run by bench/sweep-data.sh). A program still running LIMIT_S seconds
 # after its last hop counts as hung (default 120).
 set -u
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: $0 CASES" >&2; exit 2; }
-export SWEEP_DATA=${SWEEP_DATA:-/var/tmp/pmig-sweep-data}
-export SWEEP_WORKLOADS=$PWD/bench/workloads
-if [ ! -s "$SWEEP_DATA/text.txt" ]; then
-    mkdir -p "$SWEEP_DATA"
-    awk 'BEGIN { for (i = 1; i <= 400000; i++)
-        printf "line %d alpha beta %d gamma %d\n", (i * 7919) % 1000003, i % 97, i }' \
-        >"$SWEEP_DATA/text.txt"
-fi
+. bench/sweep-data.sh
 RANDOM=${SEED:-$$}
 echo "seed ${SEED:-$$}"
 strategies=(stop-copy pre-copy queued-pre-copy demand-paging flushing freeze-free post-copy

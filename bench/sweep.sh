@@ -12,25 +12,7 @@
 set -u
 cd "$(dirname "$0")/.."
 [ $# -eq 1 ] && [ -r "$1" ] || { echo "usage: $0 CASES" >&2; exit 2; }
-export SWEEP_DATA=${SWEEP_DATA:-/var/tmp/pmig-sweep-data}
-export SWEEP_WORKLOADS=$PWD/bench/workloads
-if [ ! -s "$SWEEP_DATA/text24.txt" ]; then
-    mkdir -p "$SWEEP_DATA"
-    awk 'BEGIN { for (i = 1; i <= 400000; i++)
-        printf "line %d alpha beta %d gamma %d\n", (i * 7919) % 1000003, i % 97, i }' \
-        >"$SWEEP_DATA/text.txt"
-    for _ in $(seq 24); do cat "$SWEEP_DATA/text.txt"; done >"$SWEEP_DATA/text24.txt"
-fi
-cat >"$SWEEP_DATA/after.tcl" <<'TCL'
-set n 0
-proc tick {} { global n; incr n; if {$n < 300} { after 10 tick } else { set ::done 1 } }
-after 10 tick
-vwait ::done
-puts "ticks $n"
-set s 0
-for {set i 0} {$i < 6000000} {incr i} { set s [expr {($s + $i * 7) % 1000003}] }
-puts "sum $s"
-TCL
+. bench/sweep-data.sh
 export WARM=${WARM:-1}
 status=0
 while IFS='|' read -r strategy link cmd; do
