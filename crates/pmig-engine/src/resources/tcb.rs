@@ -521,7 +521,7 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
         !lazy
             || (a..a + len)
                 .step_by(PAGE as usize)
-                .chain([a + len - 4])
+                .chain([a + len.saturating_sub(4)])
                 .all(|p| {
                     pi.memory
                         .vmas
