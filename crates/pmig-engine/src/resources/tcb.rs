@@ -281,11 +281,10 @@ fn rewrite_loader_locks(
         );
         return Ok(0);
     }
-    let mut mem = vec![0u8; size as usize];
-    if sys::process_vm_read(pid, addr, &mut mem).unwrap_or(0) != mem.len() {
+    let Some(mem) = peek(pid, addr, size as usize) else {
         tracing::debug!("process {pid}: the loader's data at {addr:#x} cannot be read; its locks left as they are");
         return Ok(0);
-    }
+    };
     let held = held_loader_locks(&mem, ids);
     for &(o, new) in &held {
         sys::process_vm_write(pid, addr + o as u64 + 8, &new.to_le_bytes())?;
@@ -295,6 +294,13 @@ fn rewrite_loader_locks(
         );
     }
     Ok(held.len())
+}
+
+/// `n` bytes of process `pid`'s memory at `a`; None unless all of them
+/// could be read.
+fn peek(pid: pid_t, a: u64, n: usize) -> Option<Vec<u8>> {
+    let mut b = vec![0u8; n];
+    (sys::process_vm_read(pid, a, &mut b).ok()? == n).then_some(b)
 }
 
 /// `FUTEX_TID_MASK`: the owner's thread id in a robust futex's word.
@@ -375,11 +381,7 @@ pub fn robust_pages(pid: pid_t, tid: pid_t) -> Vec<u64> {
     if head == 0 || len != ROBUST_HEAD_BYTES {
         return Vec::new();
     }
-    let read = |a: u64, n: usize| {
-        let mut b = vec![0u8; n];
-        (sys::process_vm_read(pid, a, &mut b).ok()? == n).then_some(b)
-    };
-    robust_list(head, &read)
+    robust_list(head, &|a, n| peek(pid, a, n))
         .map(|l| l.pages())
         .unwrap_or_default()
 }
@@ -417,13 +419,7 @@ fn rewrite_robust(
     glibc: bool,
     readable: &dyn Fn(u64, u64) -> bool,
 ) -> Result<usize> {
-    let read = |a: u64, n: usize| {
-        if !readable(a, n as u64) {
-            return None;
-        }
-        let mut b = vec![0u8; n];
-        (sys::process_vm_read(pid, a, &mut b).ok()? == n).then_some(b)
-    };
+    let read = |a: u64, n: usize| readable(a, n as u64).then(|| peek(pid, a, n)).flatten();
     let Some(l) = robust_list(head, &read) else {
         return Ok(0);
     };
