@@ -49,9 +49,9 @@ enum Command {
     Hosts(cmd::hosts::HostsArgs),
     /// Owner activity: `pmig owner active [--node N]`.
     Owner(cmd::hosts::OwnerArgs),
-    /// Evict the foreign processes of a node (this one by default).
     /// Load balancing: `pmig balance status`.
     Balance(cmd::hosts::BalanceArgs),
+    /// Evict the foreign processes of a node (this one by default).
     Evict(cmd::hosts::EvictArgs),
 }
 

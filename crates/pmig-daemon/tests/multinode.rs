@@ -2526,9 +2526,10 @@ fn link_cut_after_handover_of_freeze_free_is_survived() {
 ///   namespace per node (`ids_kept_with_pid_namespaces_*`).
 ///
 /// posix_timers moves under new tids: its thread-directed timer is aimed at
-/// the worker thread's new tid. pthreads, loader and robust_ids check what
-/// the restore rewrites when the ids change: glibc's copy of each thread's
-/// id, and the owners of the loader's locks and of robust mutexes.
+/// the worker thread's new tid. pthreads, loader, robust_ids and owner_ids
+/// check what the restore rewrites when the ids change: glibc's copy of each
+/// thread's id, and the owners of the loader's locks, of robust mutexes and
+/// of the other mutexes that check their owner.
 const MOVED_SCENARIOS: &[&str] = &[
     "basic",
     "mem",
@@ -2551,6 +2552,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "pthreads",
     "loader",
     "robust_ids",
+    "owner_ids",
     "jit",
     "dropuid",
     "mlocked",

@@ -522,6 +522,9 @@ pub struct LazyMemory {
     /// The ranges registered at restore (to unregister at the end).
     registered: Vec<(u64, u64)>,
     state: Mutex<State>,
+    /// The threads' ids the restore rewrote (old, new): the mutexes they
+    /// hold in the pages installed later are rewritten the same way.
+    owners: std::sync::OnceLock<Vec<(libc::pid_t, libc::pid_t)>>,
 }
 
 impl LazyMemory {
@@ -538,6 +541,19 @@ impl LazyMemory {
             uffd,
             registered,
             state: Mutex::new(st),
+            owners: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The restore gave the threads new ids and rewrote them in the
+    /// process's memory (`Restored::ids`, old and new): from now on, a held
+    /// mutex that names an old id in a page installed is rewritten with the
+    /// new one before the page is installed
+    /// ([`crate::resources::tcb::rewrite_held_mutexes`]). Set once; an empty
+    /// list changes nothing.
+    pub fn rewrite_owners(&self, ids: Vec<(libc::pid_t, libc::pid_t)>) {
+        if ids.iter().any(|(old, new)| old != new) {
+            let _ = self.owners.set(ids);
         }
     }
 
@@ -614,6 +630,15 @@ impl LazyMemory {
     /// Install the source pages [src, src + data.len()) that are still owed.
     /// Returns how many pages were installed.
     pub fn install(&self, src: u64, data: &[u8]) -> Result<u64> {
+        // Rare: a copy of the pages, with those mutexes rewritten.
+        let rewritten = self.owners.get().and_then(|ids| {
+            (!crate::resources::tcb::held_mutexes(data, ids).is_empty()).then(|| {
+                let mut copy = data.to_vec();
+                crate::resources::tcb::rewrite_held_mutexes(&mut copy, ids);
+                copy
+            })
+        });
+        let data = rewritten.as_deref().unwrap_or(data);
         let mut st = self.state.lock().unwrap();
         let n = data.len() as u64 / PAGE;
         let mut installed = 0;

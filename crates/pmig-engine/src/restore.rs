@@ -53,6 +53,11 @@ pub struct Restored {
     pub uffd: Option<OwnedFd>,
     /// The fd number of the process's own reference to it.
     pub uffd_fd_in_process: Option<i32>,
+    /// The threads' ids (old, new, in the image's order) where the restore
+    /// rewrote them in the process's memory; empty where it did not. The
+    /// pages installed later get the same rewrite
+    /// ([`crate::lazy::LazyMemory::rewrite_owners`]).
+    pub ids: Vec<(pid_t, pid_t)>,
     /// Its session, process group and controlling terminal (None for images
     /// without a `session` part).
     pub session: Option<session::SessionReport>,
@@ -661,6 +666,7 @@ fn restore_image_held(
         if let Some(g) = p.area.syscall_insn() {
             frozen.use_gadget(g);
         }
+        let ids;
         {
             let mut fin = Finish {
                 pid,
@@ -678,10 +684,7 @@ fn restore_image_held(
             mark("restore: finish memory");
             Threads::finish(&pi.threads, &mut fin)?;
             let lazy = p.pf.uffd_fd.is_some();
-            let n = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy)?;
-            if n > 0 {
-                tracing::debug!("process {pid}: new ids written into {n} thread descriptors");
-            }
+            ids = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy)?;
             mark("restore: finish threads");
             Identity::finish(&pi.identity, &mut fin)?;
             mark("restore: finish identity");
@@ -720,9 +723,10 @@ fn restore_image_held(
             None => None,
         };
         mark("restore: finished");
-        let r = Restored {
+        let mut r = Restored {
             uffd,
             uffd_fd_in_process: p.pf.uffd_fd,
+            ids,
             session,
             pid,
             original_pid,
@@ -770,10 +774,11 @@ fn restore_image_held(
                 noreserve: (&pre_nr, &fin_nr),
                 threads: Default::default(),
             };
-            crate::skeleton::bring_up(pi, &fin, &mut cx)?;
+            let ids = crate::skeleton::bring_up(pi, &fin, &mut cx)?;
             mark("skeleton: brought up");
             Memory::finish(&fin.memory, &mut cx.finish())?;
             mark("skeleton: restorer area removed");
+            r.ids = ids;
         } else if let Hold::Release(release) = hold {
             release(&r)?;
             mark("restore: released");

@@ -93,7 +93,11 @@ fn compare_part<T: Serialize>(part: &str, pre: &Option<T>, fin: &Option<T>) -> R
 /// the stop (see the module's documentation). The resources that only
 /// compare go first, so that a stale skeleton is mostly found before
 /// anything of it changes; an error leaves it to be killed.
-pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Result<()> {
+pub fn bring_up(
+    pre: &ProcessImage,
+    fin: &ProcessImage,
+    cx: &mut Update,
+) -> Result<Vec<(libc::pid_t, libc::pid_t)>> {
     // Which threads ended and started since (a change it cannot follow is
     // stale here): the skeleton follows them after the comparisons below,
     // and the parts kept per thread compare the others.
@@ -154,14 +158,7 @@ pub fn bring_up(pre: &ProcessImage, fin: &ProcessImage, cx: &mut Update) -> Resu
     )?;
     Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
     crate::resources::threads::register_rseq_of_new(&fin.threads, cx)?;
-    let n = crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some())?;
-    if n > 0 {
-        tracing::debug!(
-            "process {}: new ids written into {n} thread descriptors",
-            cx.pid
-        );
-    }
-    Ok(())
+    crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some())
 }
 
 #[cfg(test)]

@@ -222,6 +222,7 @@ impl Strategy for StopCopy {
         };
         let (owed, registered) = owed_of(&pi);
         let lm = LazyMemory::new(uffd, &owed, registered);
+        lm.rewrite_owners(held.ids.clone());
         // Until released, the held process is killed on any failure (the
         // source then resumes its own copy).
         let total = owed.iter().map(|r| r.1).sum();
@@ -583,6 +584,9 @@ pub(crate) struct Started {
     pub resumed_ns: u64,
     /// Lazy restores: the fd number of the userfaultfd the process keeps.
     pub uffd_fd: Option<i32>,
+    /// The threads' ids (old, new) the restore rewrote in the process's
+    /// memory (`pmig_engine::Restored::ids`).
+    pub ids: Vec<(i32, i32)>,
 }
 
 /// A `pmig restore --wait-go` started while the image is still on its way:
@@ -855,6 +859,16 @@ fn reported_resume(json: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The ids `pmig restore` rewrote, from its last line (a skeleton's first
+/// line has those of its own restore, the last those of its bring-up).
+fn reported_ids(json: &str) -> Vec<(i32, i32)> {
+    json.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+        .find_map(|v| serde_json::from_value(v["ids"].clone()).ok())
+        .unwrap_or_default()
+}
+
 /// `pmig restore --json`'s line, with the instant the process was let run
 /// if it says (else `resumed_ns` is 0).
 fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
@@ -877,6 +891,7 @@ fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
         original_pid: v["original_pid"].as_i64().unwrap_or(0) as i32,
         resumed_ns: reported_resume(json),
         uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
+        ids: reported_ids(json),
     })
 }
 
@@ -891,6 +906,8 @@ pub(crate) struct Held<'a> {
     pub original_pid: i32,
     /// The number of the userfaultfd inside the process.
     pub uffd_fd: i32,
+    /// As [`Started::ids`].
+    pub ids: Vec<(i32, i32)>,
 }
 
 impl Held<'_> {
@@ -1063,6 +1080,7 @@ pub(crate) fn restore_held<'a>(
         pid: 0,
         original_pid: 0,
         uffd_fd: -1,
+        ids: Vec::new(),
     };
     mark("dst: pmig restore holds the process");
     if line.trim().is_empty() {
@@ -1075,6 +1093,7 @@ pub(crate) fn restore_held<'a>(
     let r = parse_restored(&line)?;
     held.pid = r.pid;
     held.original_pid = r.original_pid;
+    held.ids = r.ids;
     held.uffd_fd = r.uffd_fd.ok_or((
         code::RESTORE_FAILED,
         "the held restore reported no userfaultfd".to_string(),

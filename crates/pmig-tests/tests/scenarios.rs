@@ -236,6 +236,7 @@ scenario!(bigheap, "bigheap", true);
 scenario!(threads, "threads", false);
 scenario!(robust, "robust", false);
 scenario!(robust_ids, "robust_ids", false);
+scenario!(owner_ids, "owner_ids", false);
 scenario!(signals, "signals", false);
 scenario!(fpu, "fpu", false);
 scenario!(files, "files", false);
@@ -385,6 +386,7 @@ fn scenarios_pass_without_migration() {
         ("threads", &[]),
         ("robust", &[]),
         ("robust_ids", &[]),
+        ("owner_ids", &[]),
         ("signals", &[]),
         ("fpu", &[]),
         ("files", &[]),

@@ -255,6 +255,7 @@ fn print_json(r: &pmig_engine::Restored, held: bool) {
             "uffd_fd": r.uffd_fd_in_process,
             "session": r.session,
             "resumed_ns": r.resumed_ns,
+            "ids": r.ids,
             "held": held,
         })
     );

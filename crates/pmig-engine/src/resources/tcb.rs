@@ -19,7 +19,7 @@
 //! The dynamic loader's locks are recursive mutexes, which name their
 //! owner by thread id: one held across the migration (a thread inside
 //! `dlopen` or `dl_iterate_phdr`) is rewritten too, found in the loader's
-//! `_rtld_global` ([`held_loader_locks`]).
+//! `_rtld_global` ([`held_mutexes`]).
 //!
 //! So is the owner of each robust mutex a thread holds, found through the
 //! thread's robust list ([`robust_list`]): the lock word's id bits, which
@@ -211,50 +211,146 @@ fn rtld_global(path: &str) -> Result<Option<(u64, u64)>> {
 /// glibc's `pthread_mutex_t` on x86-64: lock word, count, owner's thread
 /// id, users, kind, then spin count and list links.
 const MUTEX_BYTES: u64 = 40;
-/// `PTHREAD_MUTEX_RECURSIVE_NP`: the kind of the loader's locks.
+/// A mutex's type, in the low bits of its kind: recursive
+/// (`PTHREAD_MUTEX_RECURSIVE_NP`, the loader's locks) and error-checking.
+const MUTEX_TYPE_MASK: u32 = 3;
 const MUTEX_RECURSIVE: u32 = 1;
+const MUTEX_ERRORCHECK: u32 = 2;
+/// Priority inheritance: the lock word holds the owner's id too.
+const MUTEX_PI: u32 = 32;
+/// Shared between processes (kept as it is).
+const MUTEX_PSHARED: u32 = 128;
 /// Flags glibc may add to a mutex's kind (lock elision on or off).
 const MUTEX_ELISION_FLAGS: u32 = 0x300;
+/// `FUTEX_OWNER_DIED` in a priority-inheritance lock word.
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
 /// The most bytes of `_rtld_global` read (it is about 4 KiB).
 const MAX_RTLD_GLOBAL: u64 = 64 << 10;
 
-/// The offsets in `mem`, the bytes of the loader's `_rtld_global`, of the
-/// loader's locks held by a thread whose id changed (`ids`: old, new),
-/// each with that thread's new id. The loader's locks (`dl_load_lock`,
-/// taken by `dlopen` and `dlsym`, and `dl_load_write_lock`, by
-/// `dl_iterate_phdr`) are recursive mutexes, which name their owner by
-/// thread id; held, one reads: lock word 1 or 2, a count of at least 1,
-/// the owner's id, at least one user, and the recursive kind. Mutexes are
-/// 8-byte aligned, and nothing else in `_rtld_global` reads so.
-fn held_loader_locks(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<(usize, pid_t)> {
+/// A held mutex found by [`held_mutexes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldMutex {
+    /// Its offset in the bytes searched.
+    pub at: usize,
+    /// Its owner's new id.
+    pub new: pid_t,
+    /// A priority-inheritance mutex, whose lock word holds the id as well.
+    pub pi: bool,
+}
+
+/// The glibc mutexes in `mem` held by a thread whose id changed (`ids`:
+/// old, new) that check their owner: recursive and error-checking ones,
+/// and any with priority inheritance. Their owner's unlock would fail
+/// with EPERM and leave them held for good, and a recursive one's owner
+/// would wait for itself at its next lock. A mutex that is not robust
+/// (a robust one is found through its owner's list, [`robust_list`]),
+/// held, reads: a lock word of 1 or 2 (with priority inheritance, the
+/// owner's id), a count of at least 1 if recursive or with priority
+/// inheritance and 0 if not, the
+/// owner's id, 1 to 65535 users, one of those kinds, then zeros (no spin
+/// count, no elision, no list links). Mutexes are 8-byte aligned; one that
+/// `mem` does not hold whole is not found.
+pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
+    let moved: Vec<(u32, pid_t)> = ids
+        .iter()
+        .filter(|&&(old, new)| old > 0 && old != new)
+        .map(|&(old, new)| (old as u32, new))
+        .collect();
+    let (Some(lo), Some(hi)) = (
+        moved.iter().map(|m| m.0).min(),
+        moved.iter().map(|m| m.0).max(),
+    ) else {
+        return Vec::new();
+    };
     let word = |o: usize| u32::from_le_bytes(mem[o..o + 4].try_into().unwrap_or_default());
+    let quad = |o: usize| u64::from_le_bytes(mem[o..o + 8].try_into().unwrap_or_default());
+    let could_be_owner = |w: &[u8]| {
+        u32::from_le_bytes(w[..4].try_into().unwrap_or_default()).wrapping_sub(lo) <= hi - lo
+    };
     let mut held = Vec::new();
-    let mut o = 0;
-    while o + MUTEX_BYTES as usize <= mem.len() {
-        let (lock, count, owner, users, kind) = (
-            word(o),
-            word(o + 4),
-            word(o + 8) as pid_t,
-            word(o + 12),
-            word(o + 16),
-        );
-        let locked = matches!(lock, 1 | 2)
-            && (1..1 << 16).contains(&count)
-            && (1..1 << 16).contains(&users)
-            && kind & !MUTEX_ELISION_FLAGS == MUTEX_RECURSIVE;
-        if let Some(&(_, new)) = ids
-            .iter()
-            .find(|&&(old, new)| locked && owner > 0 && owner == old && old != new)
-        {
-            held.push((o, new));
+    // The owner's id is the low half of a mutex's second 8-byte word. The
+    // words are looked at a block at a time (a loop the compiler
+    // vectorises), and only a block with a word that could be a moved
+    // thread's id is looked at closely.
+    const BLOCK: usize = 64;
+    let words = mem.len() / 8;
+    let mut b = 0;
+    while b < words {
+        let e = (b + BLOCK).min(words);
+        let maybe = mem[b * 8..e * 8]
+            .chunks_exact(8)
+            .fold(false, |a, w| a | could_be_owner(w));
+        // j: the owner's word; the mutex starts one word before it.
+        for j in (b.max(1)..e).filter(|_| maybe) {
+            let o = (j - 1) * 8;
+            if o + MUTEX_BYTES as usize > mem.len() {
+                break;
+            }
+            let owner = word(o + 8);
+            let Some(&(_, new)) = moved.iter().find(|m| m.0 == owner) else {
+                continue;
+            };
+            let (lock, count, users, kind) = (word(o), word(o + 4), word(o + 12), word(o + 16));
+            let pi = kind & MUTEX_PI != 0;
+            let kind_ok = match kind & !(MUTEX_ELISION_FLAGS | MUTEX_PSHARED | MUTEX_PI) {
+                MUTEX_RECURSIVE | MUTEX_ERRORCHECK => true,
+                0 => pi,
+                _ => false,
+            };
+            let lock_ok = if pi {
+                lock & FUTEX_TID_MASK == owner && lock & FUTEX_OWNER_DIED == 0
+            } else {
+                matches!(lock, 1 | 2)
+            };
+            // glibc counts a priority-inheritance mutex's holds whatever
+            // its type.
+            let count_ok = if pi || kind & MUTEX_TYPE_MASK == MUTEX_RECURSIVE {
+                (1..1 << 16).contains(&count)
+            } else {
+                count == 0
+            };
+            if kind_ok
+                && lock_ok
+                && count_ok
+                && (1..1 << 16).contains(&users)
+                && word(o + 20) == 0
+                && quad(o + 24) == 0
+                && quad(o + 32) == 0
+            {
+                held.push(HeldMutex { at: o, new, pi });
+            }
         }
-        o += 8;
+        b = e;
     }
     held
 }
 
+impl HeldMutex {
+    /// The words to write, at their offsets in `mem` (where it was found):
+    /// the owner's new id, and with priority inheritance the lock word with
+    /// the new id in its id bits.
+    fn rewrites(&self, mem: &[u8]) -> impl Iterator<Item = (usize, [u8; 4])> {
+        let lock = u32::from_le_bytes(mem[self.at..self.at + 4].try_into().unwrap_or_default());
+        let lock = (lock & !FUTEX_TID_MASK) | self.new as u32;
+        std::iter::once((self.at + 8, self.new.to_le_bytes()))
+            .chain(self.pi.then_some((self.at, lock.to_le_bytes())))
+    }
+}
+
+/// Rewrites in `mem` each mutex [`held_mutexes`] finds
+/// ([`HeldMutex::rewrites`]). Returns how many.
+pub fn rewrite_held_mutexes(mem: &mut [u8], ids: &[(pid_t, pid_t)]) -> usize {
+    let held = held_mutexes(mem, ids);
+    for h in &held {
+        for (o, w) in h.rewrites(mem).collect::<Vec<_>>() {
+            mem[o..o + 4].copy_from_slice(&w);
+        }
+    }
+    held.len()
+}
+
 /// Rewrites, in the restored process `pid`, the owner of each of the
-/// loader's locks that a thread held at the capture ([`held_loader_locks`])
+/// loader's locks that a thread held at the capture ([`held_mutexes`])
 /// with that thread's new id: its own unlock would otherwise fail (the
 /// owner is not the thread glibc now says it is) and leave the lock held
 /// for good, and the next `dlopen` or `dl_iterate_phdr` would wait forever.
@@ -285,12 +381,15 @@ fn rewrite_loader_locks(
         tracing::debug!("process {pid}: the loader's data at {addr:#x} cannot be read; its locks left as they are");
         return Ok(0);
     };
-    let held = held_loader_locks(&mem, ids);
-    for &(o, new) in &held {
-        sys::process_vm_write(pid, addr + o as u64 + 8, &new.to_le_bytes())?;
+    let held = held_mutexes(&mem, ids);
+    for h in &held {
+        for (o, w) in h.rewrites(&mem) {
+            sys::process_vm_write(pid, addr + o as u64, &w)?;
+        }
         tracing::info!(
-            "process {pid}: a loader lock held across the move (at {:#x}) now names its owner's new id {new}",
-            addr + o as u64
+            "process {pid}: a loader lock held across the move (at {:#x}) now names its owner's new id {}",
+            addr + h.at as u64,
+            h.new
         );
     }
     Ok(held.len())
@@ -448,11 +547,16 @@ fn rewrite_robust(
 }
 
 /// Rewrites glibc's copy of each thread's id in the restored process
-/// (threads of `frozen`, in the image's order) where the ids changed.
-/// Returns how many were rewritten; 0 if the ids are kept or the process
-/// does not use glibc's layout. With `lazy`, pages missing from the image
-/// are owed, and only descriptors the image holds are read.
-pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<usize> {
+/// (threads of `frozen`, in the image's order) where the ids changed, then
+/// the owners that name those threads: the loader's locks, each thread's
+/// robust mutexes, and the mutexes held in the image's pages
+/// ([`held_mutexes`]). Returns the ids rewritten (old, new; every thread's,
+/// in the image's order), so that the pages still to come can be rewritten
+/// as they are installed ([`rewrite_held_mutexes`]); none if the ids are
+/// kept or the process does not use glibc's layout. With `lazy`, pages
+/// missing from the image are owed, and only descriptors the image holds
+/// are read.
+pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Vec<(pid_t, pid_t)>> {
     let pairs: Vec<(pid_t, pid_t, u64)> = pi
         .threads
         .threads
@@ -464,16 +568,16 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
         })
         .collect();
     if pairs.iter().all(|(old, new, _)| old == new) {
-        return Ok(0);
+        return Ok(Vec::new());
     }
     let Some(lib) = pi.memory.vmas.iter().find_map(|v| {
         let f = v.file.as_ref()?;
         (v.offset == 0 && is_glibc(&f.path)).then_some(f.path.as_str())
     }) else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
     let Some(off) = tid_offset_known(lib)? else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
     let pid = frozen.pid;
     // In a lazy restore a page the image does not hold would be waited for
@@ -490,7 +594,7 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
             tracing::debug!(
                 "process {pid}: thread {old}'s descriptor is not in the image; ids left as they are"
             );
-            return Ok(0);
+            return Ok(Vec::new());
         }
         let mut b = [0u8; 4];
         let read = sys::process_vm_read(pid, fs_base + off, &mut b).unwrap_or(0);
@@ -498,7 +602,7 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
             tracing::debug!(
                 "process {pid}: thread {old}'s descriptor does not hold its id at {off:#x}; ids left as they are"
             );
-            return Ok(0);
+            return Ok(Vec::new());
         }
     }
     let mut n = 0;
@@ -538,6 +642,47 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<us
             tracing::info!(
                 "process {pid}: {k} robust mutexes held by thread {old} now name its new id {new}"
             );
+        }
+    }
+    let k = rewrite_image_mutexes(pi, pid, &ids)?;
+    if k > 0 {
+        tracing::info!(
+            "process {pid}: {k} mutexes held across the move now name their owners' new ids"
+        );
+    }
+    tracing::debug!("process {pid}: new ids written into {n} thread descriptors");
+    Ok(ids)
+}
+
+/// Rewrites the mutexes held by moved threads ([`held_mutexes`]) in the
+/// pages the image holds, which the restore put in the process (the pages
+/// that come later are rewritten as they are installed). Returns how many.
+fn rewrite_image_mutexes(pi: &ProcessImage, pid: pid_t, ids: &[(pid_t, pid_t)]) -> Result<usize> {
+    // Read a piece at a time; pieces overlap by less than a mutex, so that
+    // one across two pieces is whole in one of them.
+    const PIECE: u64 = 4 << 20;
+    const OVERLAP: u64 = MUTEX_BYTES - 8;
+    let mut n = 0;
+    let mut buf = Vec::new();
+    for r in pi.memory.vmas.iter().flat_map(|v| &v.runs) {
+        let mut a = r.addr;
+        while a < r.addr + r.len {
+            let len = PIECE.min(r.addr + r.len - a);
+            buf.resize(len as usize, 0);
+            if sys::process_vm_read(pid, a, &mut buf).ok() != Some(buf.len()) {
+                tracing::debug!("process {pid}: the pages at {a:#x} cannot be read; mutexes there left as they are");
+            } else {
+                for h in held_mutexes(&buf, ids) {
+                    for (o, w) in h.rewrites(&buf) {
+                        sys::process_vm_write(pid, a + o as u64, &w)?;
+                    }
+                    n += 1;
+                }
+            }
+            if a + len >= r.addr + r.len {
+                break;
+            }
+            a += len - OVERLAP;
         }
     }
     Ok(n)
@@ -646,16 +791,16 @@ mod tests {
             )
         };
         let inside = inside.expect("read inside the callback");
-        let held = held_loader_locks(&inside, &moved);
+        let held = held_mutexes(&inside, &moved);
         assert_eq!(held.len(), 1, "held inside dl_iterate_phdr: {held:?}");
-        assert_eq!(held[0].1, me + 1);
-        let o = held[0].0;
+        assert_eq!((held[0].new, held[0].pi), (me + 1, false));
+        let o = held[0].at;
         assert_eq!(&inside[o + 8..o + 12], &me.to_le_bytes());
         // Not held outside, not by another thread, and not rewritten when
         // the id stays.
-        assert!(held_loader_locks(&outside, &moved).is_empty());
-        assert!(held_loader_locks(&inside, &[(me + 7, me + 8)]).is_empty());
-        assert!(held_loader_locks(&inside, &[(me, me)]).is_empty());
+        assert!(held_mutexes(&outside, &moved).is_empty());
+        assert!(held_mutexes(&inside, &[(me + 7, me + 8)]).is_empty());
+        assert!(held_mutexes(&inside, &[(me, me)]).is_empty());
     }
 
     /// Memory of a pretend process, in 8-byte words.
@@ -703,26 +848,90 @@ mod tests {
         assert_eq!(robust_list(0x9000, &words(&mem)), None);
     }
 
+    /// A glibc mutex's 40 bytes: lock word, count, owner, users, kind, then
+    /// `tail` (spin count, elision, list links).
+    fn mutex(lock: u32, count: u32, owner: i32, users: u32, kind: u32, tail: u8) -> Vec<u8> {
+        let mut m = vec![tail; MUTEX_BYTES as usize];
+        for (i, w) in [lock, count, owner as u32, users, kind].iter().enumerate() {
+            m[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        m
+    }
+
     #[test]
-    fn only_a_held_recursive_mutex_is_a_held_loader_lock() {
-        let mutex = |lock: u32, count: u32, owner: i32, users: u32, kind: u32| {
-            let mut m = vec![0u8; MUTEX_BYTES as usize];
-            for (i, w) in [lock, count, owner as u32, users, kind].iter().enumerate() {
-                m[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
-            }
-            m
-        };
-        let ids = [(100, 200), (101, 101)];
+    fn held_mutexes_are_those_that_check_an_owner_whose_id_changed() {
+        let ids = [(100, 200), (101, 101), (102, 300)];
         let mut mem = vec![0xffu8; 8];
-        mem.extend(mutex(1, 1, 100, 1, 1)); // held by a moved thread
-        mem.extend(mutex(2, 3, 100, 1, 0x101)); // waiters, elision flag
-        mem.extend(mutex(1, 1, 101, 1, 1)); // its owner kept its id
-        mem.extend(mutex(0, 0, 0, 0, 1)); // free
-        mem.extend(mutex(1, 1, 100, 1, 0)); // a plain mutex
-        mem.extend(mutex(1, 0, 100, 1, 1)); // no count
-        mem.extend(mutex(1, 1, 100, 1, 2)); // error-checking
-        mem.extend(&[0u8; 12]); // too short for one more
-        assert_eq!(held_loader_locks(&mem, &ids), vec![(8, 200), (48, 200)]);
+        let at = |mem: &mut Vec<u8>, m: Vec<u8>| {
+            let o = mem.len();
+            mem.extend(m);
+            o
+        };
+        let recursive = at(&mut mem, mutex(1, 1, 100, 1, 1, 0));
+        let elided = at(&mut mem, mutex(2, 3, 100, 1, 0x101, 0)); // waiters, elision flag
+        at(&mut mem, mutex(1, 1, 101, 1, 1, 0)); // its owner kept its id
+        at(&mut mem, mutex(0, 0, 0, 0, 1, 0)); // free
+        at(&mut mem, mutex(1, 1, 100, 1, 0, 0)); // a plain mutex: no check
+        at(&mut mem, mutex(1, 1, 100, 1, 3, 0)); // adaptive: no check
+        at(&mut mem, mutex(1, 0, 100, 1, 1, 0)); // recursive without a count
+        let errorcheck = at(&mut mem, mutex(1, 0, 102, 1, 2, 0));
+        at(&mut mem, mutex(1, 1, 102, 1, 2, 0)); // error-checking with a count
+        let pi = at(&mut mem, mutex(0x8000_0000 | 102, 1, 102, 1, 0x220, 0));
+        at(&mut mem, mutex(101, 1, 102, 1, 32, 0)); // lock word names another
+        at(&mut mem, mutex(0x4000_0000 | 102, 1, 102, 1, 32, 0)); // owner died
+        at(&mut mem, mutex(102, 0, 102, 1, 32, 0)); // no count
+        at(&mut mem, mutex(1, 1, 100, 1, 1 | 16, 0)); // robust: its list's
+        at(&mut mem, mutex(1, 1, 100, 0, 1, 0)); // no user
+        at(&mut mem, mutex(1, 1, 100, 1, 1, 7)); // not zeros after the kind
+        mem.extend(&mutex(1, 1, 100, 1, 1, 0)[..32]); // not whole
+        let held = held_mutexes(&mem, &ids);
+        let want = [
+            (recursive, 200, false),
+            (elided, 200, false),
+            (errorcheck, 300, false),
+            (pi, 300, true),
+        ];
+        assert_eq!(
+            held.iter().map(|h| (h.at, h.new, h.pi)).collect::<Vec<_>>(),
+            want
+        );
+        // Rewritten: the owner, and a priority-inheritance lock word's id
+        // bits (its waiters bit kept); nothing else.
+        let before = mem.clone();
+        assert_eq!(rewrite_held_mutexes(&mut mem, &ids), 4);
+        let word = |m: &[u8], o: usize| u32::from_le_bytes(m[o..o + 4].try_into().unwrap());
+        for &(o, new, _) in &want {
+            assert_eq!(word(&mem, o + 8), new as u32);
+        }
+        assert_eq!(word(&mem, pi), 0x8000_0000 | 300);
+        let changed = (0..mem.len()).filter(|&i| mem[i] != before[i]).count();
+        assert!(changed <= 4 * 4 + 4, "{changed} bytes changed");
+        assert!(
+            held_mutexes(&mem, &ids).is_empty(),
+            "found again once rewritten"
+        );
+        assert!(held_mutexes(&before, &[(100, 100), (102, 102)]).is_empty());
+        assert!(held_mutexes(&before, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_held_mutex_is_found_at_any_aligned_offset_and_in_any_block() {
+        // Past the first block of words the scan looks at together, and at
+        // the very end of the memory.
+        for o in [0usize, 8, 504, 512, 520, 4096 - 40] {
+            let mut mem = vec![0u8; 4096];
+            mem[o..o + 40].copy_from_slice(&mutex(1, 2, 4242, 1, 1, 0));
+            let held = held_mutexes(&mem, &[(4242, 77)]);
+            assert_eq!(
+                held,
+                vec![HeldMutex {
+                    at: o,
+                    new: 77,
+                    pi: false
+                }],
+                "at {o}"
+            );
+        }
     }
 
     #[test]
