@@ -26,9 +26,13 @@
 //! the thread's unlock and the kernel (when the thread exits holding it)
 //! compare with the thread's id, and glibc's `__owner`.
 //!
-//! Not rewritten: ids that a program copied elsewhere, such as the owner
-//! of a mutex of its own held across the migration that is not robust
-//! (error-checking, recursive and priority-inheritance mutexes check it).
+//! And so is the owner of every other held mutex that checks it (recursive,
+//! error-checking, priority inheritance), found by glibc's layout
+//! ([`held_mutexes`]): in the image's pages by the restore, and in each page
+//! installed later by `LazyMemory` with the ids the restore reports.
+//!
+//! Not rewritten: ids that a program or a runtime copied elsewhere (Go's
+//! thread ids, a saved pid).
 
 use crate::error::{Ctx, Result};
 use crate::image::ProcessImage;
