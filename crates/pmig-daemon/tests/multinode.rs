@@ -2237,6 +2237,47 @@ fn destination_daemon_crash_during_ampom_is_taken_over() {
     destination_daemon_crash_is_taken_over("ampom", "u");
 }
 
+/// After a takeover, the pages the restarted daemon installs get the same
+/// rewrite of held mutexes as the dead daemon's did: the ids come from the
+/// takeover record. owner_ids moves with flushing (its fill held back, so
+/// its heap and anonymous pages are still owed), n2's daemon is killed and
+/// started again, and only then does the check touch those mutexes.
+#[test]
+fn a_takeover_rewrites_the_owners_of_mutexes_in_the_pages_it_installs() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("ow");
+    hold_fill(&env, 60_000);
+    let name = "owner_ids";
+    let cmds = env.dir.join(format!("{name}.cmd"));
+    std::fs::write(&cmds, "").unwrap();
+    let out = env.dir.join(format!("{name}.out"));
+    let bin = pmig_tests::scenario(name);
+    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+    wait_ready(&out);
+    let pid = child.id() as i32;
+    let rep = env
+        .migrate_with("n1", pid, "n2", "flushing")
+        .unwrap_or_else(|e| panic!("flushing of {pid} failed: {e}\nn2:\n{}", env.log("n2")));
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    wait_record(&env, "n2");
+    let cluster = env.cluster.as_mut().unwrap();
+    cluster.kill_daemon("n2").unwrap();
+    cluster
+        .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
+        .unwrap();
+    wait_log(&env, "n2", "took over migration");
+    command(&cmds, "check");
+    let got = answers(&out, 1).unwrap_or_else(|e| panic!("{e}\nn2:\n{}", env.log("n2")));
+    assert_eq!(got[0], format!("PASS {name}"), "n2:\n{}", env.log("n2"));
+    command(&cmds, "quit");
+    let _ = child.wait();
+    wait_gone(new);
+}
+
 #[test]
 fn destination_daemon_crash_during_assisted_post_copy_is_taken_over() {
     if !root() {

@@ -78,6 +78,11 @@ pub struct Record {
     /// from the source; removed when nothing is owed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<PathBuf>,
+    /// The threads' ids the restore rewrote (old, new): a restarted daemon
+    /// rewrites the mutexes they hold in the pages it installs, as the dead
+    /// one did (`LazyMemory::rewrite_owners`). Empty when the ids were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<(i32, i32)>,
 }
 
 /// The files of one active record; removed when the migration ends.
@@ -202,6 +207,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     let journal = std::fs::read(&act.journal).unwrap_or_default();
     let (lm, torn) =
         pmig_engine::lazy::LazyMemory::recover(uffd, &rec.owed, rec.registered.clone(), &journal);
+    lm.rewrite_owners(rec.ids.clone());
     if torn {
         tracing::warn!(
             "the journal of migration {} ends in a torn record (ignored)",
