@@ -16,11 +16,6 @@
 //! restore the capture sends the descriptor's pages with the handover
 //! ([`handover_pages`]), so that the rewrite never waits for a page.
 //!
-//! The dynamic loader's locks are recursive mutexes, which name their
-//! owner by thread id: one held across the migration (a thread inside
-//! `dlopen` or `dl_iterate_phdr`) is rewritten too, found in the loader's
-//! `_rtld_global` ([`held_mutexes`]).
-//!
 //! So is the owner of each robust mutex a thread holds, found through the
 //! thread's robust list ([`robust_list`]): the lock word's id bits, which
 //! the thread's unlock and the kernel (when the thread exits holding it)
@@ -29,7 +24,10 @@
 //! And so is the owner of every other held mutex that checks it (recursive,
 //! error-checking, priority inheritance), found by glibc's layout
 //! ([`held_mutexes`]): in the image's pages by the restore, and in each page
-//! installed later by `LazyMemory` with the ids the restore reports.
+//! installed later by `LazyMemory` with the ids the restore reports. The
+//! dynamic loader's locks are such mutexes (recursive): one held across the
+//! migration, by a thread inside `dlopen` or `dl_iterate_phdr`, lies in the
+//! loader's data, a private copy of its file that travels with the state.
 //!
 //! Not rewritten: ids that a program or a runtime copied elsewhere (Go's
 //! thread ids, a saved pid).
@@ -60,13 +58,6 @@ fn is_glibc(path: &str) -> bool {
     name == "libc.so.6" || (name.starts_with("libc-2.") && name.ends_with(".so"))
 }
 
-/// Whether `path` names glibc's dynamic loader (`ld-linux-x86-64.so.2`,
-/// or `ld-2.NN.so` of older releases).
-fn is_loader(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or("");
-    name.starts_with("ld-linux") || (name.starts_with("ld-2.") && name.ends_with(".so"))
-}
-
 /// Which file a path names now, and as of when: a library replaced or
 /// rewritten in place (an upgrade) is another file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,51 +79,34 @@ fn file_id(path: &str) -> Option<FileId> {
     })
 }
 
-/// What is looked up in a library's file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fact {
-    /// glibc: (offset of the thread id in `struct pthread`, 4).
-    TidOffset,
-    /// The dynamic loader: `_rtld_global` (address from the load base, size).
-    RtldGlobal,
-}
+/// A library's file (path and identity) and where its glibc keeps the
+/// thread id ([`tid_offset`]).
+type Known = (String, FileId, Option<u64>);
 
-/// A fact looked up in a file: the file's path and identity, the fact, and
-/// what was found.
-type Known = (String, FileId, Fact, Option<(u64, u64)>);
-
-/// The facts looked up already ([`known`]).
+/// The files looked up already ([`tid_offset_known`]).
 static KNOWN: std::sync::Mutex<Vec<Known>> = std::sync::Mutex::new(Vec::new());
 
-/// `fact` of the file at `path`, looked up once per file: reading a symbol
-/// from the file takes about 0.4 ms, which a restore would spend while the
-/// process is stopped.
-fn known(path: &str, fact: Fact) -> Result<Option<(u64, u64)>> {
+/// [`tid_offset`], looked up once per file: reading a symbol from the file
+/// takes about 0.4 ms, which a restore would spend while the process is
+/// stopped.
+fn tid_offset_known(path: &str) -> Result<Option<u64>> {
     let id = file_id(path);
     let cached = |k: &Vec<Known>| {
         k.iter()
-            .find(|(p, i, f, _)| p == path && Some(*i) == id && *f == fact)
-            .map(|k| k.3)
+            .find(|(p, i, _)| p == path && Some(*i) == id)
+            .map(|k| k.2)
     };
     if let Some(v) = cached(&KNOWN.lock().unwrap_or_else(|p| p.into_inner())) {
         return Ok(v);
     }
-    let v = match fact {
-        Fact::TidOffset => tid_offset(path)?.map(|o| (o, 4)),
-        Fact::RtldGlobal => rtld_global(path)?,
-    };
+    let v = tid_offset(path)?;
     if let Some(id) = id {
         KNOWN
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((path.to_string(), id, fact, v));
+            .push((path.to_string(), id, v));
     }
     Ok(v)
-}
-
-/// [`tid_offset`], looked up once per file ([`known`]).
-fn tid_offset_known(path: &str) -> Result<Option<u64>> {
-    Ok(known(path, Fact::TidOffset)?.map(|(o, _)| o))
 }
 
 /// Looks up the glibc this process runs with, ahead of a restore: a
@@ -145,9 +119,7 @@ pub fn learn_own_glibc() {
     };
     for lib in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
         if is_glibc(lib) {
-            let _ = known(lib, Fact::TidOffset);
-        } else if is_loader(lib) {
-            let _ = known(lib, Fact::RtldGlobal);
+            let _ = tid_offset_known(lib);
         }
     }
 }
@@ -187,36 +159,11 @@ fn tid_offset(path: &str) -> Result<Option<u64>> {
     Ok(Some(word(2) as u64))
 }
 
-/// `_rtld_global` of the dynamic loader at `path`: its address from the
-/// load base and its size. None if the file has no such symbol, or is not
-/// laid out from address 0 (its first segment loaded from the file's start,
-/// so that the mapping of offset 0 is the load base).
-fn rtld_global(path: &str) -> Result<Option<(u64, u64)>> {
-    use object::ObjectSegment;
-    let file = std::fs::File::open(path).ctx(|| format!("open {path}"))?;
-    let cache = object::ReadCache::new(&file);
-    let Ok(elf) = object::File::parse(&cache) else {
-        return Ok(None);
-    };
-    let first = elf
-        .segments()
-        .next()
-        .map(|s| (s.address(), s.file_range().0));
-    if elf.kind() != object::ObjectKind::Dynamic || first != Some((0, 0)) {
-        return Ok(None);
-    }
-    Ok(elf
-        .dynamic_symbols()
-        .find(|s| s.name() == Ok("_rtld_global"))
-        .map(|s| (s.address(), s.size()))
-        .filter(|&(_, size)| (MUTEX_BYTES..=MAX_RTLD_GLOBAL).contains(&size)))
-}
-
 /// glibc's `pthread_mutex_t` on x86-64: lock word, count, owner's thread
 /// id, users, kind, then spin count and list links.
 const MUTEX_BYTES: u64 = 40;
 /// A mutex's type, in the low bits of its kind: recursive
-/// (`PTHREAD_MUTEX_RECURSIVE_NP`, the loader's locks) and error-checking.
+/// (`PTHREAD_MUTEX_RECURSIVE_NP`, as the loader's locks) and error-checking.
 const MUTEX_TYPE_MASK: u32 = 3;
 const MUTEX_RECURSIVE: u32 = 1;
 const MUTEX_ERRORCHECK: u32 = 2;
@@ -228,8 +175,6 @@ const MUTEX_PSHARED: u32 = 128;
 const MUTEX_ELISION_FLAGS: u32 = 0x300;
 /// `FUTEX_OWNER_DIED` in a priority-inheritance lock word.
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
-/// The most bytes of `_rtld_global` read (it is about 4 KiB).
-const MAX_RTLD_GLOBAL: u64 = 64 << 10;
 
 /// A held mutex found by [`held_mutexes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -351,52 +296,6 @@ pub fn rewrite_held_mutexes(mem: &mut [u8], ids: &[(pid_t, pid_t)]) -> usize {
         }
     }
     held.len()
-}
-
-/// Rewrites, in the restored process `pid`, the owner of each of the
-/// loader's locks that a thread held at the capture ([`held_mutexes`])
-/// with that thread's new id: its own unlock would otherwise fail (the
-/// owner is not the thread glibc now says it is) and leave the lock held
-/// for good, and the next `dlopen` or `dl_iterate_phdr` would wait forever.
-/// Returns how many were rewritten.
-fn rewrite_loader_locks(
-    pi: &ProcessImage,
-    pid: pid_t,
-    ids: &[(pid_t, pid_t)],
-    readable: &dyn Fn(u64, u64) -> bool,
-) -> Result<usize> {
-    let Some((path, base)) = pi.memory.vmas.iter().find_map(|v| {
-        let f = v.file.as_ref()?;
-        (v.offset == 0 && is_loader(&f.path)).then_some((f.path.as_str(), v.start))
-    }) else {
-        return Ok(0);
-    };
-    let Some((at, size)) = known(path, Fact::RtldGlobal)? else {
-        return Ok(0);
-    };
-    let addr = base + at;
-    if !readable(addr, size) {
-        tracing::debug!(
-            "process {pid}: the loader's data is not in the image; its locks left as they are"
-        );
-        return Ok(0);
-    }
-    let Some(mem) = peek(pid, addr, size as usize) else {
-        tracing::debug!("process {pid}: the loader's data at {addr:#x} cannot be read; its locks left as they are");
-        return Ok(0);
-    };
-    let held = held_mutexes(&mem, ids);
-    for h in &held {
-        for (o, w) in h.rewrites(&mem) {
-            sys::process_vm_write(pid, addr + o as u64, &w)?;
-        }
-        tracing::info!(
-            "process {pid}: a loader lock held across the move (at {:#x}) now names its owner's new id {}",
-            addr + h.at as u64,
-            h.new
-        );
-    }
-    Ok(held.len())
 }
 
 /// `n` bytes of process `pid`'s memory at `a`; None unless all of them
@@ -616,10 +515,9 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Ve
             n += 1;
         }
     }
-    // Now that glibc names each thread by its new id, a lock the loader
-    // holds must too. Its data is a private copy of the loader's file,
-    // which travels with the state (never owed); anywhere else, a lazy
-    // restore reads it only if the image holds it.
+    // Now that glibc names each thread by its new id, the mutexes the
+    // threads hold must too. A lazy restore reads a robust list only where
+    // it is in a file's mapping or in the image: any other page is owed.
     let ids: Vec<(pid_t, pid_t)> = pairs.iter().map(|&(old, new, _)| (old, new)).collect();
     let readable = |a: u64, len: u64| {
         !lazy
@@ -634,7 +532,6 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Ve
                         || in_image(p)
                 })
     };
-    rewrite_loader_locks(pi, pid, &ids, &readable)?;
     for (th, &(old, new, fs_base)) in pi.threads.threads.iter().zip(&pairs) {
         let (head, len) = th.robust_list;
         if old == new || head == 0 || len != ROBUST_HEAD_BYTES {
@@ -736,29 +633,32 @@ mod tests {
         assert_eq!(handover_pages(0x7f00_0000_0000), [0x7f00_0000_0000; 2]);
     }
 
-    /// This process's loader: its path and load base.
-    fn own_loader() -> Option<(String, u64)> {
+    /// The bytes of this process's writable mappings of its dynamic loader
+    /// (`ld-linux…`), where its data lies (`_rtld_global` and its locks).
+    fn own_loader_data() -> Option<Vec<u8>> {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        maps.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let start = u64::from_str_radix(f[0].split('-').next()?, 16).ok()?;
-            (f.len() > 5 && f[2] == "00000000" && is_loader(f[5]))
-                .then(|| (f[5].to_string(), start))
-        })
-    }
-
-    /// The bytes of this process's `_rtld_global`.
-    fn own_rtld_global() -> Option<Vec<u8>> {
-        let (path, base) = own_loader()?;
-        let (at, size) = known(&path, Fact::RtldGlobal).unwrap()?;
-        let mut mem = vec![0u8; size as usize];
         // SAFETY: getpid has no arguments.
         let me = unsafe { libc::getpid() };
-        assert_eq!(
-            sys::process_vm_read(me, base + at, &mut mem).unwrap(),
-            mem.len()
-        );
-        Some(mem)
+        let mut mem = Vec::new();
+        for l in maps.lines() {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = f.get(5).and_then(|p| p.rsplit('/').next()).unwrap_or("");
+            if !name.starts_with("ld-linux") || !f[1].starts_with("rw") {
+                continue;
+            }
+            let (a, b) = f[0].split_once('-')?;
+            let (a, b) = (
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            );
+            let at = mem.len();
+            mem.resize(at + (b - a) as usize, 0);
+            assert_eq!(
+                sys::process_vm_read(me, a, &mut mem[at..]).unwrap(),
+                (b - a) as usize
+            );
+        }
+        (!mem.is_empty()).then_some(mem)
     }
 
     extern "C" fn inside_the_loader_lock(
@@ -768,17 +668,13 @@ mod tests {
     ) -> libc::c_int {
         // SAFETY: `data` is the &mut Option<Vec<u8>> the test passed.
         let out = unsafe { &mut *(data as *mut Option<Vec<u8>>) };
-        *out = own_rtld_global();
+        *out = own_loader_data();
         1 // one object is enough
     }
 
     #[test]
-    fn a_loader_lock_this_thread_holds_is_found_by_its_owner() {
-        assert!(is_loader("/lib64/ld-linux-x86-64.so.2"));
-        assert!(is_loader("/lib/ld-2.31.so"));
-        assert!(!is_loader("/usr/lib/x86_64-linux-gnu/libc.so.6"));
-        assert!(!is_loader("/usr/lib/ldap.so"));
-        let Some(outside) = own_rtld_global() else {
+    fn a_loader_lock_this_thread_holds_is_found_in_the_loaders_data() {
+        let Some(outside) = own_loader_data() else {
             return; // not linked with glibc's loader: nothing to check
         };
         // SAFETY: gettid has no arguments.
