@@ -451,9 +451,9 @@ fn rewrite_robust(
 
 /// Rewrites glibc's copy of each thread's id in the restored process
 /// (threads of `frozen`, in the image's order) where the ids changed, then
-/// the owners that name those threads: the loader's locks, each thread's
-/// robust mutexes, and the mutexes held in the image's pages
-/// ([`held_mutexes`]). Returns the ids rewritten (old, new; every thread's,
+/// the owners that name those threads: each thread's robust mutexes, and
+/// the mutexes held in the image's pages ([`held_mutexes`]), the loader's
+/// locks among them. Returns the ids rewritten (old, new; every thread's,
 /// in the image's order), so that the pages still to come can be rewritten
 /// as they are installed ([`rewrite_held_mutexes`]); none if the ids are
 /// kept or the process does not use glibc's layout. With `lazy`, pages
