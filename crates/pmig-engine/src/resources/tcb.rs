@@ -230,7 +230,9 @@ pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
             .chunks_exact(8)
             .fold(false, |a, w| a | could_be_owner(w));
         // j: the owner's word; the mutex starts one word before it.
-        for j in (b.max(1)..e).filter(|_| maybe) {
+        let closely = if maybe { b.max(1)..e } else { e..e };
+        b = e;
+        for j in closely {
             let o = (j - 1) * 8;
             if o + MUTEX_BYTES as usize > mem.len() {
                 break;
@@ -269,7 +271,6 @@ pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
                 held.push(HeldMutex { at: o, new, pi });
             }
         }
-        b = e;
     }
     held
 }
