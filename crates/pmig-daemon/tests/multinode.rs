@@ -2088,6 +2088,16 @@ fn has_record(env: &Env, node: &str) -> bool {
         .any(|e| e.path().extension().is_some_and(|x| x == "json"))
 }
 
+/// Kills `node`'s daemon (SIGKILL) and starts it again, on the same state
+/// directory: it takes over the migrations its takeover records name.
+fn crash_and_restart(env: &mut Env, node: &str) {
+    let cluster = env.cluster.as_mut().unwrap();
+    cluster.kill_daemon(node).unwrap();
+    cluster
+        .restart_daemon(node, &pmig_bin(), Duration::from_secs(20))
+        .unwrap();
+}
+
 /// Waits (bounded) for a takeover record in `node`'s state directory: the
 /// destination has restored the process and pages are still owed.
 fn wait_record(env: &Env, node: &str) {
@@ -2174,11 +2184,7 @@ fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     wait_record(&env, "n2");
     // The handover is complete once the source has the `Restored` reply.
     wait_log(&env, "n1", "n2 restored process");
-    let cluster = env.cluster.as_mut().unwrap();
-    cluster.kill_daemon("n2").unwrap();
-    cluster
-        .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
-        .unwrap();
+    crash_and_restart(&mut env, "n2");
     let rep = migrate_result(m.wait_with_output().unwrap());
     let rep = rep.unwrap_or_else(|e| {
         panic!(
@@ -2264,11 +2270,7 @@ fn a_takeover_rewrites_the_owners_of_mutexes_in_the_pages_it_installs() {
     let new = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(new);
     wait_record(&env, "n2");
-    let cluster = env.cluster.as_mut().unwrap();
-    cluster.kill_daemon("n2").unwrap();
-    cluster
-        .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
-        .unwrap();
+    crash_and_restart(&mut env, "n2");
     wait_log(&env, "n2", "took over migration");
     command(&cmds, "check");
     let got = answers(&out, 1).unwrap_or_else(|e| panic!("{e}\nn2:\n{}", env.log("n2")));
@@ -3450,11 +3452,7 @@ fn freeze_free_taken_over_before_the_store_is_complete_switches_to_it() {
     env.pids.push(new);
     wait_log(&env, "n1", "test hook: the flush of migration");
     wait_record(&env, "n2");
-    let cluster = env.cluster.as_mut().unwrap();
-    cluster.kill_daemon("n2").unwrap();
-    cluster
-        .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
-        .unwrap();
+    crash_and_restart(&mut env, "n2");
     wait_log(&env, "n2", "until the page store");
     let what = rep["residual"]["what"].as_str().unwrap_or("").to_string();
     let store = what
