@@ -632,9 +632,10 @@ impl LazyMemory {
     pub fn install(&self, src: u64, data: &[u8]) -> Result<u64> {
         // Rare: a copy of the pages, with those mutexes rewritten.
         let rewritten = self.owners.get().and_then(|ids| {
-            (!crate::resources::tcb::held_mutexes(data, ids).is_empty()).then(|| {
+            let held = crate::resources::tcb::held_mutexes(data, ids);
+            (!held.is_empty()).then(|| {
                 let mut copy = data.to_vec();
-                crate::resources::tcb::rewrite_held_mutexes(&mut copy, ids);
+                crate::resources::tcb::rewrite_held_mutexes(&mut copy, &held);
                 copy
             })
         });

@@ -287,16 +287,14 @@ impl HeldMutex {
     }
 }
 
-/// Rewrites in `mem` each mutex [`held_mutexes`] finds
-/// ([`HeldMutex::rewrites`]). Returns how many.
-pub fn rewrite_held_mutexes(mem: &mut [u8], ids: &[(pid_t, pid_t)]) -> usize {
-    let held = held_mutexes(mem, ids);
-    for h in &held {
+/// Rewrites in `mem` the mutexes [`held_mutexes`] found in it
+/// ([`HeldMutex::rewrites`]).
+pub fn rewrite_held_mutexes(mem: &mut [u8], held: &[HeldMutex]) {
+    for h in held {
         for (o, w) in h.rewrites(mem).collect::<Vec<_>>() {
             mem[o..o + 4].copy_from_slice(&w);
         }
     }
-    held.len()
 }
 
 /// `n` bytes of process `pid`'s memory at `a`; None unless all of them
@@ -799,7 +797,7 @@ mod tests {
         // Rewritten: the owner, and a priority-inheritance lock word's id
         // bits (its waiters bit kept); nothing else.
         let before = mem.clone();
-        assert_eq!(rewrite_held_mutexes(&mut mem, &ids), 4);
+        rewrite_held_mutexes(&mut mem, &held);
         let word = |m: &[u8], o: usize| u32::from_le_bytes(m[o..o + 4].try_into().unwrap());
         for &(o, new, _) in &want {
             assert_eq!(word(&mem, o + 8), new as u32);
