@@ -153,15 +153,31 @@ pub fn restore_skeleton(
 fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) -> Result<Restored> {
     let t0 = Instant::now();
     mark("restore: start");
-    let img = match verify {
-        Verify::Check => Image::open_verified(dir)?,
-        Verify::AlreadyChecked => Image::open(dir)?,
+    let img = Image::open(dir)?;
+    // The pages are verified after the parts are decoded. If the threads
+    // cannot keep their ids (some are taken), the held mutexes to rewrite
+    // are looked for meanwhile (see `OwnerScan`): then the new ids need no
+    // second read of every page.
+    let (pi, found) = match verify {
+        Verify::Check => {
+            img.verify_except(pmig_image::PAGES_PART)?;
+            let pi = ProcessImage::read(&img)?;
+            let taken = |t: pid_t| Path::new(&format!("/proc/{t}")).exists();
+            let found = if pi.threads.threads.iter().any(|t| taken(t.tid)) {
+                let mut scan = crate::resources::tcb::OwnerScan::new(&pi);
+                img.verify_visiting(pmig_image::PAGES_PART, &mut |at, b| scan.feed(at, b))?;
+                Some(scan.addresses(&pi))
+            } else {
+                img.verify_visiting(pmig_image::PAGES_PART, &mut |_, _| {})?;
+                None
+            };
+            (pi, found)
+        }
+        Verify::AlreadyChecked => (ProcessImage::read(&img)?, None),
     };
     let verify = t0.elapsed();
-    mark("restore: image verified");
-    let pi = ProcessImage::read(&img)?;
-    mark("restore: parts decoded");
-    let mut r = restore_image_held(&pi, &img.pages_path(), opts, hold)?;
+    mark("restore: image verified, parts decoded");
+    let mut r = restore_image_held(&pi, &img.pages_path(), opts, hold, found.as_deref())?;
     r.verify = verify;
     r.total = t0.elapsed();
     Ok(r)
@@ -588,14 +604,17 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
 
 /// Restore from decoded parts and a page-data file (already verified).
 pub fn restore_image(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Restored> {
-    restore_image_held(pi, pages, opts, Hold::Run)
+    restore_image_held(pi, pages, opts, Hold::Run, None)
 }
 
+/// `found`: where the held mutexes of the image's threads are (an
+/// `OwnerScan` of its pages), if the pages were scanned.
 fn restore_image_held(
     pi: &ProcessImage,
     pages: &Path,
     opts: &RestoreOptions,
     hold: Hold,
+    found: Option<&[u64]>,
 ) -> Result<Restored> {
     let mut p = prepare(pi, pages, opts)?;
     mark("restore: prepared");
@@ -684,7 +703,7 @@ fn restore_image_held(
             mark("restore: finish memory");
             Threads::finish(&pi.threads, &mut fin)?;
             let lazy = p.pf.uffd_fd.is_some();
-            ids = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy)?;
+            ids = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy, found)?;
             mark("restore: finish threads");
             Identity::finish(&pi.identity, &mut fin)?;
             mark("restore: finish identity");

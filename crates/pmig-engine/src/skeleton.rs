@@ -158,7 +158,7 @@ pub fn bring_up(
     )?;
     Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
     crate::resources::threads::register_rseq_of_new(&fin.threads, cx)?;
-    crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some())
+    crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some(), None)
 }
 
 #[cfg(test)]

@@ -339,38 +339,53 @@ fn tids_of(pid: i32) -> Vec<i32> {
     t
 }
 
-/// Restored next to the still running original, the copy gets a new pid and
-/// new tids; its thread-directed POSIX timer must aim at the worker thread
-/// under its new tid (the scenario checks that every such signal reaches
-/// the worker), and both go on passing their checks.
-#[test]
-fn posix_timers_restore_under_new_ids() {
-    let d = Dirs::new("posix_timers_new_ids");
+/// Restores `name`'s image next to its still running original, so that
+/// the copy gets a new pid and new tids ( `threads` of them), and has both
+/// pass their checks.
+fn restore_next_to_the_original(name: &str, threads: usize) {
+    let d = Dirs::new(&format!("{name}_new_ids"));
     let mut guard = Guard::new();
-    let mut orig = spawn_scenario("posix_timers", &[], &d.work());
+    let mut orig = spawn_scenario(name, &[], &d.work());
     orig.expect_ready();
     let pid = orig.pid();
     dump_ok(pid, &d.path("img"), true);
     let mut r = spawn_restore(
-        "posix_timers (restore next to the original)",
+        &format!("{name} (restore next to the original)"),
         &d.path("img"),
         &d.path("pid"),
         d.tmp.path(),
     );
-    r.check("posix_timers", PMIG_TIMEOUT);
+    r.check(name, PMIG_TIMEOUT);
     let rpid = restored_pid(&r);
     guard.track_pid(rpid);
     let (old, new) = (tids_of(pid), tids_of(rpid));
-    assert_eq!(old.len(), 2, "original threads: {old:?}");
-    assert_eq!(new.len(), 2, "restored threads: {new:?}");
+    assert_eq!(old.len(), threads, "original threads: {old:?}");
+    assert_eq!(new.len(), threads, "restored threads: {new:?}");
     assert!(
         new.iter().all(|t| !old.contains(t)),
         "the copy shares ids with the running original: {old:?} {new:?}"
     );
-    r.check("posix_timers", CHECK_TIMEOUT);
-    orig.check("posix_timers", CHECK_TIMEOUT);
+    r.check(name, CHECK_TIMEOUT);
+    orig.check(name, CHECK_TIMEOUT);
     r.quit_ok();
     orig.quit_ok();
+}
+
+/// The copy's thread-directed POSIX timer must aim at the worker thread
+/// under its new tid (the scenario checks that every such signal reaches
+/// the worker).
+#[test]
+fn posix_timers_restore_under_new_ids() {
+    restore_next_to_the_original("posix_timers", 2);
+}
+
+/// The mutexes the copy's threads hold must name their new ids: those
+/// found in the image's pages as they are verified (owner_ids), and those
+/// on each thread's robust list (robust_ids).
+#[test]
+fn held_mutexes_restore_under_new_ids() {
+    restore_next_to_the_original("owner_ids", 3);
+    restore_next_to_the_original("robust_ids", 3);
 }
 
 /// Every scenario passes its own checks (three times) without pmig.

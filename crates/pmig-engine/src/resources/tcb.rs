@@ -457,8 +457,14 @@ fn rewrite_robust(
 /// as they are installed ([`rewrite_held_mutexes`]); none if the ids are
 /// kept or the process does not use glibc's layout. With `lazy`, pages
 /// missing from the image are owed, and only descriptors the image holds
-/// are read.
-pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Vec<(pid_t, pid_t)>> {
+/// are read. `found`: where an [`OwnerScan`] of the image's pages found
+/// held mutexes; without it, the pages are read back from the process.
+pub fn rewrite_tids(
+    pi: &ProcessImage,
+    frozen: &Frozen,
+    lazy: bool,
+    found: Option<&[u64]>,
+) -> Result<Vec<(pid_t, pid_t)>> {
     let pairs: Vec<(pid_t, pid_t, u64)> = pi
         .threads
         .threads
@@ -544,7 +550,10 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Ve
             );
         }
     }
-    let k = rewrite_image_mutexes(pi, pid, &ids)?;
+    let k = match found {
+        Some(addrs) => rewrite_mutexes_at(pid, addrs, &ids)?,
+        None => rewrite_image_mutexes(pi, pid, &ids)?,
+    };
     if k > 0 {
         tracing::info!(
             "process {pid}: {k} mutexes held across the move now name their owners' new ids"
@@ -552,6 +561,104 @@ pub fn rewrite_tids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Ve
     }
     tracing::debug!("process {pid}: new ids written into {n} thread descriptors");
     Ok(ids)
+}
+
+/// Finds, while an image's pages are read to verify their checksums
+/// ([`pmig_image::Image::verify_visiting`]), the mutexes that its threads
+/// hold under their ids ([`held_mutexes`], whichever of them change), so
+/// that a restore that gives them new ids rewrites those mutexes without
+/// reading every page back ([`rewrite_tids`]).
+pub struct OwnerScan {
+    /// The image's thread ids, each with -1 as its new id (not known yet).
+    owners: Vec<(pid_t, pid_t)>,
+    /// The last bytes seen (less than a mutex), and their offset: a mutex
+    /// across two pieces is found with the second.
+    tail: Vec<u8>,
+    tail_at: u64,
+    /// Offsets in the pages file.
+    found: Vec<u64>,
+}
+
+impl OwnerScan {
+    pub fn new(pi: &ProcessImage) -> OwnerScan {
+        let tids: Vec<pid_t> = pi.threads.threads.iter().map(|t| t.tid).collect();
+        OwnerScan::of(&tids)
+    }
+
+    fn of(tids: &[pid_t]) -> OwnerScan {
+        OwnerScan {
+            owners: tids.iter().map(|&t| (t, -1)).collect(),
+            tail: Vec::new(),
+            tail_at: 0,
+            found: Vec::new(),
+        }
+    }
+
+    /// The next `data`, at offset `at` of the pages file.
+    pub fn feed(&mut self, at: u64, data: &[u8]) {
+        const KEEP: usize = MUTEX_BYTES as usize - 8;
+        for h in held_mutexes(data, &self.owners) {
+            self.found.push(at + h.at as u64);
+        }
+        if self.tail_at + self.tail.len() as u64 != at {
+            self.tail.clear();
+        }
+        // A mutex that starts in the last bytes seen and ends in `data`.
+        if !self.tail.is_empty() {
+            let mut seam = self.tail.clone();
+            seam.extend_from_slice(&data[..data.len().min(MUTEX_BYTES as usize)]);
+            for h in held_mutexes(&seam, &self.owners) {
+                if h.at < self.tail.len() {
+                    self.found.push(self.tail_at + h.at as u64);
+                }
+            }
+        }
+        // Mutexes are 8-byte aligned: a seam is looked at only between
+        // pieces that keep the alignment (the verification's do).
+        if !at.is_multiple_of(8) || !data.len().is_multiple_of(8) {
+            self.tail.clear();
+            return;
+        }
+        self.tail
+            .extend_from_slice(&data[data.len().saturating_sub(KEEP)..]);
+        let extra = self.tail.len().saturating_sub(KEEP);
+        self.tail.drain(..extra);
+        self.tail_at = at + data.len() as u64 - self.tail.len() as u64;
+    }
+
+    /// The addresses of the mutexes found, in the process restored from
+    /// `pi`.
+    pub fn addresses(self, pi: &ProcessImage) -> Vec<u64> {
+        let runs: Vec<_> = pi.memory.vmas.iter().flat_map(|v| &v.runs).collect();
+        self.found
+            .iter()
+            .filter_map(|&o| {
+                let r = runs
+                    .iter()
+                    .find(|r| r.offset <= o && o + MUTEX_BYTES <= r.offset + r.len)?;
+                Some(r.addr + (o - r.offset))
+            })
+            .collect()
+    }
+}
+
+/// Rewrites the mutexes at `addrs` (an [`OwnerScan`]'s) that moved threads
+/// hold, once [`held_mutexes`] finds them there in the process. Returns
+/// how many.
+fn rewrite_mutexes_at(pid: pid_t, addrs: &[u64], ids: &[(pid_t, pid_t)]) -> Result<usize> {
+    let mut n = 0;
+    for &a in addrs {
+        let Some(b) = peek(pid, a, MUTEX_BYTES as usize) else {
+            continue;
+        };
+        for h in held_mutexes(&b, ids) {
+            for (o, w) in h.rewrites(&b) {
+                sys::process_vm_write(pid, a + o as u64, &w)?;
+            }
+            n += 1;
+        }
+    }
+    Ok(n)
 }
 
 /// Rewrites the mutexes held by moved threads ([`held_mutexes`]) in the
@@ -831,6 +938,47 @@ mod tests {
                 "at {o}"
             );
         }
+    }
+
+    #[test]
+    fn an_owner_scan_fed_in_pieces_finds_what_one_look_at_the_whole_finds() {
+        // Two pages as the pages file holds them, with held mutexes of
+        // threads 4242 and 4343 at offsets around the pieces' edges (the
+        // first across the pages' edge).
+        let mut mem = vec![0u8; 8192];
+        for (o, owner) in [
+            (4096 - 16, 4242),
+            (0, 4343),
+            (56, 4242),
+            (8152, 4343),
+            (1000, 4242),
+        ] {
+            mem[o..o + 40].copy_from_slice(&mutex(1, 1, owner, 1, 1, 0));
+        }
+        // A free one, and one of a thread not in the image.
+        mem[2000..2040].copy_from_slice(&mutex(0, 0, 0, 0, 1, 0));
+        mem[3000..3040].copy_from_slice(&mutex(1, 1, 77, 1, 1, 0));
+        let base = 3 * 4096;
+        let mut want: Vec<u64> = held_mutexes(&mem, &[(4242, -1), (4343, -1)])
+            .iter()
+            .map(|h| base + h.at as u64)
+            .collect();
+        want.sort();
+        assert_eq!(want.len(), 5);
+        for piece in [8, 24, 40, 64, 4096, 8192] {
+            let mut scan = OwnerScan::of(&[4242, 4343]);
+            for (k, c) in mem.chunks(piece).enumerate() {
+                scan.feed(base + (k * piece) as u64, c);
+            }
+            let mut got = scan.found.clone();
+            got.sort();
+            assert_eq!(got, want, "pieces of {piece} bytes");
+        }
+        // Pieces that are not contiguous are not joined.
+        let mut scan = OwnerScan::of(&[4242]);
+        scan.feed(0, &mem[..4096]);
+        scan.feed(100 * 4096, &mem[4096..]);
+        assert!(!scan.found.contains(&(4096 - 16)), "{:?}", scan.found);
     }
 
     #[test]
