@@ -13,7 +13,7 @@ all: build
 # Install system packages the build and tests need (only what is missing).
 deps:
 	@missing=""; \
-	for c in cc:build-essential readelf:binutils objcopy:binutils ip:iproute2 tc:iproute2 bc:bc python3:python3 strace:strace ping:iputils-ping; do \
+	for c in cc:build-essential go:golang-go readelf:binutils objcopy:binutils ip:iproute2 tc:iproute2 bc:bc python3:python3 strace:strace ping:iputils-ping; do \
 	  command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 	done; \
 	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing="$$missing libc6-dev"; \

@@ -4085,3 +4085,91 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
         figures(&[rep, rep2, rep3])
     );
 }
+
+// ---------------------------------------------------------------------------
+// runtimes that keep their threads' ids
+
+/// Builds the Go program `tests/go/NAME` into `dir` (`make test` installs
+/// Go when it is missing).
+fn go_program(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/go/{name}"));
+    let bin = dir.join(name);
+    let st = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .current_dir(&src)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOPROXY", "off")
+        .status()
+        .expect("run go build (install Go: make deps)");
+    assert!(st.success(), "go build of {} failed", src.display());
+    bin
+}
+
+/// The rounds `tests/go/preempt` has printed.
+fn rounds_done(out: &Path) -> usize {
+    std::fs::read_to_string(out)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("round "))
+        .count()
+}
+
+/// A Go program's runtime signals its own threads by the ids it recorded
+/// when they started (`m.procid`): to stop a goroutine that loops without
+/// calls, which every garbage collection must. Moved under new ids, it
+/// must go on doing so: `preempt` collects while such a loop runs, round
+/// after round, and hung in the first round after a move before the
+/// restore rewrote those ids.
+#[test]
+fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("go");
+    let bin = go_program("preempt", &env.dir);
+    let out = env.dir.join("preempt.out");
+    let mut child = env.spawn("n1", &[bin.to_str().unwrap(), "100000"], None, &out);
+    wait_ready(&out);
+    wait_output(&out, "round 3\n", "preempt did not run its first rounds");
+    let mut pid = child.id() as i32;
+    let mut original = Some(&mut child);
+    // Every strategy, around the three nodes.
+    let hops = [
+        ("n1", "n2", "post-copy"),
+        ("n2", "n3", "stop-copy"),
+        ("n3", "n1", "pre-copy"),
+        ("n1", "n2", "queued-pre-copy"),
+        ("n2", "n3", "demand-paging"),
+        ("n3", "n1", "flushing"),
+        ("n1", "n2", "freeze-free"),
+        ("n2", "n3", "assisted-post-copy"),
+        ("n3", "n1", "ampom"),
+        ("n1", "n2", "auto"),
+    ];
+    for (from, to, strategy) in hops {
+        let rep = env
+            .migrate_with(from, pid, to, strategy)
+            .unwrap_or_else(|e| panic!("{e}\n{from}:\n{}", env.log(from)));
+        let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(new_pid);
+        assert_ne!(new_pid, pid, "the move kept the pid: nothing to test");
+        if let Some(c) = original.take() {
+            let _ = c.wait();
+        }
+        pid = new_pid;
+        let (n, t0) = (rounds_done(&out), Instant::now());
+        while rounds_done(&out) < n + 3 {
+            assert!(
+                t0.elapsed() < LIMIT,
+                "preempt stopped at round {} after its move to {to} ({strategy})\n{to}:\n{}",
+                rounds_done(&out),
+                env.log(to)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

@@ -1178,6 +1178,9 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
     for t in &frozen.threads {
         keep.extend(crate::resources::tcb::robust_pages(frozen.pid, t.tid));
     }
+    // The Go runtime's records of its threads, whose ids the restore
+    // rewrites if they change.
+    keep.extend(crate::resources::gort::handover_pages(frozen));
     Ok(keep)
 }
 

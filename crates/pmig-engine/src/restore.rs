@@ -686,6 +686,7 @@ fn restore_image_held(
             frozen.use_gadget(g);
         }
         let ids;
+        let go_done;
         {
             let mut fin = Finish {
                 pid,
@@ -704,6 +705,9 @@ fn restore_image_held(
             Threads::finish(&pi.threads, &mut fin)?;
             let lazy = p.pf.uffd_fd.is_some();
             ids = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy, found)?;
+            // Held until its pages are in, it is looked at again then.
+            let held = matches!(hold, Hold::Release(_));
+            go_done = crate::resources::gort::rewrite_ids_or_warn(pi, fin.frozen, lazy, !held);
             mark("restore: finish threads");
             Identity::finish(&pi.identity, &mut fin)?;
             mark("restore: finish identity");
@@ -801,6 +805,9 @@ fn restore_image_held(
         } else if let Hold::Release(release) = hold {
             release(&r)?;
             mark("restore: released");
+            if !go_done {
+                crate::resources::gort::rewrite_ids_or_warn(pi, &frozen, false, true);
+            }
             if let Some(fd) = r.uffd_fd_in_process {
                 // Every page was provided through the caller's copy: the
                 // process's own reference is no longer needed.

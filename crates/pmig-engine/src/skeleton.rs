@@ -158,7 +158,9 @@ pub fn bring_up(
     )?;
     Memory::update(&pre.memory, &fin.memory, same(&pre.memory, &fin.memory), cx)?;
     crate::resources::threads::register_rseq_of_new(&fin.threads, cx)?;
-    crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some(), None)
+    let ids = crate::resources::tcb::rewrite_tids(fin, cx.frozen, cx.uffd.is_some(), None)?;
+    crate::resources::gort::rewrite_ids_or_warn(fin, cx.frozen, cx.uffd.is_some(), true);
+    Ok(ids)
 }
 
 #[cfg(test)]

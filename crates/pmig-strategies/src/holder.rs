@@ -247,6 +247,7 @@ use std::collections::HashSet;
 fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
     join_mount_ns(pid)?;
     precheck_all(pid)?;
+    pmig_engine::resources::gort::learn(pid);
     mark("hold: prechecked");
     // Most of what must reach a file server before another node opens the
     // files goes now, while the process runs; the capture sends the rest.

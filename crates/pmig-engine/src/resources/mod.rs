@@ -20,6 +20,7 @@ pub mod epoll;
 pub mod eventfd;
 pub mod files;
 pub mod ghosts;
+pub mod gort;
 pub mod holders;
 pub mod identity;
 pub mod inotify;

@@ -79,34 +79,52 @@ fn file_id(path: &str) -> Option<FileId> {
     })
 }
 
-/// A library's file (path and identity) and where its glibc keeps the
-/// thread id ([`tid_offset`]).
-type Known = (String, FileId, Option<u64>);
+/// What was read from files, each value kept for as long as its file (path
+/// and identity, [`FileId`]) stays the same.
+pub(crate) struct FileCache<T: Copy>(std::sync::Mutex<Vec<(String, FileId, T)>>);
 
-/// The files looked up already ([`tid_offset_known`]).
-static KNOWN: std::sync::Mutex<Vec<Known>> = std::sync::Mutex::new(Vec::new());
+impl<T: Copy> FileCache<T> {
+    pub(crate) const fn new() -> Self {
+        FileCache(std::sync::Mutex::new(Vec::new()))
+    }
+
+    /// The value of the file at `path`: the one kept, or `read`'s.
+    pub(crate) fn get(&self, path: &str, read: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+        let id = file_id(path);
+        let entries = || self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = entries()
+            .iter()
+            .find(|(p, i, _)| p == path && Some(*i) == id)
+            .map(|k| k.2)
+        {
+            return Ok(v);
+        }
+        let v = read(path)?;
+        if let Some(id) = id {
+            entries().push((path.to_string(), id, v));
+        }
+        Ok(v)
+    }
+
+    #[cfg(test)]
+    fn entries(&self, path: &str) -> usize {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|k| k.0 == path)
+            .count()
+    }
+}
+
+/// Where each glibc looked up keeps the thread id ([`tid_offset`]).
+static TID_OFFSETS: FileCache<Option<u64>> = FileCache::new();
 
 /// [`tid_offset`], looked up once per file: reading a symbol from the file
 /// takes about 0.4 ms, which a restore would spend while the process is
 /// stopped.
 fn tid_offset_known(path: &str) -> Result<Option<u64>> {
-    let id = file_id(path);
-    let cached = |k: &Vec<Known>| {
-        k.iter()
-            .find(|(p, i, _)| p == path && Some(*i) == id)
-            .map(|k| k.2)
-    };
-    if let Some(v) = cached(&KNOWN.lock().unwrap_or_else(|p| p.into_inner())) {
-        return Ok(v);
-    }
-    let v = tid_offset(path)?;
-    if let Some(id) = id {
-        KNOWN
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((path.to_string(), id, v));
-    }
-    Ok(v)
+    TID_OFFSETS.get(path, tid_offset)
 }
 
 /// Looks up the glibc this process runs with, ahead of a restore: a
@@ -989,7 +1007,7 @@ mod tests {
         // Not an ELF file: no offset, remembered as such.
         std::fs::write(lib, b"not a library").unwrap();
         assert_eq!(tid_offset_known(lib).unwrap(), None);
-        let entries = |p: &str| KNOWN.lock().unwrap().iter().filter(|k| k.0 == p).count();
+        let entries = |p: &str| TID_OFFSETS.entries(p);
         assert_eq!(entries(lib), 1);
         assert_eq!(tid_offset_known(lib).unwrap(), None);
         assert_eq!(entries(lib), 1, "looked up again though unchanged");

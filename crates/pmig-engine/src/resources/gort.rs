@@ -1,0 +1,428 @@
+//! The Go runtime's own record of its threads' ids.
+//!
+//! Each thread of a Go program runs one of the runtime's `m`s, which keeps
+//! the thread's id in `m.procid` from the thread's start. The runtime
+//! signals a thread with `tgkill(getpid(), m.procid, …)`: to preempt a
+//! goroutine that loops without calling a function (the garbage collector
+//! must do so to stop the world), for CPU profiling, and to have every
+//! thread make a system call (`syscall.Setuid` and its kin). Under new
+//! thread ids these signals reach no thread: the collector then waits until
+//! the loop calls a function, holding up every goroutine that allocates
+//! (seconds, measured), and a `Setuid` waits for good. So when the ids
+//! change, the restore rewrites each `m.procid` that names an old id.
+//!
+//! The `m`s are found through two symbols of the executable:
+//! `runtime.m0`, the first `m` (the main thread's), in its data, and
+//! `runtime.allm`, the list of all of them, newest first, linked through
+//! `m.alllink` and ending at `m0`. Both offsets differ between Go versions
+//! and are learned from the memory itself: `procid` is the one word in
+//! `m0`'s first KiB that holds the main thread's id, and `alllink` the one
+//! offset through which the list from `allm` passes only `m`s whose
+//! `procid` is one of the process's threads (or not set yet) and ends at
+//! `m0`. A binary built without its symbol table (`-ldflags=-s`) is left
+//! as it is.
+
+use super::tcb::FileCache;
+use crate::error::{Ctx, Result};
+use crate::image::ProcessImage;
+use crate::ptrace::Frozen;
+use crate::sys;
+use libc::pid_t;
+use std::collections::HashSet;
+
+const PAGE: u64 = 4096;
+/// How much of `m0` is searched for `procid`, and of an `m` for `alllink`.
+const PROCID_WITHIN: usize = 1024;
+const ALLLINK_WITHIN: usize = 2048;
+
+/// Link-time addresses of `runtime.m0` and `runtime.allm`, and the entry
+/// point (its run-time value, in the auxiliary vector, gives the load
+/// bias of a position-independent executable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct GoSymbols {
+    m0: u64,
+    allm: u64,
+    entry: u64,
+}
+
+/// The symbols of each executable looked up.
+static SYMBOLS: FileCache<Option<GoSymbols>> = FileCache::new();
+
+/// The Go runtime's symbols in the executable at `path`; None if it is
+/// not a Go program or has no symbol table. Only a Go program's symbols
+/// are read: for another, the section headers tell (reading every symbol
+/// of a large program, node's, took 18 ms).
+fn go_symbols(path: &str) -> Result<Option<GoSymbols>> {
+    use object::read::elf::{FileHeader, Sym};
+    let file = std::fs::File::open(path).ctx(|| format!("open {path}"))?;
+    let data = object::ReadCache::new(&file);
+    let parsed = (|| {
+        let header = object::elf::FileHeader64::<object::Endianness>::parse(&data)?;
+        let endian = header.endian()?;
+        let sections = header.sections(endian, &data)?;
+        if sections.section_by_name(endian, b".go.buildinfo").is_none() {
+            return Ok(None);
+        }
+        let symbols = sections.symbols(endian, &data, object::elf::SHT_SYMTAB)?;
+        let (mut m0, mut allm) = (None, None);
+        for s in symbols.iter() {
+            match symbols.symbol_name(endian, s)? {
+                b"runtime.m0" => m0 = Some(s.st_value(endian)),
+                b"runtime.allm" => allm = Some(s.st_value(endian)),
+                _ => continue,
+            }
+            if m0.is_some() && allm.is_some() {
+                break;
+            }
+        }
+        Ok::<_, object::Error>(m0.zip(allm).map(|(m0, allm)| GoSymbols {
+            m0,
+            allm,
+            entry: header.e_entry(endian),
+        }))
+    })();
+    Ok(parsed.unwrap_or(None))
+}
+
+/// Where the symbols are in the running process: the load bias from its
+/// entry point (`AT_ENTRY` in `auxv`, pairs of words).
+fn placed(s: GoSymbols, auxv: &[u64]) -> Option<GoSymbols> {
+    let at_entry = auxv
+        .chunks_exact(2)
+        .find(|kv| kv[0] == libc::AT_ENTRY)
+        .map(|kv| kv[1])?;
+    let bias = at_entry.checked_sub(s.entry)?;
+    Some(GoSymbols {
+        m0: s.m0 + bias,
+        allm: s.allm + bias,
+        entry: at_entry,
+    })
+}
+
+/// Reads `buf.len()` bytes of the process at an address; false if it
+/// cannot (or must not) be read.
+type Read<'a> = &'a dyn Fn(u64, &mut [u8]) -> bool;
+
+fn word(read: Read, a: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    read(a, &mut b).then(|| u64::from_le_bytes(b))
+}
+
+/// The `m`s found: the offset of `procid` and each `m`'s address.
+#[derive(Debug, PartialEq, Eq)]
+struct Ms {
+    procid: u64,
+    alllink: u64,
+    ms: Vec<u64>,
+}
+
+/// Walks the runtime's `m`s (see the module's comment). `main`: the main
+/// thread's id as the runtime has it; `tids`: every thread's. Says why if
+/// it cannot.
+fn walk(s: GoSymbols, main: pid_t, tids: &[pid_t], read: Read) -> std::result::Result<Ms, String> {
+    let mut head = vec![0u8; PROCID_WITHIN];
+    if !read(s.m0, &mut head) {
+        return Err(format!("m0 at {:#x} cannot be read", s.m0));
+    }
+    let at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+    let offsets: Vec<u64> = (8..PROCID_WITHIN)
+        .step_by(8)
+        .filter(|&o| at(&head, o) == main as u64)
+        .map(|o| o as u64)
+        .collect();
+    let [procid] = offsets[..] else {
+        return Err(format!(
+            "m0 holds the main thread's id {main} at {offsets:?}"
+        ));
+    };
+    let first = word(read, s.allm).ok_or("allm cannot be read")?;
+    if first == s.m0 {
+        // One m: its link is learned from nothing, and not needed.
+        return Ok(Ms {
+            procid,
+            alllink: 0,
+            ms: vec![s.m0],
+        });
+    }
+    let ok_id = |id: u64| id == 0 || tids.iter().any(|&t| t as u64 == id);
+    let mut links = vec![0u8; ALLLINK_WITHIN];
+    if first % 8 != 0 || !read(first, &mut links) {
+        return Err(format!("the newest m at {first:#x} cannot be read"));
+    }
+    if !word(read, first + procid).is_some_and(ok_id) {
+        return Err(format!(
+            "the newest m at {first:#x} names no thread of the process"
+        ));
+    }
+    // Every offset through which the list ends at m0; the list is the
+    // longest of them (another field may point at m0 or at one m of it).
+    let mut fits: Vec<Ms> = Vec::new();
+    for alllink in (8..ALLLINK_WITHIN as u64).step_by(8) {
+        if alllink == procid {
+            continue;
+        }
+        let mut ms = vec![first];
+        let mut next = at(&links, alllink as usize);
+        let ends = loop {
+            if next == s.m0 {
+                break word(read, s.m0 + alllink) == Some(0);
+            }
+            if next == 0 || next % 8 != 0 || ms.len() > tids.len() || ms.contains(&next) {
+                break false;
+            }
+            match word(read, next + procid) {
+                Some(id) if ok_id(id) => ms.push(next),
+                _ => break false,
+            }
+            match word(read, next + alllink) {
+                Some(n) => next = n,
+                None => break false,
+            }
+        };
+        if ends {
+            ms.push(s.m0);
+            fits.push(Ms {
+                procid,
+                alllink,
+                ms,
+            });
+        }
+    }
+    let longest = fits.iter().map(|m| m.ms.len()).max().unwrap_or(0);
+    let mut best = fits.into_iter().filter(|m| m.ms.len() == longest);
+    match (best.next(), best.next()) {
+        (Some(m), None) => Ok(m),
+        (None, _) => Err(format!("no list of ms from {first:#x} ends at m0")),
+        (Some(a), Some(b)) => Err(format!(
+            "the ms' links are at {:#x} or {:#x}, not sure which",
+            a.alllink, b.alllink
+        )),
+    }
+}
+
+/// The executable's Go symbols, placed in process `pid` (`exe` is its
+/// path, `auxv` its auxiliary vector).
+fn symbols_in(exe: &str, auxv: &[u64]) -> Option<GoSymbols> {
+    let s = SYMBOLS.get(exe, go_symbols).ok().flatten()?;
+    placed(s, auxv)
+}
+
+fn auxv_of(pid: pid_t) -> Vec<u64> {
+    std::fs::read(format!("/proc/{pid}/auxv"))
+        .unwrap_or_default()
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect()
+}
+
+/// Looks up the symbols of process `pid`'s executable, ahead of a freeze:
+/// the lookup then costs one `stat` at the stop.
+pub fn learn(pid: pid_t) {
+    if let Ok(exe) = crate::procfs::readlink(pid, "exe") {
+        let _ = SYMBOLS.get(&exe, go_symbols);
+    }
+}
+
+/// The pages a restore reads and writes to rewrite the `m`s of the frozen
+/// Go process `frozen` (none for another program): a lazy handover sends
+/// them along.
+pub fn handover_pages(frozen: &Frozen) -> HashSet<u64> {
+    let mut keep = HashSet::new();
+    let Ok(exe) = crate::procfs::readlink(frozen.pid, "exe") else {
+        return keep;
+    };
+    let Some(s) = symbols_in(&exe, &auxv_of(frozen.pid)) else {
+        return keep;
+    };
+    let pid = frozen.pid;
+    let read = |a: u64, b: &mut [u8]| sys::process_vm_read(pid, a, b).ok() == Some(b.len());
+    let tids: Vec<pid_t> = frozen.threads.iter().map(|t| t.tid).collect();
+    let ms = match walk(s, pid, &tids, &read) {
+        Ok(ms) => ms,
+        Err(why) => {
+            tracing::debug!("process {pid}: the Go runtime's threads not found ({why})");
+            return keep;
+        }
+    };
+    let mut add = |a: u64, len: u64| {
+        let mut p = a & !(PAGE - 1);
+        while p < a + len {
+            keep.insert(p);
+            p += PAGE;
+        }
+    };
+    add(s.allm, 8);
+    add(s.m0, PROCID_WITHIN as u64);
+    if let Some(&first) = ms.ms.first() {
+        add(first, ALLLINK_WITHIN as u64);
+    }
+    for &m in &ms.ms {
+        add(m + ms.procid, 8);
+        add(m + ms.alllink, 8);
+    }
+    keep
+}
+
+/// Rewrites, in the process restored from `pi` (threads of `frozen`, in
+/// the image's order), each `m.procid` that names a thread whose id
+/// changed. With `lazy`, only the image's pages and file mappings are read
+/// (any other private page is owed). Returns how many were rewritten, or
+/// None if the process is a Go program whose `m`s were not found (in pages
+/// not there yet, with `lazy`).
+pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Option<usize>> {
+    let ids: Vec<(pid_t, pid_t)> = pi
+        .threads
+        .threads
+        .iter()
+        .zip(&frozen.threads)
+        .map(|(th, now)| (th.tid, now.tid))
+        .collect();
+    if ids.iter().all(|(old, new)| old == new) {
+        return Ok(Some(0));
+    }
+    let Some(s) = symbols_in(&pi.memory.mm.exe.path, &pi.memory.mm.auxv) else {
+        return Ok(Some(0));
+    };
+    let pid = frozen.pid;
+    let held = |a: u64, len: u64| {
+        pi.memory.vmas.iter().any(|v| {
+            (v.file.is_some() && v.start <= a && a + len <= v.end)
+                || v.runs
+                    .iter()
+                    .any(|r| r.addr <= a && a + len <= r.addr + r.len)
+        })
+    };
+    let read = |a: u64, b: &mut [u8]| {
+        (!lazy || held(a, b.len() as u64)) && sys::process_vm_read(pid, a, b).ok() == Some(b.len())
+    };
+    let olds: Vec<pid_t> = ids.iter().map(|i| i.0).collect();
+    let ms = match walk(s, pi.process.pid, &olds, &read) {
+        Ok(ms) => ms,
+        Err(why) => {
+            tracing::debug!("process {pid}: the Go runtime's threads not found ({why})");
+            return Ok(None);
+        }
+    };
+    let mut n = 0;
+    for m in ms.ms {
+        let Some(id) = word(&read, m + ms.procid) else {
+            continue;
+        };
+        if let Some(&(_, new)) = ids
+            .iter()
+            .find(|&&(old, new)| old as u64 == id && old != new)
+        {
+            sys::process_vm_write(pid, m + ms.procid, &(new as u64).to_le_bytes())?;
+            n += 1;
+        }
+    }
+    if n > 0 {
+        tracing::info!(
+            "process {pid}: the Go runtime's record of {n} thread ids now names the new ones"
+        );
+    }
+    Ok(Some(n))
+}
+
+/// [`rewrite_ids`], whose failure leaves the ids as they were: the
+/// program runs, its runtime's signals to its threads go astray. Returns
+/// whether it is done (false: the `m`s are in pages not there yet; `last`
+/// says that there will be no later try, which is then logged).
+pub fn rewrite_ids_or_warn(pi: &ProcessImage, frozen: &Frozen, lazy: bool, last: bool) -> bool {
+    let why = match rewrite_ids(pi, frozen, lazy) {
+        Ok(Some(_)) => return true,
+        Ok(None) if !last => return false,
+        Ok(None) => "its runtime's threads were not found".to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(
+        "process {}: the Go runtime's record of its thread ids could not be rewritten ({why}); its signals to its own threads go astray",
+        frozen.pid
+    );
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A made-up memory of words.
+    struct Mem(std::collections::HashMap<u64, u64>);
+
+    impl Mem {
+        fn read(&self, a: u64, b: &mut [u8]) -> bool {
+            for (k, c) in b.chunks_mut(8).enumerate() {
+                let w = self.0.get(&(a + 8 * k as u64)).copied().unwrap_or(0);
+                c.copy_from_slice(&w.to_le_bytes()[..c.len()]);
+            }
+            true
+        }
+    }
+
+    #[test]
+    fn the_ms_are_walked_from_allm_to_m0_with_offsets_learned_from_memory() {
+        let s = GoSymbols {
+            m0: 0x59_b560,
+            allm: 0x59_9e30,
+            entry: 0x40_0000,
+        };
+        let (procid, alllink) = (64, 352);
+        let ms = [0x7f00_0000_3008u64, 0x7f00_0000_2808, 0x7f00_0000_2008];
+        let tids = [100, 102, 103, 104];
+        let mut m = std::collections::HashMap::new();
+        m.insert(s.allm, ms[0]);
+        m.insert(s.m0 + procid, 100);
+        m.insert(s.m0 + 8, 7); // other words of m0
+        for (k, &a) in ms.iter().enumerate() {
+            m.insert(a + procid, tids[k + 1] as u64);
+            m.insert(a + alllink, ms.get(k + 1).copied().unwrap_or(s.m0));
+            // A pointer elsewhere that leads nowhere.
+            m.insert(a + 16, a + 0x100);
+        }
+        // A list that passes an m of another thread is not the list.
+        let plain = Mem(m.clone());
+        let read = |a: u64, b: &mut [u8]| plain.read(a, b);
+        assert_eq!(walk(s, 100, &tids, &read).unwrap().alllink, alllink);
+        assert!(walk(s, 100, &[100, 102, 103], &read).is_err());
+        // A field of the newest m that points at m0 (whose same field is
+        // 0), and one that points at the next m: lists that end at m0 too,
+        // but shorter.
+        m.insert(ms[0] + 200, s.m0);
+        m.insert(ms[0] + 208, ms[1]);
+        m.insert(ms[1] + 208, s.m0);
+        let mem = Mem(m);
+        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+        let got = walk(s, 100, &tids, &read).unwrap();
+        assert_eq!(
+            got,
+            Ms {
+                procid,
+                alllink,
+                ms: vec![ms[0], ms[1], ms[2], s.m0]
+            }
+        );
+        // Another main thread's id: not m0's.
+        assert!(walk(s, 101, &tids, &read).is_err());
+        // A memory that cannot be read finds nothing.
+        assert!(walk(s, 100, &tids, &|_, _| false).is_err());
+    }
+
+    #[test]
+    fn the_load_bias_comes_from_the_entry_point() {
+        let s = GoSymbols {
+            m0: 0x1000,
+            allm: 0x2000,
+            entry: 0x500,
+        };
+        let auxv = [libc::AT_PHDR, 0x40, libc::AT_ENTRY, 0x5555_0000_0500, 0, 0];
+        let p = placed(s, &auxv).unwrap();
+        assert_eq!((p.m0, p.allm), (0x5555_0000_1000, 0x5555_0000_2000));
+        assert_eq!(placed(s, &[0, 0]), None);
+    }
+
+    #[test]
+    fn a_program_that_is_not_go_has_no_go_symbols() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(go_symbols(exe.to_str().unwrap()).unwrap(), None);
+    }
+}
