@@ -200,11 +200,11 @@ fn walk(s: GoSymbols, main: pid_t, tids: &[pid_t], read: Read) -> std::result::R
     }
 }
 
-/// The executable's Go symbols, placed in process `pid` (`exe` is its
-/// path, `auxv` its auxiliary vector).
-fn symbols_in(exe: &str, auxv: &[u64]) -> Option<GoSymbols> {
+/// The executable's Go symbols, placed in a process (`exe` is its path,
+/// `auxv` gives its auxiliary vector, asked for only for a Go program).
+fn symbols_in(exe: &str, auxv: impl FnOnce() -> Vec<u64>) -> Option<GoSymbols> {
     let s = SYMBOLS.get(exe, go_symbols).ok().flatten()?;
-    placed(s, auxv)
+    placed(s, &auxv())
 }
 
 fn auxv_of(pid: pid_t) -> Vec<u64> {
@@ -231,7 +231,7 @@ pub fn handover_pages(frozen: &Frozen) -> HashSet<u64> {
     let Ok(exe) = crate::procfs::readlink(frozen.pid, "exe") else {
         return keep;
     };
-    let Some(s) = symbols_in(&exe, &auxv_of(frozen.pid)) else {
+    let Some(s) = symbols_in(&exe, || auxv_of(frozen.pid)) else {
         return keep;
     };
     let pid = frozen.pid;
@@ -280,7 +280,7 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
     if ids.iter().all(|(old, new)| old == new) {
         return Ok(Some(0));
     }
-    let Some(s) = symbols_in(&pi.memory.mm.exe.path, &pi.memory.mm.auxv) else {
+    let Some(s) = symbols_in(&pi.memory.mm.exe.path, || pi.memory.mm.auxv.clone()) else {
         return Ok(Some(0));
     };
     let pid = frozen.pid;

@@ -1,0 +1,3 @@
+module gospin
+
+go 1.18
