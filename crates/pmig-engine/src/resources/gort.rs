@@ -16,11 +16,11 @@
 //! `runtime.allm`, the list of all of them, newest first, linked through
 //! `m.alllink` and ending at `m0`. Both offsets differ between Go versions
 //! and are learned from the memory itself: `procid` is the one word in
-//! `m0`'s first KiB that holds the main thread's id, and `alllink` the one
-//! offset through which the list from `allm` passes only `m`s whose
+//! `m0`'s first KiB that holds the main thread's id, and `alllink` the
+//! offset of the longest list from `allm` that passes only `m`s whose
 //! `procid` is one of the process's threads (or not set yet) and ends at
-//! `m0`. A binary built without its symbol table (`-ldflags=-s`) is left
-//! as it is.
+//! `m0` (another field may lead to `m0` too, by a shorter way). A binary
+//! built without its symbol table (`-ldflags=-s`) is left as it is.
 
 use super::tcb::FileCache;
 use crate::error::{Ctx, Result};
@@ -284,12 +284,13 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
         return Ok(Some(0));
     };
     let pid = frozen.pid;
+    // Every page of [a, a + len) in a file's mapping or in the image.
     let held = |a: u64, len: u64| {
-        pi.memory.vmas.iter().any(|v| {
-            (v.file.is_some() && v.start <= a && a + len <= v.end)
-                || v.runs
-                    .iter()
-                    .any(|r| r.addr <= a && a + len <= r.addr + r.len)
+        (a & !(PAGE - 1)..a + len).step_by(PAGE as usize).all(|p| {
+            pi.memory.vmas.iter().any(|v| {
+                (v.file.is_some() && v.start <= p && p < v.end)
+                    || v.runs.iter().any(|r| r.addr <= p && p < r.addr + r.len)
+            })
         })
     };
     let read = |a: u64, b: &mut [u8]| {
