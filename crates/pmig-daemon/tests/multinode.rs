@@ -4094,16 +4094,20 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
 fn go_program(name: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/go/{name}"));
     let bin = dir.join(name);
-    let st = Command::new("go")
-        .args(["build", "-o"])
+    let mut go = Command::new("go");
+    go.args(["build", "-o"])
         .arg(&bin)
         .arg(".")
         .current_dir(&src)
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-mod=mod")
-        .env("GOPROXY", "off")
-        .status()
-        .expect("run go build (install Go: make deps)");
+        .env("GOPROXY", "off");
+    // Go keeps its build cache and modules under $HOME unless told.
+    if std::env::var_os("HOME").is_none() {
+        go.env("GOCACHE", dir.join("go-cache"))
+            .env("GOPATH", dir.join("go-path"));
+    }
+    let st = go.status().expect("run go build (install Go: make deps)");
     assert!(st.success(), "go build of {} failed", src.display());
     bin
 }

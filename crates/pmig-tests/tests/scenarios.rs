@@ -340,7 +340,7 @@ fn tids_of(pid: i32) -> Vec<i32> {
 }
 
 /// Restores `name`'s image next to its still running original, so that
-/// the copy gets a new pid and new tids ( `threads` of them), and has both
+/// the copy gets a new pid and new tids (`threads` of them), and has both
 /// pass their checks.
 fn restore_next_to_the_original(name: &str, threads: usize) {
     let d = Dirs::new(&format!("{name}_new_ids"));
