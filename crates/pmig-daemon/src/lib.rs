@@ -1195,16 +1195,28 @@ fn daemon_alive(root: &Path, node: &str, pid: i32, dead: &mut Vec<PathBuf>) -> b
 }
 
 /// Zombie children of ours that no helper owner waits for, by a scan of /proc.
+/// The children of this process that have exited and wait to be reaped.
+/// They are found among the children the daemon's threads list
+/// (`/proc/self/task/*/children`): a walk over every process of the machine
+/// every 200 ms cost milliseconds of CPU on a busy one.
 fn zombie_children(me: i32) -> Vec<i32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
+    let Ok(rd) = std::fs::read_dir("/proc/self/task") else {
         return vec![];
     };
-    let mut out = Vec::new();
+    let mut children = std::collections::BTreeSet::new();
     for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Ok(text) = pmig_engine::procfs::slurp(&format!("{}/children", e.path().display()))
+        else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        children.extend(
+            text.split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok()),
+        );
+    }
+    let mut out = Vec::new();
+    for pid in children {
+        let Ok(stat) = pmig_engine::procfs::slurp(&format!("/proc/{pid}/stat")) else {
             continue;
         };
         // Fields after the command name: state ppid …
@@ -1248,6 +1260,26 @@ fn reaper(node: &Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zombie_children_are_found_also_when_the_thread_that_forked_them_is_gone() {
+        // Forked by a thread that then ends: the child passes to another
+        // thread of the process, whose list names it.
+        let mut child = std::thread::spawn(|| std::process::Command::new("true").spawn().unwrap())
+            .join()
+            .unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        // Until it has exited, without reaping it.
+        nix::sys::wait::waitid(
+            nix::sys::wait::Id::Pid(pid),
+            nix::sys::wait::WaitPidFlag::WEXITED | nix::sys::wait::WaitPidFlag::WNOWAIT,
+        )
+        .unwrap();
+        let found = zombie_children(std::process::id() as i32);
+        child.wait().unwrap();
+        assert!(found.contains(&pid.as_raw()), "{found:?} lacks {pid}");
+        assert!(!zombie_children(std::process::id() as i32).contains(&pid.as_raw()));
+    }
 
     #[test]
     fn only_this_nodes_stale_staging_is_removed() {

@@ -1860,6 +1860,24 @@ fn migrate_while_held(
     release: &str,
     change: impl FnOnce(),
 ) -> serde_json::Value {
+    try_migrate_while_held(env, pid, strategy, k, release, change).unwrap_or_else(|e| {
+        panic!(
+            "{strategy} failed: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    })
+}
+
+/// [`migrate_while_held`], its error (`pmig migrate`'s) returned.
+fn try_migrate_while_held(
+    env: &Env,
+    pid: i32,
+    strategy: &str,
+    k: usize,
+    release: &str,
+    change: impl FnOnce(),
+) -> Result<serde_json::Value, String> {
     std::thread::scope(|sc| {
         let m = sc.spawn(|| {
             migrate_result(
@@ -1873,13 +1891,15 @@ fn migrate_while_held(
         File::create(env.node_dir("n1").join(release)).unwrap();
         m.join().unwrap()
     })
-    .unwrap_or_else(|e| {
-        panic!(
-            "{strategy} failed: {e}\nn1:\n{}\nn2:\n{}",
-            env.log("n1"),
-            env.log("n2")
-        )
-    })
+}
+
+/// Waits (at most [`LIMIT`]) until `done`; `what` names what it waits for.
+fn wait_until(what: &str, done: &dyn Fn() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < LIMIT, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Waits (at most 20 s) until the output file `out` contains `marker`;
@@ -3727,13 +3747,6 @@ fn a_user_request_is_checked_again_at_the_stop() {
         .unwrap();
     let pid = child.id() as i32;
     guard.track_pid(pid);
-    let wait_until = |what: &str, done: &dyn Fn() -> bool| {
-        let t0 = Instant::now();
-        while !done() {
-            assert!(t0.elapsed() < LIMIT, "never: {what}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
     wait_until("READY", &|| {
         std::fs::read_to_string(&out).is_ok_and(|t| t.contains("READY"))
     });
@@ -3931,6 +3944,113 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
         text.contains("PAGES 120:120 0:0 67:67 68:68"),
         "pages after the move: {text}\n{rep}"
     );
+}
+
+/// python3 that opens a listening TCP socket on `open` and closes it on
+/// `close`, moves into a directory it then removes on `leave` and goes to
+/// `/` on `back`, and prints how many lines it read on `done`.
+const CHANGER: &str = r#"
+import os, socket, sys, tempfile, time
+s = None
+n = 0
+print("READY", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        time.sleep(0.002)
+        continue
+    n += 1
+    c = line.split()
+    if c[0] == "open":
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        print("OPENED", flush=True)
+    elif c[0] == "close":
+        s.close()
+        print("CLOSED", flush=True)
+    elif c[0] == "leave":
+        d = tempfile.mkdtemp()
+        os.chdir(d)
+        os.rmdir(d)
+        print("LEFT", flush=True)
+    elif c[0] == "back":
+        os.chdir("/")
+        print("BACK", flush=True)
+    elif c[0] == "done":
+        print("LINES", n, flush=True)
+        break
+"#;
+
+/// What the checks before the freeze refuse can appear after them, and the
+/// stop must refuse it too, with one line naming it, the process running
+/// on untraced. After its skeleton was captured (test hook
+/// `hold-skeleton`), a process opens a socket (which the capture refuses
+/// itself); then, closed, it moves into a directory it removes (which only
+/// the checks made again at the stop, while the state is captured,
+/// refuse). Back in `/`, it moves.
+#[test]
+fn what_appears_after_the_checks_is_refused_at_the_stop() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("so");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
+    let script = env.dir.join("changer.py");
+    std::fs::write(&script, CHANGER).unwrap();
+    let cmds = env.dir.join("changer.cmd");
+    std::fs::write(&cmds, "").unwrap();
+    let out = env.dir.join("changer.out");
+    let mut child = env.spawn(
+        "n1",
+        &["/usr/bin/python3", script.to_str().unwrap()],
+        Some(&cmds),
+        &out,
+    );
+    wait_ready(&out);
+    let pid = child.id() as i32;
+    let attempts = [
+        ("open", "OPENED", "a TCP socket", "close", "CLOSED"),
+        (
+            "leave",
+            "LEFT",
+            "a deleted working directory",
+            "back",
+            "BACK",
+        ),
+    ];
+    for (k, (change, changed, named, undo, undone)) in attempts.into_iter().enumerate() {
+        let release = env.node_dir("n1").join("release-skeleton");
+        let _ = std::fs::remove_file(&release);
+        let e = try_migrate_while_held(&env, pid, "post-copy", k + 1, "release-skeleton", || {
+            command(&cmds, change);
+            wait_output(&out, changed, &format!("the process did not {change}"));
+        })
+        .expect_err(&format!("moved with {named}"));
+        assert!(
+            e.contains(named) && e.contains(&pid.to_string()) && e.trim().lines().count() == 1,
+            "unclear refusal: {e}"
+        );
+        wait_until("the process runs untraced", &|| {
+            pmig_tests::proc_status_field(pid, "TracerPid").as_deref() == Some("0")
+        });
+        let st = state(pid);
+        assert!(alive(pid) && !st.contains("T (stopped)"), "{st}");
+        command(&cmds, undo);
+        wait_output(&out, undone, &format!("the process did not {undo}"));
+    }
+    std::fs::remove_file(env.node_dir("n1").join("test-hook")).unwrap();
+    let rep = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let new = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new);
+    command(&cmds, "done");
+    wait_gone(new);
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("LINES 5"), "after the move: {text}\n{rep}");
 }
 
 /// python3 with 16 pages of private anonymous memory, all 'A'; `protect`

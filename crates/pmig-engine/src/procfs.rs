@@ -4,8 +4,34 @@ use crate::error::{Ctx, EngineError, Result};
 use libc::pid_t;
 use std::collections::HashMap;
 
+/// The whole text of a /proc (or /sys) file.
+///
+/// `std::fs::read_to_string` asks for the file's size first (0 for these
+/// files), then reads 32 bytes, then twice as many each time: about nine
+/// system calls where one `read` into a page-sized buffer and the one that
+/// finds the end do. The stop reads some thirty such files.
+pub fn slurp(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 pub fn read(pid: pid_t, file: &str) -> Result<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/{file}")).map_err(|e| {
+    slurp(&format!("/proc/{pid}/{file}")).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             EngineError::NoProcess(pid)
         } else {
@@ -213,7 +239,7 @@ pub fn held_by(other: pid_t, mut is_ours: impl FnMut(pid_t, i32, &str) -> bool) 
 /// The thread group (process) of thread or process `tid`, from its status;
 /// None once it is gone.
 pub fn tgid_of(tid: pid_t) -> Option<pid_t> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let s = slurp(&format!("/proc/{tid}/status")).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("Tgid:"))
         .and_then(|v| v.trim().parse().ok())
@@ -222,6 +248,25 @@ pub fn tgid_of(tid: pid_t) -> Option<pid_t> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slurp_reads_whole_files_of_any_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0usize, 1, 4095, 4096, 4097, 20000] {
+            let text: String = (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+            let p = dir.path().join(format!("f{len}"));
+            std::fs::write(&p, &text).unwrap();
+            assert_eq!(slurp(p.to_str().unwrap()).unwrap(), text, "{len} bytes");
+        }
+        // A /proc file (its size reads as 0): to its last line.
+        let limits = slurp("/proc/self/limits").unwrap();
+        assert!(limits.starts_with("Limit") && limits.trim_end().ends_with("us"));
+        std::fs::write(dir.path().join("bad"), [0xff, 0xfe]).unwrap();
+        let e = slurp(dir.path().join("bad").to_str().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        let e = slurp("/proc/self/no-such-file").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
 
     #[test]
     fn parses_map_lines() {

@@ -266,7 +266,7 @@ fn thread_state(pid: pid_t, tid: pid_t) -> String {
         "S" => " (sleeping)",
         _ => "",
     };
-    let wchan = std::fs::read_to_string(format!("{dir}/wchan")).unwrap_or_default();
+    let wchan = crate::procfs::slurp(&format!("{dir}/wchan")).unwrap_or_default();
     let wchan = wchan.trim();
     if wchan.is_empty() || wchan == "0" {
         format!("state {state}{what}")
@@ -610,7 +610,7 @@ impl Frozen {
         if let Some(g) = self.gadget {
             return Ok(g);
         }
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+        let maps = crate::procfs::slurp(&format!("/proc/{}/maps", self.pid))
             .ctx(|| format!("read maps of {}", self.pid))?;
         // The vDSO first (always there, never changes), then any executable mapping.
         let mut cands: Vec<(u64, u64)> = Vec::new();
@@ -1251,13 +1251,13 @@ mod tests {
 
     /// The state letter of `pid` in its stat file.
     fn state_of(pid: pid_t) -> Option<char> {
-        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let st = crate::procfs::slurp(&format!("/proc/{pid}/stat")).ok()?;
         st.rsplit(')').next()?.trim_start().chars().next()
     }
 
     /// The state letter of thread `tid` of `pid`.
     fn thread_state_of(pid: pid_t, tid: pid_t) -> Option<char> {
-        let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+        let st = crate::procfs::slurp(&format!("/proc/{pid}/task/{tid}/stat")).ok()?;
         st.rsplit(')').next()?.trim_start().chars().next()
     }
 

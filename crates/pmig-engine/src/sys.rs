@@ -306,13 +306,13 @@ pub fn fork_with_pid(pid: Option<pid_t>) -> std::io::Result<pid_t> {
 }
 
 pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+    crate::procfs::slurp("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
 
 pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
+    crate::procfs::slurp("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }

@@ -333,8 +333,9 @@ fn capture_once(
     let mut frozen = Frozen::freeze(pid)?;
     mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
-    // The checks are made again, now that nothing changes, and the pages
-    // are scanned, in another thread while the rest is captured.
+    // Another thread scans the pages while the rest is captured (the
+    // capture of memory waits for it), then makes the checks again, now
+    // that nothing changes: only the end of the capture waits for those.
     let defer_population = matches!(
         mode,
         CaptureMode::HandoverDeferred | CaptureMode::HandoverDeferredWritten(_)
@@ -345,13 +346,12 @@ fn capture_once(
     };
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|sc| {
-        sc.spawn(move || {
-            let scan = std::thread::spawn(move || PreScan::scan(pid, defer_population, what));
+        let checks = sc.spawn(move || {
+            let _ = tx.send(PreScan::scan(pid, defer_population, what));
+            mark("hold: pages scanned");
             let checked = precheck_all(pid);
             mark("hold: prechecked again");
-            let scanned = scan.join().unwrap_or_else(|_| Ok(PreScan::default()));
-            mark("hold: pages scanned");
-            let _ = tx.send(checked.and(scanned));
+            checked
         });
         let aids = Aids {
             layout: Some(layout),
@@ -361,7 +361,11 @@ fn capture_once(
             written_apart: matches!(mode, CaptureMode::WrittenApart(_)),
             copy_buffer: Some(copy_buffer),
         };
-        capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also)
+        let captured = capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also);
+        let checked = checks
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        checked.map_err(Into::into).and(captured)
     })
     .map(|(captured, used, late, kept)| {
         (

@@ -236,7 +236,7 @@ fn other_mapper(pid: pid_t, dev: &str, inode: u64) -> Option<pid_t> {
         if p == pid {
             continue;
         }
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{p}/maps")) {
+        if let Ok(text) = procfs::slurp(&format!("/proc/{p}/maps")) {
             if procfs::parse_maps(&text)
                 .iter()
                 .any(|m| m.shared && m.inode == inode && m.dev == dev)
@@ -1705,8 +1705,8 @@ impl Resource for Memory {
         let pid = cx.pid;
         let brk = cx.call(0, libc::SYS_brk, &[0], "brk(0)")?;
         cx.release_scratch()?;
-        // Waits for the scan started at the freeze (and the checks made with
-        // it): an error there refuses the capture.
+        // Waits for the scan started at the freeze: an error there refuses
+        // the capture.
         let mut prescan = match cx.prescan.take() {
             Some(rx) => rx.recv().unwrap_or_else(|_| Ok(PreScan::default()))?,
             None => PreScan::default(),
