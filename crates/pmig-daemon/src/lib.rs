@@ -880,17 +880,45 @@ fn authorize(who: Requester, pid: i32) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Which progress reports of a migration go to the client: each event
+/// wakes it, and the transfer of a stop's few KiB, while the process is
+/// frozen, sent it three or four. None in a phase's first
+/// [`ProgressThrottle::QUIET`] (a phase is a name and a total), and then at
+/// most one per `QUIET`: a progress bar shows only transfers that last.
+#[derive(Default)]
+struct ProgressThrottle {
+    /// The phase and total, and when they began.
+    phase: Option<(&'static str, u64, Instant)>,
+    sent: Option<Instant>,
+}
+
+impl ProgressThrottle {
+    const QUIET: Duration = Duration::from_millis(50);
+
+    fn pass(&mut self, p: &Progress, now: Instant) -> bool {
+        match self.phase {
+            Some((name, total, _)) if name == p.phase && total == p.total => {}
+            _ => self.phase = Some((p.phase, p.total, now)),
+        }
+        let began = self.phase.map_or(now, |(_, _, t)| t);
+        let quiet = |t: Instant| now.saturating_duration_since(t) < Self::QUIET;
+        if quiet(began) || self.sent.is_some_and(quiet) {
+            return false;
+        }
+        self.sent = Some(now);
+        true
+    }
+}
+
 fn migrate(
     node: &Node,
     s: &UnixStream,
     who: Requester,
     m: &MigrateRequest,
 ) -> std::result::Result<pmig_strategies::Outcome, String> {
-    let mut last = (0u64, 0u64);
+    let mut throttle = ProgressThrottle::default();
     let mut progress = |p: Progress| {
-        // At most one event per 1 % (and the last).
-        if p.done == p.total || p.done >= last.0 + p.total / 100 || p.total != last.1 {
-            last = (p.done, p.total);
+        if throttle.pass(&p, Instant::now()) {
             send_event(
                 s,
                 &Event::Progress {
@@ -1260,6 +1288,26 @@ fn reaper(node: &Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_goes_out_only_for_transfers_that_last() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let p = |phase: &'static str, done: u64, total: u64| Progress { phase, done, total };
+        let mut t = ProgressThrottle::default();
+        // A stop's image: a few reports within a millisecond, none sent.
+        assert!(!t.pass(&p("transfer", 0, 9000), ms(0)));
+        assert!(!t.pass(&p("transfer", 4096, 9000), ms(0)));
+        assert!(!t.pass(&p("transfer", 9000, 9000), ms(1)));
+        // A long push: from 50 ms on, one report per 50 ms.
+        let sent: Vec<u64> = (0..=200)
+            .filter(|&k| t.pass(&p("push", k, 200), ms(100 + k)))
+            .collect();
+        assert_eq!(sent, [50, 100, 150, 200]);
+        // Another total is another phase: quiet again at first.
+        assert!(!t.pass(&p("push", 0, 300), ms(400)));
+        assert!(t.pass(&p("push", 10, 300), ms(450)));
+    }
 
     #[test]
     fn zombie_children_are_found_also_when_the_thread_that_forked_them_is_gone() {
