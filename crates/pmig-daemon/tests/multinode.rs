@@ -100,6 +100,25 @@ impl Env {
         child
     }
 
+    /// python3 running `script` (written to `NAME.py`) on n1, its commands
+    /// read from `NAME.cmd` and its output in `NAME.out`; returns once it
+    /// printed READY, with those two files.
+    fn python(&mut self, name: &str, script: &str) -> (Child, PathBuf, PathBuf) {
+        let path = self.dir.join(format!("{name}.py"));
+        std::fs::write(&path, script).unwrap();
+        let cmds = self.dir.join(format!("{name}.cmd"));
+        std::fs::write(&cmds, "").unwrap();
+        let out = self.dir.join(format!("{name}.out"));
+        let child = self.spawn(
+            "n1",
+            &["/usr/bin/python3", path.to_str().unwrap()],
+            Some(&cmds),
+            &out,
+        );
+        wait_ready(&out);
+        (child, cmds, out)
+    }
+
     /// `pmig migrate` run inside `from`; returns the JSON report or the error text.
     fn migrate(&self, from: &str, pid: i32, to: &str) -> Result<serde_json::Value, String> {
         self.migrate_with(from, pid, to, "stop-copy")
@@ -3916,18 +3935,7 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("sp");
     std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
-    let script = env.dir.join("flipper.py");
-    std::fs::write(&script, PAGE_FLIPPER).unwrap();
-    let cmds = env.dir.join("flipper.cmd");
-    std::fs::write(&cmds, "").unwrap();
-    let out = env.dir.join("flipper.out");
-    let mut child = env.spawn(
-        "n1",
-        &["/usr/bin/python3", script.to_str().unwrap()],
-        Some(&cmds),
-        &out,
-    );
-    wait_ready(&out);
+    let (mut child, cmds, out) = env.python("flipper", PAGE_FLIPPER);
     let pid = child.id() as i32;
     let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
         command(&cmds, "change");
@@ -3997,18 +4005,7 @@ fn what_appears_after_the_checks_is_refused_at_the_stop() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("so");
     std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
-    let script = env.dir.join("changer.py");
-    std::fs::write(&script, CHANGER).unwrap();
-    let cmds = env.dir.join("changer.cmd");
-    std::fs::write(&cmds, "").unwrap();
-    let out = env.dir.join("changer.out");
-    let mut child = env.spawn(
-        "n1",
-        &["/usr/bin/python3", script.to_str().unwrap()],
-        Some(&cmds),
-        &out,
-    );
-    wait_ready(&out);
+    let (mut child, cmds, out) = env.python("changer", CHANGER);
     let pid = child.id() as i32;
     let attempts = [
         ("open", "OPENED", "a TCP socket", "close", "CLOSED"),
@@ -4138,21 +4135,10 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("sk");
     std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
-    let script = env.dir.join("opener.py");
-    std::fs::write(&script, OPENER).unwrap();
-    let cmds = env.dir.join("opener.cmd");
-    std::fs::write(&cmds, "").unwrap();
-    let out = env.dir.join("opener.out");
     let opened = env.dir.join("opened.txt");
     let mapped = env.dir.join("mapped.bin");
     std::fs::write(&mapped, vec![7u8; 4096]).unwrap();
-    let mut child = env.spawn(
-        "n1",
-        &["/usr/bin/python3", script.to_str().unwrap()],
-        Some(&cmds),
-        &out,
-    );
-    wait_ready(&out);
+    let (mut child, cmds, out) = env.python("opener", OPENER);
     let pid = child.id() as i32;
     let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
         command(&cmds, &format!("open {}", opened.display()));
