@@ -4195,13 +4195,15 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
 // ---------------------------------------------------------------------------
 // runtimes that keep their threads' ids
 
-/// Builds the Go program `tests/go/NAME` into `dir` (`make test` installs
-/// Go when it is missing).
-fn go_program(name: &str, dir: &Path) -> PathBuf {
+/// Builds the Go program `tests/go/NAME` into `dir` as `OUT`, with more
+/// `go build` flags (`make test` installs Go when it is missing).
+fn go_program(name: &str, dir: &Path, out: &str, flags: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/go/{name}"));
-    let bin = dir.join(name);
+    let bin = dir.join(out);
     let mut go = Command::new("go");
-    go.args(["build", "-o"])
+    go.arg("build")
+        .args(flags)
+        .arg("-o")
         .arg(&bin)
         .arg(".")
         .current_dir(&src)
@@ -4232,7 +4234,9 @@ fn rounds_done(out: &Path) -> usize {
 /// calls, which every garbage collection must. Moved under new ids, it
 /// must go on doing so: `preempt` collects while such a loop runs, round
 /// after round, and hung in the first round after a move before the
-/// restore rewrote those ids.
+/// restore rewrote those ids. Built as usual, and without its symbol table
+/// (`-ldflags=-s -w`, as many released Go programs are), where the
+/// runtime's records are found through the threads instead.
 #[test]
 fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
     if !root() {
@@ -4240,8 +4244,18 @@ fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("go");
-    let bin = go_program("preempt", &env.dir);
-    let out = env.dir.join("preempt.out");
+    let builds: [(&str, &[&str]); 2] =
+        [("preempt", &[]), ("preempt-stripped", &["-ldflags=-s -w"])];
+    for (name, flags) in builds {
+        let bin = go_program("preempt", &env.dir, name, flags);
+        go_moves(&mut env, &bin, name);
+    }
+}
+
+/// Moves the `preempt` program `bin` with every strategy, around the three
+/// nodes, and checks after each move that it goes on.
+fn go_moves(env: &mut Env, bin: &Path, name: &str) {
+    let out = env.dir.join(format!("{name}.out"));
     let mut child = env.spawn("n1", &[bin.to_str().unwrap(), "100000"], None, &out);
     wait_ready(&out);
     wait_output(&out, "round 3\n", "preempt did not run its first rounds");
@@ -4275,11 +4289,15 @@ fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
         while rounds_done(&out) < n + 3 {
             assert!(
                 t0.elapsed() < LIMIT,
-                "preempt stopped at round {} after its move to {to} ({strategy})\n{to}:\n{}",
+                "{name} stopped at round {} after its move to {to} ({strategy})\n{to}:\n{}",
                 rounds_done(&out),
                 env.log(to)
             );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }

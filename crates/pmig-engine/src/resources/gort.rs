@@ -19,8 +19,19 @@
 //! `m0`'s first KiB that holds the main thread's id, and `alllink` the
 //! offset of the longest list from `allm` that passes only `m`s whose
 //! `procid` is one of the process's threads (or not set yet) and ends at
-//! `m0` (another field may lead to `m0` too, by a shorter way). A binary
-//! built without its symbol table (`-ldflags=-s`) is left as it is.
+//! `m0` (another field may lead to `m0` too, by a shorter way).
+//!
+//! A binary built without its symbol table (`-ldflags=-s`, as many
+//! released Go programs are) has no such names; its `m`s are found
+//! through each thread instead. On amd64 the runtime keeps the thread's
+//! current goroutine `g` in the word below the thread pointer (`fs`), and
+//! `g.m` is the thread's `m`, whose `tls` array the thread pointer points
+//! into. The offset of `g.m` is learned as the one for which every thread's
+//! `m` lies the same small distance below its thread pointer, then
+//! `procid` as the one offset at which each `m` holds its own thread's id.
+//! A thread that does not fit (a thread C code started, in a program that
+//! uses cgo) is left alone; if the main thread does not fit, nothing is
+//! done.
 
 use super::tcb::FileCache;
 use crate::error::{Ctx, Result};
@@ -45,14 +56,21 @@ struct GoSymbols {
     entry: u64,
 }
 
+/// A Go executable: with the runtime's symbols, or without a symbol table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GoExe {
+    Symbols(GoSymbols),
+    Stripped,
+}
+
 /// The symbols of each executable looked up.
-static SYMBOLS: FileCache<Option<GoSymbols>> = FileCache::new();
+static SYMBOLS: FileCache<Option<GoExe>> = FileCache::new();
 
 /// The Go runtime's symbols in the executable at `path`; None if it is
-/// not a Go program or has no symbol table. Only a Go program's symbols
-/// are read: for another, the section headers tell (reading every symbol
-/// of a large program, node's, took 18 ms).
-fn go_symbols(path: &str) -> Result<Option<GoSymbols>> {
+/// not a Go program. Only a Go program's symbols are read: for another,
+/// the section headers tell (reading every symbol of a large program,
+/// node's, took 18 ms).
+fn go_symbols(path: &str) -> Result<Option<GoExe>> {
     use object::read::elf::{FileHeader, Sym};
     let file = std::fs::File::open(path).ctx(|| format!("open {path}"))?;
     let data = object::ReadCache::new(&file);
@@ -75,10 +93,13 @@ fn go_symbols(path: &str) -> Result<Option<GoSymbols>> {
                 break;
             }
         }
-        Ok::<_, object::Error>(m0.zip(allm).map(|(m0, allm)| GoSymbols {
-            m0,
-            allm,
-            entry: header.e_entry(endian),
+        Ok::<_, object::Error>(Some(match m0.zip(allm) {
+            Some((m0, allm)) => GoExe::Symbols(GoSymbols {
+                m0,
+                allm,
+                entry: header.e_entry(endian),
+            }),
+            None => GoExe::Stripped,
         }))
     })();
     Ok(parsed.unwrap_or(None))
@@ -200,11 +221,98 @@ fn walk(s: GoSymbols, main: pid_t, tids: &[pid_t], read: Read) -> std::result::R
     }
 }
 
+/// How much of a `g` is searched for `g.m`.
+const GM_WITHIN: u64 = 256;
+/// How far below its thread pointer an `m` may start (`m.tls` lies in its
+/// first KiB).
+const TLS_WITHIN: u64 = 1024;
+
+/// Finds each thread's `m` through its thread pointer (see the module's
+/// comment). `threads`: each thread's id, as the runtime has it, and
+/// thread pointer (`fs`); the main thread first. Returns the offset of
+/// `procid` and, for each thread that fits, its `m` (None for one that does
+/// not); says why if the main thread does not fit.
+fn walk_tls(
+    threads: &[(pid_t, u64)],
+    read: Read,
+) -> std::result::Result<(u64, Vec<Option<u64>>), String> {
+    let gs: Vec<Option<u64>> = threads
+        .iter()
+        .map(|&(_, fs)| word(read, fs.checked_sub(8)?).filter(|g| *g != 0 && g % 8 == 0))
+        .collect();
+    // The m of thread k through offset o of its g, if it lies below the
+    // thread pointer, near enough.
+    let m_of = |k: usize, o: u64| -> Option<u64> {
+        let m = word(read, gs[k]? + o)?;
+        let below = threads[k].1.checked_sub(m)?;
+        (m % 8 == 0 && below > 0 && below <= TLS_WITHIN).then_some(m)
+    };
+    // g.m: the offset at which the main thread's m fits, and then the most
+    // threads' ms lie at one same distance below their thread pointers.
+    let mut best: Option<(usize, u64)> = None;
+    let mut tied = false;
+    for o in (0..GM_WITHIN).step_by(8) {
+        let Some(m0) = m_of(0, o) else { continue };
+        let distance = threads[0].1 - m0;
+        let fit = (0..threads.len())
+            .filter(|&k| m_of(k, o).is_some_and(|m| threads[k].1 - m == distance))
+            .count();
+        match best {
+            Some((n, _)) if n > fit => {}
+            Some((n, _)) if n == fit => tied = true,
+            _ => {
+                best = Some((fit, o));
+                tied = false;
+            }
+        }
+    }
+    let Some((_, gm)) = best else {
+        return Err("the main thread's g names no m below its thread pointer".into());
+    };
+    if tied {
+        return Err("g.m fits at more than one offset".into());
+    }
+    let distance = threads[0].1 - m_of(0, gm).unwrap_or_default();
+    let ms: Vec<Option<u64>> = (0..threads.len())
+        .map(|k| m_of(k, gm).filter(|m| threads[k].1 - m == distance))
+        .collect();
+    // procid: the one offset at which the main thread's m holds its id and
+    // every other m found its own (or nothing yet: a thread that has not
+    // run its start code).
+    let mut head = vec![0u8; PROCID_WITHIN];
+    let m0 = ms[0].unwrap_or_default();
+    if !read(m0, &mut head) {
+        return Err(format!("the main thread's m at {m0:#x} cannot be read"));
+    }
+    let offsets: Vec<u64> = (8..PROCID_WITHIN as u64)
+        .step_by(8)
+        .filter(|&o| {
+            u64::from_le_bytes(
+                head[o as usize..o as usize + 8]
+                    .try_into()
+                    .unwrap_or_default(),
+            ) == threads[0].0 as u64
+        })
+        .filter(|&o| {
+            ms.iter().zip(threads).all(|(m, &(tid, _))| {
+                m.is_none_or(|m| word(read, m + o).is_some_and(|w| w == tid as u64 || w == 0))
+            })
+        })
+        .collect();
+    match offsets[..] {
+        [procid] => Ok((procid, ms)),
+        _ => Err(format!("the ms hold their threads' ids at {offsets:?}")),
+    }
+}
+
 /// The executable's Go symbols, placed in a process (`exe` is its path,
-/// `auxv` gives its auxiliary vector, asked for only for a Go program).
-fn symbols_in(exe: &str, auxv: impl FnOnce() -> Vec<u64>) -> Option<GoSymbols> {
-    let s = SYMBOLS.get(exe, go_symbols).ok().flatten()?;
-    placed(s, &auxv())
+/// `auxv` gives its auxiliary vector, asked for only for a Go program);
+/// None if it is not a Go program.
+fn symbols_in(exe: &str, auxv: impl FnOnce() -> Vec<u64>) -> Option<GoExe> {
+    match SYMBOLS.get(exe, go_symbols).ok().flatten()? {
+        GoExe::Symbols(s) => placed(s, &auxv()).map(GoExe::Symbols),
+        GoExe::Stripped => Some(GoExe::Stripped),
+    }
 }
 
 fn auxv_of(pid: pid_t) -> Vec<u64> {
@@ -231,24 +339,51 @@ pub fn handover_pages(frozen: &Frozen) -> HashSet<u64> {
     let Ok(exe) = crate::procfs::readlink(frozen.pid, "exe") else {
         return keep;
     };
-    let Some(s) = symbols_in(&exe, || auxv_of(frozen.pid)) else {
+    let Some(exe) = symbols_in(&exe, || auxv_of(frozen.pid)) else {
         return keep;
     };
     let pid = frozen.pid;
     let read = |a: u64, b: &mut [u8]| sys::process_vm_read(pid, a, b).ok() == Some(b.len());
+    let mut add = |a: u64, len: u64| {
+        let mut p = a & !(PAGE - 1);
+        while p < a + len {
+            keep.insert(p);
+            p += PAGE;
+        }
+    };
+    let s = match exe {
+        GoExe::Symbols(s) => s,
+        GoExe::Stripped => {
+            let threads: Vec<(pid_t, u64)> = frozen
+                .threads
+                .iter()
+                .map(|t| (t.tid, sys::get_regs(t.tid).map_or(0, |r| r.fs_base)))
+                .collect();
+            match walk_tls(&threads, &read) {
+                Ok((procid, ms)) => {
+                    for (&(_, fs), m) in threads.iter().zip(ms) {
+                        let Some(m) = m else { continue };
+                        add(fs - 8, 8);
+                        if let Some(g) = word(&read, fs - 8) {
+                            add(g, GM_WITHIN);
+                        }
+                        add(m, PROCID_WITHIN as u64);
+                        add(m + procid, 8);
+                    }
+                }
+                Err(why) => {
+                    tracing::debug!("process {pid}: the Go runtime's threads not found ({why})")
+                }
+            }
+            return keep;
+        }
+    };
     let tids: Vec<pid_t> = frozen.threads.iter().map(|t| t.tid).collect();
     let ms = match walk(s, pid, &tids, &read) {
         Ok(ms) => ms,
         Err(why) => {
             tracing::debug!("process {pid}: the Go runtime's threads not found ({why})");
             return keep;
-        }
-    };
-    let mut add = |a: u64, len: u64| {
-        let mut p = a & !(PAGE - 1);
-        while p < a + len {
-            keep.insert(p);
-            p += PAGE;
         }
     };
     add(s.allm, 8);
@@ -280,7 +415,7 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
     if ids.iter().all(|(old, new)| old == new) {
         return Ok(Some(0));
     }
-    let Some(s) = symbols_in(&pi.memory.mm.exe.path, || pi.memory.mm.auxv.clone()) else {
+    let Some(exe) = symbols_in(&pi.memory.mm.exe.path, || pi.memory.mm.auxv.clone()) else {
         return Ok(Some(0));
     };
     let pid = frozen.pid;
@@ -297,23 +432,36 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
         (!lazy || held(a, b.len() as u64)) && sys::process_vm_read(pid, a, b).ok() == Some(b.len())
     };
     let olds: Vec<pid_t> = ids.iter().map(|i| i.0).collect();
-    let ms = match walk(s, pi.process.pid, &olds, &read) {
-        Ok(ms) => ms,
+    let found = match exe {
+        GoExe::Symbols(s) => walk(s, pi.process.pid, &olds, &read)
+            .map(|ms| (ms.procid, ms.ms.into_iter().map(Some).collect())),
+        GoExe::Stripped => {
+            let threads: Vec<(pid_t, u64)> = pi
+                .threads
+                .threads
+                .iter()
+                .map(|th| (th.tid, super::threads::regs_from_vec(&th.regs).fs_base))
+                .collect();
+            walk_tls(&threads, &read)
+        }
+    };
+    let (procid, ms): (u64, Vec<Option<u64>>) = match found {
+        Ok(f) => f,
         Err(why) => {
             tracing::debug!("process {pid}: the Go runtime's threads not found ({why})");
             return Ok(None);
         }
     };
     let mut n = 0;
-    for m in ms.ms {
-        let Some(id) = word(&read, m + ms.procid) else {
+    for m in ms.into_iter().flatten() {
+        let Some(id) = word(&read, m + procid) else {
             continue;
         };
         if let Some(&(_, new)) = ids
             .iter()
             .find(|&&(old, new)| old as u64 == id && old != new)
         {
-            sys::process_vm_write(pid, m + ms.procid, &(new as u64).to_le_bytes())?;
+            sys::process_vm_write(pid, m + procid, &(new as u64).to_le_bytes())?;
             n += 1;
         }
     }
@@ -406,6 +554,66 @@ mod tests {
         assert!(walk(s, 101, &tids, &read).is_err());
         // A memory that cannot be read finds nothing.
         assert!(walk(s, 100, &tids, &|_, _| false).is_err());
+    }
+
+    #[test]
+    fn without_symbols_each_threads_m_is_found_through_its_thread_pointer() {
+        // As go1.26 lays them out: g.m at 48, m.tls at 128 (the thread
+        // pointer 8 bytes into it), procid at 64.
+        let (gm, tls, procid) = (48u64, 0x88u64, 64u64);
+        let ms = [0x58_71e0u64, 0x7f00_0000_6008, 0x7f00_0000_6808];
+        let gs = [0x58_6420u64, 0x7f00_1000_c5a0, 0x7f00_1000_cb40];
+        let tids = [100, 102, 103];
+        let mut m = std::collections::HashMap::new();
+        let mut threads = Vec::new();
+        for k in 0..3 {
+            let fs = ms[k] + tls;
+            m.insert(fs - 8, gs[k]);
+            m.insert(gs[k] + gm, ms[k]);
+            // Other fields of g: its stack, far from the thread pointer.
+            m.insert(gs[k], 0x7f00_2000_0000 + k as u64 * 0x4000);
+            m.insert(ms[k] + procid, tids[k] as u64);
+            m.insert(ms[k], gs[k]); // m.g0
+            threads.push((tids[k], fs));
+        }
+        // A thread started by C code: its thread pointer leads to no m.
+        let c_fs = 0x7f00_3000_0640u64;
+        m.insert(c_fs - 8, 0x1234);
+        threads.push((104, c_fs));
+        let mem = Mem(m.clone());
+        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+        let (p, found) = walk_tls(&threads, &read).unwrap();
+        assert_eq!(p, procid);
+        assert_eq!(found, vec![Some(ms[0]), Some(ms[1]), Some(ms[2]), None]);
+        // An m that holds no id yet fits.
+        let mut fresh = m.clone();
+        fresh.insert(ms[2] + procid, 0);
+        let mem = Mem(fresh);
+        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+        assert_eq!(walk_tls(&threads, &read).unwrap().0, procid);
+        // An m that holds another thread's id: procid does not fit it.
+        let mut wrong = m.clone();
+        wrong.insert(ms[2] + procid, 999);
+        let mem = Mem(wrong);
+        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+        assert!(walk_tls(&threads, &read).is_err());
+        // A main thread whose g leads to no m: nothing is found.
+        let mut lost = m.clone();
+        lost.insert(gs[0] + gm, 0);
+        let mem = Mem(lost);
+        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+        assert!(walk_tls(&threads, &read).is_err());
+        // Two fields of a lone thread's g that would both do: unsure.
+        let mut two = std::collections::HashMap::new();
+        let fs = ms[0] + tls;
+        two.insert(fs - 8, gs[0]);
+        two.insert(gs[0] + gm, ms[0]);
+        two.insert(gs[0] + gm + 8, ms[0]);
+        two.insert(ms[0] + procid, 100);
+        let mem = Mem(two);
+        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+        assert!(walk_tls(&[(100, fs)], &read).is_err());
+        assert!(walk_tls(&threads, &|_, _| false).is_err());
     }
 
     #[test]
