@@ -1222,9 +1222,9 @@ fn daemon_alive(root: &Path, node: &str, pid: i32, dead: &mut Vec<PathBuf>) -> b
     false
 }
 
-/// Zombie children of ours that no helper owner waits for, by a scan of /proc.
-/// The children of this process that have exited and wait to be reaped.
-/// They are found among the children the daemon's threads list
+/// The children of this process that have exited and wait to be reaped
+/// (the reaper leaves alone those a helper's owner waits for). They are
+/// found among the children the daemon's threads list
 /// (`/proc/self/task/*/children`): a walk over every process of the machine
 /// every 200 ms cost milliseconds of CPU on a busy one.
 fn zombie_children(me: i32) -> Vec<i32> {
