@@ -252,8 +252,7 @@ fn walk_tls(
             })
             .collect();
         let Some((_, main)) = &heads[0] else { continue };
-        let at =
-            |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+        let at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
         for procid in (8..PROCID_WITHIN).step_by(8) {
             if at(main, procid) != threads[0].0 as u64 {
                 continue;
@@ -261,9 +260,7 @@ fn walk_tls(
             let fit = heads
                 .iter()
                 .zip(threads)
-                .filter(|(h, &(tid, _))| {
-                    h.as_ref().is_some_and(|(_, b)| at(b, procid) == tid as u64)
-                })
+                .filter(|(h, &(tid, _))| h.as_ref().is_some_and(|(_, b)| at(b, procid) == tid as u64))
                 .count();
             match best {
                 Some((n, _, _)) if n > fit => {}
