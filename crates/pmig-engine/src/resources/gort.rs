@@ -405,14 +405,8 @@ pub fn handover_pages(frozen: &Frozen) -> HashSet<u64> {
 /// None if the process is a Go program whose `m`s were not found (in pages
 /// not there yet, with `lazy`).
 pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Option<usize>> {
-    let ids: Vec<(pid_t, pid_t)> = pi
-        .threads
-        .threads
-        .iter()
-        .zip(&frozen.threads)
-        .map(|(th, now)| (th.tid, now.tid))
-        .collect();
-    if ids.iter().all(|(old, new)| old == new) {
+    let renamed = super::threads::renamed(pi, frozen);
+    if renamed.iter().all(|(old, new, _)| old == new) {
         return Ok(Some(0));
     }
     let Some(exe) = symbols_in(&pi.memory.mm.exe.path, || pi.memory.mm.auxv.clone()) else {
@@ -431,17 +425,13 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
     let read = |a: u64, b: &mut [u8]| {
         (!lazy || held(a, b.len() as u64)) && sys::process_vm_read(pid, a, b).ok() == Some(b.len())
     };
-    let olds: Vec<pid_t> = ids.iter().map(|i| i.0).collect();
+    let olds: Vec<pid_t> = renamed.iter().map(|i| i.0).collect();
     let found = match exe {
         GoExe::Symbols(s) => walk(s, pi.process.pid, &olds, &read)
             .map(|ms| (ms.procid, ms.ms.into_iter().map(Some).collect())),
         GoExe::Stripped => {
-            let threads: Vec<(pid_t, u64)> = pi
-                .threads
-                .threads
-                .iter()
-                .map(|th| (th.tid, super::threads::regs_from_vec(&th.regs).fs_base))
-                .collect();
+            let threads: Vec<(pid_t, u64)> =
+                renamed.iter().map(|&(old, _, fs)| (old, fs)).collect();
             walk_tls(&threads, &read)
         }
     };
@@ -457,9 +447,9 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
         let Some(id) = word(&read, m + procid) else {
             continue;
         };
-        if let Some(&(_, new)) = ids
+        if let Some(&(_, new, _)) = renamed
             .iter()
-            .find(|&&(old, new)| old as u64 == id && old != new)
+            .find(|&&(old, new, _)| old as u64 == id && old != new)
         {
             sys::process_vm_write(pid, m + procid, &(new as u64).to_le_bytes())?;
             n += 1;

@@ -483,16 +483,7 @@ pub fn rewrite_tids(
     lazy: bool,
     found: Option<&[u64]>,
 ) -> Result<Vec<(pid_t, pid_t)>> {
-    let pairs: Vec<(pid_t, pid_t, u64)> = pi
-        .threads
-        .threads
-        .iter()
-        .zip(&frozen.threads)
-        .map(|(th, now)| {
-            let fs_base = super::threads::regs_from_vec(&th.regs).fs_base;
-            (th.tid, now.tid, fs_base)
-        })
-        .collect();
+    let pairs = super::threads::renamed(pi, frozen);
     if pairs.iter().all(|(old, new, _)| old == new) {
         return Ok(Vec::new());
     }

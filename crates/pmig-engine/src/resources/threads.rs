@@ -145,6 +145,21 @@ fn regs_to_vec(r: &sys::UserRegs) -> Vec<u64> {
     unsafe { std::slice::from_raw_parts(r as *const _ as *const u64, 27) }.to_vec()
 }
 
+/// Each thread of the image restored as a thread of `frozen` (in the
+/// image's order): its id in the image, its id now, and its thread pointer
+/// (`fs`), which the restore kept.
+pub fn renamed(
+    pi: &crate::image::ProcessImage,
+    frozen: &crate::ptrace::Frozen,
+) -> Vec<(libc::pid_t, libc::pid_t, u64)> {
+    pi.threads
+        .threads
+        .iter()
+        .zip(&frozen.threads)
+        .map(|(th, now)| (th.tid, now.tid, regs_from_vec(&th.regs).fs_base))
+        .collect()
+}
+
 pub fn regs_from_vec(v: &[u64]) -> sys::UserRegs {
     // SAFETY: all-zero is valid for this plain struct, then we copy 27 words in.
     let mut r: sys::UserRegs = unsafe { std::mem::zeroed() };
