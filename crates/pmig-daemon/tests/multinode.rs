@@ -4196,8 +4196,9 @@ fn a_skeleton_that_cannot_follow_the_process_gives_way_to_the_image_of_the_stop(
 // runtimes that keep their threads' ids
 
 /// Builds the Go program `tests/go/NAME` into `dir` as `OUT`, with more
-/// `go build` flags (`make test` installs Go when it is missing).
-fn go_program(name: &str, dir: &Path, out: &str, flags: &[&str]) -> PathBuf {
+/// `go build` flags, and cgo if `cgo` (`make test` installs Go when it is
+/// missing).
+fn go_program(name: &str, dir: &Path, out: &str, flags: &[&str], cgo: bool) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/go/{name}"));
     let bin = dir.join(out);
     let mut go = Command::new("go");
@@ -4209,7 +4210,8 @@ fn go_program(name: &str, dir: &Path, out: &str, flags: &[&str]) -> PathBuf {
         .current_dir(&src)
         .env("GOTOOLCHAIN", "local")
         .env("GOFLAGS", "-mod=mod")
-        .env("GOPROXY", "off");
+        .env("GOPROXY", "off")
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" });
     // Go keeps its build cache and modules under $HOME unless told.
     if std::env::var_os("HOME").is_none() {
         go.env("GOCACHE", dir.join("go-cache"))
@@ -4236,7 +4238,8 @@ fn rounds_done(out: &Path) -> usize {
 /// after round, and hung in the first round after a move before the
 /// restore rewrote those ids. Built as usual, and without its symbol table
 /// (`-ldflags=-s -w`, as many released Go programs are), where the
-/// runtime's records are found through the threads instead.
+/// runtime's records are found through the threads instead, with and
+/// without cgo (whose threads the C library starts).
 #[test]
 fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
     if !root() {
@@ -4244,10 +4247,14 @@ fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("go");
-    let builds: [(&str, &[&str]); 2] =
-        [("preempt", &[]), ("preempt-stripped", &["-ldflags=-s -w"])];
-    for (name, flags) in builds {
-        let bin = go_program("preempt", &env.dir, name, flags);
+    let strip = "-ldflags=-s -w";
+    let builds: [(&str, &[&str], bool); 3] = [
+        ("preempt", &[], false),
+        ("preempt-stripped", &[strip], false),
+        ("preempt-cgo-stripped", &[strip, "-tags=withcgo"], true),
+    ];
+    for (name, flags, cgo) in builds {
+        let bin = go_program("preempt", &env.dir, name, flags, cgo);
         go_moves(&mut env, &bin, name);
     }
 }

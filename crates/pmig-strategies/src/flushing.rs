@@ -403,8 +403,9 @@ impl StorePages {
 /// The private anonymous pages of a full image that travel with the state:
 /// those the restore touches and the kernel reads for others
 /// ([`pmig_engine::lazy::handover_set`]), and those of each thread's robust
-/// mutex list, read from the image's pages `store` (the restore rewrites
-/// the owners of those mutexes if the thread's id changes).
+/// mutex list and of a Go runtime's records of its threads, read from the
+/// image's pages `store` (the restore rewrites the owners of those mutexes
+/// and those records if the threads' ids change).
 pub(crate) fn kept_pages(pi: &ProcessImage, store: &StorePages) -> HashSet<u64> {
     let regs = |t: &pmig_engine::resources::threads::ThreadState| {
         pmig_engine::resources::threads::regs_from_vec(&t.regs)
@@ -434,6 +435,16 @@ pub(crate) fn kept_pages(pi: &ProcessImage, store: &StorePages) -> HashSet<u64> 
             }
         }
     }
+    // A Go runtime's records of its threads, which the restore rewrites
+    // under new ids before the pages come (the restore is not held).
+    let into = |a: u64, b: &mut [u8]| match read(a, b.len()) {
+        Some(v) => {
+            b.copy_from_slice(&v);
+            true
+        }
+        None => false,
+    };
+    keep.extend(pmig_engine::resources::gort::image_pages(pi, &into));
     keep
 }
 

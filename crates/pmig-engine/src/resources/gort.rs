@@ -24,14 +24,13 @@
 //! A binary built without its symbol table (`-ldflags=-s`, as many
 //! released Go programs are) has no such names; its `m`s are found
 //! through each thread instead. On amd64 the runtime keeps the thread's
-//! current goroutine `g` in the word below the thread pointer (`fs`), and
-//! `g.m` is the thread's `m`, whose `tls` array the thread pointer points
-//! into. The offset of `g.m` is learned as the one for which every thread's
-//! `m` lies the same small distance below its thread pointer, then
-//! `procid` as the one offset at which each `m` holds its own thread's id.
-//! A thread that does not fit (a thread C code started, in a program that
-//! uses cgo) is left alone; if the main thread does not fit, nothing is
-//! done.
+//! current goroutine `g` in the word below the thread pointer (`fs`; in a
+//! program that uses cgo too, as its one thread-local variable), and `g.m`
+//! is the thread's `m`. The offsets of `g.m` and of `procid` are learned
+//! together, as the one pair by which the most threads reach an `m` that
+//! holds their own id, the main thread among them. A thread that does not
+//! (one C code started, one not yet running its start code) is left alone;
+//! if the main thread does not, nothing is done.
 
 use super::tcb::FileCache;
 use crate::error::{Ctx, Result};
@@ -223,15 +222,12 @@ fn walk(s: GoSymbols, main: pid_t, tids: &[pid_t], read: Read) -> std::result::R
 
 /// How much of a `g` is searched for `g.m`.
 const GM_WITHIN: u64 = 256;
-/// How far below its thread pointer an `m` may start (`m.tls` lies in its
-/// first KiB).
-const TLS_WITHIN: u64 = 1024;
 
 /// Finds each thread's `m` through its thread pointer (see the module's
 /// comment). `threads`: each thread's id, as the runtime has it, and
 /// thread pointer (`fs`); the main thread first. Returns the offset of
-/// `procid` and, for each thread that fits, its `m` (None for one that does
-/// not); says why if the main thread does not fit.
+/// `procid` and, for each thread whose `m` holds its id, that `m` (None for
+/// another); says why if the main thread's is not found.
 fn walk_tls(
     threads: &[(pid_t, u64)],
     read: Read,
@@ -240,69 +236,60 @@ fn walk_tls(
         .iter()
         .map(|&(_, fs)| word(read, fs.checked_sub(8)?).filter(|g| *g != 0 && g % 8 == 0))
         .collect();
-    // The m of thread k through offset o of its g, if it lies below the
-    // thread pointer, near enough.
-    let m_of = |k: usize, o: u64| -> Option<u64> {
-        let m = word(read, gs[k]? + o)?;
-        let below = threads[k].1.checked_sub(m)?;
-        (m % 8 == 0 && below > 0 && below <= TLS_WITHIN).then_some(m)
-    };
-    // g.m: the offset at which the main thread's m fits, and then the most
-    // threads' ms lie at one same distance below their thread pointers.
-    let mut best: Option<(usize, u64)> = None;
+    if gs[0].is_none() {
+        return Err("the main thread's thread pointer leads to no g".into());
+    }
+    // For each offset of g.m: each thread's m, and the first KiB of it.
+    let mut best: Option<(usize, u64, u64)> = None; // (threads, g.m, procid)
     let mut tied = false;
-    for o in (0..GM_WITHIN).step_by(8) {
-        let Some(m0) = m_of(0, o) else { continue };
-        let distance = threads[0].1 - m0;
-        let fit = (0..threads.len())
-            .filter(|&k| m_of(k, o).is_some_and(|m| threads[k].1 - m == distance))
-            .count();
-        match best {
-            Some((n, _)) if n > fit => {}
-            Some((n, _)) if n == fit => tied = true,
-            _ => {
-                best = Some((fit, o));
-                tied = false;
+    for gm in (0..GM_WITHIN).step_by(8) {
+        let heads: Vec<Option<(u64, Vec<u8>)>> = gs
+            .iter()
+            .map(|g| {
+                let m = word(read, (*g)? + gm).filter(|m| *m != 0 && m % 8 == 0)?;
+                let mut head = vec![0u8; PROCID_WITHIN];
+                read(m, &mut head).then_some((m, head))
+            })
+            .collect();
+        let Some((_, main)) = &heads[0] else { continue };
+        let at =
+            |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+        for procid in (8..PROCID_WITHIN).step_by(8) {
+            if at(main, procid) != threads[0].0 as u64 {
+                continue;
+            }
+            let fit = heads
+                .iter()
+                .zip(threads)
+                .filter(|(h, &(tid, _))| {
+                    h.as_ref().is_some_and(|(_, b)| at(b, procid) == tid as u64)
+                })
+                .count();
+            match best {
+                Some((n, _, _)) if n > fit => {}
+                Some((n, _, _)) if n == fit => tied = true,
+                _ => {
+                    best = Some((fit, gm, procid as u64));
+                    tied = false;
+                }
             }
         }
     }
-    let Some((_, gm)) = best else {
-        return Err("the main thread's g names no m below its thread pointer".into());
+    let Some((_, gm, procid)) = best else {
+        return Err("no m found through the main thread's g holds its id".into());
     };
     if tied {
-        return Err("g.m fits at more than one offset".into());
+        return Err("the threads' ms fit more than one way".into());
     }
-    let distance = threads[0].1 - m_of(0, gm).unwrap_or_default();
-    let ms: Vec<Option<u64>> = (0..threads.len())
-        .map(|k| m_of(k, gm).filter(|m| threads[k].1 - m == distance))
-        .collect();
-    // procid: the one offset at which the main thread's m holds its id and
-    // every other m found its own (or nothing yet: a thread that has not
-    // run its start code).
-    let mut head = vec![0u8; PROCID_WITHIN];
-    let m0 = ms[0].unwrap_or_default();
-    if !read(m0, &mut head) {
-        return Err(format!("the main thread's m at {m0:#x} cannot be read"));
-    }
-    let offsets: Vec<u64> = (8..PROCID_WITHIN as u64)
-        .step_by(8)
-        .filter(|&o| {
-            u64::from_le_bytes(
-                head[o as usize..o as usize + 8]
-                    .try_into()
-                    .unwrap_or_default(),
-            ) == threads[0].0 as u64
-        })
-        .filter(|&o| {
-            ms.iter().zip(threads).all(|(m, &(tid, _))| {
-                m.is_none_or(|m| word(read, m + o).is_some_and(|w| w == tid as u64 || w == 0))
-            })
+    let ms = gs
+        .iter()
+        .zip(threads)
+        .map(|(g, &(tid, _))| {
+            let m = word(read, (*g)? + gm)?;
+            (word(read, m + procid) == Some(tid as u64)).then_some(m)
         })
         .collect();
-    match offsets[..] {
-        [procid] => Ok((procid, ms)),
-        _ => Err(format!("the ms hold their threads' ids at {offsets:?}")),
-    }
+    Ok((procid, ms))
 }
 
 /// The executable's Go symbols, placed in a process (`exe` is its path,
@@ -335,15 +322,53 @@ pub fn learn(pid: pid_t) {
 /// Go process `frozen` (none for another program): a lazy handover sends
 /// them along.
 pub fn handover_pages(frozen: &Frozen) -> HashSet<u64> {
-    let mut keep = HashSet::new();
-    let Ok(exe) = crate::procfs::readlink(frozen.pid, "exe") else {
-        return keep;
-    };
-    let Some(exe) = symbols_in(&exe, || auxv_of(frozen.pid)) else {
-        return keep;
-    };
     let pid = frozen.pid;
+    let Ok(exe) = crate::procfs::readlink(pid, "exe") else {
+        return HashSet::new();
+    };
+    let Some(exe) = symbols_in(&exe, || auxv_of(pid)) else {
+        return HashSet::new();
+    };
+    let threads: Vec<(pid_t, u64)> = frozen
+        .threads
+        .iter()
+        .map(|t| {
+            // Only a program without symbols is walked through its threads.
+            let fs = match exe {
+                GoExe::Stripped => sys::get_regs(t.tid).map_or(0, |r| r.fs_base),
+                GoExe::Symbols(_) => 0,
+            };
+            (t.tid, fs)
+        })
+        .collect();
     let read = |a: u64, b: &mut [u8]| sys::process_vm_read(pid, a, b).ok() == Some(b.len());
+    runtime_pages(exe, pid, &threads, &read)
+}
+
+/// The pages of the Go program imaged in `pi` (none for another program)
+/// that a restore reads and writes to rewrite its `m`s, found by reading
+/// its memory through `read` (the image's pages, wherever they are): a
+/// restore from a page store that is not held until its pages are in keeps
+/// them in its first image.
+pub fn image_pages(pi: &ProcessImage, read: &dyn Fn(u64, &mut [u8]) -> bool) -> HashSet<u64> {
+    let mm = &pi.memory.mm;
+    let Some(exe) = symbols_in(&mm.exe.path, || mm.auxv.clone()) else {
+        return HashSet::new();
+    };
+    let threads: Vec<(pid_t, u64)> = pi
+        .threads
+        .threads
+        .iter()
+        .map(|t| (t.tid, super::threads::regs_from_vec(&t.regs).fs_base))
+        .collect();
+    runtime_pages(exe, pi.process.pid, &threads, read)
+}
+
+/// The pages that hold the `m`s of the Go program `exe` and the ways to
+/// them. `main`: the main thread's id as the runtime has it; `threads`:
+/// each thread's id and thread pointer (`fs`), the main thread first.
+fn runtime_pages(exe: GoExe, main: pid_t, threads: &[(pid_t, u64)], read: Read) -> HashSet<u64> {
+    let mut keep = HashSet::new();
     let mut add = |a: u64, len: u64| {
         let mut p = a & !(PAGE - 1);
         while p < a + len {
@@ -351,49 +376,42 @@ pub fn handover_pages(frozen: &Frozen) -> HashSet<u64> {
             p += PAGE;
         }
     };
-    let s = match exe {
-        GoExe::Symbols(s) => s,
-        GoExe::Stripped => {
-            let threads: Vec<(pid_t, u64)> = frozen
-                .threads
-                .iter()
-                .map(|t| (t.tid, sys::get_regs(t.tid).map_or(0, |r| r.fs_base)))
-                .collect();
-            match walk_tls(&threads, &read) {
-                Ok((procid, ms)) => {
-                    for (&(_, fs), m) in threads.iter().zip(ms) {
-                        let Some(m) = m else { continue };
-                        add(fs - 8, 8);
-                        if let Some(g) = word(&read, fs - 8) {
-                            add(g, GM_WITHIN);
-                        }
-                        add(m, PROCID_WITHIN as u64);
-                        add(m + procid, 8);
+    match exe {
+        GoExe::Stripped => match walk_tls(threads, read) {
+            Ok((procid, ms)) => {
+                for (&(_, fs), m) in threads.iter().zip(ms) {
+                    let Some(m) = m else { continue };
+                    add(fs - 8, 8);
+                    if let Some(g) = word(read, fs - 8) {
+                        add(g, GM_WITHIN);
+                    }
+                    add(m, PROCID_WITHIN as u64);
+                    add(m + procid, 8);
+                }
+            }
+            Err(why) => {
+                tracing::debug!("process {main}: the Go runtime's threads not found ({why})")
+            }
+        },
+        GoExe::Symbols(s) => {
+            let tids: Vec<pid_t> = threads.iter().map(|t| t.0).collect();
+            match walk(s, main, &tids, read) {
+                Ok(ms) => {
+                    add(s.allm, 8);
+                    add(s.m0, PROCID_WITHIN as u64);
+                    if let Some(&first) = ms.ms.first() {
+                        add(first, ALLLINK_WITHIN as u64);
+                    }
+                    for &m in &ms.ms {
+                        add(m + ms.procid, 8);
+                        add(m + ms.alllink, 8);
                     }
                 }
                 Err(why) => {
-                    tracing::debug!("process {pid}: the Go runtime's threads not found ({why})")
+                    tracing::debug!("process {main}: the Go runtime's threads not found ({why})")
                 }
             }
-            return keep;
         }
-    };
-    let tids: Vec<pid_t> = frozen.threads.iter().map(|t| t.tid).collect();
-    let ms = match walk(s, pid, &tids, &read) {
-        Ok(ms) => ms,
-        Err(why) => {
-            tracing::debug!("process {pid}: the Go runtime's threads not found ({why})");
-            return keep;
-        }
-    };
-    add(s.allm, 8);
-    add(s.m0, PROCID_WITHIN as u64);
-    if let Some(&first) = ms.ms.first() {
-        add(first, ALLLINK_WITHIN as u64);
-    }
-    for &m in &ms.ms {
-        add(m + ms.procid, 8);
-        add(m + ms.alllink, 8);
     }
     keep
 }
@@ -540,6 +558,13 @@ mod tests {
                 ms: vec![ms[0], ms[1], ms[2], s.m0]
             }
         );
+        // The pages a restore keeps for the walk: the walk finds the same
+        // in them alone (a lazy restore reads no other page).
+        let threads: Vec<(pid_t, u64)> = tids.iter().map(|&t| (t, 0)).collect();
+        let kept = runtime_pages(GoExe::Symbols(s), 100, &threads, &read);
+        let only = |a: u64, b: &mut [u8]| kept.contains(&(a & !(PAGE - 1))) && mem.read(a, b);
+        assert_eq!(walk(s, 100, &tids, &only).unwrap(), got);
+        assert!(runtime_pages(GoExe::Symbols(s), 100, &threads, &|_, _| false).is_empty());
         // Another main thread's id: not m0's.
         assert!(walk(s, 101, &tids, &read).is_err());
         // A memory that cannot be read finds nothing.
@@ -548,62 +573,79 @@ mod tests {
 
     #[test]
     fn without_symbols_each_threads_m_is_found_through_its_thread_pointer() {
-        // As go1.26 lays them out: g.m at 48, m.tls at 128 (the thread
-        // pointer 8 bytes into it), procid at 64.
-        let (gm, tls, procid) = (48u64, 0x88u64, 64u64);
+        // As go1.26 lays them out: g.m at 48, procid at 64; without cgo the
+        // thread pointer lies in the m (m.tls, 0x88 in), with cgo it is
+        // the C library's and the m is elsewhere.
+        let (gm, procid) = (48u64, 64u64);
         let ms = [0x58_71e0u64, 0x7f00_0000_6008, 0x7f00_0000_6808];
         let gs = [0x58_6420u64, 0x7f00_1000_c5a0, 0x7f00_1000_cb40];
         let tids = [100, 102, 103];
-        let mut m = std::collections::HashMap::new();
-        let mut threads = Vec::new();
-        for k in 0..3 {
-            let fs = ms[k] + tls;
-            m.insert(fs - 8, gs[k]);
-            m.insert(gs[k] + gm, ms[k]);
-            // Other fields of g: its stack, far from the thread pointer.
-            m.insert(gs[k], 0x7f00_2000_0000 + k as u64 * 0x4000);
-            m.insert(ms[k] + procid, tids[k] as u64);
-            m.insert(ms[k], gs[k]); // m.g0
-            threads.push((tids[k], fs));
+        for cgo in [false, true] {
+            let mut m = std::collections::HashMap::new();
+            let mut threads = Vec::new();
+            for k in 0..3 {
+                let fs = if cgo {
+                    0x7fcd_7591_a6c0 + k as u64 * 0x80_0000
+                } else {
+                    ms[k] + 0x88
+                };
+                m.insert(fs - 8, gs[k]);
+                m.insert(gs[k] + gm, ms[k]);
+                // Other fields of g: its stack, where no id is.
+                m.insert(gs[k], 0x7f00_2000_0000 + k as u64 * 0x4000);
+                m.insert(ms[k] + procid, tids[k] as u64);
+                m.insert(ms[k], gs[k]); // m.g0
+                threads.push((tids[k], fs));
+            }
+            // A thread started by C code: its thread pointer leads to no g.
+            threads.push((104, 0x7f00_3000_0640));
+            let mem = Mem(m.clone());
+            let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+            let (p, found) = walk_tls(&threads, &read).unwrap();
+            assert_eq!(p, procid, "cgo {cgo}");
+            assert_eq!(found, vec![Some(ms[0]), Some(ms[1]), Some(ms[2]), None]);
+            // The pages a restore keeps for the walk: the walk finds the
+            // same in them alone (a lazy restore reads no other page).
+            let kept = runtime_pages(GoExe::Stripped, 100, &threads, &read);
+            for k in 0..3 {
+                for a in [threads[k].1 - 8, gs[k] + gm, ms[k] + procid] {
+                    assert!(kept.contains(&(a & !(PAGE - 1))), "cgo {cgo}: {a:#x}");
+                }
+            }
+            let only = |a: u64, b: &mut [u8]| kept.contains(&(a & !(PAGE - 1))) && mem.read(a, b);
+            assert_eq!(walk_tls(&threads, &only).unwrap(), (p, found));
+            // An m that holds no id yet, or another thread's, is left alone.
+            for other in [0, 999] {
+                let mut changed = m.clone();
+                changed.insert(ms[2] + procid, other);
+                let mem = Mem(changed);
+                let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+                let (p, found) = walk_tls(&threads, &read).unwrap();
+                assert_eq!((p, found[2]), (procid, None));
+            }
+            // A main thread whose g leads to no m: nothing is found.
+            let mut lost = m.clone();
+            lost.insert(gs[0] + gm, 0);
+            let mem = Mem(lost);
+            let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+            assert!(walk_tls(&threads, &read).is_err());
+            // Two fields of the gs that lead to the ms alike: unsure.
+            let mut two = m.clone();
+            for k in 0..3 {
+                two.insert(gs[k] + gm + 8, ms[k]);
+            }
+            let mem = Mem(two);
+            let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+            assert!(walk_tls(&threads, &read).is_err());
+            // One field that leads to the main thread's m alone (a goroutine
+            // locked to it): g.m leads to more.
+            let mut locked = m.clone();
+            locked.insert(gs[0] + 200, ms[0]);
+            let mem = Mem(locked);
+            let read = |a: u64, b: &mut [u8]| mem.read(a, b);
+            assert_eq!(walk_tls(&threads, &read).unwrap().1[1], Some(ms[1]));
+            assert!(walk_tls(&threads, &|_, _| false).is_err());
         }
-        // A thread started by C code: its thread pointer leads to no m.
-        let c_fs = 0x7f00_3000_0640u64;
-        m.insert(c_fs - 8, 0x1234);
-        threads.push((104, c_fs));
-        let mem = Mem(m.clone());
-        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
-        let (p, found) = walk_tls(&threads, &read).unwrap();
-        assert_eq!(p, procid);
-        assert_eq!(found, vec![Some(ms[0]), Some(ms[1]), Some(ms[2]), None]);
-        // An m that holds no id yet fits.
-        let mut fresh = m.clone();
-        fresh.insert(ms[2] + procid, 0);
-        let mem = Mem(fresh);
-        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
-        assert_eq!(walk_tls(&threads, &read).unwrap().0, procid);
-        // An m that holds another thread's id: procid does not fit it.
-        let mut wrong = m.clone();
-        wrong.insert(ms[2] + procid, 999);
-        let mem = Mem(wrong);
-        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
-        assert!(walk_tls(&threads, &read).is_err());
-        // A main thread whose g leads to no m: nothing is found.
-        let mut lost = m.clone();
-        lost.insert(gs[0] + gm, 0);
-        let mem = Mem(lost);
-        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
-        assert!(walk_tls(&threads, &read).is_err());
-        // Two fields of a lone thread's g that would both do: unsure.
-        let mut two = std::collections::HashMap::new();
-        let fs = ms[0] + tls;
-        two.insert(fs - 8, gs[0]);
-        two.insert(gs[0] + gm, ms[0]);
-        two.insert(gs[0] + gm + 8, ms[0]);
-        two.insert(ms[0] + procid, 100);
-        let mem = Mem(two);
-        let read = |a: u64, b: &mut [u8]| mem.read(a, b);
-        assert!(walk_tls(&[(100, fs)], &read).is_err());
-        assert!(walk_tls(&threads, &|_, _| false).is_err());
     }
 
     #[test]
