@@ -522,9 +522,71 @@ pub struct LazyMemory {
     /// The ranges registered at restore (to unregister at the end).
     registered: Vec<(u64, u64)>,
     state: Mutex<State>,
-    /// The threads' ids the restore rewrote (old, new): the mutexes they
-    /// hold in the pages installed later are rewritten the same way.
-    owners: std::sync::OnceLock<Vec<(libc::pid_t, libc::pid_t)>>,
+    /// The threads' ids the restore rewrote: the mutexes they hold in the
+    /// pages installed later are rewritten the same way.
+    owners: std::sync::OnceLock<Owners>,
+}
+
+/// The ids (old, new) of [`LazyMemory::rewrite_owners`], and the process's
+/// `/proc/PID/mem`, through which the half of a mutex across an edge that
+/// lies in memory the process already has is read and rewritten: unlike
+/// `process_vm_readv`, it fails on a page still owed instead of waiting for
+/// it (which, from the thread that installs pages, would be for good).
+struct Owners {
+    ids: Vec<(libc::pid_t, libc::pid_t)>,
+    mem: Option<std::fs::File>,
+}
+
+impl Owners {
+    /// `run`, about to be installed at `dst`, with the held mutexes across
+    /// its two edges (its left one only if `left`) rewritten
+    /// ([`crate::resources::tcb::held_across`]): their halves outside `run`
+    /// in the process, at once. None if none was found.
+    fn across_edges(&self, dst: u64, run: &[u8], left: bool) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        const SIDE: usize = crate::resources::tcb::EDGE_BYTES;
+        let mem = self.mem.as_ref()?;
+        if run.len() < SIDE {
+            return None;
+        }
+        let end = dst + run.len() as u64;
+        let mut writes = Vec::new();
+        let mut side = [0u8; SIDE];
+        // Each edge: where the process's bytes lie, and the window.
+        let before = dst.checked_sub(SIDE as u64).filter(|_| left);
+        for (at, outside_first) in [(before, true), (Some(end), false)] {
+            let Some(at) = at else { continue };
+            if mem.read_exact_at(&mut side, at).is_err() {
+                continue; // owed, or not mapped: nothing across this edge now
+            }
+            let (edge, found) = if outside_first {
+                let w = crate::resources::tcb::held_across(&side, &run[..SIDE], &self.ids);
+                (dst, w)
+            } else {
+                let w =
+                    crate::resources::tcb::held_across(&run[run.len() - SIDE..], &side, &self.ids);
+                (end, w)
+            };
+            writes.extend(
+                found
+                    .into_iter()
+                    .map(|(o, w)| (edge.wrapping_add_signed(o), w)),
+            );
+        }
+        if writes.is_empty() {
+            return None;
+        }
+        let mut copy = run.to_vec();
+        for (a, w) in writes {
+            if (dst..end).contains(&a) {
+                let o = (a - dst) as usize;
+                copy[o..o + 4].copy_from_slice(&w);
+            } else if let Err(e) = mem.write_all_at(&w, a) {
+                tracing::warn!("the owner of a held mutex at {a:#x} could not be rewritten: {e}");
+            }
+        }
+        Some(copy)
+    }
 }
 
 impl LazyMemory {
@@ -549,11 +611,19 @@ impl LazyMemory {
     /// process's memory (`Restored::ids`, old and new): from now on, a held
     /// mutex that names an old id in a page installed is rewritten with the
     /// new one before the page is installed
-    /// ([`crate::resources::tcb::rewrite_held_mutexes`]). Set once; an empty
-    /// list changes nothing.
-    pub fn rewrite_owners(&self, ids: Vec<(libc::pid_t, libc::pid_t)>) {
+    /// ([`crate::resources::tcb::rewrite_held_mutexes`]), and so is one
+    /// across an edge of the pages installed, half in memory the process
+    /// `pid` has already. Set once; an empty list changes nothing.
+    pub fn rewrite_owners(&self, pid: libc::pid_t, ids: Vec<(libc::pid_t, libc::pid_t)>) {
         if ids.iter().any(|(old, new)| old != new) {
-            let _ = self.owners.set(ids);
+            let mem = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(format!("/proc/{pid}/mem"));
+            if let Err(e) = &mem {
+                tracing::warn!("process {pid}: /proc/{pid}/mem cannot be opened ({e}): a held mutex across the edge of two pages installed apart keeps its old owner");
+            }
+            let _ = self.owners.set(Owners { ids, mem: mem.ok() });
         }
     }
 
@@ -631,8 +701,9 @@ impl LazyMemory {
     /// Returns how many pages were installed.
     pub fn install(&self, src: u64, data: &[u8]) -> Result<u64> {
         // Rare: a copy of the pages, with those mutexes rewritten.
-        let rewritten = self.owners.get().and_then(|ids| {
-            let held = crate::resources::tcb::held_mutexes(data, ids);
+        let owners = self.owners.get();
+        let rewritten = owners.and_then(|o| {
+            let held = crate::resources::tcb::held_mutexes(data, &o.ids);
             (!held.is_empty()).then(|| {
                 let mut copy = data.to_vec();
                 crate::resources::tcb::rewrite_held_mutexes(&mut copy, &held);
@@ -645,6 +716,8 @@ impl LazyMemory {
         let mut installed = 0;
         let mut busy = 0;
         let mut i = 0;
+        // Where the pages installed last from `data` end.
+        let mut after = None;
         while i < n {
             // Looked up again after a wait: the events read meanwhile may
             // have moved or released the page.
@@ -652,12 +725,14 @@ impl LazyMemory {
                 i += 1;
                 continue;
             };
-            let (bytes, fill) = uffd::copy(
-                &self.uffd,
-                dst,
-                &data[(i * PAGE) as usize..(j * PAGE) as usize],
-            )?;
+            let run = &data[(i * PAGE) as usize..(j * PAGE) as usize];
+            // The edge with the pages just installed from `data` was
+            // looked at with the whole of it.
+            let left = after != Some(dst);
+            let edged = owners.and_then(|o| o.across_edges(dst, run, left));
+            let (bytes, fill) = uffd::copy(&self.uffd, dst, edged.as_deref().unwrap_or(run))?;
             let k = i + bytes / PAGE;
+            after = Some(dst + bytes);
             if k > i {
                 self.installed_run(&mut st, src + i * PAGE, k - i);
                 installed += k - i;
@@ -1593,6 +1668,49 @@ mod tests {
         drop((lm, peek));
         // SAFETY: unmapping the test's mapping.
         unsafe { libc::munmap(base as *mut _, (16 * PAGE) as usize) };
+    }
+
+    /// A held mutex across the edge of two pages installed apart, in
+    /// either order, its owner's id on either side: the second install
+    /// rewrites it, in the page installed first if the id lies there.
+    #[test]
+    fn a_held_mutex_across_two_pages_installed_apart_gets_its_owners_new_id() {
+        use std::os::unix::fs::FileExt;
+        for (start, first) in [(16usize, 0usize), (16, 1), (8, 0), (8, 1)] {
+            let Some((uffd, peek, base)) = registered_here(4) else {
+                return;
+            };
+            let lm = LazyMemory::new(uffd, &[(base, 4 * PAGE)], vec![(base, 4 * PAGE)]);
+            lm.rewrite_owners(std::process::id() as i32, vec![(4242, 77)]);
+            // Pages 1 and 2: a recursive mutex (lock 1, count 1, owner 4242,
+            // 1 user, kind 1) that starts `start` bytes before their edge.
+            let mut pages = vec![0u8; 2 * PAGE as usize];
+            let at = PAGE as usize - start;
+            for (i, w) in [1u32, 1, 4242, 1, 1].iter().enumerate() {
+                pages[at + 4 * i..at + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
+            }
+            pages[100] = 0xab;
+            for k in [first, 1 - first] {
+                let data = &pages[k * PAGE as usize..(k + 1) * PAGE as usize];
+                assert_eq!(lm.install(base + (1 + k as u64) * PAGE, data).unwrap(), 1);
+            }
+            let mem = std::fs::File::open("/proc/self/mem").unwrap();
+            let mut got = vec![0u8; 2 * PAGE as usize];
+            mem.read_exact_at(&mut got, base + PAGE).unwrap();
+            let mut want = pages.clone();
+            want[at + 8..at + 12].copy_from_slice(&77i32.to_le_bytes());
+            assert!(
+                got == want,
+                "mutex {start} bytes before the edge, page {} installed first: owner {}",
+                1 + first,
+                i32::from_le_bytes(got[at + 8..at + 12].try_into().unwrap())
+            );
+            // Closed first: with the descriptor open, munmap would wait for
+            // its UNMAP event to be read.
+            drop((lm, peek));
+            // SAFETY: unmapping the test's mapping.
+            unsafe { libc::munmap(base as *mut _, (4 * PAGE) as usize) };
+        }
     }
 
     #[test]

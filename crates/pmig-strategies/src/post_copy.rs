@@ -1406,7 +1406,7 @@ pub(crate) fn start_lazy(
     };
     mark("dst: takeover record written");
     let lm = LazyMemory::new(uffd, &owed, registered);
-    lm.rewrite_owners(started.ids.clone());
+    lm.rewrite_owners(started.pid, started.ids.clone());
     mark("dst: lazy memory built");
     let record = record.map(|(act, journal)| {
         lm.set_journal(journal);

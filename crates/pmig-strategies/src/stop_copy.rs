@@ -222,7 +222,7 @@ impl Strategy for StopCopy {
         };
         let (owed, registered) = owed_of(&pi);
         let lm = LazyMemory::new(uffd, &owed, registered);
-        lm.rewrite_owners(held.ids.clone());
+        lm.rewrite_owners(held.pid, held.ids.clone());
         // Until released, the held process is killed on any failure (the
         // source then resumes its own copy).
         let total = owed.iter().map(|r| r.1).sum();

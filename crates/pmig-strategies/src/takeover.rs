@@ -207,7 +207,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     let journal = std::fs::read(&act.journal).unwrap_or_default();
     let (lm, torn) =
         pmig_engine::lazy::LazyMemory::recover(uffd, &rec.owed, rec.registered.clone(), &journal);
-    lm.rewrite_owners(rec.ids.clone());
+    lm.rewrite_owners(pid, rec.ids.clone());
     if torn {
         tracing::warn!(
             "the journal of migration {} ends in a torn record (ignored)",

@@ -315,6 +315,27 @@ pub fn rewrite_held_mutexes(mem: &mut [u8], held: &[HeldMutex]) {
     }
 }
 
+/// How much of a mutex may lie on one side of an edge between two pages
+/// (it is 40 bytes and 8-byte aligned).
+pub const EDGE_BYTES: usize = MUTEX_BYTES as usize - 8;
+
+/// The held mutexes of [`held_mutexes`] that lie across an edge: `before`,
+/// the [`EDGE_BYTES`] that end at it, and `after`, those that start there.
+/// Returns the words to write ([`HeldMutex::rewrites`]) at their offsets
+/// from the edge (negative: in `before`). A mutex that lies wholly on one
+/// side is not found here (the window holds none whole).
+pub fn held_across(before: &[u8], after: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<(i64, [u8; 4])> {
+    if before.len() != EDGE_BYTES || after.len() != EDGE_BYTES {
+        return Vec::new();
+    }
+    let seam = [before, after].concat();
+    held_mutexes(&seam, ids)
+        .iter()
+        .flat_map(|h| h.rewrites(&seam).collect::<Vec<_>>())
+        .map(|(o, w)| (o as i64 - EDGE_BYTES as i64, w))
+        .collect()
+}
+
 /// `n` bytes of process `pid`'s memory at `a`; None unless all of them
 /// could be read.
 fn peek(pid: pid_t, a: u64, n: usize) -> Option<Vec<u8>> {
@@ -947,6 +968,39 @@ mod tests {
                 "at {o}"
             );
         }
+    }
+
+    #[test]
+    fn a_held_mutex_across_an_edge_is_found_from_both_halves() {
+        let ids = [(4242, 77)];
+        // Recursive (kind 1), and with priority inheritance (32, whose lock
+        // word holds the owner's id).
+        for (lock, kind) in [(1u32, 1u32), (4242, 32)] {
+            for start in [-32i64, -24, -16, -8] {
+                let mut seam = [0u8; 2 * EDGE_BYTES];
+                let at = (EDGE_BYTES as i64 + start) as usize;
+                seam[at..at + 40].copy_from_slice(&mutex(lock, 1, 4242, 1, kind, 0));
+                let (before, after) = seam.split_at(EDGE_BYTES);
+                let got = held_across(before, after, &ids);
+                let mut want = vec![(start + 8, 77i32.to_le_bytes())];
+                if kind == 32 {
+                    want.push((start, 77u32.to_le_bytes()));
+                }
+                assert_eq!(got, want, "kind {kind}, at {start} from the edge");
+            }
+        }
+        // Wholly on one side, or of a thread whose id did not change: not
+        // found here.
+        let mut seam = [0u8; 2 * EDGE_BYTES];
+        seam[EDGE_BYTES..EDGE_BYTES + 32].copy_from_slice(&mutex(1, 1, 4242, 1, 1, 0)[..32]);
+        let (before, after) = seam.split_at(EDGE_BYTES);
+        assert!(held_across(before, after, &ids).is_empty());
+        let mut seam = [0u8; 2 * EDGE_BYTES];
+        seam[16..56].copy_from_slice(&mutex(1, 1, 4242, 1, 1, 0));
+        let (before, after) = seam.split_at(EDGE_BYTES);
+        assert!(held_across(before, after, &[(4242, 4242)]).is_empty());
+        assert_eq!(held_across(before, after, &ids).len(), 1);
+        assert!(held_across(&before[8..], after, &ids).is_empty());
     }
 
     #[test]
