@@ -9,6 +9,7 @@
 //! the source address does not; the map below keeps both.
 
 use crate::error::{Ctx, Result};
+use crate::resources::tcb::IdWrite;
 use crate::uffd::{self, Event};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
@@ -408,6 +409,9 @@ impl Child {
 struct State {
     /// Every page still owed, by source and by destination address.
     owed: Owed,
+    /// Words of held mutexes to rewrite in pages still owed, by address
+    /// (see [`Owners::across_edges`]).
+    pending_ids: Vec<(u64, IdWrite)>,
     /// The children forked while pages were owed (see [`Child`]).
     children: Vec<Child>,
     /// source pages asked for and not yet installed.
@@ -540,52 +544,88 @@ struct Owners {
 impl Owners {
     /// `run`, about to be installed at `dst`, with the held mutexes across
     /// its two edges (its left one only if `left`) rewritten
-    /// ([`crate::resources::tcb::held_across`]): their halves outside `run`
-    /// in the process, at once. None if none was found.
-    fn across_edges(&self, dst: u64, run: &[u8], left: bool) -> Option<Vec<u8>> {
+    /// ([`crate::resources::tcb::held_across`]), and the rewrites that
+    /// waited for its pages (`pending`) done. A word outside `run` is
+    /// rewritten in the process at once where it is there, and where its
+    /// page is still owed (`owed`, by its address) it waits in `pending`.
+    /// None if `run` is unchanged.
+    fn across_edges(
+        &self,
+        dst: u64,
+        run: &[u8],
+        left: bool,
+        owed: &dyn Fn(u64) -> bool,
+        pending: &mut Vec<(u64, IdWrite)>,
+    ) -> Option<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         const SIDE: usize = crate::resources::tcb::EDGE_BYTES;
         let mem = self.mem.as_ref()?;
+        let end = dst + run.len() as u64;
         if run.len() < SIDE {
             return None;
         }
-        let end = dst + run.len() as u64;
-        let mut writes = Vec::new();
+        let word =
+            |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or_default());
+        let mut copy: Option<Vec<u8>> = None;
+        let put = |copy: &mut Option<Vec<u8>>, a: u64, w: &IdWrite| {
+            let c = copy.get_or_insert_with(|| run.to_vec());
+            let o = (a - dst) as usize;
+            if let Some(v) = w.apply(word(c, o)) {
+                c[o..o + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        };
+        // What waited for these pages.
+        if !pending.is_empty() {
+            for (a, w) in std::mem::take(pending) {
+                if (dst..end).contains(&a) {
+                    put(&mut copy, a, &w);
+                } else {
+                    pending.push((a, w));
+                }
+            }
+        }
         let mut side = [0u8; SIDE];
-        // Each edge: where the process's bytes lie, and the window.
         let before = dst.checked_sub(SIDE as u64).filter(|_| left);
         for (at, outside_first) in [(before, true), (Some(end), false)] {
             let Some(at) = at else { continue };
-            if mem.read_exact_at(&mut side, at).is_err() {
-                continue; // owed, or not mapped: nothing across this edge now
+            let there = mem.read_exact_at(&mut side, at).is_ok();
+            // Not there and not owed: not mapped, nothing lies across.
+            if !there && !owed(at & !(PAGE - 1)) {
+                continue;
             }
+            let outside = there.then_some(&side[..]);
+            let here = copy.as_deref().unwrap_or(run);
             let (edge, found) = if outside_first {
-                let w = crate::resources::tcb::held_across(&side, &run[..SIDE], &self.ids);
+                let w = crate::resources::tcb::held_across(outside, Some(&here[..SIDE]), &self.ids);
                 (dst, w)
             } else {
-                let w =
-                    crate::resources::tcb::held_across(&run[run.len() - SIDE..], &side, &self.ids);
+                let w = crate::resources::tcb::held_across(
+                    Some(&here[here.len() - SIDE..]),
+                    outside,
+                    &self.ids,
+                );
                 (end, w)
             };
-            writes.extend(
-                found
-                    .into_iter()
-                    .map(|(o, w)| (edge.wrapping_add_signed(o), w)),
-            );
-        }
-        if writes.is_empty() {
-            return None;
-        }
-        let mut copy = run.to_vec();
-        for (a, w) in writes {
-            if (dst..end).contains(&a) {
-                let o = (a - dst) as usize;
-                copy[o..o + 4].copy_from_slice(&w);
-            } else if let Err(e) = mem.write_all_at(&w, a) {
-                tracing::warn!("the owner of a held mutex at {a:#x} could not be rewritten: {e}");
+            for w in found {
+                let a = edge.wrapping_add_signed(w.at);
+                if (dst..end).contains(&a) {
+                    put(&mut copy, a, &w);
+                } else if !there {
+                    pending.push((a, w));
+                } else {
+                    let o = (a - at) as usize;
+                    let Some(v) = w.apply(word(&side, o)) else {
+                        continue;
+                    };
+                    if let Err(e) = mem.write_all_at(&v.to_le_bytes(), a) {
+                        tracing::warn!(
+                            "the owner of a held mutex at {a:#x} could not be rewritten: {e}"
+                        );
+                    }
+                }
             }
         }
-        Some(copy)
+        copy
     }
 }
 
@@ -729,7 +769,13 @@ impl LazyMemory {
             // The edge with the pages just installed from `data` was
             // looked at with the whole of it.
             let left = after != Some(dst);
-            let edged = owners.and_then(|o| o.across_edges(dst, run, left));
+            let edged = owners.and_then(|o| {
+                let mut pending = std::mem::take(&mut st.pending_ids);
+                let owed = |p: u64| st.owed.src_at(p).is_some();
+                let r = o.across_edges(dst, run, left, &owed, &mut pending);
+                st.pending_ids = pending;
+                r
+            });
             let (bytes, fill) = uffd::copy(&self.uffd, dst, edged.as_deref().unwrap_or(run))?;
             let k = i + bytes / PAGE;
             after = Some(dst + bytes);
@@ -1672,39 +1718,61 @@ mod tests {
 
     /// A held mutex across the edge of two pages installed apart, in
     /// either order, its owner's id on either side: the second install
-    /// rewrites it, in the page installed first if the id lies there.
+    /// rewrites it, in the page installed first if the id lies there. Where
+    /// its kind and owner lie in the page installed first, that install
+    /// rewrites them (glibc would not touch the other page), and the lock
+    /// word of a priority-inheritance mutex on the other side waits for it.
     #[test]
     fn a_held_mutex_across_two_pages_installed_apart_gets_its_owners_new_id() {
         use std::os::unix::fs::FileExt;
-        for (start, first) in [(16usize, 0usize), (16, 1), (8, 0), (8, 1)] {
+        // (bytes before the edge where it starts, kind, lock word, the
+        // pages installed in order: 0 is the page before the edge).
+        let cases: [(usize, u32, u32, &[usize]); 8] = [
+            (16, 2, 1, &[0, 1]),
+            (16, 2, 1, &[1, 0]),
+            (8, 1, 1, &[0, 1]),
+            (8, 1, 1, &[1, 0]),
+            (8, 1, 1, &[1]),
+            (32, 1, 1, &[0]),
+            (8, 32, 4242, &[1, 0]),
+            (24, 32, 4242, &[0, 1]),
+        ];
+        for (start, kind, lock, order) in cases {
             let Some((uffd, peek, base)) = registered_here(4) else {
                 return;
             };
             let lm = LazyMemory::new(uffd, &[(base, 4 * PAGE)], vec![(base, 4 * PAGE)]);
             lm.rewrite_owners(std::process::id() as i32, vec![(4242, 77)]);
-            // Pages 1 and 2: a recursive mutex (lock 1, count 1, owner 4242,
-            // 1 user, kind 1) that starts `start` bytes before their edge.
+            // Pages 1 and 2: the mutex (owner 4242, 1 user; held once,
+            // which an error-checking one does not count).
             let mut pages = vec![0u8; 2 * PAGE as usize];
             let at = PAGE as usize - start;
-            for (i, w) in [1u32, 1, 4242, 1, 1].iter().enumerate() {
+            let count = u32::from(kind != 2);
+            for (i, w) in [lock, count, 4242, 1, kind].iter().enumerate() {
                 pages[at + 4 * i..at + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
             }
             pages[100] = 0xab;
-            for k in [first, 1 - first] {
+            pages[PAGE as usize + 100] = 0xcd;
+            for &k in order {
                 let data = &pages[k * PAGE as usize..(k + 1) * PAGE as usize];
                 assert_eq!(lm.install(base + (1 + k as u64) * PAGE, data).unwrap(), 1);
             }
-            let mem = std::fs::File::open("/proc/self/mem").unwrap();
-            let mut got = vec![0u8; 2 * PAGE as usize];
-            mem.read_exact_at(&mut got, base + PAGE).unwrap();
             let mut want = pages.clone();
             want[at + 8..at + 12].copy_from_slice(&77i32.to_le_bytes());
-            assert!(
-                got == want,
-                "mutex {start} bytes before the edge, page {} installed first: owner {}",
-                1 + first,
-                i32::from_le_bytes(got[at + 8..at + 12].try_into().unwrap())
-            );
+            if kind == 32 {
+                want[at..at + 4].copy_from_slice(&77u32.to_le_bytes());
+            }
+            let mem = std::fs::File::open("/proc/self/mem").unwrap();
+            for &k in order {
+                let mut got = vec![0u8; PAGE as usize];
+                mem.read_exact_at(&mut got, base + (1 + k as u64) * PAGE)
+                    .unwrap();
+                let page = k * PAGE as usize..(k + 1) * PAGE as usize;
+                assert!(
+                    got == want[page],
+                    "kind {kind} {start} bytes before the edge, pages {order:?}: page {k} differs"
+                );
+            }
             // Closed first: with the descriptor open, munmap would wait for
             // its UNMAP event to be read.
             drop((lm, peek));

@@ -229,8 +229,6 @@ pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
     ) else {
         return Vec::new();
     };
-    let word = |o: usize| u32::from_le_bytes(mem[o..o + 4].try_into().unwrap_or_default());
-    let quad = |o: usize| u64::from_le_bytes(mem[o..o + 8].try_into().unwrap_or_default());
     let could_be_owner = |w: &[u8]| {
         u32::from_le_bytes(w[..4].try_into().unwrap_or_default()).wrapping_sub(lo) <= hi - lo
     };
@@ -255,42 +253,57 @@ pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
             if o + MUTEX_BYTES as usize > mem.len() {
                 break;
             }
-            let owner = word(o + 8);
-            let Some(&(_, new)) = moved.iter().find(|m| m.0 == owner) else {
-                continue;
-            };
-            let (lock, count, users, kind) = (word(o), word(o + 4), word(o + 12), word(o + 16));
-            let pi = kind & MUTEX_PI != 0;
-            let kind_ok = match kind & !(MUTEX_ELISION_FLAGS | MUTEX_PSHARED | MUTEX_PI) {
-                MUTEX_RECURSIVE | MUTEX_ERRORCHECK => true,
-                0 => pi,
-                _ => false,
-            };
-            let lock_ok = if pi {
-                lock & FUTEX_TID_MASK == owner && lock & FUTEX_OWNER_DIED == 0
-            } else {
-                matches!(lock, 1 | 2)
-            };
-            // glibc counts a priority-inheritance mutex's holds whatever
-            // its type.
-            let count_ok = if pi || kind & MUTEX_TYPE_MASK == MUTEX_RECURSIVE {
-                (1..1 << 16).contains(&count)
-            } else {
-                count == 0
-            };
-            if kind_ok
-                && lock_ok
-                && count_ok
-                && (1..1 << 16).contains(&users)
-                && word(o + 20) == 0
-                && quad(o + 24) == 0
-                && quad(o + 32) == 0
-            {
-                held.push(HeldMutex { at: o, new, pi });
+            if let Some(h) = held_at(mem, o, &moved, &|_| true) {
+                held.push(h);
             }
         }
     }
     held
+}
+
+/// The held mutex of [`held_mutexes`] at offset `o` of `mem`, if it is
+/// one, judged by the bytes `known` accepts (their offsets in `mem`; the
+/// owner's must be one): a check on a field whose bytes are not known
+/// passes.
+fn held_at(
+    mem: &[u8],
+    o: usize,
+    moved: &[(u32, pid_t)],
+    known: &dyn Fn(usize) -> bool,
+) -> Option<HeldMutex> {
+    let word = |o: usize| u32::from_le_bytes(mem[o..o + 4].try_into().unwrap_or_default());
+    let quad = |o: usize| u64::from_le_bytes(mem[o..o + 8].try_into().unwrap_or_default());
+    let owner = word(o + 8);
+    let &(_, new) = moved.iter().find(|m| m.0 == owner)?;
+    let (lock, count, users, kind) = (word(o), word(o + 4), word(o + 12), word(o + 16));
+    let pi = kind & MUTEX_PI != 0;
+    let kind_ok = match kind & !(MUTEX_ELISION_FLAGS | MUTEX_PSHARED | MUTEX_PI) {
+        MUTEX_RECURSIVE | MUTEX_ERRORCHECK => true,
+        0 => pi,
+        _ => false,
+    };
+    let lock_ok = if pi {
+        lock & FUTEX_TID_MASK == owner && lock & FUTEX_OWNER_DIED == 0
+    } else {
+        matches!(lock, 1 | 2)
+    };
+    // glibc counts a priority-inheritance mutex's holds whatever its type.
+    let count_ok = if pi || kind & MUTEX_TYPE_MASK == MUTEX_RECURSIVE {
+        (1..1 << 16).contains(&count)
+    } else {
+        count == 0
+    };
+    let ok = |at: usize, good: bool| good || !known(at);
+    (known(o + 8)
+        && known(o + 16)
+        && kind_ok
+        && ok(o, lock_ok)
+        && ok(o + 4, count_ok)
+        && ok(o + 12, (1..1 << 16).contains(&users))
+        && ok(o + 20, word(o + 20) == 0)
+        && ok(o + 24, quad(o + 24) == 0)
+        && ok(o + 32, quad(o + 32) == 0))
+    .then_some(HeldMutex { at: o, new, pi })
 }
 
 impl HeldMutex {
@@ -319,21 +332,77 @@ pub fn rewrite_held_mutexes(mem: &mut [u8], held: &[HeldMutex]) {
 /// (it is 40 bytes and 8-byte aligned).
 pub const EDGE_BYTES: usize = MUTEX_BYTES as usize - 8;
 
+/// A word to rewrite across an edge ([`held_across`]): at `at` bytes from
+/// the edge, the thread id `old` in its id bits becomes `new` (an owner
+/// field is all id; a priority-inheritance lock word keeps its flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdWrite {
+    pub at: i64,
+    pub old: u32,
+    pub new: u32,
+}
+
+impl IdWrite {
+    /// `w` rewritten, if it still names the old id.
+    pub fn apply(&self, w: u32) -> Option<u32> {
+        (w & FUTEX_TID_MASK == self.old).then_some((w & !FUTEX_TID_MASK) | self.new)
+    }
+}
+
 /// The held mutexes of [`held_mutexes`] that lie across an edge: `before`,
-/// the [`EDGE_BYTES`] that end at it, and `after`, those that start there.
-/// Returns the words to write ([`HeldMutex::rewrites`]) at their offsets
-/// from the edge (negative: in `before`). A mutex that lies wholly on one
-/// side is not found here (the window holds none whole).
-pub fn held_across(before: &[u8], after: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<(i64, [u8; 4])> {
-    if before.len() != EDGE_BYTES || after.len() != EDGE_BYTES {
+/// the [`EDGE_BYTES`] that end at it, and `after`, those that start there;
+/// None for a side not there yet (a page still owed). Without one side,
+/// only a mutex whose kind and owner both lie on the side there is judged,
+/// by what that side shows: glibc reads a mutex's kind first, then its
+/// owner, so where either lies on the missing side an operation on it
+/// waits for that page, whose install sees the whole mutex. Returns the
+/// words to rewrite. A mutex that lies wholly on one side is not found
+/// here (the window holds none whole).
+pub fn held_across(
+    before: Option<&[u8]>,
+    after: Option<&[u8]>,
+    ids: &[(pid_t, pid_t)],
+) -> Vec<IdWrite> {
+    let moved: Vec<(u32, pid_t)> = ids
+        .iter()
+        .filter(|&&(old, new)| old > 0 && old != new)
+        .map(|&(old, new)| (old as u32, new))
+        .collect();
+    let unknown = [0u8; EDGE_BYTES];
+    let (b, a) = (before.unwrap_or(&unknown), after.unwrap_or(&unknown));
+    if b.len() != EDGE_BYTES || a.len() != EDGE_BYTES || (before.is_none() && after.is_none()) {
         return Vec::new();
     }
-    let seam = [before, after].concat();
-    held_mutexes(&seam, ids)
-        .iter()
-        .flat_map(|h| h.rewrites(&seam).collect::<Vec<_>>())
-        .map(|(o, w)| (o as i64 - EDGE_BYTES as i64, w))
-        .collect()
+    let seam = [b, a].concat();
+    let known = |o: usize| {
+        if o < EDGE_BYTES {
+            before.is_some()
+        } else {
+            after.is_some()
+        }
+    };
+    let word = |o: usize| u32::from_le_bytes(seam[o..o + 4].try_into().unwrap_or_default());
+    let mut writes = Vec::new();
+    for o in (0..=EDGE_BYTES - 8).step_by(8) {
+        let Some(h) = held_at(&seam, o, &moved, &known) else {
+            continue;
+        };
+        let old = word(o + 8);
+        let at = |x: usize| x as i64 - EDGE_BYTES as i64;
+        writes.push(IdWrite {
+            at: at(o + 8),
+            old,
+            new: h.new as u32,
+        });
+        if h.pi {
+            writes.push(IdWrite {
+                at: at(o),
+                old,
+                new: h.new as u32,
+            });
+        }
+    }
+    writes
 }
 
 /// `n` bytes of process `pid`'s memory at `a`; None unless all of them
@@ -971,8 +1040,13 @@ mod tests {
     }
 
     #[test]
-    fn a_held_mutex_across_an_edge_is_found_from_both_halves() {
+    fn a_held_mutex_across_an_edge_is_found_from_both_halves_or_the_half_with_kind_and_owner() {
         let ids = [(4242, 77)];
+        let w = |at: i64| IdWrite {
+            at,
+            old: 4242,
+            new: 77,
+        };
         // Recursive (kind 1), and with priority inheritance (32, whose lock
         // word holds the owner's id).
         for (lock, kind) in [(1u32, 1u32), (4242, 32)] {
@@ -981,26 +1055,56 @@ mod tests {
                 let at = (EDGE_BYTES as i64 + start) as usize;
                 seam[at..at + 40].copy_from_slice(&mutex(lock, 1, 4242, 1, kind, 0));
                 let (before, after) = seam.split_at(EDGE_BYTES);
-                let got = held_across(before, after, &ids);
-                let mut want = vec![(start + 8, 77i32.to_le_bytes())];
+                let mut want = vec![w(start + 8)];
                 if kind == 32 {
-                    want.push((start, 77u32.to_le_bytes()));
+                    want.push(w(start));
                 }
+                let got = held_across(Some(before), Some(after), &ids);
                 assert_eq!(got, want, "kind {kind}, at {start} from the edge");
+                // One side only: judged where the kind and the owner lie
+                // on the side there (8 before the edge: after it; 24 or 32
+                // before: before it).
+                let (only_after, only_before) = (start == -8, start <= -24);
+                let got = held_across(None, Some(after), &ids);
+                assert_eq!(
+                    got,
+                    if only_after { want.clone() } else { vec![] },
+                    "{start}"
+                );
+                let got = held_across(Some(before), None, &ids);
+                assert_eq!(
+                    got,
+                    if only_before { want.clone() } else { vec![] },
+                    "{start}"
+                );
             }
         }
         // Wholly on one side, or of a thread whose id did not change: not
-        // found here.
+        // found here; nor with neither side.
         let mut seam = [0u8; 2 * EDGE_BYTES];
         seam[EDGE_BYTES..EDGE_BYTES + 32].copy_from_slice(&mutex(1, 1, 4242, 1, 1, 0)[..32]);
         let (before, after) = seam.split_at(EDGE_BYTES);
-        assert!(held_across(before, after, &ids).is_empty());
+        assert!(held_across(Some(before), Some(after), &ids).is_empty());
         let mut seam = [0u8; 2 * EDGE_BYTES];
         seam[16..56].copy_from_slice(&mutex(1, 1, 4242, 1, 1, 0));
         let (before, after) = seam.split_at(EDGE_BYTES);
-        assert!(held_across(before, after, &[(4242, 4242)]).is_empty());
-        assert_eq!(held_across(before, after, &ids).len(), 1);
-        assert!(held_across(&before[8..], after, &ids).is_empty());
+        assert!(held_across(Some(before), Some(after), &[(4242, 4242)]).is_empty());
+        assert_eq!(held_across(Some(before), Some(after), &ids).len(), 1);
+        assert!(held_across(Some(&before[8..]), Some(after), &ids).is_empty());
+        assert!(held_across(None, None, &ids).is_empty());
+        // The half there must look like a mutex's: a free one, or one with
+        // another kind, is not rewritten.
+        let mut seam = [0u8; 2 * EDGE_BYTES];
+        seam[24..64].copy_from_slice(&mutex(1, 1, 4242, 1, 7, 0));
+        assert!(held_across(None, Some(&seam[EDGE_BYTES..]), &ids).is_empty());
+        seam[24..64].copy_from_slice(&mutex(1, 1, 4242, 0, 1, 0));
+        assert!(held_across(None, Some(&seam[EDGE_BYTES..]), &ids).is_empty());
+        seam[24..64].copy_from_slice(&mutex(1, 1, 4242, 1, 1, 9));
+        assert!(held_across(None, Some(&seam[EDGE_BYTES..]), &ids).is_empty());
+        // A rewrite changes only the id bits, and only of a word that
+        // still names the old id.
+        assert_eq!(w(0).apply(0x8000_0000 | 4242), Some(0x8000_0000 | 77));
+        assert_eq!(w(0).apply(77), None);
     }
 
     #[test]
