@@ -239,37 +239,37 @@ fn walk_tls(
     if gs[0].is_none() {
         return Err("the main thread's thread pointer leads to no g".into());
     }
-    // For each offset of g.m: each thread's m, and the first KiB of it.
+    // Thread k's m through offset gm of its g.
+    let m_of = |k: usize, gm: u64| word(read, gs[k]? + gm).filter(|m| *m != 0 && m % 8 == 0);
+    let at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
     let mut best: Option<(usize, u64, u64)> = None; // (threads, g.m, procid)
     let mut tied = false;
+    let mut head = vec![0u8; PROCID_WITHIN];
     for gm in (0..GM_WITHIN).step_by(8) {
-        let heads: Vec<Option<(u64, Vec<u8>)>> = gs
-            .iter()
-            .map(|g| {
-                let m = word(read, (*g)? + gm).filter(|m| *m != 0 && m % 8 == 0)?;
-                let mut head = vec![0u8; PROCID_WITHIN];
-                read(m, &mut head).then_some((m, head))
-            })
-            .collect();
-        let Some((_, main)) = &heads[0] else { continue };
-        let at =
-            |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
+        // The offsets at which the main thread's m holds its id; then, for
+        // each, how many other threads' ms hold theirs there (a word each:
+        // read for only the few offsets the main thread leaves).
+        let Some(main) = m_of(0, gm) else { continue };
+        if !read(main, &mut head) {
+            continue;
+        }
         for procid in (8..PROCID_WITHIN).step_by(8) {
-            if at(main, procid) != threads[0].0 as u64 {
+            if at(&head, procid) != threads[0].0 as u64 {
                 continue;
             }
-            let fit = heads
-                .iter()
-                .zip(threads)
-                .filter(|(h, &(tid, _))| {
-                    h.as_ref().is_some_and(|(_, b)| at(b, procid) == tid as u64)
-                })
-                .count();
+            let procid = procid as u64;
+            let fit = 1
+                + (1..threads.len())
+                    .filter(|&k| {
+                        m_of(k, gm)
+                            .is_some_and(|m| word(read, m + procid) == Some(threads[k].0 as u64))
+                    })
+                    .count();
             match best {
                 Some((n, _, _)) if n > fit => {}
                 Some((n, _, _)) if n == fit => tied = true,
                 _ => {
-                    best = Some((fit, gm, procid as u64));
+                    best = Some((fit, gm, procid));
                     tied = false;
                 }
             }
