@@ -24,13 +24,15 @@
 //! And so is the owner of every other held mutex that checks it (recursive,
 //! error-checking, priority inheritance), found by glibc's layout
 //! ([`held_mutexes`]): in the image's pages by the restore, and in each page
-//! installed later by `LazyMemory` with the ids the restore reports. The
+//! installed later by `LazyMemory` with the ids the restore reports, one
+//! across the edge of two pages installed apart too ([`held_across`]). The
 //! dynamic loader's locks are such mutexes (recursive): one held across the
 //! migration, by a thread inside `dlopen` or `dl_iterate_phdr`, lies in the
 //! loader's data, a private copy of its file that travels with the state.
 //!
-//! Not rewritten: ids that a program or a runtime copied elsewhere (Go's
-//! thread ids, a saved pid).
+//! Not rewritten here: ids that a program or a runtime copied elsewhere
+//! (Go's thread ids have a module of their own, `gort`; a saved pid is not
+//! rewritten at all).
 
 use crate::error::{Ctx, Result};
 use crate::image::ProcessImage;
