@@ -220,11 +220,7 @@ pub struct HeldMutex {
 /// count, no elision, no list links). Mutexes are 8-byte aligned; one that
 /// `mem` does not hold whole is not found.
 pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
-    let moved: Vec<(u32, pid_t)> = ids
-        .iter()
-        .filter(|&&(old, new)| old > 0 && old != new)
-        .map(|&(old, new)| (old as u32, new))
-        .collect();
+    let moved = moved_ids(ids);
     let (Some(lo), Some(hi)) = (
         moved.iter().map(|m| m.0).min(),
         moved.iter().map(|m| m.0).max(),
@@ -261,6 +257,15 @@ pub fn held_mutexes(mem: &[u8], ids: &[(pid_t, pid_t)]) -> Vec<HeldMutex> {
         }
     }
     held
+}
+
+/// Of `ids` (old, new), those that changed, the old one as a mutex's
+/// owner field holds it.
+fn moved_ids(ids: &[(pid_t, pid_t)]) -> Vec<(u32, pid_t)> {
+    ids.iter()
+        .filter(|&&(old, new)| old > 0 && old != new)
+        .map(|&(old, new)| (old as u32, new))
+        .collect()
 }
 
 /// The held mutex of [`held_mutexes`] at offset `o` of `mem`, if it is
@@ -365,11 +370,7 @@ pub fn held_across(
     after: Option<&[u8]>,
     ids: &[(pid_t, pid_t)],
 ) -> Vec<IdWrite> {
-    let moved: Vec<(u32, pid_t)> = ids
-        .iter()
-        .filter(|&&(old, new)| old > 0 && old != new)
-        .map(|&(old, new)| (old as u32, new))
-        .collect();
+    let moved = moved_ids(ids);
     let unknown = [0u8; EDGE_BYTES];
     let (b, a) = (before.unwrap_or(&unknown), after.unwrap_or(&unknown));
     if b.len() != EDGE_BYTES || a.len() != EDGE_BYTES || (before.is_none() && after.is_none()) {
