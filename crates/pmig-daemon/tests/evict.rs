@@ -6,9 +6,7 @@
 //! and placement, never about speed (the figures are printed for
 //! BENCHMARKS.md).
 
-use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, pmig_bin, root, Collected};
-use std::path::PathBuf;
+use pmig_tests::{only_stdio, quick_selection, root, Collected, TestCluster};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,49 +16,17 @@ const WAIT: Duration = Duration::from_secs(30);
 /// CPU-bound jobs on 2 shared cores can be slow: the end of a job may take long.
 const FINISH: Duration = Duration::from_secs(240);
 
-struct Env {
-    cluster: Option<ClusterGuard>,
-    /// Processes this test started (killed on drop).
-    pids: Vec<i32>,
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-}
+pmig_tests::cluster_env!(
+    /// The test's cluster ([`TestCluster`]: it kills the test's processes and
+    /// tears the cluster down on drop, also on panic) and what these tests do with it.
+    Env
+);
 
 impl Env {
     fn up(tag: &str, daemon_args: &[&str]) -> Env {
-        let prefix = format!("pv{tag}{}", std::process::id() % 10000);
-        let d = tempfile::Builder::new()
-            .prefix("pmig-evict-")
-            .tempdir()
-            .unwrap();
-        let dir = d.path().to_path_buf();
-        let mut o = ClusterOpts::new(3);
-        o.prefix = prefix;
-        o.state_dir = Some(dir.join("cluster"));
-        o.daemon_bin = Some(pmig_bin());
-        o.daemon_args = daemon_args.iter().map(|s| s.to_string()).collect();
-        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
-        let c = Cluster::up(&o).expect("cluster up").guard();
-        assert!(
-            c.state().daemons_started,
-            "daemons not started: {:?}",
-            c.state().notes
-        );
-        Env {
-            cluster: Some(c),
-            pids: Vec::new(),
-            _dir: d,
-            dir,
-        }
-    }
-
-    fn c(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
-    }
-
-    fn log(&self, node: &str) -> String {
-        let d = self.c().node(node).unwrap().dir.clone();
-        std::fs::read_to_string(d.join("daemon.log")).unwrap_or_default()
+        Env(TestCluster::up(&format!("pv{tag}"), "evict", |o| {
+            o.daemon_args = daemon_args.iter().map(|s| s.to_string()).collect();
+        }))
     }
 
     fn logs(&self) -> String {
@@ -68,14 +34,6 @@ impl Env {
             .iter()
             .map(|n| format!("---- {n}\n{}", self.log(n)))
             .collect()
-    }
-
-    /// `pmig ARGS` inside `node`, cwd the test's directory, only fds 0-2.
-    fn pmig(&self, node: &str, args: &[&str]) -> Command {
-        let mut cmd = self.c().command(node, pmig_bin()).unwrap();
-        cmd.args(args).current_dir(&self.dir);
-        only_stdio(&mut cmd);
-        cmd
     }
 
     /// `pmig ARGS` in `node`; stdout, or a panic with stderr.
@@ -133,20 +91,6 @@ impl Env {
 
     fn balance(&self) -> serde_json::Value {
         self.json("n1", &["balance", "status", "--json"])
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        for &p in &self.pids {
-            // SAFETY: killing processes this test started.
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        if let Some(c) = self.cluster.take() {
-            if let Err(e) = c.down() {
-                eprintln!("tearing the cluster down failed: {e}");
-            }
-        }
     }
 }
 
@@ -293,18 +237,7 @@ fn evict_to_idle_moves_to_an_idle_host_and_reports_it() {
     let _g = pmig_tests::serial(&SERIAL);
     let mut env = Env::up(
         "b",
-        &[
-            "--evict-to",
-            "idle",
-            "--report-interval-ms",
-            "250",
-            "--load-tau-secs",
-            "2",
-            "--idle-load",
-            "0.5",
-            "--idle-owner-secs",
-            "120",
-        ],
+        &[&["--evict-to", "idle"][..], &quick_selection("0.5", "120")].concat(),
     );
     // n1 (the home) is in use by its owner: only n3 is idle.
     env.pmig_ok("n1", &["owner", "active"]);

@@ -4,12 +4,10 @@
 //! prefix; a guard kills the test's processes and tears the cluster down even when an
 //! assertion fails. Every wait is bounded; nothing asserts on wall-clock figures.
 
-use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, pmig_bin, root};
+use pmig_tests::{pmig_bin, quick_selection, root, TestCluster};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -17,12 +15,11 @@ use std::time::{Duration, Instant};
 static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(20);
 
-struct Env {
-    cluster: Option<ClusterGuard>,
-    pids: Vec<i32>,
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-}
+pmig_tests::cluster_env!(
+    /// The test's cluster ([`TestCluster`]: it kills the test's processes and
+    /// tears the cluster down on drop, also on panic) and what these tests do with it.
+    Env
+);
 
 impl Env {
     fn up(tag: &str) -> Env {
@@ -31,47 +28,9 @@ impl Env {
 
     /// With extra daemon flags.
     fn up_with(tag: &str, daemon_args: &[&str]) -> Env {
-        let prefix = format!("px{tag}{}", std::process::id() % 10000);
-        let d = tempfile::Builder::new()
-            .prefix("pmig-exec-")
-            .tempdir()
-            .unwrap();
-        let dir = d.path().to_path_buf();
-        let mut o = ClusterOpts::new(3);
-        o.prefix = prefix;
-        o.state_dir = Some(dir.join("cluster"));
-        o.daemon_bin = Some(pmig_bin());
-        o.daemon_args = daemon_args.iter().map(|s| s.to_string()).collect();
-        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
-        let c = Cluster::up(&o).expect("cluster up").guard();
-        assert!(
-            c.state().daemons_started,
-            "daemons not started: {:?}",
-            c.state().notes
-        );
-        Env {
-            cluster: Some(c),
-            pids: Vec::new(),
-            _dir: d,
-            dir,
-        }
-    }
-
-    fn c(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
-    }
-
-    fn log(&self, node: &str) -> String {
-        let d = self.c().node(node).unwrap().dir.clone();
-        std::fs::read_to_string(d.join("daemon.log")).unwrap_or_default()
-    }
-
-    /// `pmig ARGS` inside `node`, cwd the test's directory, only fds 0-2.
-    fn pmig(&self, node: &str, args: &[&str]) -> Command {
-        let mut cmd = self.c().command(node, pmig_bin()).unwrap();
-        cmd.args(args).current_dir(&self.dir);
-        only_stdio(&mut cmd);
-        cmd
+        Env(TestCluster::up(&format!("px{tag}"), "exec", |o| {
+            o.daemon_args = daemon_args.iter().map(|s| s.to_string()).collect();
+        }))
     }
 
     fn spawn(&mut self, mut cmd: Command) -> Child {
@@ -109,20 +68,6 @@ impl Env {
             }
             assert!(Instant::now() < end, "no job {argv:?} in {ps}");
             std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        for &p in &self.pids {
-            // SAFETY: killing processes this test started.
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        if let Some(c) = self.cluster.take() {
-            if let Err(e) = c.down() {
-                eprintln!("tearing the cluster down failed: {e}");
-            }
         }
     }
 }
@@ -719,19 +664,7 @@ fn idle_runs_on_an_idle_host_it_holds_until_the_end() {
     }
     let _g = pmig_tests::serial(&SERIAL);
     // Short load and owner thresholds, as in the selector's own tests.
-    let mut env = Env::up_with(
-        "f",
-        &[
-            "--report-interval-ms",
-            "250",
-            "--load-tau-secs",
-            "2",
-            "--idle-load",
-            "0.5",
-            "--idle-owner-secs",
-            "3",
-        ],
-    );
+    let mut env = Env::up_with("f", &quick_selection("0.5", "3"));
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let h = hosts(&env, "n1");

@@ -6,9 +6,8 @@
 //! when an assertion fails. Tests run one at a time (they are heavy, the machine has
 //! two cores).
 
-use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
 use pmig_daemon::control::{self, Event, Request};
-use pmig_tests::{only_stdio, pmig_bin, root, Proc};
+use pmig_tests::{only_stdio, pmig_bin, root, Proc, TestCluster};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -19,13 +18,11 @@ use std::time::{Duration, Instant};
 static SERIAL: Mutex<()> = Mutex::new(());
 const LIMIT: Duration = Duration::from_secs(180);
 
-/// Kills tracked processes and tears the cluster down on drop (also on panic).
-struct Env {
-    cluster: Option<ClusterGuard>,
-    pids: Vec<i32>,
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-}
+pmig_tests::cluster_env!(
+    /// The test's cluster ([`TestCluster`]: it kills the test's processes and
+    /// tears the cluster down on drop, also on panic) and what these tests do with it.
+    Env
+);
 
 impl Env {
     fn up(tag: &str) -> Env {
@@ -40,47 +37,14 @@ impl Env {
     fn up_opts(tag: &str, link: pmig_cluster::Link, pid_ns: bool) -> Env {
         // Hooks are read from <node dir>/test-hook only when this is set.
         std::env::set_var(pmig_daemon::TEST_HOOKS_ENV, "1");
-        let prefix = format!("pd{tag}{}", std::process::id() % 10000);
-        let d = tempfile::Builder::new()
-            .prefix("pmig-multinode-")
-            .tempdir()
-            .unwrap();
-        let dir = d.path().to_path_buf();
-        let mut o = ClusterOpts::new(3);
-        o.prefix = prefix.clone();
-        o.state_dir = Some(dir.join("cluster"));
-        o.daemon_bin = Some(pmig_bin());
-        o.link = link;
-        o.pid_ns = pid_ns;
-        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
-        let c = Cluster::up(&o).expect("cluster up").guard();
-        assert!(
-            c.state().daemons_started,
-            "daemons not started: {:?}",
-            c.state().notes
-        );
-        Env {
-            cluster: Some(c),
-            pids: Vec::new(),
-            _dir: d,
-            dir,
-        }
-    }
-
-    fn c(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
+        Env(TestCluster::up(&format!("pd{tag}"), "multinode", |o| {
+            o.link = link;
+            o.pid_ns = pid_ns;
+        }))
     }
 
     fn addr(&self, node: &str) -> String {
         self.c().node(node).unwrap().listen.to_string()
-    }
-
-    fn node_dir(&self, node: &str) -> PathBuf {
-        self.c().node(node).unwrap().dir.clone()
-    }
-
-    fn log(&self, node: &str) -> String {
-        std::fs::read_to_string(self.node_dir(node).join("daemon.log")).unwrap_or_default()
     }
 
     /// Starts `argv` inside `node` with only fds 0-2 open.
@@ -204,20 +168,6 @@ impl Env {
                 out
             })
             .unwrap()
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        for &p in &self.pids {
-            // SAFETY: killing processes this test started (or their migrated copies).
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        if let Some(c) = self.cluster.take() {
-            if let Err(e) = c.down() {
-                eprintln!("tearing the cluster down failed: {e}");
-            }
-        }
     }
 }
 
@@ -595,7 +545,7 @@ fn destination_dies_before_handover_with_every_strategy_and_the_process_resumes(
             "{strategy}: the resumed process does not run"
         );
         eprintln!("{strategy}: {e}");
-        let cluster = env.cluster.as_mut().unwrap();
+        let cluster = env.c_mut();
         cluster.kill_daemon("n2").unwrap();
         cluster
             .restart_daemon("n2", &pmig_bin(), Duration::from_secs(20))
@@ -2130,7 +2080,7 @@ fn has_record(env: &Env, node: &str) -> bool {
 /// Kills `node`'s daemon (SIGKILL) and starts it again, on the same state
 /// directory: it takes over the migrations its takeover records name.
 fn crash_and_restart(env: &mut Env, node: &str) {
-    let cluster = env.cluster.as_mut().unwrap();
+    let cluster = env.c_mut();
     cluster.kill_daemon(node).unwrap();
     cluster
         .restart_daemon(node, &pmig_bin(), Duration::from_secs(20))
@@ -2407,7 +2357,7 @@ fn source_daemon_crash_loses_the_process_cleanly(strategy: &str, tag: &str) {
         .unwrap();
     wait_record(&env, "n2");
     wait_log(&env, "n1", "n2 restored process");
-    env.cluster.as_mut().unwrap().kill_daemon("n1").unwrap();
+    env.c_mut().kill_daemon("n1").unwrap();
     let out = m.wait_with_output().unwrap();
     if strategy != "demand-paging" {
         assert!(

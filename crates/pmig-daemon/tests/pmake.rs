@@ -5,8 +5,7 @@
 //! cluster is torn down even when an assertion fails. No wall-clock figures are
 //! asserted (the benchmark in BENCHMARKS.md has them).
 
-use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, pmig_bin, root, Proc};
+use pmig_tests::{only_stdio, pmig_bin, quick_selection, root, Proc, TestCluster};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -69,55 +68,21 @@ fn makefile() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pmake/Makefile")
 }
 
-struct Env {
-    cluster: Option<ClusterGuard>,
-    _dir: tempfile::TempDir,
-    dir: PathBuf,
-}
+pmig_tests::cluster_env!(
+    /// The test's cluster ([`TestCluster`]: torn down on drop, also on panic).
+    Env
+);
 
 impl Env {
     fn up(tag: &str) -> Env {
-        let prefix = format!("pk{tag}{}", std::process::id() % 10000);
-        let d = tempfile::Builder::new()
-            .prefix("pmig-pmake-")
-            .tempdir()
-            .unwrap();
-        let dir = d.path().to_path_buf();
-        let mut o = ClusterOpts::new(3);
-        o.prefix = prefix;
-        o.state_dir = Some(dir.join("cluster"));
-        o.daemon_bin = Some(pmig_bin());
-        // Short report and owner intervals (as the selector's tests); a node running
-        // a compile (load about 1) stays available.
-        o.daemon_args = [
-            "--report-interval-ms",
-            "250",
-            "--load-tau-secs",
-            "2",
-            "--idle-load",
-            "3",
-            "--idle-owner-secs",
-            "3",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
-        let c = Cluster::up(&o).expect("cluster up").guard();
-        assert!(
-            c.state().daemons_started,
-            "daemons not started: {:?}",
-            c.state().notes
-        );
-        Env {
-            cluster: Some(c),
-            _dir: d,
-            dir,
-        }
-    }
-
-    fn c(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
+        Env(TestCluster::up(&format!("pk{tag}"), "pmake", |o| {
+            // Short report and owner intervals (as the selector's tests); a node
+            // running a compile (load about 1) stays available.
+            o.daemon_args = quick_selection("3", "3")
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        }))
     }
 
     /// `PROG ARGS` inside `node` with cwd `cwd`, only fds 0-2, stdin empty.
@@ -159,16 +124,6 @@ impl Env {
             }
             assert!(Instant::now() < end, "n2 and n3 not idle: {h:?}");
             std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        if let Some(c) = self.cluster.take() {
-            if let Err(e) = c.down() {
-                eprintln!("tearing the cluster down failed: {e}");
-            }
         }
     }
 }

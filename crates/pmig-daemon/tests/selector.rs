@@ -7,8 +7,7 @@
 //! status`; each test has its own cluster prefix and a guard that tears the
 //! cluster down and kills the test's processes even when an assertion fails.
 
-use pmig_cluster::{Cluster, ClusterGuard, ClusterOpts};
-use pmig_tests::{only_stdio, pmig_bin, root, Proc};
+use pmig_tests::{only_stdio, quick_selection, root, Proc, TestCluster};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -18,61 +17,39 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(30);
 const LINE: Duration = Duration::from_secs(20);
 
-/// Short thresholds so that nothing waits long: reports every 250 ms, the
-/// netns load averaged over 2 s, idle below 0.5, owner threshold 3 s (the
-/// window in which an owner-active node must not be handed out).
-const DAEMON_ARGS: &[&str] = &[
-    "--report-interval-ms",
-    "250",
-    "--load-tau-secs",
-    "2",
-    "--idle-load",
-    "0.5",
-    "--idle-owner-secs",
-    "3",
-];
+/// Short thresholds so that nothing waits long ([`quick_selection`]): idle
+/// below a load of 0.5, owner threshold 3 s (the window in which an
+/// owner-active node must not be handed out).
+fn daemon_args() -> Vec<&'static str> {
+    quick_selection("0.5", "3")
+}
 
 struct Env {
-    cluster: Option<ClusterGuard>,
+    /// Torn down after the fields below are (see [`TestCluster`]).
+    t: TestCluster,
     /// Processes started by the test (killed on drop).
     procs: Vec<Proc>,
     /// Daemons the test restarted itself (killed on drop).
     daemons: Vec<std::process::Child>,
-    _dir: tempfile::TempDir,
 }
 
 impl Env {
     fn up(tag: &str) -> Env {
-        let prefix = format!("ps{tag}{}", std::process::id() % 10000);
-        let d = tempfile::Builder::new()
-            .prefix("pmig-selector-")
-            .tempdir()
-            .unwrap();
-        let mut o = ClusterOpts::new(3);
-        o.prefix = prefix;
-        o.state_dir = Some(d.path().join("cluster"));
-        o.daemon_bin = Some(pmig_bin());
-        o.daemon_args = DAEMON_ARGS.iter().map(|s| s.to_string()).collect();
-        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
-        let c = Cluster::up(&o).expect("cluster up").guard();
-        assert!(c.state().daemons_started, "{:?}", c.state().notes);
         Env {
-            cluster: Some(c),
+            t: TestCluster::up(&format!("ps{tag}"), "selector", |o| {
+                o.daemon_args = daemon_args().iter().map(|s| s.to_string()).collect();
+            }),
             procs: Vec::new(),
             daemons: Vec::new(),
-            _dir: d,
         }
     }
 
-    fn c(&self) -> &Cluster {
-        self.cluster.as_ref().unwrap()
+    fn c(&self) -> &pmig_cluster::Cluster {
+        self.t.c()
     }
 
     fn cmd(&self, node: &str, args: &[&str]) -> Command {
-        let mut c = self.c().command(node, pmig_bin()).unwrap();
-        c.args(args);
-        only_stdio(&mut c);
-        c
+        self.t.pmig(node, args)
     }
 
     /// `pmig ARGS` inside `node`.
@@ -84,8 +61,7 @@ impl Env {
     }
 
     fn log(&self, node: &str) -> String {
-        let dir = self.c().node(node).unwrap().dir.clone();
-        std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
+        self.t.log(node)
     }
 
     /// The selector's table as seen from `node`: (selector, node → row).
@@ -184,9 +160,6 @@ impl Drop for Env {
         for d in &mut self.daemons {
             let _ = d.kill();
             let _ = d.wait();
-        }
-        if let Some(c) = self.cluster.take() {
-            let _ = c.down();
         }
     }
 }
@@ -427,7 +400,7 @@ fn selector_failover_and_hand_back_to_a_restarted_earlier_peer() {
     assert_eq!(got, ["n3"], "n1 is gone, n2 is the requester");
 
     // n1 comes back: the earlier peer wins, n2 hands the role over.
-    let log = std::fs::File::create(env._dir.path().join("n1-restarted.log")).unwrap();
+    let log = std::fs::File::create(env.t.dir.join("n1-restarted.log")).unwrap();
     let mut c = env.c().command("n1", &cmdline[0]).unwrap();
     c.args(&cmdline[1..])
         .stdin(Stdio::null())

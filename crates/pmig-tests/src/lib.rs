@@ -92,6 +92,141 @@ pub static PROCESS_TABLE: Mutex<()> = Mutex::new(());
 pub use pmig_cluster::only_stdio;
 
 // ---------------------------------------------------------------------------
+// a local cluster for one test
+
+/// A 3-node local cluster (network namespaces, a daemon in each) for one
+/// multi-node test, under its own prefix and state directory. On drop, also
+/// when an assertion failed, it kills the processes the test listed in
+/// `pids` and then tears the cluster down.
+pub struct TestCluster {
+    guard: Option<pmig_cluster::ClusterGuard>,
+    /// Processes the test started (or their migrated copies): killed on drop.
+    pub pids: Vec<i32>,
+    /// The test's own directory (the cluster's state is in `cluster/` below it).
+    pub dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl TestCluster {
+    /// Brings the cluster up. `prefix` names it (the test process's id is
+    /// appended, so that two test binaries never share a prefix), `what` its
+    /// directory; `set` adjusts the options (link, daemon flags, pid
+    /// namespaces). A cluster left by an earlier run under the same prefix is
+    /// torn down first. Panics when the daemons did not start.
+    pub fn up(prefix: &str, what: &str, set: impl FnOnce(&mut pmig_cluster::ClusterOpts)) -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("pmig-{what}-"))
+            .tempdir()
+            .expect("a temporary directory");
+        let dir = tmp.path().to_path_buf();
+        let mut o = pmig_cluster::ClusterOpts::new(3);
+        o.prefix = format!("{prefix}{}", std::process::id() % 10000);
+        o.state_dir = Some(dir.join("cluster"));
+        o.daemon_bin = Some(pmig_bin());
+        set(&mut o);
+        let _ = pmig_cluster::down(&o.prefix, o.state_dir.as_deref());
+        let c = pmig_cluster::Cluster::up(&o).expect("cluster up").guard();
+        assert!(
+            c.state().daemons_started,
+            "daemons not started: {:?}",
+            c.state().notes
+        );
+        TestCluster {
+            guard: Some(c),
+            pids: Vec::new(),
+            dir,
+            _tmp: tmp,
+        }
+    }
+
+    pub fn c(&self) -> &pmig_cluster::Cluster {
+        self.guard.as_ref().expect("cluster up")
+    }
+
+    pub fn c_mut(&mut self) -> &mut pmig_cluster::Cluster {
+        self.guard.as_mut().expect("cluster up")
+    }
+
+    /// The state directory of `node`'s daemon.
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.c()
+            .node(node)
+            .expect("a node of the cluster")
+            .dir
+            .clone()
+    }
+
+    /// `node`'s daemon log so far (empty if there is none yet).
+    pub fn log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.node_dir(node).join("daemon.log")).unwrap_or_default()
+    }
+
+    /// `pmig ARGS` inside `node`, cwd the test's directory, only fds 0-2.
+    pub fn pmig(&self, node: &str, args: &[&str]) -> Command {
+        let mut cmd = self
+            .c()
+            .command(node, pmig_bin())
+            .expect("a node of the cluster");
+        cmd.args(args).current_dir(&self.dir);
+        only_stdio(&mut cmd);
+        cmd
+    }
+}
+
+/// Declares `struct $name(TestCluster)`, which dereferences to its
+/// [`TestCluster`], for a test file to give it methods of its own.
+#[macro_export]
+macro_rules! cluster_env {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        struct $name($crate::TestCluster);
+
+        impl std::ops::Deref for $name {
+            type Target = $crate::TestCluster;
+            fn deref(&self) -> &$crate::TestCluster {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $crate::TestCluster {
+                &mut self.0
+            }
+        }
+    };
+}
+
+/// Daemon flags under which host selection is quick to observe: a report
+/// every 250 ms, the load averaged over 2 s, a node idle below `idle_load`,
+/// its owner away after `owner_secs` seconds.
+pub fn quick_selection(idle_load: &'static str, owner_secs: &'static str) -> Vec<&'static str> {
+    vec![
+        "--report-interval-ms",
+        "250",
+        "--load-tau-secs",
+        "2",
+        "--idle-load",
+        idle_load,
+        "--idle-owner-secs",
+        owner_secs,
+    ]
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for &p in &self.pids {
+            // SAFETY: kill(2) of processes this test started; it touches no memory.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        if let Some(c) = self.guard.take() {
+            if let Err(e) = c.down() {
+                eprintln!("tearing the cluster down failed: {e}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // waiting with bounds
 
 fn poll_fd(fd: i32, events: i16, timeout: Duration) -> io::Result<bool> {
