@@ -446,7 +446,7 @@ fn read_tracked(list: &Path) -> Result<Vec<(u64, u64)>> {
     Ok(tracked)
 }
 
-/// After the handover, while the original is still frozen: names the mappings
+/// After the handover, once the original is to be killed (still frozen): names the mappings
 /// whose flags (advice, lock, `MAP_NORESERVE`) the image does not carry as
 /// they were at the stop: changed, or mapped, between reading `layout` and
 /// the freeze.
@@ -565,11 +565,6 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
         if words.next() != Some("handover") {
             break line;
         }
-        if !handed_over {
-            if let Some(l) = &layout {
-                check_layout(pid, l);
-            }
-        }
         handed_over = true;
         if forward.is_none() {
             forward = Forward::parse(pid, &words.collect::<Vec<_>>());
@@ -588,6 +583,16 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
         // The last look: what came since is lost (microseconds).
         if let Some(f) = forward.as_mut() {
             f.pass_on(&frozen, &mut late);
+        }
+        // Only now, with every page moved: reading the flags (smaps) walks
+        // the page tables under the process's mmap lock (50 ms for 4 GiB),
+        // and the source's calls that need that lock for writing, and every
+        // read of pages queued behind them, would wait for it while the
+        // migrated process faults.
+        if handed_over {
+            if let Some(l) = &layout {
+                check_layout(pid, l);
+            }
         }
         match kill_and_reap(frozen) {
             Ok(()) => {
