@@ -346,7 +346,8 @@ fn targets(cs: &[Combo], noise: &Summary) -> Vec<Target> {
         t.push(Target {
             target: format!("{s}: no pause > 10 ms besides the freeze"),
             measured: format!(
-                "longest other pause {} ms ({}, {}); longest pause incl. the freeze {} ms ({}, {}); \
+                "longest stall {} ms ({}, {}: another pause, or the freeze's pause beyond the down time); \
+                 longest pause incl. the freeze {} ms ({}, {}); \
                  unmigrated runs' longest pause {} ms{}",
                 fmt_sig(worst.stall_ms.max),
                 size_label(&worst.workload, worst.kib),
