@@ -1364,8 +1364,10 @@ mod tests {
         // The first faults after the resume waited: the pause at the move
         // outlasts the 3 ms down time by 57 ms.
         assert_eq!(stall_of(&[60_000, 6_000], 3.0), 57.0);
-        // The freeze alone, and a longer pause elsewhere.
+        // A longer pause than the freeze's elsewhere: taken for the freeze,
+        // so undercounted by the down time (9 ms lasted 6 beyond it).
         assert_eq!(stall_of(&[3_200, 9_000, 5_000], 3.0), 6.0);
+        // Never below the second-longest pause.
         assert_eq!(stall_of(&[3_200, 5_000, 2_000], 3.0), 3.2);
         assert_eq!(stall_of(&[2_500], 3.0), 0.0);
         assert_eq!(stall_of(&[], 3.0), 0.0);

@@ -1,4 +1,5 @@
-//! Harness for the scenario suite (`tests/scenarios.rs`).
+//! Harness for the scenario suite (`tests/scenarios.rs`), and the local
+//! cluster the multi-node tests of other crates bring up ([`TestCluster`]).
 //!
 //! The scenario programs (`tests/scenarios/*.c` at the workspace root) are
 //! compiled by `build.rs`. Each one sets up some state, prints `READY`, then
@@ -173,6 +174,20 @@ impl TestCluster {
     }
 }
 
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for &p in &self.pids {
+            // SAFETY: kill(2) of processes this test started; it touches no memory.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        if let Some(c) = self.guard.take() {
+            if let Err(e) = c.down() {
+                eprintln!("tearing the cluster down failed: {e}");
+            }
+        }
+    }
+}
+
 /// Declares `struct $name(TestCluster)`, which dereferences to its
 /// [`TestCluster`], for a test file to give it methods of its own.
 #[macro_export]
@@ -210,20 +225,6 @@ pub fn quick_selection(idle_load: &'static str, owner_secs: &'static str) -> Vec
         "--idle-owner-secs",
         owner_secs,
     ]
-}
-
-impl Drop for TestCluster {
-    fn drop(&mut self) {
-        for &p in &self.pids {
-            // SAFETY: kill(2) of processes this test started; it touches no memory.
-            unsafe { libc::kill(p, libc::SIGKILL) };
-        }
-        if let Some(c) = self.guard.take() {
-            if let Err(e) = c.down() {
-                eprintln!("tearing the cluster down failed: {e}");
-            }
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------
