@@ -25,7 +25,8 @@ fn daemon_args() -> Vec<&'static str> {
 }
 
 struct Env {
-    /// Torn down after the fields below are (see [`TestCluster`]).
+    /// The cluster ([`TestCluster`]), torn down once `Env`'s own drop has
+    /// ended the processes and daemons below.
     t: TestCluster,
     /// Processes started by the test (killed on drop).
     procs: Vec<Proc>,
