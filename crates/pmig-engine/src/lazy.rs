@@ -575,15 +575,13 @@ impl Owners {
             }
         };
         // What waited for these pages.
-        if !pending.is_empty() {
-            for (a, w) in std::mem::take(pending) {
-                if (dst..end).contains(&a) {
-                    put(&mut copy, a, &w);
-                } else {
-                    pending.push((a, w));
-                }
+        pending.retain(|(a, w)| {
+            let here = (dst..end).contains(a);
+            if here {
+                put(&mut copy, *a, w);
             }
-        }
+            !here
+        });
         let mut side = [0u8; SIDE];
         let before = dst.checked_sub(SIDE as u64).filter(|_| left);
         for (at, outside_first) in [(before, true), (Some(end), false)] {
@@ -770,11 +768,11 @@ impl LazyMemory {
             // looked at with the whole of it.
             let left = after != Some(dst);
             let edged = owners.and_then(|o| {
-                let mut pending = std::mem::take(&mut st.pending_ids);
-                let owed = |p: u64| st.owed.src_at(p).is_some();
-                let r = o.across_edges(dst, run, left, &owed, &mut pending);
-                st.pending_ids = pending;
-                r
+                let State {
+                    owed, pending_ids, ..
+                } = &mut *st;
+                let owed = |p: u64| owed.src_at(p).is_some();
+                o.across_edges(dst, run, left, &owed, pending_ids)
             });
             let (bytes, fill) = uffd::copy(&self.uffd, dst, edged.as_deref().unwrap_or(run))?;
             let k = i + bytes / PAGE;
