@@ -293,7 +293,7 @@ impl Node {
 
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
-/// `answers-fail-after N`, `fail-restore`, `hang-before-restore`,
+/// `answers-fail-after N`, `speak-version N`, `fail-restore`, `hang-before-restore`,
 /// `hold-original`, `hold-flush`, `hold-answers`, `hold-skeleton`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
@@ -310,6 +310,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("stall-after-bytes"), Some(n)) => h.stall_after_bytes = n.parse().ok(),
             (Some("stall-fill-ms"), Some(n)) => h.stall_fill_ms = n.parse().ok(),
             (Some("answers-fail-after"), Some(n)) => h.answers_fail_after = n.parse().ok(),
+            (Some("speak-version"), Some(n)) => h.speak_version = n.parse().ok(),
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
             (Some("hold-original"), _) => h.hold_original = true,

@@ -2528,6 +2528,96 @@ fn a_failed_answers_connection_falls_back_to_the_push() {
     );
 }
 
+/// Post-copy with a peer that speaks protocol 11 (test hook on n1), both
+/// ways, then between two nodes of this build: with a version-11 peer the
+/// page requests stay on the first connection (a version-11 source never
+/// reads the answers' connection), at version 12 they move to the answers'
+/// connection (protocol 12). Each move speaks the version it should (the
+/// destination's log says), has remote faults, and has requests answered,
+/// read on the answers' connection only at version 12; the dirtier's result
+/// matches an unmigrated run.
+#[test]
+fn post_copy_with_a_version_11_peer_both_ways() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_link("pv", pmig_cluster::Link::Gbit1);
+    let hook = env.node_dir("n1").join("test-hook");
+    std::fs::write(&hook, "speak-version 11\n").unwrap();
+    // About 20 s of work: it still runs at the third move.
+    let run = DirtierPair::start(&mut env, 100_000);
+    let mut pid = run.pid;
+    let mut reps = Vec::new();
+    for (from, to, version) in [("n1", "n2", 11), ("n2", "n1", 11), ("n1", "n2", 12)] {
+        if version == 12 {
+            std::fs::remove_file(&hook).unwrap();
+        }
+        let m = env
+            .migrate_cmd(from, pid, to, "post-copy", 60)
+            .spawn()
+            .unwrap();
+        let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
+            panic!(
+                "post-copy {from} → {to} at protocol {version}: {e}\nn1:\n{}\nn2:\n{}",
+                env.log("n1"),
+                env.log("n2")
+            )
+        });
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        let log = env.log(to);
+        let spoken = format!("protocol version {version})");
+        assert!(
+            log.lines().any(|l| l.contains("accepted post-copy")
+                && l.contains(&format!("from {from} ("))
+                && l.contains(&spoken)),
+            "{to} did not speak protocol {version} with {from}\n{to}:\n{log}"
+        );
+        assert!(
+            rep["remote_faults"].as_u64().unwrap() > 0,
+            "no remote fault {from} → {to}: the test proves nothing\n{}",
+            figures(&[rep])
+        );
+        // The source's last line on its pages: "N pages sent (A on
+        // request, R requests read on the answers' connection, …".
+        let src = env.log(from);
+        let counts: Vec<u64> = src
+            .lines()
+            .rev()
+            .find_map(|l| l.split(" pages sent (").nth(1))
+            .map(|r| {
+                r.split(", ")
+                    .take(2)
+                    .filter_map(|f| f.split(' ').next()?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(
+            counts.len(),
+            2,
+            "no count of {from}'s answers\n{from}:\n{src}"
+        );
+        assert!(
+            counts[0] > 0,
+            "{from} answered no request of {to}\n{from}:\n{src}"
+        );
+        assert_eq!(
+            counts[1] > 0,
+            version == 12,
+            "requests on the answers' connection at protocol {version}: {}\n{from}:\n{src}",
+            counts[1]
+        );
+        reps.push(rep);
+    }
+    wait_gone(pid);
+    let got = run.same_result("post-copy with a version-11 peer");
+    eprintln!(
+        "post-copy with a version-11 peer: {}; {got}",
+        figures(&reps)
+    );
+}
+
 /// The page store's strategies need no link after the handover: the process
 /// runs on, served from the store, across the cut.
 #[test]

@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 11: a post-copy, ampom,
+/// The protocol version this build speaks. 12: the destination of a lazy
+/// migration sends its page requests on the answers' connection once that
+/// is up, and the source reads them there (§6.3a); only to a version-12
+/// source, so older versions are still spoken (their requests travel with
+/// the push). 11: a post-copy, ampom,
 /// demand-paging or freeze-free source
 /// may capture the process while it runs and send that image first, as a
 /// skeleton (`Skeleton`, then the image's files), which the destination
@@ -50,7 +54,10 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 11;
+pub const PROTO_VERSION: u16 = 12;
+/// The first version whose lazy destinations send their page requests on
+/// the answers' connection, and whose sources read them there.
+pub const REQUESTS_ON_ANSWERS: u16 = 12;
 /// The first version that takes a skeleton (`Skeleton`).
 pub const SKELETON: u16 = 11;
 /// The first version whose lazy destinations send `FaultWaits`.

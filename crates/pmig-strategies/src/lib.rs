@@ -195,6 +195,9 @@ pub struct Hooks {
     /// Source of a lazy migration: the answers' connection (protocol 7)
     /// fails after this many answer messages (to test the fallback).
     pub answers_fail_after: Option<u64>,
+    /// The newest protocol version this daemon speaks in its migrations
+    /// (to test an older peer's behaviour); at least the oldest it speaks.
+    pub speak_version: Option<u16>,
     /// freeze-free's source: the flush to the page store waits, logging one
     /// line, until `<state dir>/release-flush` exists (at most 60 s), so
     /// that the store is surely incomplete meanwhile.
@@ -269,7 +272,11 @@ pub trait Host: Send + Sync {
     }
     /// Protocol configuration (node name, timeouts).
     fn proto_config(&self) -> Config {
-        Config::new(self.node())
+        let mut c = Config::new(self.node());
+        if let Some(v) = self.hooks().speak_version {
+            c.proto_version = v.max(c.min_version);
+        }
+        c
     }
     /// Process `pid` is still arriving here (`true`: its pages are being
     /// filled in and it will be traced once more), or is done (`false`). A
@@ -1078,11 +1085,12 @@ pub fn serve_offer(
     }
     ch.send(&Msg::MigrateAccept { id: offer.id })?;
     tracing::info!(
-        "accepted {} of process {} ({}) from {peer} (migration {})",
+        "accepted {} of process {} ({}) from {peer} (migration {}, protocol version {})",
         kind,
         offer.pid,
         offer.comm,
-        offer.id
+        offer.id,
+        ch.peer().version
     );
     let mut d = Destination {
         hooks: host.hooks(),

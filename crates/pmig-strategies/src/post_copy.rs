@@ -42,7 +42,7 @@ use pmig_engine::resources::memory::private_file_copies;
 use pmig_engine::resources::memory::Backing;
 use pmig_proto::{code, Msg};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
@@ -793,6 +793,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
             (Some(r), None) => pages_of(r),
             _ => Vec::new(),
         }),
+        tcp: None,
         early: Vec::new(),
         scan_pending: known.is_none(),
     });
@@ -836,6 +837,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     // deferred migration taken over knows them from its record).
     let awaiting_scan = |found: &Option<Ranges>| known.is_none() && found.is_none();
     let mut not_owed_bytes = 0u64;
+    let asked_on_side = AtomicU64::new(0);
     let read_pages = |addr: u64, b: &mut [u8]| -> Result<()> {
         let got = match stash {
             Some(st) => st.read(addr, b)?,
@@ -879,8 +881,8 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                 failed: &side_failed,
                 stream: &side_stream,
                 push: &push,
-                push_stream: &stream,
                 read: &read_pages,
+                asked_here: &asked_on_side,
                 fail_after,
             };
             s.spawn(move || a.run())
@@ -1025,6 +1027,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                         window = None;
                         continue;
                     };
+                    push.lock().unwrap().tcp = Some(t);
                     w.update(mono_ns(), &t);
                     if !w.may_send(t.in_network) {
                         let wait = Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns));
@@ -1048,7 +1051,9 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                 };
                 read_and_send(&mut *tx, start, n, &mut buf)?;
                 if let Some(t) = TcpState::of(&stream) {
-                    push.lock().unwrap().order.pushed(start, n, t.written());
+                    let mut ps = push.lock().unwrap();
+                    ps.order.pushed(start, n, t.written());
+                    ps.tcp = Some(t);
                 }
                 progress(Progress {
                     phase: "push",
@@ -1094,7 +1099,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     if let Some(w) = waits.lock().unwrap().take() {
         m.fault_waits = Some(w);
     }
-    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request, {left_to_push} requests left to the pushed copy on its way); nothing is owed any more");
+    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request, {} requests read on the answers' connection, {left_to_push} requests left to the pushed copy on its way); nothing is owed any more", asked_on_side.load(Ordering::Relaxed));
     m.residual.until = format!(
         "{:.1} ms after the resume (all pages moved)",
         (mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
@@ -1105,6 +1110,8 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
 /// The push's state, shared by the push loop and the answering thread.
 struct PushState {
     order: PushOrder,
+    /// What the push loop last read of its socket (after its last message).
+    tcp: Option<TcpState>,
     /// Pages answered while the pages to push were not known yet.
     early: Vec<u64>,
     /// The scan that tells which pages to push has not ended.
@@ -1147,9 +1154,9 @@ struct Answering<'a, F: Fn(u64, &mut [u8]) -> Result<()>> {
     /// The second connection, for the reader of the first to shut down.
     stream: &'a Mutex<Option<std::net::TcpStream>>,
     push: &'a Mutex<PushState>,
-    /// The push's connection (the first).
-    push_stream: &'a std::net::TcpStream,
     read: &'a F,
+    /// Page requests read on this connection (version 12).
+    asked_here: &'a AtomicU64,
     /// Test hook: the connection fails after this many answer messages.
     fail_after: Option<u64>,
 }
@@ -1164,12 +1171,21 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
     /// copy still in the socket's queue may be overtaken, and one already
     /// acknowledged waits in the destination's receive queue, which an
     /// answer overtakes: those are answered. Returns the pages skipped.
+    ///
+    /// The push's socket is judged by what the push loop last read of it
+    /// ([`PushState::tcp`]), not read here: reading `TCP_INFO` takes the
+    /// socket's lock, which the push's sends hold for as long as they copy
+    /// and transmit (this thread waited up to 12 ms on it). That reading is
+    /// at most one push message old: a page it shows in the network may have
+    /// been acknowledged since (its copy then waits in the destination's
+    /// receive queue, bounded, and comes soon), and one pushed after it is
+    /// answered (sent twice, as before the window existed).
     fn skip_pushed(&self, batch: &mut Vec<u64>) -> u64 {
-        let Some(t) = TcpState::of(self.push_stream) else {
-            return 0;
-        };
         let before = batch.len();
         let mut ps = self.push.lock().unwrap();
+        let Some(t) = ps.tcp else {
+            return 0;
+        };
         batch.retain(|&p| match ps.order.pushed_end(p) {
             Some(end) if t.on_the_wire(end) => {
                 // Marks nothing new; the push goes on after the fault.
@@ -1185,7 +1201,7 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
     /// requests left to pushed copies on their way.
     fn run(self) -> (u64, u64, u64, u64) {
         favour_this_thread();
-        let mut sent = (0, 0, 0, 0);
+        let sent = (0, 0, 0, 0);
         // The connection comes soon after the resume, or never (a cut link).
         let mut ch = loop {
             if self.done.load(Ordering::Acquire) {
@@ -1206,6 +1222,59 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
             *self.stream.lock().unwrap() = ch.stream().try_clone().ok();
             self.up.store(true, Ordering::Release);
         }
+        let reads = ch.peer().version >= pmig_proto::msg::REQUESTS_ON_ANSWERS;
+        let (tx, rx) = ch.halves();
+        let (id, done, up, requests, wake, asked_here) = (
+            self.id,
+            self.done,
+            self.up,
+            self.requests,
+            self.wake,
+            self.asked_here,
+        );
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                if !reads {
+                    return;
+                }
+                // The page requests a version-12 destination sends on this
+                // connection (they do not wait for the push's socket, whose
+                // lock its sends hold), into the queue answered here, until
+                // the migration ends or the connection fails. On a failure
+                // the connection is shut down: the destination then asks
+                // again on the first one.
+                while !done.load(Ordering::Acquire) && up.load(Ordering::Acquire) {
+                    let why = match rx.recv_with_within(Duration::from_millis(20)) {
+                        Ok(None) => continue,
+                        Ok(Some(inc)) => match inc.into_parts().0 {
+                            Msg::PageRequest { id: i, pages } if i == id => {
+                                requests.lock().unwrap().extend(pages);
+                                wake.notify_all();
+                                asked_here.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            other => format!("unexpected {}", other.kind()),
+                        },
+                        Err(e) => e.to_string(),
+                    };
+                    if !done.load(Ordering::Acquire) {
+                        tracing::info!("page requests on the answers' connection of migration {id} ended ({why})");
+                        let _ = rx.stream().shutdown(std::net::Shutdown::Both);
+                    }
+                    return;
+                }
+            });
+            self.answer(tx, sent)
+        })
+    }
+
+    /// Answers the queued requests on `ch` until the migration ends or the
+    /// connection fails (`sent`: see [`Self::run`]).
+    fn answer(
+        &self,
+        ch: &mut pmig_proto::blocking::Sender<std::net::TcpStream>,
+        mut sent: (u64, u64, u64, u64),
+    ) -> (u64, u64, u64, u64) {
         let mut buf = vec![0u8; ANSWER_PAGES * PAGE as usize];
         let mut messages = 0u64;
         loop {
@@ -1651,6 +1720,12 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     // freeze-free: the store is complete and taken; the rest comes from it.
     let switched = AtomicBool::new(false);
     let send_waits = ch.peer().version >= pmig_proto::msg::FAULT_WAITS;
+    // Page requests go on the answers' connection while it is up, with a
+    // source that reads them there (version 12): on the first, they wait
+    // for its socket's lock, which the push's receiving holds.
+    let requests_on_side = ch.peer().version >= pmig_proto::msg::REQUESTS_ON_ANSWERS;
+    let side_tx: Mutex<Option<pmig_proto::blocking::Sender<std::net::TcpStream>>> =
+        Mutex::new(None);
     let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
@@ -1674,6 +1749,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 if side_lost.swap(false, Ordering::AcqRel) {
                     // Answers from now on on this connection, and again for
                     // every page asked for and not here yet.
+                    side_tx.lock().unwrap().take();
                     let again = lm.requested_pages();
                     let r = tx.send(&Msg::Answers { id }).and_then(|()| {
                         for chunk in again.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
@@ -1703,10 +1779,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                         }
                         crate::demand_paging::Step::Ask(all) => {
                             for chunk in all.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
-                                let _ = tx.send(&Msg::PageRequest {
-                                    id,
-                                    pages: chunk.to_vec(),
-                                });
+                                let _ = ask_for(tx, &side_tx, &side_lost, id, chunk);
                             }
                         }
                         crate::demand_paging::Step::Run => {}
@@ -1755,10 +1828,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                             }
                         }
                         for chunk in ask.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
-                            if let Err(e) = tx.send(&Msg::PageRequest {
-                                id,
-                                pages: chunk.to_vec(),
-                            }) {
+                            if let Err(e) = ask_for(tx, &side_tx, &side_lost, id, chunk) {
                                 *failed.lock().unwrap() =
                                     Some(format!("ask the source for pages: {e}"));
                                 done.store(true, Ordering::Release);
@@ -1799,18 +1869,19 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         // Answers on the second connection, installed as they arrive.
         if let Some(open) = answers {
             let (done, exited, failed, lm) = (&done, &exited, &failed, &lm);
-            let side_lost = &side_lost;
+            let (side_lost, side_tx) = (&side_lost, &side_tx);
             s.spawn(move || {
                 // However it ends before the migration does, answers sent on
                 // it may be lost: the fault loop tells the source, and asks
                 // again for every page still on its way.
                 favour_this_thread();
                 let lost = || {
+                    side_tx.lock().unwrap().take();
                     if !done.load(Ordering::Acquire) {
                         side_lost.store(true, Ordering::Release);
                     }
                 };
-                let mut side = match open().and_then(|mut c| {
+                let side = match open().and_then(|mut c| {
                     c.send(&Msg::Answers { id })?;
                     Ok(c)
                 }) {
@@ -1821,7 +1892,10 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                         return;
                     }
                 };
-                let (_, srx) = side.halves();
+                let (stx, mut srx) = side.split();
+                if requests_on_side {
+                    *side_tx.lock().unwrap() = Some(stx);
+                }
                 while !done.load(Ordering::Acquire) {
                     match srx.recv_with_within(Duration::from_millis(20)) {
                         Ok(None) => {}
@@ -1946,6 +2020,38 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         prefetch_hits: st.prefetch_hits,
     })?;
     await_final_commit(ch, id, pid, &peer)
+}
+
+/// Asks the source for `pages`: on the answers' connection while it takes
+/// requests (`side`), else on the first. Should the answers' connection
+/// fail, it is given up (`side_lost`: the fault loop tells the source and
+/// asks again there for every page still awaited) and the request goes on
+/// the first.
+fn ask_for(
+    tx: &mut pmig_proto::blocking::Sender<std::net::TcpStream>,
+    side: &Mutex<Option<pmig_proto::blocking::Sender<std::net::TcpStream>>>,
+    side_lost: &AtomicBool,
+    id: u64,
+    pages: &[u64],
+) -> std::result::Result<(), pmig_proto::ProtoError> {
+    let msg = Msg::PageRequest {
+        id,
+        pages: pages.to_vec(),
+    };
+    {
+        let mut side = side.lock().unwrap();
+        if let Some(stx) = side.as_mut() {
+            match stx.send(&msg) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("a page request on the answers' connection of migration {id} failed ({e}); asking on the first");
+                    *side = None;
+                    side_lost.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+    tx.send(&msg)
 }
 
 /// Tells a version-10 source how long the faults waited (`FaultWaits`),
