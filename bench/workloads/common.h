@@ -4,7 +4,7 @@
  * Every workload is a small single-threaded C11 program with the same
  * command line and the same output protocol (see README.md):
  *
- *   READY pid=<pid> rss_kib=<n>
+ *   READY pid=<pid> rss_kib=<n> t0_ns=<clock at t = 0>
  *   TICK t_ms=<n> iter=<n> max_pause_ms=<n> max_pause_us=<n>
  *   DONE iter=<n> elapsed_ms=<n> max_pause_ms=<n> checksum=<hex> verify=ok max_pause_us=<n>
  *   DONE ... verify=FAIL max_pause_us=<n> reason=<word> [details]
@@ -408,9 +408,11 @@ static inline void wl_maybe_inject(const wl_t *w, void *region, size_t bytes)
 
 static inline void wl_ready(wl_t *w)
 {
-    printf("READY pid=%ld rss_kib=%llu\n", (long)getpid(), wl_rss_kib());
+    w->t0 = wl_clock(w);
+    printf("READY pid=%ld rss_kib=%llu t0_ns=%llu\n", (long)getpid(), wl_rss_kib(),
+           (unsigned long long)w->t0);
     fflush(stdout);
-    w->t0 = w->last = w->now = wl_clock(w);
+    w->last = w->now = wl_clock(w);
     w->max_gap = 0;
     w->iter = 0;
     w->next_report = w->report_ms ? w->t0 + (uint64_t)w->report_ms * WL_NS_PER_MS : UINT64_MAX;

@@ -298,8 +298,11 @@ pub struct RunOutput {
     pub checksum: Option<String>,
     pub verify_ok: bool,
     pub max_pause_us: Option<u64>,
-    /// Every gap longer than PAUSE_LOG_MS, in µs.
-    pub pauses_us: Vec<u64>,
+    /// Its clock (CLOCK_MONOTONIC) at t = 0, ns.
+    pub t0_ns: Option<u64>,
+    /// Every gap longer than PAUSE_LOG_MS: when it began (ms after t = 0)
+    /// and how long it lasted (µs).
+    pub pauses: Vec<(u64, u64)>,
     pub done: bool,
 }
 
@@ -315,9 +318,11 @@ pub fn parse_output(text: &str) -> RunOutput {
         if line.starts_with("READY") {
             r.pid = field(line, "pid").and_then(|v| v.parse().ok());
             r.rss_kib = field(line, "rss_kib").and_then(|v| v.parse().ok());
+            r.t0_ns = field(line, "t0_ns").and_then(|v| v.parse().ok());
         } else if line.starts_with("PAUSE") {
+            let t = field(line, "t_ms").and_then(|v| v.parse().ok());
             if let Some(g) = field(line, "gap_us").and_then(|v| v.parse().ok()) {
-                r.pauses_us.push(g);
+                r.pauses.push((t.unwrap_or(0), g));
             }
         } else if line.starts_with("DONE") {
             r.done = true;
@@ -420,8 +425,9 @@ pub struct Record {
     pub delay_ms: f64,
     /// The program's longest pause (the freeze as the program saw it).
     pub max_pause_ms: f64,
-    /// Its longest stall besides the freeze (see [`stall_of`]; 0 when no
-    /// pause was over PAUSE_LOG_MS).
+    /// Its longest stall besides the freeze, of the pauses that ended after
+    /// `pmig migrate` began (see [`stall_of`] and [`pauses_since`]; 0 when
+    /// no such pause was over PAUSE_LOG_MS).
     pub stall_ms: f64,
     /// The longest wait of one fault for its page, as the destination
     /// measured it (`fault_waits.max_ms` of the report; NaN when absent).
@@ -899,6 +905,11 @@ impl Run<'_> {
             let bytes = ((r.rss_kib as u64) << 10).clamp(1 << 20, 1 << 30);
             r.first_touch_bytes_per_s = crate::engine::first_touch_gbps(bytes)? * 1e9;
         }
+        // Pauses before this (the first-touch measurement above shares the
+        // CPUs with the workload) are not the migration's.
+        let migrate_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+            .map_err(|e| BenchError::Failed(format!("read the clock: {e}")))?;
         let out = self
             .exec_cmd(
                 "n1",
@@ -1001,7 +1012,7 @@ impl Run<'_> {
             .max_pause_us
             .map(|u| u as f64 / 1000.0)
             .unwrap_or(f64::NAN);
-        r.stall_ms = stall_of(&done.pauses_us, r.down_ms);
+        r.stall_ms = stall_of(&pauses_since(&done, ready.t0_ns, migrate_ns), r.down_ms);
         let sums: Vec<&str> = base.iter().filter_map(|b| b.checksum.as_deref()).collect();
         r.self_check = done.verify_ok
             && done.checksum.is_some()
@@ -1321,6 +1332,20 @@ fn failed(c: &Cell, rep: usize, e: &str) -> Record {
     r
 }
 
+/// The lengths (µs) of the pauses of `out` that ended after `since_ns`
+/// (CLOCK_MONOTONIC), given the program's clock at t = 0 (`t0_ns`); all of
+/// them when that is not known (a workload that does not say).
+fn pauses_since(out: &RunOutput, t0_ns: Option<u64>, since_ns: u64) -> Vec<u64> {
+    out.pauses
+        .iter()
+        .filter(|&&(t_ms, gap_us)| match t0_ns {
+            Some(t0) => t0 + t_ms * 1_000_000 + gap_us * 1000 > since_ns,
+            None => true,
+        })
+        .map(|&(_, gap_us)| gap_us)
+        .collect()
+}
+
 /// The program's longest stall besides the freeze, ms, from its pauses
 /// (µs) and the migration's down time: the longest pause counts as the
 /// freeze, and of it only what lasted beyond the down time counts as a
@@ -1377,12 +1402,20 @@ mod tests {
 
     #[test]
     fn parses_workload_lines() {
-        let t = "READY pid=42 rss_kib=4200\nPAUSE t_ms=3 gap_us=9000\nPAUSE t_ms=9 gap_us=120000\n\
+        let t = "READY pid=42 rss_kib=4200 t0_ns=5000000000\nPAUSE t_ms=3 gap_us=9000\n\
+                 PAUSE t_ms=9 gap_us=120000\n\
                  DONE iter=7 elapsed_ms=1234 max_pause_ms=120 checksum=abcd verify=ok max_pause_us=120000\n";
         let r = parse_output(t);
         assert_eq!(r.pid, Some(42));
         assert_eq!(r.rss_kib, Some(4200));
-        assert_eq!(r.pauses_us, vec![9000, 120000]);
+        assert_eq!(r.t0_ns, Some(5_000_000_000));
+        assert_eq!(r.pauses, vec![(3, 9000), (9, 120000)]);
+        // The first pause ended 12 ms after t = 0, the second 129 ms after.
+        assert_eq!(pauses_since(&r, r.t0_ns, 5_011_000_000), vec![9000, 120000]);
+        assert_eq!(pauses_since(&r, r.t0_ns, 5_012_000_000), vec![120000]);
+        assert_eq!(pauses_since(&r, r.t0_ns, 5_129_000_000), Vec::<u64>::new());
+        // A workload that does not say when its t = 0 was: every pause.
+        assert_eq!(pauses_since(&r, None, u64::MAX), vec![9000, 120000]);
         assert_eq!(r.iter, Some(7));
         assert_eq!(r.elapsed_ms, Some(1234.0));
         assert_eq!(r.checksum.as_deref(), Some("abcd"));
