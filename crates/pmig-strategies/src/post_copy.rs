@@ -1175,7 +1175,8 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
     /// The push's socket is judged by what the push loop last read of it
     /// ([`PushState::tcp`]), not read here: reading `TCP_INFO` takes the
     /// socket's lock, which the push's sends hold for as long as they copy
-    /// and transmit (this thread waited up to 12 ms on it). That reading is
+    /// and transmit (`perf` caught this thread waiting for it, in bursts,
+    /// at 4 GiB on a 1 Gbit link). That reading is
     /// at most one push message old: a page it shows in the network may have
     /// been acknowledged since (its copy then waits in the destination's
     /// receive queue, bounded, and comes soon), and one pushed after it is
@@ -1333,6 +1334,11 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                         "the answers' connection of migration {} failed ({e}); answering with the push",
                         self.id
                     );
+                    // Shut down, so that the destination learns it (from a
+                    // send that timed out the connection may still be up)
+                    // and asks again on the first connection: requests it
+                    // sent here are no longer read.
+                    let _ = ch.stream().shutdown(std::net::Shutdown::Both);
                     let mut q = self.requests.lock().unwrap();
                     for &p in batch[i..].iter().rev() {
                         q.push_front(p);
