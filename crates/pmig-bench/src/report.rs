@@ -346,7 +346,7 @@ fn targets(cs: &[Combo], noise: &Summary) -> Vec<Target> {
         t.push(Target {
             target: format!("{s}: no pause > 10 ms besides the freeze"),
             measured: format!(
-                "longest stall {} ms ({}, {}: another pause, or the freeze's pause beyond the down time); \
+                "longest stall {} ms ({}, {}: another pause since the migration began, or the freeze's pause beyond the down time); \
                  longest pause incl. the freeze {} ms ({}, {}); \
                  unmigrated runs' longest pause {} ms{}",
                 fmt_sig(worst.stall_ms.max),
