@@ -1350,11 +1350,12 @@ fn pauses_since(out: &RunOutput, t0_ns: Option<u64>, since_ns: u64) -> Vec<u64> 
 /// (µs) and the migration's down time: the longest pause counts as the
 /// freeze, and of it only what lasted beyond the down time counts as a
 /// stall (the first faults after the resume, if they wait, extend the
-/// pause the freeze began); any other pause counts whole. The pauses carry
-/// no time the bench could line up with the stop, so where the longest was
-/// not the freeze this undercounts it by the down time: a lower bound of
-/// the longest stall, never below the second-longest pause (the measure
-/// before 2026-11-28) and never above the longest.
+/// pause the freeze began); any other pause counts whole. The bench knows
+/// when the migration began ([`pauses_since`]) but not when within it the
+/// stop fell, so where the longest pause was not the freeze this
+/// undercounts it by the down time: a lower bound of the longest stall,
+/// never below the second-longest pause (the measure before 2026-11-28)
+/// and never above the longest.
 fn stall_of(pauses_us: &[u64], down_ms: f64) -> f64 {
     let mut p: Vec<f64> = pauses_us.iter().map(|&u| u as f64 / 1000.0).collect();
     p.sort_unstable_by(|a, b| b.total_cmp(a));

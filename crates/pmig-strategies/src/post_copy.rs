@@ -1202,22 +1202,22 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
     /// requests left to pushed copies on their way.
     fn run(self) -> (u64, u64, u64, u64) {
         favour_this_thread();
-        let sent = (0, 0, 0, 0);
+        let nothing = (0, 0, 0, 0);
         // The connection comes soon after the resume, or never (a cut link).
         let mut ch = loop {
             if self.done.load(Ordering::Acquire) {
-                return sent;
+                return nothing;
             }
             match self.side.recv_timeout(Duration::from_millis(50)) {
                 Ok(ch) => break ch,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return sent,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return nothing,
             }
         };
         {
             let _q = self.requests.lock().unwrap();
             if self.failed.load(Ordering::Acquire) {
-                return sent;
+                return nothing;
             }
             crate::mark_latency_sensitive(ch.stream());
             *self.stream.lock().unwrap() = ch.stream().try_clone().ok();
@@ -1265,17 +1265,17 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                     return;
                 }
             });
-            self.answer(tx, sent)
+            self.answer(tx)
         })
     }
 
     /// Answers the queued requests on `ch` until the migration ends or the
-    /// connection fails (`sent`: see [`Self::run`]).
+    /// connection fails; returns what [`Self::run`] does.
     fn answer(
         &self,
         ch: &mut pmig_proto::blocking::Sender<std::net::TcpStream>,
-        mut sent: (u64, u64, u64, u64),
     ) -> (u64, u64, u64, u64) {
+        let mut sent = (0, 0, 0, 0);
         let mut buf = vec![0u8; ANSWER_PAGES * PAGE as usize];
         let mut messages = 0u64;
         loop {
