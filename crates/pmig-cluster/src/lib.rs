@@ -663,10 +663,12 @@ impl Cluster {
                     .arg("--")
                     .arg(program);
                 c.env("PMIG_NODE", &n.name);
+                name_cluster(&mut c, &self.state.prefix, Some(&self.state.state_dir));
                 c
             }
             _ => {
                 let mut c = netns_command(&n.netns, &n.name, program);
+                name_cluster(&mut c, &self.state.prefix, Some(&self.state.state_dir));
                 c.current_dir(wd);
                 c
             }
@@ -819,7 +821,8 @@ impl Cluster {
     }
 
     /// A command that runs `program` inside `node` (`ip netns exec <ns> program`);
-    /// add arguments and run it as usual. `PMIG_NODE` is set to the node name.
+    /// add arguments and run it as usual. `PMIG_NODE` is set to the node name,
+    /// `PMIG_CLUSTER_PREFIX` and `PMIG_CLUSTER_DIR` name this cluster.
     /// In a cluster with per-node pid namespaces the command runs in the
     /// directory that is current when this is called (see
     /// [`Cluster::command_in`]).
@@ -829,7 +832,9 @@ impl Cluster {
             let wd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
             return Ok(self.node_command(n, program.as_ref(), &wd));
         }
-        Ok(netns_command(&n.netns, &n.name, program.as_ref()))
+        let mut c = netns_command(&n.netns, &n.name, program.as_ref());
+        name_cluster(&mut c, &self.state.prefix, Some(&self.state.state_dir));
+        Ok(c)
     }
 
     /// Like [`Cluster::command`], in directory `wd`.
@@ -859,7 +864,12 @@ impl Cluster {
             })?;
             return Ok(exit_code(status));
         }
-        exec_in(&n.netns, &n.name, argv)
+        exec_in(
+            &n.netns,
+            &n.name,
+            argv,
+            (&self.state.prefix, Some(&self.state.state_dir)),
+        )
     }
 
     /// Runs `f` on a thread inside `node`'s network namespace (see [`run_in_netns`]).
@@ -1074,18 +1084,33 @@ fn netns_command(netns: &str, node: &str, program: &std::ffi::OsStr) -> Command 
     c
 }
 
-fn exec_in(netns: &str, node: &str, argv: &[OsString]) -> Result<i32> {
+/// Names the cluster to a command run in one of its nodes, so that `pmig`
+/// there resolves node names through this cluster's state file (the
+/// defaults of `pmig migrate --cluster-prefix` and `--cluster-dir`).
+fn name_cluster(c: &mut Command, prefix: &str, state_dir: Option<&Path>) {
+    c.env("PMIG_CLUSTER_PREFIX", prefix);
+    match state_dir {
+        Some(d) => c.env("PMIG_CLUSTER_DIR", d),
+        None => c.env_remove("PMIG_CLUSTER_DIR"),
+    };
+}
+
+fn exec_in(
+    netns: &str,
+    node: &str,
+    argv: &[OsString],
+    cluster: (&str, Option<&Path>),
+) -> Result<i32> {
     let Some((prog, args)) = argv.split_first() else {
         return Err(ClusterError::Invalid("no command given to run".into()));
     };
-    let status = netns_command(netns, node, prog)
-        .args(args)
-        .status()
-        .map_err(|e| ClusterError::Spawn {
-            cmd: format!("ip netns exec {netns} {}", prog.to_string_lossy()),
-            source: e,
-            hint: "",
-        })?;
+    let mut c = netns_command(netns, node, prog);
+    name_cluster(&mut c, cluster.0, cluster.1);
+    let status = c.args(args).status().map_err(|e| ClusterError::Spawn {
+        cmd: format!("ip netns exec {netns} {}", prog.to_string_lossy()),
+        source: e,
+        hint: "",
+    })?;
     Ok(exit_code(status))
 }
 
@@ -1107,7 +1132,7 @@ pub fn exec(prefix: &str, state_dir: Option<&Path>, node: &str, argv: &[OsString
         Err(ClusterError::NotUp { path, .. }) => {
             let ns = format!("{prefix}-{node}");
             if sys::netns_exists(&ns) {
-                exec_in(&ns, node, argv)
+                exec_in(&ns, node, argv, (prefix, state_dir))
             } else {
                 let p = format!("{prefix}-");
                 let nss = prefix_namespaces(prefix)?;

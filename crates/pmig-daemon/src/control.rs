@@ -68,7 +68,8 @@ pub struct KillRequest {
 #[serde(deny_unknown_fields)]
 pub struct MigrateRequest {
     pub pid: i32,
-    /// `ADDR:PORT` of the destination daemon.
+    /// The destination daemon: `ADDR:PORT` (or `HOST:PORT`), or the name of
+    /// a node this daemon knows (`--peer NAME=ADDR:PORT`).
     pub to: String,
     /// The destination's node name, if known (for reports).
     #[serde(default)]

@@ -1003,6 +1003,30 @@ fn settle(node: &Node, pid: i32, limit: Duration) -> std::result::Result<(), Str
     Ok(())
 }
 
+/// Where a migration goes: a node this daemon knows by name (its
+/// `--peer NAME=ADDR:PORT`), else `ADDR:PORT` or `HOST:PORT` as given.
+fn destination(
+    node: &Node,
+    to: &str,
+    name: Option<&str>,
+) -> std::result::Result<(String, Option<String>), String> {
+    if let Some(p) = node.cfg.peers.iter().find(|p| p.name == to) {
+        return Ok((p.addr.clone(), Some(p.name.clone())));
+    }
+    if to.contains(':') {
+        return Ok((to.to_string(), name.map(str::to_string)));
+    }
+    let known: Vec<&str> = node.cfg.peers.iter().map(|p| p.name.as_str()).collect();
+    Err(format!(
+        "unknown node `{to}` (this daemon knows: {}); give ADDR:PORT instead",
+        if known.is_empty() {
+            "none; start it with --peer NAME=ADDR:PORT".to_string()
+        } else {
+            known.join(", ")
+        }
+    ))
+}
+
 pub(crate) fn migrate_core(
     node: &Node,
     who: Requester,
@@ -1015,6 +1039,12 @@ pub(crate) fn migrate_core(
         pmig_strategies::PreCopyParams::new(m.max_rounds, m.max_dirty_fraction, m.max_down_ms)
             .map_err(|e| e.to_string())?;
     authorize(who, m.pid)?;
+    let (to, to_name) = destination(node, &m.to, m.to_name.as_deref())?;
+    let m = &MigrateRequest {
+        to,
+        to_name,
+        ..m.clone()
+    };
     let timeout = Duration::from_secs(m.timeout_s.unwrap_or(60).clamp(1, 3600));
     settle(node, m.pid, timeout)?;
     {

@@ -1715,6 +1715,75 @@ fn pre_copy_with_a_down_time_budget_moves_the_dirtier() {
 /// lazy, and the destination later closes the userfaultfd inside it while
 /// it is stopped) and is still stopped on n2; once sent SIGCONT it finishes
 /// there with an unmigrated run's result.
+/// `pmig migrate --to NAME` run inside `from`, as a stop-copy; `state_file`:
+/// with the environment `cluster exec` gives (the cluster's state file
+/// resolves the name), else with a cluster prefix that names no cluster (the
+/// daemon resolves it among its peers).
+fn migrate_to_name(
+    env: &Env,
+    from: &str,
+    pid: i32,
+    to: &str,
+    state_file: bool,
+) -> Result<serde_json::Value, String> {
+    let mut cmd = env.c().command(from, pmig_bin()).unwrap();
+    cmd.args(["migrate", "--json", "--strategy", "stop-copy", "--to", to])
+        .arg("--pid")
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if !state_file {
+        cmd.env("PMIG_CLUSTER_PREFIX", "nosuchcluster")
+            .env_remove("PMIG_CLUSTER_DIR");
+    }
+    only_stdio(&mut cmd);
+    migrate_result(cmd.output().unwrap())
+}
+
+/// A destination given by node name: through the cluster's state file, which
+/// `cluster exec` names to the commands it runs in a node, else by the daemon
+/// among its peers (`--peer NAME=ADDR:PORT`, as on a cluster without a state
+/// file). An unknown name is refused with one line, and the process runs on.
+#[test]
+fn destinations_given_by_node_name() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("nm");
+    let out = env.dir.join("sleep.out");
+    let mut child = env.spawn("n1", &["sleep", "600"], None, &out);
+    let pid = child.id() as i32;
+
+    let rep = migrate_to_name(&env, "n1", pid, "n2", true)
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}", env.log("n1")));
+    assert_eq!(rep["destination"], "n2", "{rep}");
+    let pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    let _ = child.wait();
+
+    let rep = migrate_to_name(&env, "n2", pid, "n3", false)
+        .unwrap_or_else(|e| panic!("{e}\nn2:\n{}", env.log("n2")));
+    assert_eq!(rep["destination"], "n3", "{rep}");
+    let pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+
+    for state_file in [false, true] {
+        let e = migrate_to_name(&env, "n3", pid, "n9", state_file).unwrap_err();
+        assert!(e.contains("unknown node `n9`"), "{e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "not one line: {e}");
+        if !state_file {
+            assert!(e.contains("this daemon knows: n1, n2, n3"), "{e}");
+        }
+        assert!(
+            state(pid).contains("S (sleeping)"),
+            "the process did not run on untouched: {}",
+            state(pid)
+        );
+    }
+}
+
 #[test]
 fn a_stopped_process_moves_with_post_copy_and_stays_stopped() {
     if !root() {

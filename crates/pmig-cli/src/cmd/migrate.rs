@@ -10,7 +10,8 @@ pub struct Args {
     /// Process to migrate (on this node).
     #[arg(long)]
     pid: i32,
-    /// Destination: a node name of the local cluster (n2) or ADDR:PORT.
+    /// Destination: a node name (of the local test cluster's state file, else
+    /// one the daemon knows from its `--peer NAME=ADDR:PORT`), or ADDR:PORT.
     #[arg(long, value_name = "NODE|ADDR:PORT")]
     to: String,
     /// stop-copy, pre-copy, queued-pre-copy, demand-paging, flushing, freeze-free,
@@ -51,7 +52,8 @@ pub struct Args {
     cluster_dir: Option<PathBuf>,
 }
 
-/// `NODE` through the cluster state file, else `ADDR:PORT` as given.
+/// `NODE` through the cluster state file; else `ADDR:PORT` as given, or the
+/// name for the daemon to look up among its peers (`--peer NAME=ADDR:PORT`).
 fn resolve(a: &Args) -> Result<(String, Option<String>)> {
     if a.to.parse::<std::net::SocketAddr>().is_ok() {
         return Ok((a.to.clone(), None));
@@ -70,14 +72,10 @@ fn resolve(a: &Args) -> Result<(String, Option<String>)> {
             Ok(n) => Ok((n.listen.to_string(), Some(n.name.clone()))),
             Err(e) => bail!("{e}"),
         },
-        Err(e) if a.to.contains(':') => {
-            tracing::debug!("{e}; using {} as an address", a.to);
+        Err(e) => {
+            tracing::debug!("{e}; the daemon resolves {}", a.to);
             Ok((a.to.clone(), None))
         }
-        Err(e) => bail!(
-            "cannot resolve node `{}`: {e}; give ADDR:PORT instead",
-            a.to
-        ),
     }
 }
 
