@@ -833,6 +833,14 @@ impl LazyMemory {
             if let Some(t) = st.faulted_at.remove(&s) {
                 let us = now.duration_since(t).as_micros() as u64;
                 st.stats.fault_waited(us);
+                if us >= 2_000 {
+                    tracing::debug!(
+                        target: "pmig_timing",
+                        "{} slow fault: page {s:#x} waited {:.2} ms",
+                        crate::timing::mono_ns(),
+                        us as f64 / 1e3
+                    );
+                }
             }
             if let Some(t) = st.asked_at.remove(&s) {
                 let l = now.duration_since(t).as_secs_f64();
