@@ -7,7 +7,12 @@
 # Environment: LINK (cluster link, default unlimited), WORKLOAD_ARGS (more
 # dirtier flags, e.g. "--hot-mib 16 --dirty-rate 10000"), MIGRATE_ARGS (more
 # pmig migrate flags, e.g. "--max-down-ms 10"), TL_LOG (the daemons' PMIG_LOG;
-# TL_LOG=info measures the down time without the timing marks' own cost).
+# TL_LOG=info measures the down time without the timing marks' own cost),
+# AFTER (seconds to wait after each migration before its marks are printed,
+# default 0.3; a post-copy's `pmig migrate` returns once its push is done),
+# KEEP (a directory to copy the workload's output and both daemons' logs
+# into, e.g. with WORKLOAD_ARGS="--pause-log-ms 2" to line its pauses up
+# with the marks: its t0_ns is CLOCK_MONOTONIC too).
 # Each migration's marks start with its first one's CLOCK_MONOTONIC (T0), to
 # line them up with other tools' records (perf sched -k CLOCK_MONOTONIC).
 set -u
@@ -21,6 +26,12 @@ prefix=tl$$
 pid=
 cleanup() {
     [ -n "$pid" ] && kill "$pid" 2>/dev/null
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP"
+        [ -n "${out:-}" ] && cp "$out" "$KEEP/workload.out" 2>/dev/null
+        cp "$tmp/state/n1/daemon.log" "$KEEP/n1.log" 2>/dev/null
+        cp "$tmp/state/n2/daemon.log" "$KEEP/n2.log" 2>/dev/null
+    fi
     "$B" cluster down --prefix "$prefix" --state-dir "$tmp/state" >/dev/null 2>&1
     rm -rf "$tmp"
 }
@@ -41,7 +52,7 @@ for i in $(seq "$n"); do
     : >"$tmp/state/n1/daemon.log"; : >"$tmp/state/n2/daemon.log"
     x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json ${MIGRATE_ARGS:-} \
         >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { cat "$tmp/m.err"; exit 1; }
-    sleep 0.3
+    sleep "${AFTER:-0.3}"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); k=d.get("skeleton"); print("migration %s (%s -> %s): down_ms %.1f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], d["down_ms"], " skeleton %s" % k if k else ""))' "$tmp/m.json" "$i" "$from" "$to"
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
     grep -ah "pmig_timing" "$tmp/state/n1/daemon.log" "$tmp/state/n2/daemon.log" \

@@ -486,6 +486,7 @@ fn accept_peers(node: Arc<Node>, l: TcpListener) {
             Ok(s) => {
                 let n = node.clone();
                 let _ = s.set_nodelay(true);
+                pmig_proto::congestion::apply(&s);
                 spawn_limited(&count, "a node connection", move || serve_peer(&n, s));
             }
             Err(e) => {

@@ -164,6 +164,7 @@ fn tcp_connect(a: &SocketAddr, cfg: &Config) -> Result<TcpStream, ProtoError> {
     .map_err(|e| io_err("connecting to", &a.to_string(), e))?;
     s.set_nodelay(true)
         .map_err(|e| io_err("setting TCP_NODELAY for", &a.to_string(), e))?;
+    crate::congestion::apply(&s);
     Ok(s)
 }
 
@@ -195,6 +196,7 @@ pub fn accept(
         .map_err(|e| ProtoError::io("accepting a connection", e))?;
     s.set_nodelay(true)
         .map_err(|e| io_err("setting TCP_NODELAY for", &a.to_string(), e))?;
+    crate::congestion::apply(&s);
     Channel::server(s, key, cfg)
 }
 

@@ -12,10 +12,14 @@
 //! * **Messages**: [`Msg`] (serde + postcard), optionally followed by a raw attachment
 //!   for bulk data ([`msg`]).
 //!
+//! * **Congestion control**: `cubic` on every connection unless the daemon is told
+//!   otherwise ([`congestion`]).
+//!
 //! APIs: [`blocking`] (std streams, complete) and [`asynch`] (tokio, feature `tokio`).
 //! The wire format is specified in `docs/protocol.md`.
 
 pub mod blocking;
+pub mod congestion;
 pub mod error;
 pub mod frame;
 pub mod key;

@@ -27,6 +27,12 @@ pub struct Args {
     /// too (ChaChaPoly to the others). Connections from other nodes may use either.
     #[arg(long, default_value = "auto", value_parser = ["auto", "aesgcm", "chachapoly"])]
     cipher: String,
+    /// TCP congestion control of the connections between nodes: one the
+    /// kernel offers (`cubic`, `reno`, `bbr`, …), or `system` for the
+    /// system's default. `cubic` unless told: with BBR, post-copy's faults
+    /// waited in bursts every ten seconds (BENCHMARKS.md).
+    #[arg(long, default_value = pmig_proto::congestion::DEFAULT, value_name = "NAME|system")]
+    tcp_congestion: String,
     /// Host selection: where the load comes from: `system` (/proc/loadavg and
     /// terminal input) or `netns` (runnable threads in this network namespace,
     /// owner activity only from `pmig owner active`; for local test clusters).
@@ -110,6 +116,14 @@ pub fn run(a: Args) -> Result<i32> {
             a.hold_wait,
         ));
     }
+    let cc = a.tcp_congestion.as_str();
+    if cc != pmig_proto::congestion::SYSTEM && pmig_proto::congestion::available(cc) == Some(false)
+    {
+        anyhow::bail!(
+            "--tcp-congestion {cc}: this kernel does not offer it (net.ipv4.tcp_available_congestion_control); give one it offers, or `system`"
+        );
+    }
+    pmig_proto::congestion::set_default(cc);
     if a.cipher != "auto" {
         let c: pmig_proto::Cipher = a.cipher.parse().map_err(anyhow::Error::msg)?;
         pmig_proto::Cipher::set_default(c);
