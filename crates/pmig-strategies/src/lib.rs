@@ -630,6 +630,22 @@ pub fn mark_latency_sensitive(s: &TcpStream) {
     }
 }
 
+/// The pid of `pid` in a pid namespace below this process's, if it runs in
+/// one (`NSpid` lists more levels for it than for this process).
+fn pid_in_own_namespace(pid: i32) -> Option<u32> {
+    let levels = |p: &str| -> Option<Vec<u32>> {
+        let st = std::fs::read_to_string(format!("/proc/{p}/status")).ok()?;
+        let l = st.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+        l.split_whitespace().map(|x| x.parse().ok()).collect()
+    };
+    let (theirs, ours) = (levels(&pid.to_string())?, levels("self")?);
+    if theirs.len() > ours.len() {
+        theirs.last().copied()
+    } else {
+        None
+    }
+}
+
 /// The destination side of one migration.
 pub struct Destination<'a> {
     pub offer: Offer,
@@ -804,6 +820,12 @@ pub fn migrate_with(
     if pmig_engine::procfs::is_kernel_thread(pid) {
         return Err(StrategyError::Other(format!(
             "process {pid} is a kernel thread: only user processes move; nothing was touched"
+        )));
+    }
+    if let Some(inner) = pid_in_own_namespace(pid) {
+        return Err(StrategyError::Other(format!(
+            "process {pid} runs in a pid namespace of its own (pid {inner} there{}): not supported yet; nothing was touched",
+            if inner == 1 { ", its init" } else { "" }
         )));
     }
     // `auto` resolves to a concrete strategy once the link can be measured.
@@ -1140,6 +1162,37 @@ pub fn deliver_late_signals(pid: i32, signals: &[pmig_proto::msg::LateSignal]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_in_a_pid_namespace_of_its_own_is_told_apart() {
+        assert_eq!(pid_in_own_namespace(std::process::id() as i32), None);
+        assert_eq!(pid_in_own_namespace(-1), None);
+        // A child in a new pid namespace is pid 1 there.
+        let mut c = std::process::Command::new("unshare");
+        c.args(["--pid", "--fork", "--kill-child", "sleep", "30"]);
+        let Ok(mut child) = c.spawn() else {
+            return; // no unshare(1) here
+        };
+        let mut gone = None;
+        let inner = (0..200).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            if let Ok(Some(st)) = child.try_wait() {
+                gone = Some(st);
+                return Some(None);
+            }
+            let kids =
+                std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", child.id())).ok()?;
+            let k: i32 = kids.split_whitespace().next()?.parse().ok()?;
+            pid_in_own_namespace(k).map(Some)
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Some(st) = gone {
+            eprintln!("skipped: unshare --pid could not run here ({st})");
+            return;
+        }
+        assert_eq!(inner, Some(Some(1)));
+    }
 
     #[test]
     fn link_timeout_is_set_on_the_socket() {
