@@ -1011,21 +1011,11 @@ fn destination(
     to: &str,
     name: Option<&str>,
 ) -> std::result::Result<(String, Option<String>), String> {
-    if let Some(p) = node.cfg.peers.iter().find(|p| p.name == to) {
-        return Ok((p.addr.clone(), Some(p.name.clone())));
+    match pmig_services::Peer::by_name(&node.cfg.peers, to) {
+        Ok(p) => Ok((p.addr.clone(), Some(p.name.clone()))),
+        Err(_) if to.contains(':') => Ok((to.to_string(), name.map(str::to_string))),
+        Err(e) => Err(format!("{e}; give ADDR:PORT instead")),
     }
-    if to.contains(':') {
-        return Ok((to.to_string(), name.map(str::to_string)));
-    }
-    let known: Vec<&str> = node.cfg.peers.iter().map(|p| p.name.as_str()).collect();
-    Err(format!(
-        "unknown node `{to}` (this daemon knows: {}); give ADDR:PORT instead",
-        if known.is_empty() {
-            "none; start it with --peer NAME=ADDR:PORT".to_string()
-        } else {
-            known.join(", ")
-        }
-    ))
 }
 
 pub(crate) fn migrate_core(

@@ -38,6 +38,22 @@ impl Peer {
             addr: addr.into(),
         })
     }
+
+    /// The node called `name` among `peers`, or one line saying it is not
+    /// one of them and which are.
+    pub fn by_name<'a>(peers: &'a [Peer], name: &str) -> Result<&'a Peer, String> {
+        peers.iter().find(|p| p.name == name).ok_or_else(|| {
+            let known: Vec<&str> = peers.iter().map(|p| p.name.as_str()).collect();
+            format!(
+                "unknown node `{name}` (this daemon knows: {})",
+                if known.is_empty() {
+                    "none; start it with --peer NAME=ADDR:PORT".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
 }
 
 #[cfg(test)]

@@ -104,17 +104,7 @@ pub struct Job {
 }
 
 fn peer_by_name<'a>(host: &'a dyn ExecHost, name: &str) -> Result<&'a Peer> {
-    host.peers().iter().find(|p| p.name == name).ok_or_else(|| {
-        let known: Vec<&str> = host.peers().iter().map(|p| p.name.as_str()).collect();
-        ExecError::Refused(format!(
-            "unknown node `{name}` (this daemon knows: {})",
-            if known.is_empty() {
-                "none; start it with --peer NAME=ADDR:PORT".to_string()
-            } else {
-                known.join(", ")
-            }
-        ))
-    })
+    Peer::by_name(host.peers(), name).map_err(ExecError::Refused)
 }
 
 fn connect(host: &dyn ExecHost, p: &Peer, timeout: Option<Duration>) -> Result<Channel<TcpStream>> {
