@@ -12,7 +12,8 @@
 //! and probes for bandwidth after). With a program faulting all the time,
 //! the faults of those bursts waited 2–8 ms instead of a quarter of one,
 //! and its pauses grew to 30–56 ms; with `cubic` on both of a migration's
-//! connections none of that came back, at the same push rate
+//! connections the bursts were gone (in one run 12 pauses over 10 ms
+//! instead of 254, the longest 13 ms), at the same push rate
 //! (BENCHMARKS.md, "Post-copy stalls ten seconds apart: BBR").
 
 use std::os::fd::AsFd;
