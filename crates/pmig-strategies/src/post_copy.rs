@@ -763,8 +763,10 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         Owing::Known(r) => (Some(r.clone()), None),
         Owing::Deferred { claimed, found } => (found.clone(), Some(claimed.clone())),
     };
+    // The pages of ranges, counted and listed (one per page started).
+    let count = |r: &[(u64, u64)]| -> u64 { r.iter().map(|x| x.1.div_ceil(PAGE)).sum() };
     let pages_of = |r: &[(u64, u64)]| -> Vec<u64> {
-        let mut v = Vec::with_capacity(r.iter().map(|x| (x.1 / PAGE) as usize).sum());
+        let mut v = Vec::with_capacity(count(r) as usize);
         v.extend(
             r.iter()
                 .flat_map(|&(a, l)| (a..a + l).step_by(PAGE as usize)),
@@ -772,10 +774,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         v
     };
     let claimed_pages: u64 = claimed.iter().flatten().map(|r| r.1 / PAGE).sum();
-    let mut total = known
-        .as_ref()
-        .map(|r| pages_of(r).len() as u64)
-        .unwrap_or(0);
+    let mut total = known.as_deref().map(count).unwrap_or(0);
     m.residual = crate::Residual {
         what: match &known {
             Some(_) => format!("{total} pages of private memory"),
