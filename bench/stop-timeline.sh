@@ -12,7 +12,8 @@
 # default 0.3; a post-copy's `pmig migrate` returns once its push is done),
 # KEEP (a directory to copy the workload's output and both daemons' logs
 # into, e.g. with WORKLOAD_ARGS="--pause-log-ms 2" to line its pauses up
-# with the marks: its t0_ns is CLOCK_MONOTONIC too).
+# with the marks: its t0_ns is CLOCK_MONOTONIC too; each migration's
+# `--json` report goes there as migration-N.json).
 # Each migration's marks start with its first one's CLOCK_MONOTONIC (T0), to
 # line them up with other tools' records (perf sched -k CLOCK_MONOTONIC).
 set -u
@@ -55,6 +56,7 @@ for i in $(seq "$n"); do
     sleep "${AFTER:-0.3}"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); k=d.get("skeleton"); print("migration %s (%s -> %s): down_ms %.1f%s" % (sys.argv[2], sys.argv[3], sys.argv[4], d["down_ms"], " skeleton %s" % k if k else ""))' "$tmp/m.json" "$i" "$from" "$to"
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
+    [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$tmp/m.json" "$KEEP/migration-$i.json"
     grep -ah "pmig_timing" "$tmp/state/n1/daemon.log" "$tmp/state/n2/daemon.log" \
         | grep -av "pmig restore: pmig\|INFO" | sed 's/.*pmig_timing: //' | sort -n \
         | awk 'NR==1{t0=$1; printf "T0 %s\n", $1} {t=$1; $1=""; printf "%8.2f %s\n", (t-t0)/1e6, $0}'

@@ -11,12 +11,14 @@
 use crate::error::{Ctx, Result};
 use crate::resources::tcb::IdWrite;
 use crate::uffd::{self, Event};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Mutex;
 
 const PAGE: u64 = 4096;
+/// Pages per `UFFDIO_COPY` of [`LazyMemory::install_bulk`].
+pub const BULK_PIECE: usize = 8;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LazyStats {
@@ -667,7 +669,7 @@ impl LazyMemory {
 
     /// From now on, append every change to `journal` (see [`Journal`]).
     pub fn set_journal(&self, journal: std::fs::File) {
-        self.state.lock().unwrap().journal = Some(journal);
+        self.state.lock().journal = Some(journal);
     }
 
     /// Rebuilds the memory of a restarted daemon: the state at the handover
@@ -682,7 +684,7 @@ impl LazyMemory {
     ) -> (LazyMemory, bool) {
         let lm = LazyMemory::new(uffd, owed, registered);
         {
-            let mut st = lm.state.lock().unwrap();
+            let mut st = lm.state.lock();
             let mut recs = journal.chunks_exact(Journal::RECORD);
             for r in &mut recs {
                 let f = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap());
@@ -705,34 +707,34 @@ impl LazyMemory {
     /// daemon read but never answered; each faults again if its page is
     /// still missing, and this time the fault reaches us.
     pub fn wake_all(&self) {
-        let st = self.state.lock().unwrap();
+        let st = self.state.lock();
         for &(s, l) in self.registered.iter().chain(st.remapped.iter()) {
             let _ = uffd::wake(&self.uffd, s, l);
         }
     }
 
     pub fn owed_pages(&self) -> usize {
-        self.state.lock().unwrap().owed.len()
+        self.state.lock().owed.len()
     }
 
     pub fn stats(&self) -> LazyStats {
-        self.state.lock().unwrap().stats
+        self.state.lock().stats
     }
 
     /// Source pages still owed, in address order (for the background push).
     /// `n` of the faults counted as remote were answered from a copy on
     /// this node (assisted-post-copy's round 0): they are not remote.
     pub fn answered_here(&self, n: u64) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock();
         st.stats.remote_faults = st.stats.remote_faults.saturating_sub(n);
     }
 
     pub fn owed_list(&self) -> Vec<u64> {
-        self.state.lock().unwrap().owed.sorted()
+        self.state.lock().owed.sorted()
     }
 
     pub fn is_owed(&self, src_page: u64) -> bool {
-        self.state.lock().unwrap().owed.dst_of(src_page).is_some()
+        self.state.lock().owed.dst_of(src_page).is_some()
     }
 
     /// Install the source pages [src, src + data.len()) that are still owed.
@@ -749,7 +751,7 @@ impl LazyMemory {
             })
         });
         let data = rewritten.as_deref().unwrap_or(data);
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock();
         let n = data.len() as u64 / PAGE;
         let mut installed = 0;
         let mut busy = 0;
@@ -815,6 +817,25 @@ impl LazyMemory {
             for k in 0..n {
                 st.requested.remove(&(src + k * PAGE));
             }
+        }
+        // Handed straight to a thread waiting for it, if any (see
+        // `install_bulk`).
+        MutexGuard::unlock_fair(st);
+        Ok(installed)
+    }
+
+    /// Installs a long run of pages nothing waits for yet (a background
+    /// push, a local copy), as [`Self::install`] does, in pieces of
+    /// [`BULK_PIECE`] pages. Each piece takes the lock by itself and hands
+    /// it over at its end: an answer to a fault, or the read of a fault,
+    /// waiting for the lock goes before the next piece instead of after the
+    /// whole run. Filling memory the host has not backed yet (a VM whose
+    /// balloon gave freed memory back) took about 1 ms for 32 pages on the
+    /// test machine, and faults waited that long behind a push.
+    pub fn install_bulk(&self, src: u64, data: &[u8]) -> Result<u64> {
+        let mut installed = 0;
+        for (k, piece) in data.chunks(BULK_PIECE * PAGE as usize).enumerate() {
+            installed += self.install(src + (k * BULK_PIECE) as u64 * PAGE, piece)?;
         }
         Ok(installed)
     }
@@ -974,7 +995,7 @@ impl LazyMemory {
     /// are owed no more, and a fault there gets a zero page here. Pages
     /// already asked for stay owed until their answer arrives.
     pub fn not_owed(&self, ranges: &[(u64, u64)]) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock();
         for &(a, l) in ranges {
             st.log(Journal::NOT_OWED, a, l, 0);
             let before = st.stats.not_owed_pages;
@@ -998,18 +1019,14 @@ impl LazyMemory {
     /// Wait up to `ms` for events; returns true if some are ready (or
     /// faults read meanwhile wait to be handled).
     pub fn wait(&self, ms: i32) -> bool {
-        if !self.state.lock().unwrap().deferred.is_empty() {
-            return true;
-        }
         let mut fds = vec![self.uffd.as_raw_fd()];
-        fds.extend(
-            self.state
-                .lock()
-                .unwrap()
-                .children
-                .iter()
-                .map(|c| c.uffd.as_raw_fd()),
-        );
+        {
+            let st = self.state.lock();
+            if !st.deferred.is_empty() {
+                return true;
+            }
+            fds.extend(st.children.iter().map(|c| c.uffd.as_raw_fd()));
+        }
         let mut p: Vec<libc::pollfd> = fds
             .iter()
             .map(|&fd| libc::pollfd {
@@ -1024,7 +1041,7 @@ impl LazyMemory {
 
     /// How many source pages are asked for and still owed.
     pub fn requested_count(&self) -> usize {
-        let st = self.state.lock().unwrap();
+        let st = self.state.lock();
         st.requested
             .iter()
             .filter(|&&p| st.owed.dst_of(p).is_some())
@@ -1034,7 +1051,7 @@ impl LazyMemory {
     /// Source pages asked for and still owed (their answers are on their
     /// way), in address order.
     pub fn requested_pages(&self) -> Vec<u64> {
-        let st = self.state.lock().unwrap();
+        let st = self.state.lock();
         let mut v: Vec<u64> = st
             .requested
             .iter()
@@ -1048,7 +1065,7 @@ impl LazyMemory {
     /// Mark owed, not yet requested source pages as asked for ahead of a
     /// fault; returns those (the others are already on their way or here).
     pub fn prefetch(&self, pages: &[u64]) -> Vec<u64> {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock();
         let mut out = Vec::new();
         for &p in pages {
             if st.owed.dst_of(p).is_some() && st.requested.insert(p) {
@@ -1063,7 +1080,7 @@ impl LazyMemory {
     /// Measured (latency of a fault request in seconds, seconds per page
     /// installed), once known.
     pub fn measured(&self) -> (Option<f64>, Option<f64>) {
-        let st = self.state.lock().unwrap();
+        let st = self.state.lock();
         let td = st.first_install.and_then(|t| {
             let secs = t.elapsed().as_secs_f64();
             (st.installed_bytes > 64 * PAGE && secs > 0.0)
@@ -1078,7 +1095,7 @@ impl LazyMemory {
     pub fn handle_events(&self) -> Result<Handled> {
         // Events are read and applied under the lock, here and in
         // `changing`: the state must see the changes in their order.
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock();
         let mut evs = Vec::new();
         uffd::read_events(&self.uffd, &mut evs)?;
         // The kernel hands out faults before other events: apply the
@@ -1161,7 +1178,7 @@ impl LazyMemory {
 
     /// Unregisters the ranges registered at restore and those moved since.
     fn unregister_all(&self) {
-        let moved = self.state.lock().unwrap().remapped.clone();
+        let moved = self.state.lock().remapped.clone();
         for (s, l) in self.registered.iter().chain(moved.iter()) {
             let _ = uffd::unregister(&self.uffd, *s, *l);
         }
@@ -1823,6 +1840,41 @@ mod tests {
     }
 
     #[test]
+    fn a_bulk_install_fills_every_owed_page_across_its_pieces() {
+        // Not a multiple of the piece, with two pages installed before
+        // (answered first): those keep what they got.
+        let n = 2 * BULK_PIECE as u64 + 5;
+        let Some((uffd, peek, base)) = registered_here(n) else {
+            return;
+        };
+        let lm = LazyMemory::new(uffd, &[(base, n * PAGE)], vec![(base, n * PAGE)]);
+        let answered = [3, BULK_PIECE as u64 + 1];
+        for k in answered {
+            assert_eq!(
+                lm.install(base + k * PAGE, &[0xaa; PAGE as usize]).unwrap(),
+                1
+            );
+        }
+        let data: Vec<u8> = (0..n * PAGE).map(|i| (i / PAGE) as u8 + 1).collect();
+        assert_eq!(lm.install_bulk(base, &data).unwrap(), n - 2);
+        assert_eq!(lm.owed_pages(), 0);
+        for k in 0..n {
+            let a = base + k * PAGE;
+            assert!(resident(a), "page {k} is not there");
+            let want = if answered.contains(&k) {
+                0xaa
+            } else {
+                k as u8 + 1
+            };
+            // SAFETY: the page is present (checked above).
+            assert_eq!(unsafe { *(a as *const u8) }, want, "page {k}");
+        }
+        drop((lm, peek));
+        // SAFETY: unmapping the test's mapping.
+        unsafe { libc::munmap(base as *mut _, (n * PAGE) as usize) };
+    }
+
+    #[test]
     fn recover_replays_installs_drops_and_moves() {
         // Eight owed pages at 0x10000.
         let owed = [(0x10000, 8 * PAGE)];
@@ -1838,7 +1890,7 @@ mod tests {
         let (lm, torn) = LazyMemory::recover(any_fd(), &owed, vec![(0x10000, 8 * PAGE)], &j);
         assert!(torn);
         assert_eq!(lm.owed_list(), vec![0x13000, 0x14000, 0x15000, 0x16000]);
-        let st = lm.state.lock().unwrap();
+        let st = lm.state.lock();
         // Source page 0x13000 now lives at 0x81000.
         assert_eq!(st.owed.dst_of(0x13000), Some(0x81000));
         assert_eq!(st.owed.src_at(0x81000), Some(0x13000));
@@ -1853,7 +1905,7 @@ mod tests {
         let owed = [(0x100000, 130 * PAGE), (0x200000, PAGE)];
         let lm = LazyMemory::new(any_fd(), &owed, vec![]);
         {
-            let mut st = lm.state.lock().unwrap();
+            let mut st = lm.state.lock();
             st.remapped(0x200000, 0x900000, PAGE);
             // Page 5 was asked for (a fault): its answer is on the way.
             st.requested.insert(0x100000 + 5 * PAGE);
@@ -1894,7 +1946,7 @@ mod tests {
         let want = vec![0x10000, 0x11000, 0x12000, 0x20000, 0x21000];
         assert_eq!(lm.owed_list(), want);
         assert_eq!(lm.owed_pages(), 5);
-        let st = lm.state.lock().unwrap();
+        let st = lm.state.lock();
         assert!(want.iter().all(|&p| st.owed.dst_of(p) == Some(p)));
         assert!(want.iter().all(|&p| st.owed.src_at(p) == Some(p)));
         assert_eq!(st.owed.dst_of(0x13000), None);
@@ -1908,7 +1960,7 @@ mod tests {
         let lm = LazyMemory::new(any_fd(), &[(0x10000, 4 * PAGE)], Vec::new());
         lm.set_journal(std::fs::File::create(&dir).unwrap());
         {
-            let mut st = lm.state.lock().unwrap();
+            let mut st = lm.state.lock();
             st.log(Journal::DROPPED, 0x11000, 0x12000, 0);
             st.dropped(0x11000, 0x12000);
         }

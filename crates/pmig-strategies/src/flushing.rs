@@ -286,7 +286,7 @@ pub(crate) fn serve_store(
                     n += 1;
                 }
                 let b = &mut buf[..n * PAGE as usize];
-                if let Err(e) = pages.read(start, b).and_then(|_| lm.install(start, b)) {
+                if let Err(e) = pages.read(start, b).and_then(|_| lm.install_bulk(start, b)) {
                     if !pmig_engine::procfs::has_exited(pid) {
                         *failed.lock().unwrap() = Some(format!("fill from the store: {e}"));
                     }
