@@ -963,8 +963,9 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         // On failure the connection is shut down, which also ends the
         // thread reading from it (the scope waits for it).
         let served = (|| -> Result<()> {
-            let _below = Background::enter();
+            let mut background = Background::new();
             loop {
+                background.set(side_up.load(Ordering::Acquire));
                 // The scan of the frozen copy has ended: tell the destination
                 // what it need not wait for, and push the rest.
                 if awaiting_scan(&found) && !scanning.load(Ordering::Acquire) {
@@ -1145,56 +1146,71 @@ fn favour_this_thread() {
 /// The nice value of the push's thread at both ends (see [`Background`]).
 const PUSH_NICE: i32 = 10;
 
-/// While it lives, this thread runs at [`PUSH_NICE`] (or at its own nice
-/// value, if that is lower still): the background push, at the source and
-/// at the destination, goes after the migrated program and after the
-/// threads on a fault's path whenever they want the same CPU. The program
-/// stalls only when it faults; when the push competes with it and with the
-/// fault path for a CPU, each of its faults also waits for the push's turn
-/// to end, and the program for its own after each (on the 2-vCPU test
-/// machine, where both nodes share the CPUs, a dirtier paused over 10 ms a
-/// few times a run with the push at the program's priority, and not once
-/// with it at nice 5 or 10, the push as fast: BENCHMARKS.md, "The push
-/// below the program"). The old value comes back when it is dropped.
+/// The push's thread at [`PUSH_NICE`] while faults are answered apart
+/// from it, or at its own nice value (see [`Background::set`]).
+///
+/// The background push, at the source and at the destination, goes after
+/// the migrated program and after the threads on a fault's path (nice
+/// −10) whenever they want the same CPU. The program stalls only when it
+/// faults; when the push competes with it and with the fault path for a
+/// CPU, each of its faults also waits for the push's turn to end, and the
+/// program for its own after each. The locks the push shares with the
+/// fault path are held briefly (the lazy memory's a piece of
+/// [`pmig_engine::lazy::BULK_PIECE`] pages at a time, then handed over): a
+/// push preempted while it holds one would hold up a fault until it runs
+/// again (no fault waited 10 ms in the runs at 4 GiB in BENCHMARKS.md). On
+/// the 2-vCPU test machine, where both nodes share the CPUs, this halved
+/// the program's pauses over 10 ms at 4 GiB and lowered the mean fault
+/// wait, the push as fast (BENCHMARKS.md, "Post-copy faults behind the
+/// push"). The thread's own value comes back when this is dropped.
 struct Background {
     tid: libc::id_t,
-    old: Option<i32>,
+    /// The thread's own nice value, when below [`PUSH_NICE`] (a daemon
+    /// started at a higher one keeps it throughout).
+    own: Option<i32>,
+    below: bool,
 }
 
 impl Background {
-    fn enter() -> Background {
+    fn new() -> Background {
         // SAFETY: gettid takes nothing and cannot fail.
         let tid = unsafe { libc::gettid() } as libc::id_t;
-        // Only ever lowered: a daemon started at a nice value above it
-        // keeps its own.
-        let old = nice_of(tid).filter(|&n| n < PUSH_NICE);
-        if let Some(n) = old {
-            // SAFETY: setpriority takes no pointers; it changes the nice
-            // value of this thread only (PRIO_PROCESS with a thread id).
-            if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, PUSH_NICE) } != 0 {
-                tracing::debug!(
-                    "cannot lower the priority of the push (nice {n}): {}",
-                    std::io::Error::last_os_error()
-                );
-                return Background { tid, old: None };
-            }
+        Background {
+            tid,
+            own: nice_of(tid).filter(|&n| n < PUSH_NICE),
+            below: false,
         }
-        Background { tid, old }
+    }
+
+    /// `below`: the answers to faults travel apart from the push (on the
+    /// second connection), and the thread goes to [`PUSH_NICE`]. Else this
+    /// thread carries them too (a peer that cannot open the second
+    /// connection, or after it failed) and runs at its own priority.
+    fn set(&mut self, below: bool) {
+        let Some(own) = self.own else {
+            return;
+        };
+        if below == self.below {
+            return;
+        }
+        let n = if below { PUSH_NICE } else { own };
+        // SAFETY: setpriority takes no pointers; it changes the nice value
+        // of this thread only (PRIO_PROCESS with a thread id). Raising it
+        // back needs CAP_SYS_NICE (or RLIMIT_NICE), which a root daemon has.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, n) } == 0 {
+            self.below = below;
+        } else {
+            tracing::debug!(
+                "cannot set the push's thread to nice {n}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 }
 
 impl Drop for Background {
     fn drop(&mut self) {
-        if let Some(n) = self.old {
-            // SAFETY: as in `enter`; raising the priority back needs
-            // CAP_SYS_NICE (or RLIMIT_NICE), which a daemon run as root has.
-            if unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, n) } != 0 {
-                tracing::debug!(
-                    "the push's thread stays at nice {PUSH_NICE} (not {n}): {}",
-                    std::io::Error::last_os_error()
-                );
-            }
-        }
+        self.set(false);
     }
 }
 
@@ -1788,6 +1804,8 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     bound_receive_queue(ch.stream());
     let done = AtomicBool::new(false);
     let side_lost = AtomicBool::new(false);
+    // The answers come on the second connection (see `Background`).
+    let side_up = AtomicBool::new(false);
     let failed: Mutex<Option<String>> = Mutex::new(None);
     // freeze-free: the store is complete and taken; the rest comes from it.
     let switched = AtomicBool::new(false);
@@ -1941,13 +1959,14 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         // Answers on the second connection, installed as they arrive.
         if let Some(open) = answers {
             let (done, exited, failed, lm) = (&done, &exited, &failed, &lm);
-            let (side_lost, side_tx) = (&side_lost, &side_tx);
+            let (side_lost, side_tx, side_up) = (&side_lost, &side_tx, &side_up);
             s.spawn(move || {
                 // However it ends before the migration does, answers sent on
                 // it may be lost: the fault loop tells the source, and asks
                 // again for every page still on its way.
                 favour_this_thread();
                 let lost = || {
+                    side_up.store(false, Ordering::Release);
                     side_tx.lock().unwrap().take();
                     if !done.load(Ordering::Acquire) {
                         side_lost.store(true, Ordering::Release);
@@ -1968,6 +1987,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 if requests_on_side {
                     *side_tx.lock().unwrap() = Some(stx);
                 }
+                side_up.store(true, Ordering::Release);
                 while !done.load(Ordering::Acquire) {
                     match srx.recv_with_within(Duration::from_millis(20)) {
                         Ok(None) => {}
@@ -2004,10 +2024,11 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 }
             });
         }
-        let below = Background::enter();
+        let mut background = Background::new();
         while (!done.load(Ordering::Acquire) || exited.load(Ordering::Acquire))
             && lm.owed_pages() > 0
         {
+            background.set(side_up.load(Ordering::Acquire));
             // Within a time: the last owed pages may come as answers on the
             // second connection, and then nothing more comes on this one.
             match rx.recv_with_within(Duration::from_millis(20)) {
@@ -2043,7 +2064,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 }
             }
         }
-        drop(below);
+        drop(background);
         done.store(true, Ordering::Release);
     });
     if let Some(e) = failed.lock().unwrap().take() {
@@ -2294,17 +2315,27 @@ mod tests {
     }
 
     #[test]
-    fn the_push_runs_below_the_program_and_comes_back_after() {
+    fn the_push_runs_below_the_program_only_while_answers_go_apart() {
         std::thread::spawn(|| {
-            let before = this_nice();
-            assert!(before < PUSH_NICE, "the test runs at nice {before}");
-            {
-                let _b = Background::enter();
-                assert_eq!(this_nice(), PUSH_NICE);
-            }
+            let own = this_nice();
+            assert!(own < PUSH_NICE, "the test runs at nice {own}");
             // SAFETY: geteuid takes nothing.
-            if unsafe { libc::geteuid() } == 0 {
-                assert_eq!(this_nice(), before, "the old priority is back");
+            let root = unsafe { libc::geteuid() } == 0;
+            {
+                let mut b = Background::new();
+                assert_eq!(this_nice(), own, "nothing changes before `set`");
+                b.set(true);
+                assert_eq!(this_nice(), PUSH_NICE);
+                if root {
+                    // The second connection failed: this thread answers.
+                    b.set(false);
+                    assert_eq!(this_nice(), own);
+                    b.set(true);
+                    assert_eq!(this_nice(), PUSH_NICE);
+                }
+            }
+            if root {
+                assert_eq!(this_nice(), own, "its own priority is back");
             }
         })
         .join()
@@ -2324,7 +2355,8 @@ mod tests {
             };
             assert_eq!(r, 0);
             {
-                let _b = Background::enter();
+                let mut b = Background::new();
+                b.set(true);
                 assert_eq!(this_nice(), PUSH_NICE + 5);
             }
             assert_eq!(this_nice(), PUSH_NICE + 5);
