@@ -1156,13 +1156,14 @@ const PUSH_NICE: i32 = 10;
 /// CPU, each of its faults also waits for the push's turn to end, and the
 /// program for its own after each. The locks the push shares with the
 /// fault path are held briefly (the lazy memory's a piece of
-/// [`pmig_engine::lazy::BULK_PIECE`] pages at a time, then handed over): a
-/// push preempted while it holds one would hold up a fault until it runs
-/// again (no fault waited 10 ms in the runs at 4 GiB in BENCHMARKS.md). On
-/// the 2-vCPU test machine, where both nodes share the CPUs, this halved
-/// the program's pauses over 10 ms at 4 GiB and lowered the mean fault
-/// wait, the push as fast (BENCHMARKS.md, "Post-copy faults behind the
-/// push"). The thread's own value comes back when this is dropped.
+/// [`pmig_engine::lazy::BULK_PIECE`] pages at a time, then handed over),
+/// but a push preempted while it holds one holds up a fault until it runs
+/// again (which may be how one fault of the bench's at 4 GiB waited 35 ms,
+/// where the others waited 15 ms at most). On the 2-vCPU test machine,
+/// where both nodes share the CPUs, this halved the program's pauses over
+/// 10 ms at 4 GiB and lowered the mean fault wait, the push as fast
+/// (BENCHMARKS.md, "Post-copy faults behind the push"). The thread's own
+/// value comes back when this is dropped.
 struct Background {
     tid: libc::id_t,
     /// The thread's own nice value, when below [`PUSH_NICE`] (a daemon
