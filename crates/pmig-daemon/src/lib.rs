@@ -125,8 +125,9 @@ pub struct Node {
     /// fault service hands over to its page store while it is marked).
     arriving: Mutex<HashMap<i32, usize>>,
     /// Processes restored here, by source node and migration id: (pid,
-    /// start time), for the signals the source passes on (`Signals`).
-    restored: Mutex<HashMap<(String, u64), (i32, u64)>>,
+    /// start time, each thread's id in the original and here), for the
+    /// signals the source passes on (`Signals`).
+    restored: Mutex<HashMap<(String, u64), RestoredHere>>,
     /// Host selection (reporting, and the selector role when it is ours).
     pub(crate) selector: Arc<pmig_services::selector::Selector>,
     /// Processes migrated here from other nodes, by pid (eviction, balancing).
@@ -236,22 +237,26 @@ impl Host for Node {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
     }
-    fn restored_here(&self, id: u64, peer: &str, pid: i32) {
+    fn restored_here(&self, id: u64, peer: &str, pid: i32, tids: &[(i32, i32)]) {
         let Some((_, _, start)) = evict::stat(pid) else {
             return;
         };
         let mut r = self.restored.lock().unwrap_or_else(|p| p.into_inner());
         // Bounded: the records of processes that ended go first.
         if r.len() >= MAX_RESTORED_RECORDS {
-            r.retain(|_, (p, s)| {
+            r.retain(|_, (p, s, _)| {
                 evict::stat(*p).is_some_and(|(st, _, start)| start == *s && st != 'Z' && st != 'X')
             });
         }
         if r.len() < MAX_RESTORED_RECORDS {
-            r.insert((peer.to_string(), id), (pid, start));
+            r.insert((peer.to_string(), id), (pid, start, tids.to_vec()));
         }
     }
 }
+
+/// A process restored here: pid, start time, and each thread's id in the
+/// original and here (see `Node::restored`).
+type RestoredHere = (i32, u64, Vec<(i32, i32)>);
 
 /// Most processes [`Node`] remembers as restored here (see `restored`).
 const MAX_RESTORED_RECORDS: usize = 4096;
@@ -265,11 +270,11 @@ impl Node {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&(peer.to_string(), id))
-            .copied();
+            .cloned();
         let text = match rec {
-            Some((pid, start)) => match evict::stat(pid) {
+            Some((pid, start, tids)) => match evict::stat(pid) {
                 Some((st, _, s)) if s == start && st != 'Z' && st != 'X' => {
-                    let delivered = pmig_strategies::deliver_late_signals(pid, signals);
+                    let delivered = pmig_strategies::deliver_late_signals(pid, &tids, signals);
                     tracing::info!(
                             "{delivered} of {} signal(s) sent to the original on {peer} delivered to process {pid} (migration {id})",
                             signals.len()

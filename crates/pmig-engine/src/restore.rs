@@ -58,6 +58,10 @@ pub struct Restored {
     /// pages installed later get the same rewrite
     /// ([`crate::lazy::LazyMemory::rewrite_owners`]).
     pub ids: Vec<(pid_t, pid_t)>,
+    /// Every thread's id in the image and its id now (old, new), in the
+    /// image's order, whatever the restore rewrote: a signal sent to a
+    /// thread of the original follows it here (`signals::deliver_late`).
+    pub tids: Vec<(pid_t, pid_t)>,
     /// Its session, process group and controlling terminal (None for images
     /// without a `session` part).
     pub session: Option<session::SessionReport>,
@@ -686,6 +690,7 @@ fn restore_image_held(
             frozen.use_gadget(g);
         }
         let ids;
+        let tid_pairs;
         let go_done;
         {
             let mut fin = Finish {
@@ -705,6 +710,7 @@ fn restore_image_held(
             Threads::finish(&pi.threads, &mut fin)?;
             let lazy = p.pf.uffd_fd.is_some();
             ids = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy, found)?;
+            tid_pairs = crate::resources::threads::tid_pairs(pi, fin.frozen);
             // Held until its pages are in, it is looked at again then.
             let held = matches!(hold, Hold::Release(_));
             go_done = crate::resources::gort::rewrite_ids_or_warn(pi, fin.frozen, lazy, !held);
@@ -750,6 +756,7 @@ fn restore_image_held(
             uffd,
             uffd_fd_in_process: p.pf.uffd_fd,
             ids,
+            tids: tid_pairs,
             session,
             pid,
             original_pid,
@@ -802,6 +809,7 @@ fn restore_image_held(
             Memory::finish(&fin.memory, &mut cx.finish())?;
             mark("skeleton: restorer area removed");
             r.ids = ids;
+            r.tids = crate::resources::threads::tid_pairs(&fin, &frozen);
         } else if let Hold::Release(release) = hold {
             release(&r)?;
             mark("restore: released");

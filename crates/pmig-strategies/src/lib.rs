@@ -320,8 +320,9 @@ pub trait Host: Send + Sync {
     fn forget_answers(&self, _id: u64) {}
     /// Destination: process `pid` runs here now, restored for migration
     /// `id` from `peer`, whose holder may pass it signals sent to the
-    /// original (`Signals`) until the migration ends.
-    fn restored_here(&self, _id: u64, _peer: &str, _pid: i32) {}
+    /// original (`Signals`) until the migration ends; `tids`: each thread's
+    /// id in the original and here, whom a signal sent to a thread goes to.
+    fn restored_here(&self, _id: u64, _peer: &str, _pid: i32, _tids: &[(i32, i32)]) {}
 }
 
 /// Progress of a migration, for progress bars.
@@ -1134,9 +1135,15 @@ pub fn serve_offer(
 }
 
 /// Destination: delivers to process `pid` the signals the holder of its
-/// frozen original passed on (`Signals`); returns how many were delivered.
-/// One that cannot be is logged (the process may have exited meanwhile).
-pub fn deliver_late_signals(pid: i32, signals: &[pmig_proto::msg::LateSignal]) -> u32 {
+/// frozen original passed on (`Signals`), each sent to a thread to the one
+/// restored from it (`tids`, see `restored_here`); returns how many were
+/// delivered. One that cannot be is logged (the process may have exited
+/// meanwhile).
+pub fn deliver_late_signals(
+    pid: i32,
+    tids: &[(i32, i32)],
+    signals: &[pmig_proto::msg::LateSignal],
+) -> u32 {
     use pmig_engine::resources::signals::{deliver_late, LateSignal};
     let mut delivered = 0;
     for s in signals {
@@ -1146,7 +1153,7 @@ pub fn deliver_late_signals(pid: i32, signals: &[pmig_proto::msg::LateSignal]) -
             info: s.info.clone(),
         };
         let sig = s.info.first().copied().unwrap_or(0);
-        match deliver_late(pid, &late) {
+        match deliver_late(pid, tids, &late) {
             Ok(to) => {
                 delivered += 1;
                 tracing::debug!(

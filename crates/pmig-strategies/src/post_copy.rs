@@ -1582,7 +1582,8 @@ pub(crate) fn start_lazy(
         lm.set_journal(journal);
         act
     });
-    d.host.restored_here(d.offer.id, &d.peer, pid);
+    d.host
+        .restored_here(d.offer.id, &d.peer, pid, &started.tids);
     d.ch.send(&Msg::Restored {
         id: d.offer.id,
         pid,

@@ -240,12 +240,12 @@ impl Strategy for StopCopy {
         }
         mark("dst: pages installed");
         lm.finish();
-        let (pid, original_pid) = (held.pid, held.original_pid);
+        let (pid, original_pid, tids) = (held.pid, held.original_pid, held.tids.clone());
         let resumed_ns = match held.release() {
             Ok(t) => t,
             Err(e) => return Err(fail(d, code::RESTORE_FAILED, e)),
         };
-        d.host.restored_here(d.offer.id, &d.peer, pid);
+        d.host.restored_here(d.offer.id, &d.peer, pid, &tids);
         d.ch.send(&Msg::Restored {
             id: d.offer.id,
             pid,
@@ -587,6 +587,8 @@ pub(crate) struct Started {
     /// The threads' ids (old, new) the restore rewrote in the process's
     /// memory (`pmig_engine::Restored::ids`).
     pub ids: Vec<(i32, i32)>,
+    /// Every thread's id in the image and here (`Restored::tids`).
+    pub tids: Vec<(i32, i32)>,
 }
 
 /// A `pmig restore --wait-go` started while the image is still on its way:
@@ -859,13 +861,14 @@ fn reported_resume(json: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// The ids `pmig restore` rewrote, from its last line (a skeleton's first
+/// The pairs of ids `key` (`ids`: those `pmig restore` rewrote; `tids`:
+/// every thread's) from its last line that has them (a skeleton's first
 /// line has those of its own restore, the last those of its bring-up).
-fn reported_ids(json: &str) -> Vec<(i32, i32)> {
+fn reported_ids(json: &str, key: &str) -> Vec<(i32, i32)> {
     json.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
-        .find_map(|v| serde_json::from_value(v["ids"].clone()).ok())
+        .find_map(|v| serde_json::from_value(v[key].clone()).ok())
         .unwrap_or_default()
 }
 
@@ -891,7 +894,8 @@ fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
         original_pid: v["original_pid"].as_i64().unwrap_or(0) as i32,
         resumed_ns: reported_resume(json),
         uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
-        ids: reported_ids(json),
+        ids: reported_ids(json, "ids"),
+        tids: reported_ids(json, "tids"),
     })
 }
 
@@ -908,6 +912,8 @@ pub(crate) struct Held<'a> {
     pub uffd_fd: i32,
     /// As [`Started::ids`].
     pub ids: Vec<(i32, i32)>,
+    /// As [`Started::tids`].
+    pub tids: Vec<(i32, i32)>,
 }
 
 impl Held<'_> {
@@ -1081,6 +1087,7 @@ pub(crate) fn restore_held<'a>(
         original_pid: 0,
         uffd_fd: -1,
         ids: Vec::new(),
+        tids: Vec::new(),
     };
     mark("dst: pmig restore holds the process");
     if line.trim().is_empty() {
@@ -1094,6 +1101,7 @@ pub(crate) fn restore_held<'a>(
     held.pid = r.pid;
     held.original_pid = r.original_pid;
     held.ids = r.ids;
+    held.tids = r.tids;
     held.uffd_fd = r.uffd_fd.ok_or((
         code::RESTORE_FAILED,
         "the held restore reported no userfaultfd".to_string(),

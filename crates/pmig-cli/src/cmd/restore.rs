@@ -256,6 +256,7 @@ fn print_json(r: &pmig_engine::Restored, held: bool) {
             "session": r.session,
             "resumed_ns": r.resumed_ns,
             "ids": r.ids,
+            "tids": r.tids,
             "held": held,
         })
     );

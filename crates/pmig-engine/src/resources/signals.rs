@@ -291,18 +291,24 @@ impl LateSignals {
 /// Delivers `s`, a signal sent to the original of process `pid` (see
 /// [`LateSignals`]), to `pid`, keeping what the sender put in it: a
 /// `sigqueue` keeps its value and sender, a `kill` arrives as a `kill` from
-/// the caller. A thread-directed one goes to the same thread when it kept
-/// its id here, to the main thread if it was sent there, and to the process
-/// otherwise (its thread has another id now). Returns where it went.
-pub fn deliver_late(pid: libc::pid_t, s: &LateSignal) -> Result<&'static str> {
+/// the caller. A thread-directed one goes to the thread restored from the
+/// one it was sent to: `tids` pairs each thread's id in the original with
+/// its id here (`Restored::tids`; empty if unknown, when only a thread that
+/// kept its id is found). Some programs count on that thread and no other
+/// getting it: the Go runtime stops a goroutine by a signal to its thread
+/// and sends no second one until that thread has handled the first, so one
+/// handled by another thread held that goroutine up for good. The main
+/// thread gets one sent to it even if its id is not known, and the process
+/// gets one whose thread has ended. Returns where it went.
+pub fn deliver_late(
+    pid: libc::pid_t,
+    tids: &[(libc::pid_t, libc::pid_t)],
+    s: &LateSignal,
+) -> Result<&'static str> {
     let (sig, code) = signo_code(&s.info)
         .filter(|_| s.info.len() == sys::SIGINFO_SIZE && sent_by_someone(&s.info))
         .ok_or_else(|| EngineError::Other("not a signal sent by a process".into()))?;
-    let tid = match s.tid {
-        Some(t) if std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists() => Some(t),
-        Some(_) if s.main_thread => Some(pid),
-        _ => None,
-    };
+    let tid = s.tid.and_then(|t| late_target(pid, tids, t, s.main_thread));
     // SAFETY: plain system calls on integers, and on a 128-byte siginfo
     // buffer the kernel only reads.
     let r = unsafe {
@@ -325,6 +331,23 @@ pub fn deliver_late(pid: libc::pid_t, s: &LateSignal) -> Result<&'static str> {
         Some(t) if t == pid => "its main thread",
         Some(_) => "the same thread",
     })
+}
+
+/// The thread of process `pid` restored from the original's thread `old`
+/// (see [`deliver_late`]); None if it has ended.
+fn late_target(
+    pid: libc::pid_t,
+    tids: &[(libc::pid_t, libc::pid_t)],
+    old: libc::pid_t,
+    main_thread: bool,
+) -> Option<libc::pid_t> {
+    let alive = |t: libc::pid_t| std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists();
+    let now = match tids.iter().find(|p| p.0 == old) {
+        Some(&(_, new)) => new,
+        None if main_thread => pid,
+        None => old,
+    };
+    alive(now).then_some(now)
 }
 
 #[cfg(test)]
@@ -374,7 +397,7 @@ mod late_tests {
             main_thread: false,
             info: i,
         };
-        assert_eq!(deliver_late(me, &s).unwrap(), "the same thread");
+        assert_eq!(deliver_late(me, &[], &s).unwrap(), "the same thread");
         // SAFETY: a zeroed siginfo_t is valid output storage.
         let mut got: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let ts = libc::timespec {
@@ -397,6 +420,47 @@ mod late_tests {
             main_thread: false,
             info: info(libc::SIGALRM, -2),
         };
-        assert!(deliver_late(me, &bad).is_err());
+        assert!(deliver_late(me, &[], &bad).is_err());
+    }
+
+    /// A thread-directed signal goes to the thread restored from the one it
+    /// was sent to, by the pairs of ids, before one that has the old id.
+    #[test]
+    fn a_signal_to_a_thread_follows_it_to_its_new_id() {
+        let me = std::process::id() as libc::pid_t;
+        let this = nix::unistd::gettid().as_raw();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = done_rx.recv();
+        });
+        let other_tid = rx.recv().unwrap();
+        // An id no thread has here (ids are at most 2^22).
+        let gone = 1 << 23;
+        // Renamed: the original's `gone` is `other_tid` now; the original's
+        // `this` is `other_tid` too, although a thread here has `this`.
+        assert_eq!(
+            late_target(me, &[(gone, other_tid)], gone, false),
+            Some(other_tid)
+        );
+        assert_eq!(
+            late_target(me, &[(this, other_tid)], this, false),
+            Some(other_tid)
+        );
+        // Ids not known: one kept is found, the main thread is the main
+        // thread, one that is gone goes to the process.
+        assert_eq!(late_target(me, &[], this, false), Some(this));
+        assert_eq!(late_target(me, &[], gone, true), Some(me));
+        assert_eq!(late_target(me, &[], gone, false), None);
+        // Its thread has ended here.
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
+        let t0 = std::time::Instant::now();
+        while std::path::Path::new(&format!("/proc/{me}/task/{other_tid}")).exists() {
+            assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(late_target(me, &[(gone, other_tid)], gone, false), None);
     }
 }

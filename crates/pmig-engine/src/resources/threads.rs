@@ -160,6 +160,17 @@ pub fn renamed(
         .collect()
 }
 
+/// [`renamed`] without the thread pointers: (old, new) for each thread.
+pub fn tid_pairs(
+    pi: &crate::image::ProcessImage,
+    frozen: &crate::ptrace::Frozen,
+) -> Vec<(libc::pid_t, libc::pid_t)> {
+    renamed(pi, frozen)
+        .into_iter()
+        .map(|(old, new, _)| (old, new))
+        .collect()
+}
+
 pub fn regs_from_vec(v: &[u64]) -> sys::UserRegs {
     // SAFETY: all-zero is valid for this plain struct, then we copy 27 words in.
     let mut r: sys::UserRegs = unsafe { std::mem::zeroed() };
