@@ -1153,11 +1153,17 @@ pub fn deliver_late_signals(
             info: s.info.clone(),
         };
         let sig = s.info.first().copied().unwrap_or(0);
+        // si_pid: the sender, for a signal a process sent.
+        let from = s
+            .info
+            .get(16..20)
+            .map_or(0, |b| i32::from_le_bytes(b.try_into().unwrap_or_default()));
         match deliver_late(pid, tids, &late) {
             Ok(to) => {
                 delivered += 1;
                 tracing::debug!(
-                    "signal {sig} sent to the original delivered to process {pid} ({to})"
+                    "signal {sig} from pid {from} sent to the original (thread {}) delivered to process {pid} ({to})",
+                    s.tid
                 );
             }
             Err(e) => tracing::warn!("signal {sig} sent to the original of process {pid}: {e}"),

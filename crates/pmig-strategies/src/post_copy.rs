@@ -1132,14 +1132,23 @@ struct PushState {
 /// installing answers) run at a higher priority than the push and the
 /// workload they share the CPUs with: a fault's wait is mostly their wake-up.
 fn favour_this_thread() {
-    // SAFETY: gettid and setpriority take no pointers; the latter changes
-    // the nice value of this thread only (PRIO_PROCESS with a thread id).
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, -10) };
-    if r != 0 {
-        tracing::debug!(
-            "cannot raise the priority of a fault thread: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = set_nice(this_tid(), -10) {
+        tracing::debug!("cannot raise the priority of a fault thread: {e}");
+    }
+}
+
+fn this_tid() -> libc::id_t {
+    nix::unistd::gettid().as_raw() as libc::id_t
+}
+
+/// Sets the nice value of thread `tid` of this process. Raising it needs
+/// CAP_SYS_NICE (or RLIMIT_NICE), which a root daemon has.
+fn set_nice(tid: libc::id_t, n: i32) -> std::io::Result<()> {
+    // SAFETY: setpriority takes no pointers; with PRIO_PROCESS and a thread
+    // id it changes that thread only.
+    match unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, n) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
     }
 }
 
@@ -1174,8 +1183,7 @@ struct Background {
 
 impl Background {
     fn new() -> Background {
-        // SAFETY: gettid takes nothing and cannot fail.
-        let tid = unsafe { libc::gettid() } as libc::id_t;
+        let tid = this_tid();
         Background {
             tid,
             own: nice_of(tid).filter(|&n| n < PUSH_NICE),
@@ -1195,16 +1203,9 @@ impl Background {
             return;
         }
         let n = if below { PUSH_NICE } else { own };
-        // SAFETY: setpriority takes no pointers; it changes the nice value
-        // of this thread only (PRIO_PROCESS with a thread id). Raising it
-        // back needs CAP_SYS_NICE (or RLIMIT_NICE), which a root daemon has.
-        if unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, n) } == 0 {
-            self.below = below;
-        } else {
-            tracing::debug!(
-                "cannot set the push's thread to nice {n}: {}",
-                std::io::Error::last_os_error()
-            );
+        match set_nice(self.tid, n) {
+            Ok(()) => self.below = below,
+            Err(e) => tracing::debug!("cannot set the push's thread to nice {n}: {e}"),
         }
     }
 }
@@ -1218,14 +1219,10 @@ impl Drop for Background {
 /// The nice value of thread `tid` (None if it cannot be read).
 fn nice_of(tid: libc::id_t) -> Option<i32> {
     // getpriority may return -1 as a value: errno tells the two apart.
-    // SAFETY: __errno_location returns this thread's errno, always valid;
-    // getpriority takes no pointers.
-    let n = unsafe {
-        *libc::__errno_location() = 0;
-        libc::getpriority(libc::PRIO_PROCESS, tid)
-    };
-    // SAFETY: as above.
-    (n != -1 || unsafe { *libc::__errno_location() } == 0).then_some(n)
+    nix::errno::Errno::clear();
+    // SAFETY: getpriority takes no pointers.
+    let n = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid) };
+    (n != -1 || nix::errno::Errno::last_raw() == 0).then_some(n)
 }
 
 /// Most pages per answer message on the answers' connection.
@@ -2312,8 +2309,7 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn this_nice() -> i32 {
-        // SAFETY: gettid takes nothing.
-        nice_of(unsafe { libc::gettid() } as libc::id_t).expect("read this thread's nice value")
+        nice_of(this_tid()).expect("read this thread's nice value")
     }
 
     #[test]
@@ -2347,15 +2343,7 @@ mod tests {
     #[test]
     fn a_thread_already_below_the_push_keeps_its_priority() {
         std::thread::spawn(|| {
-            // SAFETY: setpriority takes no pointers; this thread only.
-            let r = unsafe {
-                libc::setpriority(
-                    libc::PRIO_PROCESS,
-                    libc::gettid() as libc::id_t,
-                    PUSH_NICE + 5,
-                )
-            };
-            assert_eq!(r, 0);
+            set_nice(this_tid(), PUSH_NICE + 5).unwrap();
             {
                 let mut b = Background::new();
                 b.set(true);

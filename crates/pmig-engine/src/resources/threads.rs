@@ -160,6 +160,28 @@ pub fn renamed(
         .collect()
 }
 
+/// A thread stopped as a `getpid` or `gettid` call returned (the last entry
+/// into the kernel was that call: `orig_rax`) holds in `rax` the id it had
+/// in the original, and goes on with it: a `tgkill(getpid(), …)` would aim
+/// at a process that is not there (the Go runtime's preemption signal
+/// among them, lost for good, and its goroutine with it), a `procid =
+/// gettid()` would record an id no thread has. It gets its new id
+/// instead: `pid` and `tid` are (old, new). Returns whether it did. A stop
+/// anywhere after the return, with the old id already copied elsewhere,
+/// is not mended.
+fn own_id_returned(r: &mut sys::UserRegs, pid: (pid_t, pid_t), tid: (pid_t, pid_t)) -> bool {
+    let (old, new) = match r.orig_rax as i64 {
+        libc::SYS_getpid => pid,
+        libc::SYS_gettid => tid,
+        _ => return false,
+    };
+    if old == new || r.rax as i64 != old as i64 {
+        return false;
+    }
+    r.rax = new as u64;
+    true
+}
+
 /// [`renamed`] without the thread pointers: (old, new) for each thread.
 pub fn tid_pairs(
     pi: &crate::image::ProcessImage,
@@ -638,6 +660,7 @@ impl Resource for Threads {
     }
 
     fn finish(s: &ThreadsState, cx: &mut Finish) -> Result<()> {
+        let old_pid = s.threads.first().map_or(0, |t| t.tid);
         for (i, th) in s.threads.iter().enumerate() {
             let tid = cx.frozen.threads[i].tid;
             let mut r = regs_from_vec(&th.regs);
@@ -645,6 +668,12 @@ impl Resource for Threads {
             // process (the block is gone): run the call again from the start.
             if r.orig_rax as i64 >= 0 && r.rax as i64 == ERESTART_RESTARTBLOCK {
                 r.rax = ERESTARTNOINTR as u64;
+            }
+            if own_id_returned(&mut r, (old_pid, cx.pid), (th.tid, tid)) {
+                tracing::debug!(
+                    "thread {tid} was stopped as system call {} returned its old id: it returns the new one",
+                    r.orig_rax
+                );
             }
             sys::set_regs(tid, &r)?;
             sys::set_xstate(tid, &th.xstate)?;
@@ -697,6 +726,38 @@ mod tests {
         r.orig_rax = SYS_RESTART_SYSCALL;
         r.rax = ERESTART_RESTARTBLOCK as u64;
         restarted_call(&r, &|addr, n| mem.read(addr, n))
+    }
+
+    #[test]
+    fn a_thread_stopped_as_getpid_or_gettid_returned_gets_its_new_id() {
+        let at = |nr: i64, rax: i64| {
+            // SAFETY: user_regs_struct is plain integers: all zero is valid.
+            let mut r: sys::UserRegs = unsafe { std::mem::zeroed() };
+            r.orig_rax = nr as u64;
+            r.rax = rax as u64;
+            r
+        };
+        let (pid, tid) = ((100, 200), (105, 207));
+        let mut r = at(libc::SYS_getpid, 100);
+        assert!(own_id_returned(&mut r, pid, tid));
+        assert_eq!(r.rax, 200);
+        let mut r = at(libc::SYS_gettid, 105);
+        assert!(own_id_returned(&mut r, pid, tid));
+        assert_eq!(r.rax, 207);
+        // Another call, another value, no call (an interrupt's -1), ids kept.
+        for (nr, rax) in [
+            (libc::SYS_getppid, 100),
+            (libc::SYS_getpid, 105),
+            (libc::SYS_gettid, 100),
+            (-1, 100),
+        ] {
+            let mut r = at(nr, rax);
+            assert!(!own_id_returned(&mut r, pid, tid));
+            assert_eq!(r.rax, rax as u64);
+        }
+        let mut r = at(libc::SYS_getpid, 100);
+        assert!(!own_id_returned(&mut r, (100, 100), tid));
+        assert_eq!(r.rax, 100);
     }
 
     const TS: u64 = 0x7ffd_0000_1000;
