@@ -4390,6 +4390,126 @@ fn a_go_program_still_stops_its_own_threads_after_moves_under_new_ids() {
     }
 }
 
+/// Where the Go runtime that built `bin` keeps `m.procid` (the word
+/// `signalM` loads for `tgkill`) and `m.signalPending` (the word
+/// `doSigPreempt` clears), read from its code with `go tool objdump`.
+fn go_m_offsets(bin: &Path) -> (u64, u64) {
+    let dis = |func: &str| {
+        let o = Command::new("go")
+            .args(["tool", "objdump", "-s", func])
+            .arg(bin)
+            .env("GOTOOLCHAIN", "local")
+            .output()
+            .expect("run go tool objdump");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // The displacement of an operand `0x…(REG)` after `prefix` on a line.
+    let disp = |line: &str, prefix: &str| {
+        let rest = &line[line.find(prefix)? + prefix.len()..];
+        let hex = rest.trim_start().strip_prefix("0x")?;
+        let end = hex.find('(')?;
+        u64::from_str_radix(&hex[..end], 16).ok()
+    };
+    let procid = dis("runtime.signalM$")
+        .lines()
+        .filter(|l| l.contains("(AX), AX"))
+        .find_map(|l| disp(l, "MOVQ"))
+        .expect("m.procid in runtime.signalM");
+    let pending = dis("runtime.doSigPreempt$")
+        .lines()
+        .rev()
+        .filter(|l| l.contains("XCHGL"))
+        .find_map(|l| disp(l, ","))
+        .expect("m.signalPending in runtime.doSigPreempt");
+    (procid, pending)
+}
+
+/// The Go runtime sends a thread no second preemption signal until the
+/// thread has handled the first (`m.signalPending`). One lost in a move
+/// (sent with the old ids by a thread frozen between reading them and the
+/// send) would leave that flag set for good, and a goroutine looping on
+/// the thread would then hold up every collection. Here the flag is set
+/// on every `m` of `preempt` by hand (each thread's `g` below its thread
+/// pointer, then `g.m`, checked by `m.procid` naming the thread); the
+/// program must then be held up, and after a move under new ids make
+/// rounds again: the restore sends one preemption signal to each thread
+/// whose `m.procid` it rewrote.
+#[test]
+fn a_go_program_whose_preemption_signal_was_lost_runs_on_after_a_move() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("gl");
+    let bin = go_program("preempt", &env.dir, "preempt-lost", &[], false);
+    let (procid, pending) = go_m_offsets(&bin);
+    let out = env.dir.join("preempt-lost.out");
+    let mut child = env.spawn("n1", &[bin.to_str().unwrap(), "1000000"], None, &out);
+    wait_ready(&out);
+    wait_output(&out, "round 3\n", "preempt did not run its first rounds");
+    let pid = child.id() as i32;
+    const G_M: u64 = 0x30;
+    let set = {
+        let frozen = pmig_engine::ptrace::Frozen::freeze(pid).expect("freeze preempt");
+        let word = |a: u64| {
+            let mut b = [0u8; 8];
+            (pmig_engine::sys::process_vm_read(pid, a, &mut b).ok() == Some(8))
+                .then(|| u64::from_le_bytes(b))
+                .filter(|w| *w != 0)
+        };
+        let mut set = 0;
+        for t in &frozen.threads {
+            let regs = pmig_engine::sys::get_regs(t.tid).expect("a frozen thread's registers");
+            let m = word(regs.fs_base.wrapping_sub(8)).and_then(|g| word(g + G_M));
+            if let Some(m) = m.filter(|&m| word(m + procid) == Some(t.tid as u64)) {
+                pmig_engine::sys::process_vm_write(pid, m + pending, &1u32.to_le_bytes())
+                    .expect("set m.signalPending");
+                set += 1;
+            }
+        }
+        set
+    };
+    assert!(
+        set >= 2,
+        "the runtime's ms not found through the threads (m.procid at {procid:#x}, signalPending at {pending:#x})"
+    );
+    // Held up: at most the round under way ends (a round takes about 75 ms).
+    let wait = |n: usize| {
+        let t0 = Instant::now();
+        while rounds_done(&out) < n && t0.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let before = rounds_done(&out);
+    wait(before + 3);
+    let held = rounds_done(&out);
+    assert!(
+        held <= before + 1,
+        "preempt made rounds {before} to {held} with every m's signalPending set: the setup does not hold it up"
+    );
+    let rep = env
+        .migrate_with("n1", pid, "n2", "stop-copy")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}", env.log("n1")));
+    let new_pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(new_pid);
+    assert_ne!(new_pid, pid, "the move kept the pid: nothing to test");
+    let _ = child.wait();
+    let t0 = Instant::now();
+    while rounds_done(&out) < held + 3 {
+        assert!(
+            t0.elapsed() < LIMIT,
+            "the moved preempt is still held up at round {}\nn2:\n{}",
+            rounds_done(&out),
+            env.log("n2")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(new_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
 /// Moves the `preempt` program `bin` with every strategy, around the three
 /// nodes, and checks after each move that it goes on.
 fn go_moves(env: &mut Env, bin: &Path, name: &str) {

@@ -31,6 +31,10 @@
 //! holds their own id, the main thread among them. A thread that does not
 //! (one C code started, one not yet running its start code) is left alone;
 //! if the main thread does not, nothing is done.
+//!
+//! Each thread whose `m.procid` was rewritten is also sent one preemption
+//! signal, delivered once it runs (see [`kick`]): one lost in the move
+//! would otherwise hold its goroutine up for good.
 
 use super::tcb::FileCache;
 use crate::error::{Ctx, Result};
@@ -471,6 +475,7 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
         {
             sys::process_vm_write(pid, m + procid, &(new as u64).to_le_bytes())?;
             n += 1;
+            kick(pid, new);
         }
     }
     if n > 0 {
@@ -479,6 +484,30 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
         );
     }
     Ok(Some(n))
+}
+
+/// The Go runtime's preemption signal (`SIGURG`).
+const SIG_PREEMPT: i32 = libc::SIGURG;
+
+/// Sends thread `tid` of the restored process `pid` (stopped, every signal
+/// blocked until it is let go) one preemption signal. The runtime sends a
+/// thread no second one until the thread has handled the first (its `m`'s
+/// `signalPending`); one that a thread of the original sent with the old
+/// ids still in its registers, frozen between reading them and the send,
+/// reaches no thread of the copy, and that thread would be sent none
+/// again: a goroutine looping on it then holds up every collection for
+/// good. The runtime takes a signal it did not ask for as a no-op (`SIGURG`
+/// also comes with a socket's out-of-band data), and this one clears the
+/// flag. Best effort: a failure is logged.
+fn kick(pid: pid_t, tid: pid_t) {
+    // SAFETY: tgkill takes integers only; the thread is one of the process
+    // this restore made.
+    if unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, SIG_PREEMPT) } < 0 {
+        tracing::debug!(
+            "process {pid}: no preemption signal for thread {tid}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// [`rewrite_ids`], whose failure leaves the ids as they were: the
