@@ -3321,9 +3321,9 @@ fn ids_kept_with_pid_namespaces_auto() {
 /// old pid, a `kill` (SI_USER) and two `sigqueue`s (SI_QUEUE, values 7 and
 /// 8): the copy must get exactly these three, in order, with their values,
 /// and none twice. A `tgkill` (SI_TKILL) to the original's second thread,
-/// whose id the copy's does not keep, must be handled by the thread
-/// restored from it (the Go runtime counts on that), not by whichever
-/// thread the kernel picks for a signal to the process (the main thread).
+/// whose id the copy's does not keep, must reach the thread restored from
+/// it as a `tgkill` (the Go runtime counts on that), not the process as a
+/// `kill`, which whichever thread the kernel picks would handle.
 fn late_signals(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up(tag);
