@@ -3,10 +3,11 @@
  * value V code C"), written from the handler; T says which thread handled
  * it ("main" or "worker", a thread-local mark the thread keeps whatever its
  * id). The worker thread, started before READY, prints "WORKER <tid>" and
- * waits, with SIGUSR1 and SIGRTMIN+1 blocked. Used by the multi-node test of signals sent to a moved process's
- * old pid while its frozen original still exists (they must reach the copy,
- * in order, with their values, and one sent to the worker by its old id
- * must be handled by the worker); its check only says it is alive. */
+ * waits, with SIGUSR1 and SIGRTMIN+1 blocked. Used by the multi-node test
+ * of signals sent to a moved process's old pid while its frozen original
+ * still exists (they must reach the copy, in order, with their values, and
+ * one sent to the worker by its old id must be handled by the worker); its
+ * check only says it is alive. */
 #include "common.h"
 #include <pthread.h>
 #include <signal.h>
