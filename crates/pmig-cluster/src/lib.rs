@@ -155,6 +155,12 @@ pub struct ClusterOpts {
     /// thread ids there, since the frozen original holds them only in its own
     /// node's namespace. Node k's pids start above k × 10000.
     pub pid_ns: bool,
+    /// Start every daemon with `--peer NAME=ADDR:PORT` for every node (the
+    /// default). Without it the daemons know no other node, as daemons
+    /// started by hand on separate machines may not: node names resolve
+    /// through the state file only, and the cluster services (host
+    /// selection, eviction, balancing) see no other node.
+    pub peer_list: bool,
 }
 
 impl ClusterOpts {
@@ -171,6 +177,7 @@ impl ClusterOpts {
             daemon_timeout: Duration::from_secs(10),
             daemon_args: Vec::new(),
             pid_ns: false,
+            peer_list: true,
         }
     }
 }
@@ -222,6 +229,10 @@ pub struct ClusterState {
     /// (`pmig cluster enter`).
     #[serde(default)]
     pub enter_bin: Option<PathBuf>,
+    /// The daemons were started without `--peer` (`ClusterOpts::peer_list`
+    /// off).
+    #[serde(default)]
+    pub no_peer_list: bool,
 }
 
 /// Live status of a node.
@@ -433,6 +444,7 @@ impl Cluster {
                 notes,
                 nodes: Vec::new(),
                 enter_bin: None,
+                no_peer_list: !opts.peer_list,
             },
             children: Vec::new(),
             daemon_args: Vec::new(),
@@ -534,12 +546,15 @@ impl Cluster {
 
     /// Starts the daemon of node `i` (appending to its log with `append`).
     fn spawn_daemon(&mut self, i: usize, bin: &Path, append: bool) -> Result<Child> {
-        let peers: Vec<String> = self
-            .state
-            .nodes
-            .iter()
-            .map(|n| format!("{}={}", n.name, n.listen))
-            .collect();
+        let peers: Vec<String> = match self.state.no_peer_list {
+            false => self
+                .state
+                .nodes
+                .iter()
+                .map(|n| format!("{}={}", n.name, n.listen))
+                .collect(),
+            true => Vec::new(),
+        };
         let n = &self.state.nodes[i];
         let log_path = n.dir.join("daemon.log");
         let log = fs::OpenOptions::new()

@@ -206,6 +206,9 @@ impl Host for Node {
             .find(|p| p.name == name)
             .map(|p| p.addr.clone())
     }
+    fn listen_addr(&self) -> Option<String> {
+        Some(self.cfg.listen.clone())
+    }
     fn await_resume(&self, id: u64, peer: &str, within: Duration) -> Option<Channel<TcpStream>> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.resumable
@@ -551,6 +554,8 @@ fn serve_peer(node: &Node, s: TcpStream) {
     );
     // An authenticated but idle peer does not hold a thread forever.
     let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(300)));
+    // Where the peer's daemon listens, if it said so before its offer.
+    let mut listening: Option<String> = None;
     for _ in 0..1_000_000 {
         // recv_with: a Ping may carry an attachment (auto's bandwidth probe).
         match ch.recv_with().map(|i| i.into_parts()) {
@@ -614,9 +619,10 @@ fn serve_peer(node: &Node, s: TcpStream) {
                     return;
                 }
             }
+            Ok((Msg::Listening { addr }, _, _)) => listening = Some(addr),
             Ok((Msg::MigrateOffer(offer), _, _)) => {
                 let (id, pid) = (offer.id, offer.pid);
-                match pmig_strategies::serve_offer(node, ch, offer) {
+                match pmig_strategies::serve_offer(node, ch, offer, listening.as_deref()) {
                     Ok(Some(new)) => {
                         node.record_arrival(new, &peer);
                         tracing::info!(

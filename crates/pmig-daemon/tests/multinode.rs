@@ -35,12 +35,17 @@ impl Env {
 
     /// With `pid_ns`, every node has its own pid namespace (`--pid-ns`).
     fn up_opts(tag: &str, link: pmig_cluster::Link, pid_ns: bool) -> Env {
-        // Hooks are read from <node dir>/test-hook only when this is set.
-        std::env::set_var(pmig_daemon::TEST_HOOKS_ENV, "1");
-        Env(TestCluster::up(&format!("pd{tag}"), "multinode", |o| {
+        Env::up_with(tag, |o| {
             o.link = link;
             o.pid_ns = pid_ns;
-        }))
+        })
+    }
+
+    /// A cluster whose options `f` sets.
+    fn up_with(tag: &str, f: impl FnOnce(&mut pmig_cluster::ClusterOpts)) -> Env {
+        // Hooks are read from <node dir>/test-hook only when this is set.
+        std::env::set_var(pmig_daemon::TEST_HOOKS_ENV, "1");
+        Env(TestCluster::up(&format!("pd{tag}"), "multinode", f))
     }
 
     fn addr(&self, node: &str) -> String {
@@ -2219,6 +2224,12 @@ impl DirtierPair {
 /// it takes the process over, the source serves the rest, the migration
 /// succeeds and the dirtier's result matches an unmigrated run.
 fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
+    crash_is_taken_over(strategy, tag, true);
+}
+
+/// [`destination_daemon_crash_is_taken_over`]; without `peer_list`, no
+/// daemon has `--peer` for the others.
+fn crash_is_taken_over(strategy: &str, tag: &str, peer_list: bool) -> Env {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // Pre-copy's rounds would not converge on 100 Mbit against this dirty
     // rate; its fill is held by the hook, so the link speed does not matter.
@@ -2227,7 +2238,10 @@ fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     } else {
         pmig_cluster::Link::Mbit100
     };
-    let mut env = Env::up_link(tag, link);
+    let mut env = Env::up_with(tag, |o| {
+        o.link = link;
+        o.peer_list = peer_list;
+    });
     // Flushing and freeze-free read the page store, not the link: their fill
     // is held back (test hook) so that pages are surely owed at the crash.
     let store = store_strategy(strategy);
@@ -2282,6 +2296,57 @@ fn destination_daemon_crash_is_taken_over(strategy: &str, tag: &str) {
     eprintln!(
         "{strategy} with a destination daemon crash: {}; {got}",
         figures(&[rep])
+    );
+    env
+}
+
+/// Daemons started without `--peer` (as on machines set up by hand, with
+/// `--to ADDR:PORT`): the source says where it listens (`Listening`,
+/// protocol 13), so the destination still takes the answers to its faults
+/// on a connection of their own, before and after its daemon's crash, and
+/// the restarted daemon takes the post-copy over and finishes it.
+#[test]
+fn daemons_without_peer_lists_answer_faults_apart_and_take_over() {
+    if !root() {
+        return;
+    }
+    let env = crash_is_taken_over("post-copy", "np", false);
+    // The daemon that took over reached the source for the answers too.
+    let t0 = Instant::now();
+    loop {
+        let log = env.log("n1");
+        let after = log.find("resumes migration").map(|at| &log[at..]);
+        if after.is_some_and(|l| l.contains("takes the answers of migration")) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < LIMIT,
+            "no second connection for the answers after the takeover\nn1:\n{log}\nn2:\n{}",
+            env.log("n2")
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Whether the restarted daemon was up before the source noticed the
+    // loss (its answers' connection must then wait for the resume).
+    let stamp = |node: &str, needle: &str| {
+        env.log(node)
+            .lines()
+            .find(|l| l.contains(needle))
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
+    };
+    if let (Some(took), Some(lost)) = (
+        stamp("n2", "took over migration"),
+        stamp("n1", "during the post-copy of"),
+    ) {
+        eprintln!(
+            "the restarted daemon took over at {took}, the source noticed the loss at {lost}{}",
+            if took < lost { " (after)" } else { "" }
+        );
+    }
+    assert!(
+        !env.log("n2").contains("is unknown"),
+        "the destination did not know the source's address:\n{}",
+        env.log("n2")
     );
 }
 
@@ -2600,10 +2665,10 @@ fn a_failed_answers_connection_falls_back_to_the_push() {
 /// Post-copy with a peer that speaks protocol 11 (test hook on n1), both
 /// ways, then between two nodes of this build: with a version-11 peer the
 /// page requests stay on the first connection (a version-11 source never
-/// reads the answers' connection), at version 12 they move to the answers'
-/// connection (protocol 12). Each move speaks the version it should (the
-/// destination's log says), has remote faults, and has requests answered,
-/// read on the answers' connection only at version 12; the dirtier's result
+/// reads the answers' connection), from version 12 on they move to the
+/// answers' connection (protocol 12). Each move speaks the version it should
+/// (the destination's log says), has remote faults, and has requests
+/// answered, read on the answers' connection only from version 12; the dirtier's result
 /// matches an unmigrated run.
 #[test]
 fn post_copy_with_a_version_11_peer_both_ways() {
@@ -2618,8 +2683,9 @@ fn post_copy_with_a_version_11_peer_both_ways() {
     let run = DirtierPair::start(&mut env, 100_000);
     let mut pid = run.pid;
     let mut reps = Vec::new();
-    for (from, to, version) in [("n1", "n2", 11), ("n2", "n1", 11), ("n1", "n2", 12)] {
-        if version == 12 {
+    let current = pmig_proto::PROTO_VERSION;
+    for (from, to, version) in [("n1", "n2", 11), ("n2", "n1", 11), ("n1", "n2", current)] {
+        if version == current {
             std::fs::remove_file(&hook).unwrap();
         }
         let m = env
@@ -2673,7 +2739,7 @@ fn post_copy_with_a_version_11_peer_both_ways() {
         );
         assert_eq!(
             counts[1] > 0,
-            version == 12,
+            version >= pmig_proto::msg::REQUESTS_ON_ANSWERS,
             "requests on the answers' connection at protocol {version}: {}\n{from}:\n{src}",
             counts[1]
         );

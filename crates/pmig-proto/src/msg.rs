@@ -13,7 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 12: the destination of a lazy
+/// The protocol version this build speaks. 13: a migration's source first
+/// sends `Listening`, the address its daemon listens on, so that a
+/// destination whose daemon has no `--peer` entry for it can still open the
+/// answers' connection and take a migration over after a crash (§6.3a);
+/// only to a version-13 destination, so older versions are still spoken
+/// (without `--peer`, their answers travel with the push). 12: the destination of a lazy
 /// migration sends its page requests on the answers' connection once that
 /// is up, and the source reads them there (§6.3a); only to a version-12
 /// source, so older versions are still spoken (their requests travel with
@@ -54,7 +59,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 12;
+pub const PROTO_VERSION: u16 = 13;
+/// The first version whose migration sources send `Listening`.
+pub const LISTENING: u16 = 13;
 /// The first version whose lazy destinations send their page requests on
 /// the answers' connection, and whose sources read them there.
 pub const REQUESTS_ON_ANSWERS: u16 = 12;
@@ -77,6 +84,8 @@ pub const MIN_PROTO_VERSION: u16 = 7;
 pub const MAX_MESSAGE_SIZE: usize = 256 << 20;
 /// Longest node name accepted in `Hello`.
 pub const MAX_NODE_NAME: usize = 64;
+/// Longest address accepted in `Listening`.
+pub const MAX_LISTEN_ADDR: usize = 256;
 /// Longest text accepted in `Error`.
 pub const MAX_ERROR_TEXT: usize = 4096;
 /// Largest number of pages in one `PageRequest`.
@@ -334,6 +343,33 @@ pub enum Msg {
         used: bool,
         why: String,
     },
+    /// 28, source → destination, before `MigrateOffer` (version 13): the
+    /// `ADDR:PORT` the sender's daemon listens on (its `--listen`). The
+    /// destination reaches the source there for the answers' connection
+    /// and for a takeover when its own `--peer` list does not name the
+    /// source; an unspecified or loopback address stands for the one this
+    /// connection comes from ([`reachable_at`]).
+    Listening {
+        addr: String,
+    },
+}
+
+/// Where the daemon that sent `Listening { addr: advertised }` on a
+/// connection from `seen_from` (the connection's peer, `IP:PORT`) can be
+/// reached: `advertised` itself, unless its address is unspecified
+/// (`0.0.0.0`, `::`) or a loopback one seen from elsewhere, which stand for
+/// the address the connection comes from, with the advertised port. `None`
+/// if either is not an `IP:PORT`.
+pub fn reachable_at(advertised: &str, seen_from: &str) -> Option<std::net::SocketAddr> {
+    let a: std::net::SocketAddr = advertised.parse().ok()?;
+    let from: std::net::SocketAddr = seen_from.parse().ok()?;
+    let stands_for_peer =
+        a.ip().is_unspecified() || (a.ip().is_loopback() && !from.ip().is_loopback());
+    Some(if stands_for_peer {
+        std::net::SocketAddr::new(from.ip(), a.port())
+    } else {
+        a
+    })
 }
 
 /// A signal in [`Msg::Signals`].
@@ -428,6 +464,7 @@ impl Msg {
             Msg::Skeleton { .. } => "Skeleton",
             Msg::SkeletonReady { .. } => "SkeletonReady",
             Msg::SkeletonUsed { .. } => "SkeletonUsed",
+            Msg::Listening { .. } => "Listening",
         }
     }
 
@@ -541,6 +578,15 @@ impl Msg {
                 return Err(ProtoError::Malformed(format!(
                     "Signals: at most {MAX_LATE_SIGNALS} signals of {SIGINFO_LEN} bytes each, got {}",
                     signals.len()
+                )));
+            }
+            Msg::Listening { addr }
+                if addr.is_empty()
+                    || addr.len() > MAX_LISTEN_ADDR
+                    || addr.chars().any(|c| c.is_control()) =>
+            {
+                return Err(ProtoError::Malformed(format!(
+                    "Listening: the address must be 1..={MAX_LISTEN_ADDR} printable bytes"
                 )));
             }
             Msg::FaultWaits { hist, .. } if hist.len() != FAULT_WAIT_BUCKETS => {
@@ -799,6 +845,9 @@ mod tests {
                 used: true,
                 why: String::new(),
             },
+            Msg::Listening {
+                addr: "0.0.0.0:7070".into(),
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -852,6 +901,41 @@ mod tests {
         assert_eq!(encode(&Msg::Commit { id: 5 }).unwrap(), [10, 5]);
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn a_listening_address_stands_for_the_connection_where_it_must() {
+        let at = |a: &str, from: &str| reachable_at(a, from).map(|s| s.to_string());
+        // A daemon on every address, or on loopback, is reached where the
+        // connection came from, on its own port.
+        assert_eq!(
+            at("0.0.0.0:7070", "192.0.2.1:40312").as_deref(),
+            Some("192.0.2.1:7070")
+        );
+        assert_eq!(
+            at("[::]:7171", "[2001:db8::1]:5555").as_deref(),
+            Some("[2001:db8::1]:7171")
+        );
+        assert_eq!(
+            at("127.0.0.1:7070", "192.0.2.1:40312").as_deref(),
+            Some("192.0.2.1:7070")
+        );
+        // Loopback seen from loopback, and a named address, stay as given.
+        assert_eq!(
+            at("127.0.0.1:7070", "127.0.0.1:40312").as_deref(),
+            Some("127.0.0.1:7070")
+        );
+        assert_eq!(
+            at("10.77.0.1:7070", "10.77.0.9:40312").as_deref(),
+            Some("10.77.0.1:7070")
+        );
+        assert_eq!(at("node-a:7070", "192.0.2.1:1"), None);
+        assert_eq!(at("0.0.0.0:7070", "not an address"), None);
+        let listening = |a: &str| Msg::Listening { addr: a.into() }.validate().is_ok();
+        assert!(listening("10.77.0.1:7070"));
+        assert!(!listening(""));
+        assert!(!listening("10.77.0.1:7070\n"));
+        assert!(!listening(&"1".repeat(MAX_LISTEN_ADDR + 1)));
     }
 
     #[test]

@@ -294,6 +294,11 @@ pub trait Host: Send + Sync {
     fn peer_addr(&self, _name: &str) -> Option<String> {
         None
     }
+    /// `ADDR:PORT` this host's daemon listens on (its `--listen`), which a
+    /// migration's source announces to the destination (`Listening`).
+    fn listen_addr(&self) -> Option<String> {
+        None
+    }
     /// Source of a post-copy migration whose destination vanished: waits up
     /// to `within` for the restarted destination daemon `peer` to reconnect
     /// with `Resume { id }`, and returns that connection.
@@ -653,6 +658,10 @@ pub struct Destination<'a> {
     pub host: &'a dyn Host,
     pub ch: Channel<TcpStream>,
     pub peer: String,
+    /// `ADDR:PORT` of the source's daemon, if known (its `--peer` entry
+    /// here, else its `Listening`): for the answers' connection and a
+    /// takeover.
+    pub source_addr: Option<String>,
     /// Staging directory for the incoming image (tmpfs), removed at the end.
     pub staging: PathBuf,
     pub hooks: Hooks,
@@ -921,6 +930,14 @@ pub fn migrate_with(
         label = format!("auto:{}", c.kind);
         strategy = kind.implementation()?;
     }
+    // Where this daemon listens, for a destination whose `--peer` list does
+    // not name it (the answers' connection, a takeover).
+    if let Some(addr) = host.listen_addr() {
+        if m.ch.peer().version >= pmig_proto::msg::LISTENING {
+            m.ch.send(&Msg::Listening { addr })
+                .map_err(|e| ctx(e.into()))?;
+        }
+    }
     m.ch.send(&Msg::MigrateOffer(Offer {
         id,
         strategy: kind.as_str().into(),
@@ -1074,12 +1091,24 @@ fn run_phases(
 
 /// Serves an offer received by this node's daemon (the destination side). Replies
 /// `MigrateAccept` or `Error`, then runs the strategy's destination side.
+/// `listening`: what the source announced with `Listening` on this
+/// connection, if anything (version 13).
 pub fn serve_offer(
     host: &dyn Host,
     mut ch: Channel<TcpStream>,
     offer: Offer,
+    listening: Option<&str>,
 ) -> Result<Option<i32>> {
     let peer = ch.peer().node.clone();
+    // The source's daemon as this node's `--peer` list names it, else where
+    // it said it listens.
+    let source_addr = host.peer_addr(&offer.source_node).or_else(|| {
+        let at = pmig_proto::msg::reachable_at(listening?, &ch.peer().addr)?;
+        tracing::debug!(
+            "{peer} is not among this daemon's peers: reaching it at {at}, where it listens"
+        );
+        Some(at.to_string())
+    });
     let kind = match StrategyKind::implemented(&offer.strategy) {
         Ok(k) => k,
         Err(e) => {
@@ -1121,6 +1150,7 @@ pub fn serve_offer(
         host,
         ch,
         peer,
+        source_addr,
         staging: staging.clone(),
         received: 0,
         restorer: None,

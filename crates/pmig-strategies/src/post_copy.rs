@@ -1609,9 +1609,9 @@ fn begin_record(
     // A page store needs no source; anything else resumes at the source.
     let source_addr = match &r.store {
         Some(_) => String::new(),
-        None => d.host.peer_addr(&d.offer.source_node).ok_or_else(|| {
+        None => d.source_addr.clone().ok_or_else(|| {
             StrategyError::Other(format!(
-                "the address of {} is unknown (daemon started without --peer)",
+                "the address of {} is unknown (this daemon has no --peer for it, and it did not say where it listens)",
                 d.offer.source_node
             ))
         })?,
@@ -1688,10 +1688,8 @@ pub(crate) fn destination_lazy(
         node: d.host.node().to_string(),
         peer: d.peer.clone(),
         record,
-        answers: d
-            .host
-            .peer_addr(&d.offer.source_node)
-            .map(|addr| answers_from(d.host, addr)),
+        answers: d.source_addr.clone().map(|addr| answers_from(d.host, addr)),
+        answers_after_resume: false,
         local: local.map(|(_, p)| p),
     })
 }
@@ -1740,6 +1738,11 @@ pub(crate) struct Serve<'a> {
     /// Opens the second connection, for the answers (none: they come with
     /// the push).
     pub answers: Option<AnswersFrom<'a>>,
+    /// A takeover: open the second connection only once a message came from
+    /// the source on the first. The source may not have noticed yet that
+    /// the daemon before this one died, and a connection it took then would
+    /// end with its serving of that daemon.
+    pub answers_after_resume: bool,
     /// assisted-post-copy: the destination's own copy of the pages not
     /// written since round 0. A fault on one of them is answered from it, and
     /// a thread installs them all meanwhile; only the others are asked for.
@@ -1766,6 +1769,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         peer,
         record,
         answers,
+        answers_after_resume,
         local,
     } = sv;
     // Until nothing is owed, a migration onward waits for the rest: the push
@@ -1815,6 +1819,8 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     let requests_on_side = ch.peer().version >= pmig_proto::msg::REQUESTS_ON_ANSWERS;
     let side_tx: Mutex<Option<pmig_proto::blocking::Sender<std::net::TcpStream>>> =
         Mutex::new(None);
+    // Something came on the first connection (see `answers_after_resume`).
+    let heard = AtomicBool::new(!answers_after_resume);
     let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
@@ -1958,12 +1964,18 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         // Answers on the second connection, installed as they arrive.
         if let Some(open) = answers {
             let (done, exited, failed, lm) = (&done, &exited, &failed, &lm);
-            let (side_lost, side_tx, side_up) = (&side_lost, &side_tx, &side_up);
+            let (side_lost, side_tx, side_up, heard) = (&side_lost, &side_tx, &side_up, &heard);
             s.spawn(move || {
                 // However it ends before the migration does, answers sent on
                 // it may be lost: the fault loop tells the source, and asks
                 // again for every page still on its way.
                 favour_this_thread();
+                while !heard.load(Ordering::Acquire) {
+                    if done.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 let lost = || {
                     side_up.store(false, Ordering::Release);
                     side_tx.lock().unwrap().take();
@@ -2033,6 +2045,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
             match rx.recv_with_within(Duration::from_millis(20)) {
                 Ok(None) => {}
                 Ok(Some(inc)) => {
+                    heard.store(true, Ordering::Release);
                     let (msg, body, att) = inc.into_parts();
                     match msg {
                         Msg::PageData { id: i, .. }

@@ -312,6 +312,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
             host,
             rec.source_addr.clone(),
         )),
+        answers_after_resume: true,
         local: local.as_ref(),
     });
     if let Some(dir) = &rec.local {

@@ -70,6 +70,12 @@ struct UpArgs {
     /// process moved to another node keeps its pid and thread ids there.
     #[arg(long, conflicts_with = "no_daemons")]
     pid_ns: bool,
+    /// Start the daemons without `--peer` for the other nodes, as daemons
+    /// started by hand on separate machines may be: node names resolve
+    /// through the cluster's state file only, and the cluster services
+    /// (host selection, eviction, balancing) know no other node.
+    #[arg(long, conflicts_with = "no_daemons")]
+    no_peer_list: bool,
     /// Port the daemons listen on.
     #[arg(long, default_value_t = pmig_cluster::DEFAULT_PORT)]
     port: u16,
@@ -135,6 +141,7 @@ fn up(a: UpArgs) -> Result<i32> {
     o.port = a.port;
     o.daemon_args = a.daemon_args;
     o.pid_ns = a.pid_ns;
+    o.peer_list = !a.no_peer_list;
     if !a.no_daemons {
         o.daemon_bin = Some(std::env::current_exe()?);
     }
