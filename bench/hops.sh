@@ -10,7 +10,9 @@
 # TIMELINE=DIR, the daemons' timing marks of each hop are written to
 # DIR/hop-NODE.txt (ms from the first mark). With PIDNS=1 every node has its
 # own pid namespace (`cluster up --pid-ns`), as separate machines have: the
-# program keeps its pid and thread ids. With PIDFILE=F the pid moved is the
+# program keeps its pid and thread ids. With NO_PEERS=1 no daemon has a
+# `--peer` list (`cluster up --no-peer-list`), as daemons started by hand
+# may not. With PIDFILE=F the pid moved is the
 # one the command writes to the file F of its directory (a process inside a
 # pipeline, or under a parent), and the output is compared AFTER seconds
 # (default 2) after that process ends, once the rest of the pipeline has.
@@ -58,7 +60,7 @@ printf '%q ' "$@" >"$tmp/cmd"
 [ -n "${TIMELINE:-}" ] && { mkdir -p "$TIMELINE"; export PMIG_LOG=info,pmig_timing=debug; }
 [ -n "${PIDFILE:-}" ] && rm -f "$tmp/$PIDFILE"
 "$B" cluster up --prefix "$prefix" --nodes 3 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
-    ${PIDNS:+--pid-ns} >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
+    ${PIDNS:+--pid-ns} ${NO_PEERS:+--no-peer-list} >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
 addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
 x() { "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" "$@"; }
 pid=$(x n1 -- bash -c "cd $tmp; $(cat "$tmp/cmd") >$tmp/out 2>$tmp/err </dev/null 251>&- & echo \$!" \
