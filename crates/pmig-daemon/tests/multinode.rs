@@ -3391,9 +3391,21 @@ fn ids_kept_with_pid_namespaces_auto() {
 /// it as a `tgkill` (the Go runtime counts on that), not the process as a
 /// `kill`, which whichever thread the kernel picks would handle.
 fn late_signals(strategy: &str, tag: &str) {
+    late_signals_with(strategy, tag, false);
+}
+
+/// [`late_signals`]; with `takeover`, the destination daemon is killed and
+/// started again while pages are owed (the source holds its pages until
+/// then, test hook `hold-answers`), and the daemon that took the process
+/// over passes the signals on.
+fn late_signals_with(strategy: &str, tag: &str, takeover: bool) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up(tag);
-    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-original\n").unwrap();
+    let hooks = match takeover {
+        true => "hold-original\nhold-answers\n",
+        false => "hold-original\n",
+    };
+    std::fs::write(env.node_dir("n1").join("test-hook"), hooks).unwrap();
     let release = env.node_dir("n1").join("release-original");
     let cmds = env.dir.join("latesig.cmd");
     std::fs::write(&cmds, "").unwrap();
@@ -3431,13 +3443,18 @@ fn late_signals(strategy: &str, tag: &str) {
         to_process
     };
     let rep = std::thread::scope(|sc| {
-        let m = sc.spawn(|| {
-            migrate_result(
-                env.migrate_cmd("n1", pid, "n2", strategy, 20)
-                    .output()
-                    .unwrap(),
-            )
+        let cmd = env.migrate_cmd("n1", pid, "n2", strategy, 20);
+        let m = sc.spawn(move || {
+            let mut cmd = cmd;
+            migrate_result(cmd.output().unwrap())
         });
+        if takeover {
+            wait_record(&env, "n2");
+            wait_log(&env, "n1", "test hook: the pages of migration");
+            crash_and_restart(&mut env, "n2");
+            std::fs::write(env.node_dir("n1").join("release-answers"), "").unwrap();
+            wait_log(&env, "n2", "took over migration");
+        }
         wait_log(
             &env,
             "n1",
@@ -3516,6 +3533,16 @@ fn late_signals_post_copy() {
 fn late_signals_demand_paging() {
     if root() {
         late_signals("demand-paging", "lsc");
+    }
+}
+
+/// The daemon that took a post-copy over after its predecessor's crash
+/// passes on the signals sent to the frozen original, as that one would
+/// have: its takeover record keeps every thread's ids.
+#[test]
+fn late_signals_post_copy_after_a_takeover() {
+    if root() {
+        late_signals_with("post-copy", "lsd", true);
     }
 }
 

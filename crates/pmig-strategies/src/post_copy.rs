@@ -1561,7 +1561,7 @@ pub(crate) fn start_lazy(
     let (owed, registered) = owed_of(&pi);
     mark("dst: owed pages listed");
     let record = match resumable {
-        Some(r) => match begin_record(d, pid, ufd, r, &owed, &registered, &started.ids) {
+        Some(r) => match begin_record(d, pid, ufd, r, &owed, &registered, &started) {
             Ok(x) => Some(x),
             Err(e) => {
                 // The migration goes on; only a takeover would be impossible.
@@ -1604,7 +1604,7 @@ fn begin_record(
     r: Resumable,
     owed: &[(u64, u64)],
     registered: &[(u64, u64)],
-    ids: &[(i32, i32)],
+    started: &crate::stop_copy::Started,
 ) -> Result<(crate::takeover::Active, std::fs::File)> {
     // A page store needs no source; anything else resumes at the source.
     let source_addr = match &r.store {
@@ -1636,7 +1636,8 @@ fn begin_record(
             store: r.store,
             pending_store: r.pending_store,
             local: r.local,
-            ids: ids.to_vec(),
+            ids: started.ids.clone(),
+            tids: started.tids.clone(),
         },
     )
 }

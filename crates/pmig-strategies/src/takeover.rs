@@ -83,6 +83,12 @@ pub struct Record {
     /// one did (`LazyMemory::rewrite_owners`). Empty when the ids were kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ids: Vec<(i32, i32)>,
+    /// Every thread's id in the original and here (`restored_here`): a
+    /// restarted daemon passes on the signals sent to the frozen original
+    /// as the dead one did (§6.3h). Empty in a record of an older daemon,
+    /// whose late signals then go to the process.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tids: Vec<(i32, i32)>,
 }
 
 /// The files of one active record; removed when the migration ends.
@@ -208,6 +214,11 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     let (lm, torn) =
         pmig_engine::lazy::LazyMemory::recover(uffd, &rec.owed, rec.registered.clone(), &journal);
     lm.rewrite_owners(pid, rec.ids.clone());
+    if !rec.source_addr.is_empty() {
+        // The source's holder may still pass on signals sent to the frozen
+        // original.
+        host.restored_here(rec.id, &rec.source_node, pid, &rec.tids);
+    }
     if torn {
         tracing::warn!(
             "the journal of migration {} ends in a torn record (ignored)",
