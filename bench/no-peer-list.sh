@@ -54,12 +54,8 @@ if [ "$D" != "$B" ]; then
         done
     done
 fi
-out="$tmp/w.out"
-pid=$(x n1 -- bash -c "$W --mib $mib --seconds 0 --report-ms 0 >$out 2>&1 </dev/null 251>&- & echo \$!" \
-    </dev/null 2>/dev/null)
-for _ in $(seq 600); do grep -q READY "$out" 2>/dev/null && break; sleep 0.1; done
-grep -q READY "$out" || { echo "the dirtier did not start" >&2; exit 1; }
-sleep 1
+. bench/dirtier-on-n1.sh
+start_dirtier ""
 from=n1; to=n2
 for i in $(seq "$n"); do
     : >"$tmp/state/n1/daemon.log"; : >"$tmp/state/n2/daemon.log"

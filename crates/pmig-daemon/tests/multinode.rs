@@ -2302,9 +2302,9 @@ fn crash_is_taken_over(strategy: &str, tag: &str, peer_list: bool) -> Env {
 
 /// Daemons started without `--peer` (as on machines set up by hand, with
 /// `--to ADDR:PORT`): the source says where it listens (`Listening`,
-/// protocol 13), so the destination still takes the answers to its faults
-/// on a connection of their own, before and after its daemon's crash, and
-/// the restarted daemon takes the post-copy over and finishes it.
+/// protocol 13), so the destination writes a takeover record: the daemon
+/// restarted after a crash takes the post-copy over, finishes it, and takes
+/// the answers to its faults on a connection of their own.
 #[test]
 fn daemons_without_peer_lists_answer_faults_apart_and_take_over() {
     if !root() {
@@ -2668,8 +2668,8 @@ fn a_failed_answers_connection_falls_back_to_the_push() {
 /// reads the answers' connection), from version 12 on they move to the
 /// answers' connection (protocol 12). Each move speaks the version it should
 /// (the destination's log says), has remote faults, and has requests
-/// answered, read on the answers' connection only from version 12; the dirtier's result
-/// matches an unmigrated run.
+/// answered, read on the answers' connection only from version 12; the
+/// dirtier's result matches an unmigrated run.
 #[test]
 fn post_copy_with_a_version_11_peer_both_ways() {
     if !root() {

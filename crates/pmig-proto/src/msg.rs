@@ -905,32 +905,24 @@ mod tests {
 
     #[test]
     fn a_listening_address_stands_for_the_connection_where_it_must() {
-        let at = |a: &str, from: &str| reachable_at(a, from).map(|s| s.to_string());
-        // A daemon on every address, or on loopback, is reached where the
-        // connection came from, on its own port.
-        assert_eq!(
-            at("0.0.0.0:7070", "192.0.2.1:40312").as_deref(),
-            Some("192.0.2.1:7070")
-        );
-        assert_eq!(
-            at("[::]:7171", "[2001:db8::1]:5555").as_deref(),
-            Some("[2001:db8::1]:7171")
-        );
-        assert_eq!(
-            at("127.0.0.1:7070", "192.0.2.1:40312").as_deref(),
-            Some("192.0.2.1:7070")
-        );
-        // Loopback seen from loopback, and a named address, stay as given.
-        assert_eq!(
-            at("127.0.0.1:7070", "127.0.0.1:40312").as_deref(),
-            Some("127.0.0.1:7070")
-        );
-        assert_eq!(
-            at("10.77.0.1:7070", "10.77.0.9:40312").as_deref(),
-            Some("10.77.0.1:7070")
-        );
-        assert_eq!(at("node-a:7070", "192.0.2.1:1"), None);
-        assert_eq!(at("0.0.0.0:7070", "not an address"), None);
+        // (advertised, the connection's peer, where the daemon is reached)
+        let cases = [
+            // A daemon on every address, or on loopback, is reached where
+            // the connection came from, on its own port.
+            ("0.0.0.0:7070", "192.0.2.1:40312", Some("192.0.2.1:7070")),
+            ("[::]:7171", "[2001:db8::1]:5", Some("[2001:db8::1]:7171")),
+            ("127.0.0.1:7070", "192.0.2.1:40312", Some("192.0.2.1:7070")),
+            // Loopback seen from loopback, and a named address, stay as given.
+            ("127.0.0.1:7070", "127.0.0.1:40312", Some("127.0.0.1:7070")),
+            ("10.77.0.1:7070", "10.77.0.9:40312", Some("10.77.0.1:7070")),
+            // Not an IP:PORT on either side.
+            ("node-a:7070", "192.0.2.1:1", None),
+            ("0.0.0.0:7070", "not an address", None),
+        ];
+        for (advertised, from, want) in cases {
+            let got = reachable_at(advertised, from).map(|s| s.to_string());
+            assert_eq!(got.as_deref(), want, "{advertised} seen from {from}");
+        }
         let listening = |a: &str| Msg::Listening { addr: a.into() }.validate().is_ok();
         assert!(listening("10.77.0.1:7070"));
         assert!(!listening(""));
