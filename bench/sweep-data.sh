@@ -1,7 +1,8 @@
 # Sourced by bench/sweep.sh and bench/early-moves.sh (from the repository's
 # root): exports SWEEP_DATA and SWEEP_WORKLOADS, and makes the data the
 # cases use on the first run (text.txt, 15 MB; text24.txt, 370 MB;
-# after.tcl, a Tcl loop with `after` timers).
+# after.tcl, a Tcl loop with `after` timers; pi1200.bc, pi to 1200 digits
+# for bc -l).
 export SWEEP_DATA=${SWEEP_DATA:-/var/tmp/pmig-sweep-data}
 export SWEEP_WORKLOADS=$PWD/bench/workloads
 if [ ! -s "$SWEEP_DATA/text24.txt" ]; then
@@ -21,3 +22,4 @@ set s 0
 for {set i 0} {$i < 6000000} {incr i} { set s [expr {($s + $i * 7) % 1000003}] }
 puts "sum $s"
 TCL
+echo 'scale=1200; 4*a(1)' >"$SWEEP_DATA/pi1200.bc"

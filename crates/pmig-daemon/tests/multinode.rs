@@ -2813,6 +2813,8 @@ const MOVED_SCENARIOS: &[&str] = &[
     "jit",
     "dropuid",
     "mlocked",
+    "topfds",
+    "novdso",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

@@ -187,18 +187,48 @@ fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) ->
     Ok(r)
 }
 
-fn raise_nofile() {
+/// Lets this restorer open fds up to `need` (exclusive): the soft open-file
+/// limit goes up to the hard one, and the hard one too, as far as
+/// `fs.nr_open`, where the process's own fds reach above it (a program that
+/// keeps its files near the top of its limit, as valgrind does, leaves no
+/// room there for the restorer's helpers, which go above its highest fd).
+/// Raising the hard limit needs `CAP_SYS_RESOURCE`; without it the limit
+/// stays, and the helpers go into a gap between the process's fds
+/// ([`Preflight::place_helpers`]). Returns the soft limit after.
+fn raise_nofile(need: u64) -> u64 {
     let mut l = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+    // SAFETY: getrlimit on our own process with a valid struct.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return u64::MAX;
+    }
+    if l.rlim_max < need {
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+            .unwrap_or(1 << 20);
+        let want = libc::rlimit {
+            rlim_cur: need.min(nr_open),
+            rlim_max: need.min(nr_open),
+        };
+        // SAFETY: setrlimit on our own process with a valid struct; a
+        // refusal (no CAP_SYS_RESOURCE) leaves the limit as it was.
+        if want.rlim_max > l.rlim_max && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &want) } == 0
+        {
+            return want.rlim_cur;
         }
     }
+    let all = libc::rlimit {
+        rlim_cur: l.rlim_max,
+        rlim_max: l.rlim_max,
+    };
+    // SAFETY: as above.
+    if l.rlim_cur < l.rlim_max && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &all) } == 0 {
+        return l.rlim_max;
+    }
+    l.rlim_cur
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
@@ -356,14 +386,7 @@ fn child_fail(status_fd: i32, step: u64) -> ! {
 
 /// The new process between fork and the restorer. Only raw system calls:
 /// the parent may be multi-threaded, so nothing here may allocate or lock.
-fn child_main(
-    setup: &ChildSetup,
-    go_fd: i32,
-    status_fd: i32,
-    keep: &[i32],
-    fd_base: i32,
-    area: &Area,
-) -> ! {
+fn child_main(setup: &ChildSetup, go_fd: i32, status_fd: i32, kept: &[i32], area: &Area) -> ! {
     // SAFETY: plain system calls on integers and on memory prepared before
     // fork; the final asm jumps into the restorer area mapped in map_area,
     // with a stack inside that area, and never returns.
@@ -377,24 +400,10 @@ fn child_main(
                 child_fail(status_fd, 1);
             }
         }
-        // Close every fd that is neither a target fd nor a helper: below
-        // fd_base, each run of fds between targets with one close_range.
-        let installed = |fd: i32| setup.installs.iter().any(|i| i.1 == fd);
-        let mut fd = 0;
-        while fd < fd_base {
-            if installed(fd) {
-                fd += 1;
-                continue;
-            }
-            let first = fd;
-            while fd + 1 < fd_base && !installed(fd + 1) {
-                fd += 1;
-            }
-            libc::syscall(libc::SYS_close_range, first as u32, fd as u32, 0);
-            fd += 1;
-        }
-        let mut next = fd_base as u32;
-        for &k in keep {
+        // Close every fd that is neither a target fd nor a helper (`kept`,
+        // sorted), each run between two of them with one close_range.
+        let mut next = 0u32;
+        for &k in kept {
             if k as u32 > next {
                 libc::syscall(libc::SYS_close_range, next, k as u32 - 1, 0);
             }
@@ -480,8 +489,13 @@ struct Prepared {
 }
 
 fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Prepared> {
-    raise_nofile();
     let mut pf = Preflight::new(opts.clone(), pi.files.max_fd());
+    // The helpers: at most one per fd and per mapping, and a few of the
+    // restore's own (the page data, two pipes, ...).
+    let room = (pi.files.fds.len() + pi.memory.vmas.len() + 64) as i32;
+    let limit = raise_nofile(pf.fd_base as u64 + room as u64);
+    let targets: Vec<i32> = pi.files.fds.iter().map(|f| f.fd).collect();
+    pf.place_helpers(&targets, room, limit.min(i32::MAX as u64) as i32);
     pf.thread_tids = pi.threads.threads.iter().map(|t| t.tid).collect();
     if let Some(f) = &pi.memory_flags {
         pf.noreserve = f.noreserve.iter().copied().collect();
@@ -578,14 +592,15 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         Process::plan(&pi.process, &mut cx)?;
     }
     // Last: drop every helper fd (image, mapped files, pipes).
+    let last = if pf.fd_end == i32::MAX {
+        u32::MAX as u64
+    } else {
+        pf.fd_end as u64 - 1
+    };
     b.syscall(
         0,
         libc::SYS_close_range,
-        &[
-            (pf.fd_base as u64).into(),
-            (u32::MAX as u64).into(),
-            0u64.into(),
-        ],
+        &[(pf.fd_base as u64).into(), last.into(), 0u64.into()],
         Check::None,
         "close the restorer's files",
     );
@@ -622,6 +637,12 @@ fn restore_image_held(
 ) -> Result<Restored> {
     let mut p = prepare(pi, pages, opts)?;
     mark("restore: prepared");
+    // The fds the new process keeps until the restorer runs: its own and
+    // the helpers (allocated here: the child may not allocate).
+    let mut kept: Vec<i32> = p.pf.child.installs.iter().map(|i| i.1).collect();
+    kept.extend_from_slice(&p.pf.helpers);
+    kept.sort_unstable();
+    kept.dedup();
     let original_pid = pi.process.pid;
     map_area(&p.area, p.reserved)?;
     let free = !Path::new(&format!("/proc/{original_pid}")).exists();
@@ -642,14 +663,7 @@ fn restore_image_held(
         forked = sys::fork_with_pid(None);
     }
     let pid = match forked {
-        Ok(0) => child_main(
-            &p.pf.child,
-            p.go_r,
-            p.status_w,
-            &p.pf.helpers,
-            p.pf.fd_base,
-            &p.area,
-        ),
+        Ok(0) => child_main(&p.pf.child, p.go_r, p.status_w, &kept, &p.area),
         Ok(pid) => pid,
         Err(e) => {
             unmap_area(&p.area);

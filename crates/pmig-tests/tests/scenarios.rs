@@ -258,6 +258,8 @@ scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(timerfd, "timerfd", false);
 scenario!(inotify, "inotify", false);
+scenario!(topfds, "topfds", false);
+scenario!(novdso, "novdso", false);
 scenario!(pthreads, "pthreads", false);
 scenario!(loader, "loader", false);
 scenario!(jit, "jit", false);
@@ -422,6 +424,8 @@ fn scenarios_pass_without_migration() {
         ("signalfd", &[]),
         ("timerfd", &[]),
         ("inotify", &[]),
+        ("topfds", &[]),
+        ("novdso", &[]),
         ("pthreads", &[]),
         ("loader", &[]),
         ("jit", &[]),

@@ -1906,7 +1906,10 @@ impl Resource for Memory {
         Ok(MemoryState {
             vmas,
             mm,
-            vdso: vdso_lo.map(|lo| (lo, vdso_hi - lo)),
+            // The vvar pages without the code that reads them (valgrind
+            // unmaps the vDSO's code, not its data): a process without a
+            // vDSO, restored with none.
+            vdso: vdso_text.and(vdso_lo).map(|lo| (lo, vdso_hi - lo)),
             vdso_text,
         })
     }

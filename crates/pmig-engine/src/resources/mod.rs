@@ -308,8 +308,14 @@ pub struct ChildSetup {
 /// Destination-side preparation before any process exists.
 pub struct Preflight {
     pub opts: RestoreOptions,
-    /// Helper fds are numbered from here up, above every target fd.
+    /// Helper fds are numbered from here up to [`Preflight::fd_end`], where
+    /// the process has no fd: above every target fd, or in a gap between
+    /// them if the open-file limit leaves no room above
+    /// ([`Preflight::place_helpers`]).
     pub fd_base: i32,
+    /// The end (exclusive) of the helpers' numbers: `i32::MAX` when they go
+    /// above every target fd.
+    pub fd_end: i32,
     /// fds the child keeps (helpers, used by the restorer, closed at its end).
     pub helpers: Vec<i32>,
     owned: Vec<OwnedFd>,
@@ -355,6 +361,7 @@ impl Preflight {
             uffd_fd,
             opts,
             fd_base: if uffd_fd.is_some() { base + 1 } else { base },
+            fd_end: i32::MAX,
             helpers: Vec::new(),
             owned: Vec::new(),
             child: ChildSetup::default(),
@@ -370,17 +377,62 @@ impl Preflight {
         }
     }
 
+    /// Where the helpers go when the numbers above the process's highest fd
+    /// would pass `limit`, this restorer's open-file limit (a program that
+    /// keeps its files at the top of its own limit, as valgrind does): the
+    /// highest gap of at least `room` numbers between the process's fds
+    /// `targets`, from 64 up. Programs take the lowest free number, so a
+    /// high gap is the least likely to be wanted by the process later (the
+    /// lazy restore's userfaultfd stays there). Without such a gap the
+    /// numbers stay above, and [`Preflight::keep`] names the limit if they
+    /// do not fit.
+    pub fn place_helpers(&mut self, targets: &[i32], room: i32, limit: i32) {
+        let lazy = self.uffd_fd.is_some();
+        let above = self.uffd_fd.unwrap_or(self.fd_base);
+        if above.saturating_add(room) <= limit {
+            return;
+        }
+        let mut t: Vec<i32> = targets.iter().copied().filter(|&f| f >= 64).collect();
+        t.sort_unstable();
+        t.dedup();
+        let mut prev = 63;
+        let mut best = None;
+        for &f in &t {
+            if f - (prev + 1) >= room {
+                best = Some(f);
+            }
+            prev = f;
+        }
+        let Some(end) = best else { return };
+        let base = end - room;
+        self.uffd_fd = lazy.then_some(base);
+        self.fd_base = if lazy { base + 1 } else { base };
+        self.fd_end = end;
+    }
+
     /// Keep `fd` for the new process, renumbered at or above `fd_base`.
     pub fn keep(&mut self, fd: OwnedFd) -> Result<i32> {
         // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an fd we own.
         let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, self.fd_base) };
+        let full = || {
+            EngineError::Incompatible(format!(
+                "no room for the restorer's own fds from {} up, between the process's fds and under this restorer's open-file limit",
+                self.fd_base
+            ))
+        };
         if n < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) {
+                return Err(full());
+            }
             return Err(crate::error::errno_err(
                 "duplicate a file descriptor for the new process",
             ));
         }
         // SAFETY: n is a fresh fd returned by fcntl and owned by nobody else.
         let owned = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) };
+        if n >= self.fd_end {
+            return Err(full());
+        }
         self.owned.push(owned);
         self.helpers.push(n);
         Ok(n)
@@ -612,5 +664,69 @@ impl Finish<'_> {
             ));
         }
         Ok(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the helpers go: above the process's fds while the limit leaves
+    /// room there, else the highest gap between them that fits (from 64 up),
+    /// else above all the same. (targets, lazy, room, limit) → (uffd_fd,
+    /// fd_base, fd_end).
+    #[test]
+    fn helpers_go_above_the_fds_or_into_the_highest_gap_that_fits() {
+        type Case<'a> = (&'a [i32], bool, i32, i32, (Option<i32>, i32, i32));
+        let cases: &[Case] = &[
+            // Room above: as always, from 64 or above the highest fd.
+            (&[0, 1, 2], false, 100, 1024, (None, 64, i32::MAX)),
+            (&[0, 1, 2, 500], true, 100, 1024, (Some(501), 502, i32::MAX)),
+            // valgrind: its fds just under the limit.
+            (
+                &[0, 1, 2, 19990, 19999],
+                false,
+                100,
+                20000,
+                (None, 19890, 19990),
+            ),
+            (
+                &[0, 1, 2, 19990, 19999],
+                true,
+                100,
+                20000,
+                (Some(19890), 19891, 19990),
+            ),
+            // The highest gap that fits, not the highest gap.
+            (
+                &[300, 1000, 1010, 1023],
+                false,
+                100,
+                1024,
+                (None, 900, 1000),
+            ),
+            // No gap fits: above, where keep() names the limit.
+            (
+                &[100, 150, 200, 299],
+                false,
+                100,
+                300,
+                (None, 300, i32::MAX),
+            ),
+        ];
+        for &(targets, lazy, room, limit, want) in cases {
+            let max = targets.iter().copied().max().unwrap();
+            let opts = RestoreOptions {
+                lazy,
+                ..Default::default()
+            };
+            let mut pf = Preflight::new(opts, max);
+            pf.place_helpers(targets, room, limit);
+            assert_eq!(
+                (pf.uffd_fd, pf.fd_base, pf.fd_end),
+                want,
+                "{targets:?} lazy {lazy} room {room} limit {limit}"
+            );
+        }
     }
 }
