@@ -421,7 +421,9 @@ impl Preflight {
             ))
         };
         if n < 0 {
-            if std::io::Error::last_os_error().raw_os_error() == Some(libc::EMFILE) {
+            // EINVAL: fd_base itself at or above the limit.
+            let e = std::io::Error::last_os_error().raw_os_error();
+            if e == Some(libc::EMFILE) || e == Some(libc::EINVAL) {
                 return Err(full());
             }
             return Err(crate::error::errno_err(
