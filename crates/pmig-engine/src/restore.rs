@@ -187,13 +187,13 @@ fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) ->
     Ok(r)
 }
 
-/// Lets this restorer open fds up to `need` (exclusive): the soft open-file
-/// limit goes up to the hard one, and the hard one too, as far as
-/// `fs.nr_open`, where the process's own fds reach above it (a program that
-/// keeps its files near the top of its limit, as valgrind does, leaves no
-/// room there for the restorer's helpers, which go above its highest fd).
-/// Raising the hard limit needs `CAP_SYS_RESOURCE`; without it the limit
-/// stays, and the helpers go into a gap between the process's fds
+/// Raises this restorer's open-file limit so that it may open fds up to
+/// `need` (exclusive), the helpers' numbers above the process's highest
+/// fd: the hard limit too if `need` is above it (as far as `fs.nr_open`; a
+/// program that keeps its files at the top of its limit, as valgrind does,
+/// leaves no room under it), and the soft one up to the hard one in any
+/// case. Raising the hard limit needs `CAP_SYS_RESOURCE`; without it the
+/// helpers go into a gap between the process's fds instead
 /// ([`Preflight::place_helpers`]). Returns the soft limit after.
 fn raise_nofile(need: u64) -> u64 {
     let mut l = libc::rlimit {
