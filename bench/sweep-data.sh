@@ -2,7 +2,8 @@
 # root): exports SWEEP_DATA and SWEEP_WORKLOADS, and makes the data the
 # cases use on the first run (text.txt, 15 MB; text24.txt, 370 MB;
 # after.tcl, a Tcl loop with `after` timers; pi1200.bc, pi to 1200 digits
-# for bc -l).
+# for bc -l; cc1-input.c, the C file bench/workloads/s17/cc1-input.py
+# writes).
 export SWEEP_DATA=${SWEEP_DATA:-/var/tmp/pmig-sweep-data}
 export SWEEP_WORKLOADS=$PWD/bench/workloads
 if [ ! -s "$SWEEP_DATA/text24.txt" ]; then
@@ -23,3 +24,4 @@ for {set i 0} {$i < 6000000} {incr i} { set s [expr {($s + $i * 7) % 1000003}] }
 puts "sum $s"
 TCL
 echo 'scale=1200; 4*a(1)' >"$SWEEP_DATA/pi1200.bc"
+python3 bench/workloads/s17/cc1-input.py >"$SWEEP_DATA/cc1-input.c"
