@@ -82,10 +82,16 @@ d = json.load(open(sys.argv[1]))
 b = d["bytes_per_phase"]
 k = d.get("skeleton")
 sk = "" if not k else ("  skeleton" if k.get("used") else f"  no skeleton ({k.get('why_not')})")
+notes = d.get("notes", [])
+# The note on new ids (every hop of a cluster without PIDNS=1) as a word.
+ids = [n for n in notes if "under new ids" in n]
+if ids:
+    sk += f"  new ids (pid {d['new_pid']})"
 print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  bytes before/at/after the stop "
       f"{b['preparation']}/{b['down']}/{b['post']}{sk}")
-for n in d.get("notes", []):
-    print(f"  note: {n}")
+for n in notes:
+    if n not in ids:
+        print(f"  note: {n}")
 PY
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
     if [ -n "${TIMELINE:-}" ]; then

@@ -1086,7 +1086,7 @@ pub(crate) fn migrate_core(
         Some(_) => Vec::new(),
     };
     let noted = |o: &pmig_strategies::Outcome| pmig_strategies::Outcome {
-        notes: notes.clone(),
+        notes: notes.iter().cloned().chain(new_ids(o)).collect(),
         ..o.clone()
     };
     let departure = Mutex::new(departure);
@@ -1113,6 +1113,18 @@ pub(crate) fn migrate_core(
             .remove(&m.pid);
     }
     r.map_err(|e| e.to_string())
+}
+
+/// The report's line for a process restored under another pid than its
+/// own (its pid was not free on the destination: in a local test cluster
+/// without `--pid-ns`, where the frozen original holds it, always).
+fn new_ids(o: &pmig_strategies::Outcome) -> Option<String> {
+    (o.new_pid != o.pid).then(|| {
+        format!(
+            "pid {} was not free on {}, so it runs there under new ids (pid {}): the restore rewrote the copies of its thread ids that glibc and the Go runtime keep, and anything else it remembered of its old ids is stale (README, \"Known limitations\")",
+            o.pid, o.destination, o.new_pid
+        )
+    })
 }
 
 /// What stays on this node when process `pid` moves without a home (it is

@@ -3279,6 +3279,12 @@ fn ids_kept_with_pid_namespaces(strategy: &str, tag: &str) {
                 Some(pid as i64),
                 "{name}: {from}→{to} did not keep pid {pid}"
             );
+            assert!(
+                rep["notes"]
+                    .as_array()
+                    .is_none_or(|n| !n.iter().any(|n| n.to_string().contains("new ids"))),
+                "{name}: {from}→{to} kept its pid, and the report says otherwise: {rep}"
+            );
             job.check(name, Duration::from_secs(30));
             eprintln!("{name}: {strategy} {from}→{to}, pid {pid} kept, check passed");
         }
@@ -4068,7 +4074,7 @@ fn the_report_names_the_pipe_and_the_parent_that_stay_behind() {
         .iter()
         .map(|n| n.as_str().unwrap())
         .collect();
-    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(notes.len(), 3, "{notes:?}");
     assert!(
         notes[0].starts_with("its stdout was a pipe (pipe:[") && notes[0].contains(" on n1,"),
         "{notes:?}"
@@ -4078,6 +4084,13 @@ fn the_report_names_the_pipe_and_the_parent_that_stay_behind() {
         notes[1].starts_with("its parent ") && notes[1].contains(&me),
         "{notes:?}"
     );
+    // One pid namespace for every node: the frozen original holds its pid.
+    let ids = format!(
+        "pid {} was not free on n2, so it runs there under new ids (pid {})",
+        child.id(),
+        rep["new_pid"]
+    );
+    assert!(notes[2].starts_with(&ids), "{notes:?}");
     use std::os::unix::process::ExitStatusExt;
     let st = child.wait().unwrap();
     assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");

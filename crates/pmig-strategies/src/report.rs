@@ -145,7 +145,8 @@ pub struct Outcome {
     #[serde(flatten)]
     pub report: Report,
     /// What did not follow the process (a pipe or terminal on its stdio, a
-    /// parent waiting for it), one line each.
+    /// parent waiting for it, its pid where that was not free), one line
+    /// each.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }
