@@ -2815,6 +2815,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "mlocked",
     "topfds",
     "novdso",
+    "memfd",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

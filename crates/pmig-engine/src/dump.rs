@@ -121,7 +121,6 @@ fn capture_colocated(
     lap("identity");
     let files = Files::capture(&mut cx)?;
     let pipes = Pipes::capture(&mut cx)?;
-    let ghosts = Ghosts::capture(&mut cx)?;
     lap("files");
     let session = Session::capture(&mut cx)?;
     lap("session");
@@ -135,6 +134,11 @@ fn capture_colocated(
     lap("prctl");
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
+    // After both files and memory, which list the deleted files and memfds
+    // the process holds and maps.
+    let ghosts = Ghosts::capture(&mut cx)?;
+    let ghost_maps = cx.ghost_extra.take();
+    lap("ghosts");
     let jobctl = JobCtl::capture(&mut cx)?;
     let sched = Sched::capture(&mut cx)?;
     let clocks = Clocks::capture(&mut cx)?;
@@ -175,6 +179,8 @@ fn capture_colocated(
             mapped_ids,
             // Only images of a process holding a deleted file need format 1.9.
             ghosts: (!ghosts.files.is_empty()).then_some(ghosts),
+            // Only images with a memfd or a mapped deleted file need 1.10.
+            ghost_maps,
         },
         used,
     ))

@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::resources::{
     clocks::Clocks,
     files::{FileIds, Files},
-    ghosts::Ghosts,
+    ghosts::{GhostMaps, Ghosts},
     identity::Identity,
     jobctl::JobCtl,
     memory::{MappedIds, Memory, MemoryFlags},
@@ -66,6 +66,10 @@ pub struct ProcessImage {
     /// The deleted files the process holds; None when it holds none, and in
     /// images written before this part existed (format 1.8 and older).
     pub ghosts: Option<<Ghosts as Resource>::State>,
+    /// Which ghosts are memfds, and the mappings of ghosts; None when there
+    /// are neither, and in images written before this part existed (format
+    /// 1.9 and older).
+    pub ghost_maps: Option<GhostMaps>,
 }
 
 impl ProcessImage {
@@ -88,6 +92,7 @@ impl ProcessImage {
         put_optional(w, FileIds::PART, &self.file_ids)?;
         put_optional(w, MappedIds::PART, &self.mapped_ids)?;
         put_optional(w, Ghosts::PART, &self.ghosts)?;
+        put_optional(w, GhostMaps::PART, &self.ghost_maps)?;
         Ok(())
     }
 
@@ -111,6 +116,7 @@ impl ProcessImage {
             file_ids: optional(img, FileIds::PART)?,
             mapped_ids: optional(img, MappedIds::PART)?,
             ghosts: optional(img, Ghosts::PART)?,
+            ghost_maps: optional(img, GhostMaps::PART)?,
         })
     }
 }
@@ -212,6 +218,7 @@ pub mod tests_support {
             file_ids: None,
             mapped_ids: None,
             ghosts: None,
+            ghost_maps: None,
         }
     }
 }

@@ -19,9 +19,9 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    clocks::Clocks, files::Files, ghosts::Ghosts, identity::Identity, jobctl::JobCtl,
-    memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched,
-    session, session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
+    memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session,
+    session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
     timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions, Update,
 };
 use crate::timing::mark;
@@ -511,8 +511,13 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     if let Some(p) = &pi.pipes {
         Pipes::preflight(p, &mut pf)?;
     }
+    if pi.ghost_maps.is_some() && pi.ghosts.is_none() {
+        return Err(EngineError::Incompatible(
+            "the image has a ghostmaps part without the ghosts part it names".into(),
+        ));
+    }
     if let Some(g) = &pi.ghosts {
-        Ghosts::preflight(g, &mut pf)?;
+        crate::resources::ghosts::preflight_with(g, pi.ghost_maps.as_ref(), &mut pf)?;
     }
     pf.file_ids = pi.file_ids.clone();
     Files::preflight(&pi.files, &mut pf)?;

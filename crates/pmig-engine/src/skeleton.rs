@@ -119,6 +119,11 @@ pub fn bring_up(
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
     update_optional::<Ghosts>(&pre.ghosts, &fin.ghosts, cx)?;
+    compare_part(
+        "memfds and mappings of deleted files",
+        &pre.ghost_maps,
+        &fin.ghost_maps,
+    )?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
     // The mapping flags (MAP_NORESERVE) are followed with the mappings,
     // by `Memory::update`.

@@ -254,6 +254,7 @@ scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(ghost, "ghost", false);
+scenario!(memfd, "memfd", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(timerfd, "timerfd", false);
@@ -420,6 +421,7 @@ fn scenarios_pass_without_migration() {
         ("pipes", &[]),
         ("eventfd", &[]),
         ("ghost", &[]),
+        ("memfd", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),
         ("timerfd", &[]),

@@ -314,9 +314,6 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
                 .trim_matches(|c| c == '[' || c == ']'),
         ));
     }
-    if link.starts_with("/memfd:") {
-        return Err(what("a memfd"));
-    }
     // A POSIX message queue reads as a path (its name, "(deleted)" once
     // unlinked) but lives in the mqueue file system: reopened by path on
     // another node it would be some other file, or nothing.
@@ -332,6 +329,13 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         };
         if let Some(why) = super::ghosts::refusal(&md) {
             return Err(what(&why));
+        }
+        // A memfd reads as "/memfd:NAME (deleted)": made again by
+        // `memfd_create`, unless it holds huge pages.
+        if let Ok(st) = nix::sys::statfs::statfs(format!("/proc/{pid}/fd/{fd}").as_str()) {
+            if st.filesystem_type() == nix::sys::statfs::HUGETLBFS_MAGIC {
+                return Err(what("a file of huge pages (hugetlbfs)"));
+            }
         }
         return Ok(Some(FdKind::Ghost {
             dev: md.dev(),

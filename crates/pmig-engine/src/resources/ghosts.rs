@@ -1,29 +1,39 @@
-//! Files the process holds open after they were deleted: a shell's
-//! here-document or long here-string, `tmpfile()`, Python's
-//! `TemporaryFile`, any "open, unlink, use" scratch file. No path leads to
-//! one any more, so it cannot be reopened by path on another node: its bytes
+//! Files the process holds open or maps after they were deleted, and
+//! memfds: a shell's here-document or long here-string, `tmpfile()`,
+//! Python's `TemporaryFile`, any "open, unlink, use" scratch file, a file
+//! mapped and then unlinked, the memory file of `memfd_create` (Java's ZGC
+//! keeps its heap in one, mapped at three addresses). No path leads to one
+//! any more, so it cannot be reopened by path on another node: its bytes
 //! move in the image, up to [`MAX_BYTES`] per file.
 //!
 //! Capture: `files` names each descriptor of such a file
 //! ([`FdKind::Ghost`](super::files::FdKind::Ghost), by device and inode)
-//! and lists it in `cx.ghost_fds`; this part reads each file once, through
-//! `/proc/PID/fd/N` (a new open, so the process's offset does not move): its
-//! mode, owner and bytes. Only a regular file with no name left (`st_nlink`
-//! 0) that no other process holds (`holders`) is taken: one still named
+//! and lists it in `cx.ghost_fds`; `memory` lists each mapping of one in
+//! `cx.ghost_maps` (and maps it as a file). This part, captured after both,
+//! reads each file once, through `/proc/PID/fd/N` or
+//! `/proc/PID/map_files/START-END` (a new open, so the process's offset
+//! does not move): its mode, owner and bytes, and a memfd's seals. Only a
+//! regular file with no name left (`st_nlink` 0) that no other process
+//! holds or maps (`holders`, the memory precheck) is taken: one still named
 //! elsewhere, or shared, would become two files that drift apart.
 //!
 //! Restore: each file is made again, unnamed (`O_TMPFILE`), in the
 //! directory it was deleted from if that is here and can hold one, else in
-//! `/tmp`, filled and given its mode and owner; every descriptor of it is a
-//! new open of that file with the descriptor's flags, at its offset
-//! (`files`). The process sees it in /proc as "DIR/#INODE (deleted)" instead
-//! of its old name.
+//! `/tmp`, filled and given its mode and owner; a memfd is made with
+//! `memfd_create` under its name, filled, given its mode and then its seals.
+//! Every descriptor of it is a new open of that file with the descriptor's
+//! flags, at its offset (`files`); every mapping maps it (`memory`). The
+//! process sees a deleted file in /proc as "DIR/#INODE (deleted)" instead
+//! of its old name, a memfd as it was ("/memfd:NAME (deleted)").
+//!
+//! The memfds and the mappings are in a part of their own, `ghostmaps`
+//! (format 1.10), which images without either do not have.
 
 use super::{Capture, Preflight, Resource};
 use crate::error::{EngineError, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 
 pub struct Ghosts;
@@ -51,6 +61,93 @@ pub struct Ghost {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GhostsState {
     pub files: Vec<Ghost>,
+}
+
+/// Part `ghostmaps` (format 1.10): what the `ghosts` part of format 1.9 has
+/// no field for. Written only when a ghost is a memfd or is mapped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GhostMaps {
+    /// The ghosts that are memfds, with their seals.
+    pub memfds: Vec<Memfd>,
+    /// Every mapping of a ghost.
+    pub maps: Vec<GhostMap>,
+}
+
+impl GhostMaps {
+    pub const PART: &'static str = "ghostmaps";
+
+    pub fn is_empty(&self) -> bool {
+        self.memfds.is_empty() && self.maps.is_empty()
+    }
+
+    fn seals_of(&self, dev: u64, ino: u64) -> Option<u32> {
+        self.memfds
+            .iter()
+            .find(|m| (m.dev, m.ino) == (dev, ino))
+            .map(|m| m.seals)
+    }
+}
+
+/// A ghost made by `memfd_create`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Memfd {
+    pub dev: u64,
+    pub ino: u64,
+    /// Its seals (`F_GET_SEALS`; `F_SEAL_SEAL` alone for a memfd made
+    /// without `MFD_ALLOW_SEALING`).
+    pub seals: u32,
+}
+
+/// A mapping of a ghost: the mapping of the `memory` part that starts at
+/// `start` maps the ghost `(dev, ino)` (at its own offset and protection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GhostMap {
+    pub start: u64,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// A mapping of a ghost, as the memory capture found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FoundMap {
+    pub start: u64,
+    pub end: u64,
+    pub dev: u64,
+    pub ino: u64,
+    /// Shared and writable: a memfd sealed against writes cannot be mapped
+    /// so again.
+    pub writable_shared: bool,
+}
+
+/// Whether a mapping's path (`/proc/PID/maps`) names a file that no path
+/// leads to any more: a memfd, or a file deleted since it was mapped.
+pub fn is_ghost_mapping(path: &str) -> bool {
+    path.starts_with("/memfd:") || (path.starts_with('/') && deleted_path(path).is_some())
+}
+
+/// Whether the file behind the link `link` is a memfd.
+fn is_memfd(link: &str) -> bool {
+    link.starts_with("/memfd:")
+}
+
+/// A memfd's name, as `memfd_create` was given it.
+fn memfd_name(path: &str) -> &str {
+    path.strip_prefix("/memfd:").unwrap_or(path)
+}
+
+/// Refuses a memfd or deleted file of huge pages (`MFD_HUGETLB`,
+/// hugetlbfs): made again on another node it would need huge pages
+/// reserved there.
+pub fn refuse_huge(pid: libc::pid_t, f: &impl std::os::fd::AsFd, link: &str) -> Result<()> {
+    let huge = nix::sys::statfs::fstatfs(f)
+        .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::HUGETLBFS_MAGIC);
+    if huge {
+        return Err(crate::error::unsupported(
+            pid,
+            format!("a file of huge pages (hugetlbfs: {link})"),
+        ));
+    }
+    Ok(())
 }
 
 /// A descriptor of a deleted file, as `files` found it.
@@ -100,70 +197,202 @@ impl Resource for Ghosts {
     const PART: &'static str = "ghosts";
     type State = GhostsState;
 
-    /// `files` has listed the descriptors in `cx.ghost_fds`.
+    /// `files` has listed the descriptors in `cx.ghost_fds`, `memory` the
+    /// mappings in `cx.ghost_maps`; what part `ghostmaps` holds goes to
+    /// `cx.ghost_extra`.
     fn capture(cx: &mut Capture) -> Result<GhostsState> {
+        let pid = cx.pid;
         let fds = std::mem::take(&mut cx.ghost_fds);
+        let maps = std::mem::take(&mut cx.ghost_maps);
+        // Each file once: through an fd of it if there is one, else through
+        // one of its mappings.
+        let mut sources: Vec<((u64, u64), String, String)> = Vec::new();
+        for g in &fds {
+            let link = crate::procfs::readlink(pid, &format!("fd/{}", g.fd))?;
+            sources.push((
+                (g.dev, g.ino),
+                format!("/proc/{pid}/fd/{}", g.fd),
+                format!("fd {}: {link}", g.fd),
+            ));
+        }
+        for m in &maps {
+            let link =
+                crate::procfs::readlink(pid, &format!("map_files/{:x}-{:x}", m.start, m.end))?;
+            sources.push((
+                (m.dev, m.ino),
+                format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end),
+                format!("mapped at {:#x}: {link}", m.start),
+            ));
+        }
         let mut files: Vec<Ghost> = Vec::new();
-        for g in fds {
-            if files.iter().any(|f| (f.dev, f.ino) == (g.dev, g.ino)) {
+        let mut extra = GhostMaps::default();
+        for ((dev, ino), via, what) in sources {
+            if files.iter().any(|f| (f.dev, f.ino) == (dev, ino)) {
                 continue;
             }
-            let via = format!("/proc/{}/fd/{}", cx.pid, g.fd);
-            let link = crate::procfs::readlink(cx.pid, &format!("fd/{}", g.fd))?;
-            let mut f = std::fs::File::open(&via)
-                .map_err(|e| EngineError::Other(format!("open {via} ({link}): {e}")))?;
-            let md = f
-                .metadata()
-                .map_err(|e| EngineError::Other(format!("stat {via}: {e}")))?;
-            if (md.dev(), md.ino()) != (g.dev, g.ino) {
-                return Err(EngineError::Other(format!(
-                    "fd {} of process {} is no longer the deleted file it was",
-                    g.fd, cx.pid
-                )));
+            let (g, seals) = read_one(pid, (dev, ino), &via, &what)?;
+            if let Some(seals) = seals {
+                let no_writes = (libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE) as u32;
+                if let Some(m) = maps
+                    .iter()
+                    .find(|m| (m.dev, m.ino) == (dev, ino) && m.writable_shared)
+                    .filter(|_| seals & no_writes != 0)
+                {
+                    return Err(crate::error::unsupported(
+                        pid,
+                        format!(
+                            "a memfd sealed against writes and mapped writable at {:#x} ({})",
+                            m.start, g.path
+                        ),
+                    ));
+                }
+                extra.memfds.push(Memfd { dev, ino, seals });
             }
-            if let Some(why) = refusal(&md) {
-                return Err(crate::error::unsupported(
-                    cx.pid,
-                    format!("{why} (fd {}: {link})", g.fd),
-                ));
-            }
-            let mut data = Vec::with_capacity(md.size() as usize);
-            // One byte more than allowed: a file that grew past it is refused.
-            (&mut f)
-                .take(MAX_BYTES + 1)
-                .read_to_end(&mut data)
-                .map_err(|e| EngineError::Other(format!("read {via} ({link}): {e}")))?;
-            if data.len() as u64 > MAX_BYTES {
-                return Err(crate::error::unsupported(
-                    cx.pid,
-                    format!(
-                        "a deleted file of more than {} MiB (fd {}: {link})",
-                        MAX_BYTES >> 20,
-                        g.fd
-                    ),
-                ));
-            }
-            files.push(Ghost {
-                dev: g.dev,
-                ino: g.ino,
-                path: deleted_path(&link).unwrap_or(&link).to_string(),
-                mode: md.mode() & 0o7777,
-                uid: md.uid(),
-                gid: md.gid(),
-                data,
-            });
+            files.push(g);
         }
+        extra.maps = maps
+            .iter()
+            .map(|m| GhostMap {
+                start: m.start,
+                dev: m.dev,
+                ino: m.ino,
+            })
+            .collect();
+        cx.ghost_extra = (!extra.is_empty()).then_some(extra);
         Ok(GhostsState { files })
     }
 
     fn preflight(s: &GhostsState, pf: &mut Preflight) -> Result<()> {
-        for g in &s.files {
-            let f = make(g)?;
-            let fd = pf.keep(f)?;
-            pf.ghosts.insert((g.dev, g.ino), fd);
-        }
-        Ok(())
+        preflight_with(s, None, pf)
     }
+}
+
+/// Reads the ghost `(dev, ino)` through `via` (`what` names it in errors):
+/// the file, and a memfd's seals.
+fn read_one(
+    pid: libc::pid_t,
+    (dev, ino): (u64, u64),
+    via: &str,
+    what: &str,
+) -> Result<(Ghost, Option<u32>)> {
+    let mut f = std::fs::File::open(via)
+        .map_err(|e| EngineError::Other(format!("open {via} ({what}): {e}")))?;
+    let md = f
+        .metadata()
+        .map_err(|e| EngineError::Other(format!("stat {via}: {e}")))?;
+    if (md.dev(), md.ino()) != (dev, ino) {
+        return Err(EngineError::Other(format!(
+            "{what} of process {pid} is no longer the deleted file it was"
+        )));
+    }
+    if let Some(why) = refusal(&md) {
+        return Err(crate::error::unsupported(pid, format!("{why} ({what})")));
+    }
+    let link = std::fs::read_link(via)
+        .map(|l| l.to_string_lossy().into_owned())
+        .map_err(|e| EngineError::Other(format!("readlink {via}: {e}")))?;
+    let seals = if is_memfd(&link) {
+        refuse_huge(pid, &f, &link)?;
+        let s = nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_GET_SEALS)
+            .map_err(|e| EngineError::Other(format!("the seals of {via} ({what}): {e}")))?;
+        Some(s as u32)
+    } else {
+        None
+    };
+    let mut data = Vec::with_capacity(md.size() as usize);
+    // One byte more than allowed: a file that grew past it is refused.
+    (&mut f)
+        .take(MAX_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| EngineError::Other(format!("read {via} ({what}): {e}")))?;
+    if data.len() as u64 > MAX_BYTES {
+        return Err(crate::error::unsupported(
+            pid,
+            format!(
+                "a deleted file of more than {} MiB ({what})",
+                MAX_BYTES >> 20
+            ),
+        ));
+    }
+    let ghost = Ghost {
+        dev,
+        ino,
+        path: deleted_path(&link).unwrap_or(&link).to_string(),
+        mode: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        data,
+    };
+    Ok((ghost, seals))
+}
+
+/// [`Ghosts`]' preflight with part `ghostmaps`, if the image has one: makes
+/// every ghost again (a memfd as a memfd, with its seals) and lists which
+/// helper fd each mapping of one maps. A mapping of a ghost the image does
+/// not hold refuses the image, before anything is made.
+pub fn preflight_with(
+    s: &GhostsState,
+    extra: Option<&GhostMaps>,
+    pf: &mut Preflight,
+) -> Result<()> {
+    if let Some(x) = extra {
+        let held = |dev: u64, ino: u64| s.files.iter().any(|g| (g.dev, g.ino) == (dev, ino));
+        if let Some(m) = x.maps.iter().find(|m| !held(m.dev, m.ino)) {
+            return Err(EngineError::Incompatible(format!(
+                "the image maps at {:#x} a deleted file its ghosts part does not hold",
+                m.start
+            )));
+        }
+    }
+    for g in &s.files {
+        let seals = extra.and_then(|x| x.seals_of(g.dev, g.ino));
+        let f = match seals {
+            Some(seals) => make_memfd(g, seals)?,
+            None => make(g)?,
+        };
+        let fd = pf.keep(f)?;
+        pf.ghosts.insert((g.dev, g.ino), fd);
+    }
+    for m in extra.map(|x| x.maps.as_slice()).unwrap_or_default() {
+        pf.ghost_maps.insert(m.start, pf.ghosts[&(m.dev, m.ino)]);
+    }
+    Ok(())
+}
+
+/// Fills `f` with `g`'s bytes and gives it `g`'s owner and mode.
+fn fill(f: &mut std::fs::File, g: &Ghost) -> Result<()> {
+    let again = |what: &str, e: std::io::Error| {
+        EngineError::Other(format!("{what} of the deleted file {} again: {e}", g.path))
+    };
+    f.write_all(&g.data)
+        .map_err(|e| again("write the bytes", e))?;
+    // The owner is best effort: a restore that is not root keeps its own.
+    let _ = std::os::unix::fs::fchown(&*f, Some(g.uid), Some(g.gid));
+    f.set_permissions(std::fs::Permissions::from_mode(g.mode))
+        .map_err(|e| again("set the mode", e))
+}
+
+/// The memfd `g` made again under its name, with its bytes, mode and owner,
+/// then its seals (after the bytes: a seal may forbid writing them).
+fn make_memfd(g: &Ghost, seals: u32) -> Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let name = std::ffi::CString::new(memfd_name(&g.path)).map_err(|_| {
+        EngineError::Incompatible(format!("the memfd name {:?} holds a NUL byte", g.path))
+    })?;
+    let fd = memfd_create(
+        &name,
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| EngineError::Other(format!("memfd_create for {}: {e}", g.path)))?;
+    let mut f = std::fs::File::from(fd);
+    fill(&mut f, g)?;
+    if seals != 0 {
+        let flags = nix::fcntl::SealFlag::from_bits_retain(seals as i32);
+        nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_ADD_SEALS(flags)).map_err(
+            |e| EngineError::Incompatible(format!("seal the memfd {} ({seals:#x}): {e}", g.path)),
+        )?;
+    }
+    Ok(f.into())
 }
 
 /// An unnamed file (`O_TMPFILE`) in `dir`.
@@ -191,15 +420,7 @@ fn make(g: &Ghost) -> Result<OwnedFd> {
                 g.path
             ))
         })?;
-    let again = |what: &str, e: std::io::Error| {
-        EngineError::Other(format!("{what} of the deleted file {} again: {e}", g.path))
-    };
-    f.write_all(&g.data)
-        .map_err(|e| again("write the bytes", e))?;
-    // The owner is best effort: a restore that is not root keeps its own.
-    let _ = std::os::unix::fs::fchown(&f, Some(g.uid), Some(g.gid));
-    f.set_permissions(std::fs::Permissions::from_mode(g.mode))
-        .map_err(|e| again("set the mode", e))?;
+    fill(&mut f, g)?;
     Ok(f.into())
 }
 

@@ -227,7 +227,7 @@ fn advice_of(flags: &[String]) -> (Vec<i32>, bool) {
 }
 
 /// Who else maps the shared object (dev, inode)? Returns another pid.
-fn other_mapper(pid: pid_t, dev: &str, inode: u64) -> Option<pid_t> {
+fn other_mapper(pid: pid_t, dev: &str, inode: u64, private_too: bool) -> Option<pid_t> {
     let rd = std::fs::read_dir("/proc").ok()?;
     for e in rd.flatten() {
         let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<pid_t>().ok()) else {
@@ -239,7 +239,7 @@ fn other_mapper(pid: pid_t, dev: &str, inode: u64) -> Option<pid_t> {
         if let Ok(text) = procfs::slurp(&format!("/proc/{p}/maps")) {
             if procfs::parse_maps(&text)
                 .iter()
-                .any(|m| m.shared && m.inode == inode && m.dev == dev)
+                .any(|m| (m.shared || private_too) && m.inode == inode && m.dev == dev)
             {
                 return Some(p);
             }
@@ -285,6 +285,52 @@ fn check_aliases(pid: pid_t, maps: &[MapLine]) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a mapped memfd or deleted file that cannot move (see
+/// [`super::ghosts`]): one that is not a regular file without a name left,
+/// small enough; a memfd of huge pages; one another live process maps, or
+/// holds (the two copies would drift apart).
+fn check_ghost_maps(pid: pid_t, maps: &[MapLine]) -> Result<()> {
+    let mut seen: Vec<(u64, u64)> = Vec::new();
+    for m in maps
+        .iter()
+        .filter(|m| super::ghosts::is_ghost_mapping(&m.path))
+    {
+        let via = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
+        let f = match std::fs::File::open(&via) {
+            Ok(f) => f,
+            // Unmapped since the maps were read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).ctx(|| format!("open {via} ({})", m.path)),
+        };
+        let md = f.metadata().ctx(|| format!("stat {via} ({})", m.path))?;
+        if seen.contains(&(md.dev(), md.ino())) {
+            continue;
+        }
+        seen.push((md.dev(), md.ino()));
+        if let Some(why) = super::ghosts::refusal(&md) {
+            return Err(unsupported(
+                pid,
+                format!("{why} (mapped at {:#x}: {})", m.start, m.path),
+            ));
+        }
+        super::ghosts::refuse_huge(pid, &f, &m.path)?;
+        if let Some(other) = other_mapper(pid, &m.dev, m.inode, true) {
+            return Err(unsupported(
+                pid,
+                format!(
+                    "{} mapped by another live process too (pid {other})",
+                    m.path
+                ),
+            ));
+        }
+    }
+    super::holders::HeldAlone {
+        ghosts: seen,
+        ..Default::default()
+    }
+    .refuse_shared(pid)
+}
+
 fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
     let p = m.path.as_str();
     if is_special(p) {
@@ -296,9 +342,6 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
             format!("System V shared memory at {:#x}", m.start),
         ));
     }
-    if p.starts_with("/memfd:") {
-        return Err(unsupported(pid, format!("a memfd mapping ({p})")));
-    }
     if p.starts_with("anon_inode:") {
         return Err(unsupported(pid, format!("a mapping of {p}")));
     }
@@ -308,7 +351,7 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
         || p.starts_with("[anon:")
         || p.starts_with("[stack:");
     if is_shared_anon(m) {
-        if let Some(other) = other_mapper(pid, &m.dev, m.inode) {
+        if let Some(other) = other_mapper(pid, &m.dev, m.inode, false) {
             return Err(unsupported(
                 pid,
                 format!(
@@ -337,12 +380,8 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
             ),
         ));
     }
-    if p.ends_with(" (deleted)") {
-        return Err(unsupported(
-            pid,
-            format!("a mapping of a deleted file ({p})"),
-        ));
-    }
+    // A memfd or a file deleted since it was mapped: mapped from the file
+    // made again (see `ghosts`).
     if !p.starts_with('/') {
         return Err(unsupported(pid, format!("a mapping of {p}")));
     }
@@ -1698,7 +1737,8 @@ impl Resource for Memory {
         for m in &maps {
             classify(pid, m)?;
         }
-        check_aliases(pid, &maps)
+        check_aliases(pid, &maps)?;
+        check_ghost_maps(pid, &maps)
     }
 
     fn capture(cx: &mut Capture) -> Result<MemoryState> {
@@ -1790,7 +1830,17 @@ impl Resource for Memory {
                             known
                         }
                     };
-                    mapped_ids.add(m.path.clone(), inode);
+                    if super::ghosts::is_ghost_mapping(&m.path) {
+                        cx.ghost_maps.push(super::ghosts::FoundMap {
+                            start: m.start,
+                            end: m.end,
+                            dev: inode.0,
+                            ino: inode.1,
+                            writable_shared: m.shared && m.write,
+                        });
+                    } else {
+                        mapped_ids.add(m.path.clone(), inode);
+                    }
                     Some(FileId {
                         path: m.path.clone(),
                         ..id
@@ -1963,6 +2013,10 @@ impl Resource for Memory {
         let mut to_open: Vec<(String, &str, i32)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for v in &s.vmas {
+            // A memfd's or deleted file's mapping maps the file made again.
+            if pf.ghost_maps.contains_key(&v.start) {
+                continue;
+            }
             if let Some(id) = &v.file {
                 check_file(id)?;
                 let rw = v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0;
@@ -2027,13 +2081,18 @@ impl Resource for Memory {
                 Backing::Anon => flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 Backing::SharedAnon => flags |= libc::MAP_SHARED | libc::MAP_ANONYMOUS,
                 Backing::PrivateFile | Backing::SharedFile => {
-                    let id = v.file.as_ref().expect("file-backed vma has a file");
-                    let key = format!(
-                        "{}\0{}",
-                        id.path,
-                        v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0
-                    );
-                    fd = cx.pf.mapped_files[&key] as i64;
+                    fd = match cx.pf.ghost_maps.get(&v.start) {
+                        Some(&ghost) => ghost as i64,
+                        None => {
+                            let id = v.file.as_ref().expect("file-backed vma has a file");
+                            let key = format!(
+                                "{}\0{}",
+                                id.path,
+                                v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0
+                            );
+                            cx.pf.mapped_files[&key] as i64
+                        }
+                    };
                     flags |= if v.backing == Backing::SharedFile {
                         libc::MAP_SHARED
                     } else {

@@ -117,6 +117,10 @@ pub struct Capture<'a> {
     pub pipe_ends: Vec<pipes::End>,
     /// The descriptors of deleted files `files` found, for `ghosts`.
     pub ghost_fds: Vec<ghosts::GhostFd>,
+    /// The mappings of deleted files and memfds `memory` found, for `ghosts`.
+    pub ghost_maps: Vec<ghosts::FoundMap>,
+    /// Set by the ghosts capture: its part `ghostmaps`, if anything is in it.
+    pub ghost_extra: Option<ghosts::GhostMaps>,
     /// Set by the memory capture: the flags its part has no field for.
     pub memory_flags: memory::MemoryFlags,
     /// Set by the prctl capture when the process has memory-deny-write-
@@ -164,6 +168,8 @@ impl<'a> Capture<'a> {
             copy_buffer: None,
             pipe_ends: Vec::new(),
             ghost_fds: Vec::new(),
+            ghost_maps: Vec::new(),
+            ghost_extra: None,
             memory_flags: Default::default(),
             mdwe: None,
             keep_inodes: false,
@@ -329,6 +335,9 @@ pub struct Preflight {
     /// Deleted file (device and inode on the source) → helper fd of the
     /// file made again ([`ghosts`]).
     pub ghosts: std::collections::HashMap<(u64, u64), i32>,
+    /// Start of a mapping of a deleted file or memfd → helper fd of the file
+    /// made again (`ghosts`), which it maps instead of a file by path.
+    pub ghost_maps: std::collections::HashMap<u64, i32>,
     /// Which stdio fd becomes the controlling terminal (see `session`).
     pub ctty: session::CttyPlan,
     /// The thread ids of the image, by thread index (thread 0 first). A thread
@@ -368,6 +377,7 @@ impl Preflight {
             mapped_files: Default::default(),
             pipes: Default::default(),
             ghosts: Default::default(),
+            ghost_maps: Default::default(),
             ctty: Default::default(),
             thread_tids: Vec::new(),
             noreserve: Default::default(),
