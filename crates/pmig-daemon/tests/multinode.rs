@@ -2816,6 +2816,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "topfds",
     "novdso",
     "memfd",
+    "delexe",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

@@ -255,6 +255,7 @@ scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(ghost, "ghost", false);
 scenario!(memfd, "memfd", false);
+scenario!(delexe, "delexe", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
 scenario!(timerfd, "timerfd", false);
@@ -422,6 +423,7 @@ fn scenarios_pass_without_migration() {
         ("eventfd", &[]),
         ("ghost", &[]),
         ("memfd", &[]),
+        ("delexe", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),
         ("timerfd", &[]),

@@ -54,7 +54,9 @@ pub struct Ghost {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
-    /// Its bytes, all of them.
+    /// Its bytes, all of them (encoded as bytes: the same encoding as a
+    /// sequence of `u8` in postcard, written and read in one copy).
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 
@@ -71,13 +73,16 @@ pub struct GhostMaps {
     pub memfds: Vec<Memfd>,
     /// Every mapping of a ghost.
     pub maps: Vec<GhostMap>,
+    /// The executable, when it was deleted (or replaced) since the process
+    /// started: one of the ghosts, by device and inode.
+    pub exe: Option<(u64, u64)>,
 }
 
 impl GhostMaps {
     pub const PART: &'static str = "ghostmaps";
 
     pub fn is_empty(&self) -> bool {
-        self.memfds.is_empty() && self.maps.is_empty()
+        self.memfds.is_empty() && self.maps.is_empty() && self.exe.is_none()
     }
 
     fn seals_of(&self, dev: u64, ino: u64) -> Option<u32> {
@@ -258,6 +263,7 @@ impl Resource for Ghosts {
                 ino: m.ino,
             })
             .collect();
+        extra.exe = cx.ghost_exe.take();
         cx.ghost_extra = (!extra.is_empty()).then_some(extra);
         Ok(GhostsState { files })
     }
@@ -343,6 +349,11 @@ pub fn preflight_with(
                 m.start
             )));
         }
+        if x.exe.is_some_and(|(dev, ino)| !held(dev, ino)) {
+            return Err(EngineError::Incompatible(
+                "the image's deleted executable is not in its ghosts part".into(),
+            ));
+        }
     }
     for g in &s.files {
         let seals = extra.and_then(|x| x.seals_of(g.dev, g.ino));
@@ -355,6 +366,26 @@ pub fn preflight_with(
     }
     for m in extra.map(|x| x.maps.as_slice()).unwrap_or_default() {
         pf.ghost_maps.insert(m.start, pf.ghosts[&(m.dev, m.ino)]);
+    }
+    if let Some(exe) = extra.and_then(|x| x.exe) {
+        // The kernel takes as a process's executable only a file that no
+        // one has open for writing: a read-only open of the file made
+        // again, which its mappings map too.
+        let rw = pf.ghosts[&exe];
+        let ro = std::fs::File::open(format!("/proc/self/fd/{rw}")).map_err(|e| {
+            EngineError::Other(format!("reopen the deleted executable read-only: {e}"))
+        })?;
+        let fd = pf.keep(ro.into())?;
+        pf.ghosts.insert(exe, fd);
+        for (start, f) in pf.ghost_maps.iter_mut() {
+            if *f == rw {
+                tracing::trace!("the executable's mapping at {start:#x} maps fd {fd}");
+                *f = fd;
+            }
+        }
+        pf.mapped_files
+            .insert(super::memory::EXE_KEY.to_string(), fd);
+        pf.drop_helper(rw);
     }
     Ok(())
 }
@@ -429,6 +460,97 @@ mod tests {
     use super::*;
     use std::io::{Seek, SeekFrom};
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn the_bytes_encode_as_format_1_9_wrote_them() {
+        // Format 1.9 encoded `data` as a plain sequence of u8.
+        #[derive(Serialize, Deserialize, PartialEq, Debug)]
+        struct Was {
+            dev: u64,
+            ino: u64,
+            path: String,
+            mode: u32,
+            uid: u32,
+            gid: u32,
+            data: Vec<u8>,
+        }
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let g = Ghost {
+            dev: 1,
+            ino: 2,
+            path: "/tmp/x".into(),
+            mode: 0o600,
+            uid: 3,
+            gid: 4,
+            data: data.clone(),
+        };
+        let was = Was {
+            dev: 1,
+            ino: 2,
+            path: "/tmp/x".into(),
+            mode: 0o600,
+            uid: 3,
+            gid: 4,
+            data,
+        };
+        let now = postcard::to_allocvec(&g).unwrap();
+        assert_eq!(now, postcard::to_allocvec(&was).unwrap());
+        assert_eq!(postcard::from_bytes::<Was>(&now).unwrap(), was);
+        assert_eq!(postcard::from_bytes::<Ghost>(&now).unwrap(), g);
+    }
+
+    #[test]
+    fn memfds_and_deleted_files_are_ghost_mappings() {
+        assert!(is_ghost_mapping("/memfd:java_heap (deleted)"));
+        assert!(is_ghost_mapping("/tmp/x (deleted)"));
+        assert!(!is_ghost_mapping("/usr/lib/libc.so.6"));
+        assert!(!is_ghost_mapping("[heap]"));
+        assert!(!is_ghost_mapping(""));
+        assert_eq!(memfd_name("/memfd:java_heap"), "java_heap");
+    }
+
+    #[test]
+    fn a_memfd_is_made_again_with_its_name_bytes_and_seals() {
+        let g = Ghost {
+            dev: 1,
+            ino: 2,
+            path: "/memfd:pmig-test".into(),
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            data: b"heap bytes".to_vec(),
+        };
+        let seals = (libc::F_SEAL_GROW | libc::F_SEAL_SEAL) as u32;
+        let mut f = std::fs::File::from(make_memfd(&g, seals).unwrap());
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+        assert_eq!(link.to_str().unwrap(), "/memfd:pmig-test (deleted)");
+        let got = nix::fcntl::fcntl(f.as_raw_fd(), nix::fcntl::FcntlArg::F_GET_SEALS).unwrap();
+        assert_eq!(got as u32, seals);
+        assert_eq!(f.metadata().unwrap().mode() & 0o7777, 0o600);
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut back = String::new();
+        f.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "heap bytes");
+        // Sealed against growing.
+        assert!(f.write_all(b"!").is_err());
+    }
+
+    #[test]
+    fn a_mapping_of_a_ghost_the_image_does_not_hold_is_refused() {
+        let s = GhostsState { files: vec![] };
+        let extra = GhostMaps {
+            memfds: vec![],
+            maps: vec![GhostMap {
+                start: 0x1000,
+                dev: 1,
+                ino: 2,
+            }],
+        };
+        let mut pf = Preflight::new(Default::default(), 2);
+        let e = preflight_with(&s, Some(&extra), &mut pf).unwrap_err();
+        assert!(e.to_string().contains("does not hold"), "{e}");
+        assert!(pf.helpers.is_empty());
+    }
 
     #[test]
     fn a_deleted_link_names_its_path() {

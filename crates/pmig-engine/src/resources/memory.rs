@@ -174,6 +174,9 @@ fn file_id_and_inode(path: &str, via: &str) -> Result<(FileId, (u64, u64))> {
     Ok((id, (md.dev(), md.ino())))
 }
 
+/// The key of the executable in [`Preflight::mapped_files`].
+pub const EXE_KEY: &str = "\0exe";
+
 /// Part `mapids` (format 1.8): each mapped file and the executable, by
 /// path ([`super::files::HeldInodes`]). A program that mapped a file, or
 /// was started from a directory, only root may read, and then gave up its
@@ -1927,14 +1930,20 @@ impl Resource for Memory {
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect();
         let exe_path = procfs::readlink(pid, "exe")?;
-        if exe_path.ends_with(" (deleted)") {
-            return Err(unsupported(
-                pid,
-                format!("a deleted executable ({exe_path})"),
-            ));
-        }
         let (exe, inode) = file_id_and_inode(&exe_path, &format!("/proc/{pid}/exe"))?;
-        mapped_ids.add(exe_path.clone(), inode);
+        if exe_path.ends_with(" (deleted)") {
+            // Deleted (or replaced, by an upgrade) since it started: it moves
+            // with its mappings' bytes, if its code is mapped.
+            if !cx.ghost_maps.iter().any(|m| (m.dev, m.ino) == inode) {
+                return Err(unsupported(
+                    pid,
+                    format!("a deleted executable that is not mapped ({exe_path})"),
+                ));
+            }
+            cx.ghost_exe = Some(inode);
+        } else {
+            mapped_ids.add(exe_path.clone(), inode);
+        }
         cx.mapped_ids = mapped_ids;
         let mm = MmFields {
             start_code: f(26),
@@ -2008,7 +2017,11 @@ impl Resource for Memory {
             }
             Ok(())
         };
-        check_file(&s.mm.exe)?;
+        // A deleted executable is the file made again (`ghosts`).
+        let exe_ghost = pf.mapped_files.contains_key(EXE_KEY);
+        if !exe_ghost {
+            check_file(&s.mm.exe)?;
+        }
         // Each file once per access mode, the executable on its own key.
         let mut to_open: Vec<(String, &str, i32)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -2027,7 +2040,9 @@ impl Resource for Memory {
                 }
             }
         }
-        to_open.push(("\0exe".into(), &s.mm.exe.path, libc::O_RDONLY));
+        if !exe_ghost {
+            to_open.push((EXE_KEY.into(), &s.mm.exe.path, libc::O_RDONLY));
+        }
         // With the process's own credentials, one switch for them all.
         let paths: Vec<(&str, i32)> = to_open.iter().map(|&(_, p, f)| (p, f)).collect();
         let opened = pf.open_all_as_owner(&paths)?;
@@ -2250,7 +2265,7 @@ impl Resource for Memory {
             ],
             auxv: 0,
             auxv_size: auxv_bytes.len() as u32,
-            exe_fd: cx.pf.mapped_files["\0exe"] as u32,
+            exe_fd: cx.pf.mapped_files[EXE_KEY] as u32,
         };
         let mapref = b.data_with_ptr(&map, 11 * 8, auxv);
         b.syscall(

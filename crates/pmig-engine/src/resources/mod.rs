@@ -119,6 +119,9 @@ pub struct Capture<'a> {
     pub ghost_fds: Vec<ghosts::GhostFd>,
     /// The mappings of deleted files and memfds `memory` found, for `ghosts`.
     pub ghost_maps: Vec<ghosts::FoundMap>,
+    /// Set by the memory capture: the device and inode of the executable
+    /// when it was deleted (one of `ghost_maps`).
+    pub ghost_exe: Option<(u64, u64)>,
     /// Set by the ghosts capture: its part `ghostmaps`, if anything is in it.
     pub ghost_extra: Option<ghosts::GhostMaps>,
     /// Set by the memory capture: the flags its part has no field for.
@@ -169,6 +172,7 @@ impl<'a> Capture<'a> {
             pipe_ends: Vec::new(),
             ghost_fds: Vec::new(),
             ghost_maps: Vec::new(),
+            ghost_exe: None,
             ghost_extra: None,
             memory_flags: Default::default(),
             mdwe: None,
@@ -448,6 +452,12 @@ impl Preflight {
         self.owned.push(owned);
         self.helpers.push(n);
         Ok(n)
+    }
+
+    /// Closes the helper `fd`, which nothing of the restore uses any more.
+    pub fn drop_helper(&mut self, fd: i32) {
+        self.helpers.retain(|&h| h != fd);
+        self.owned.retain(|o| o.as_raw_fd() != fd);
     }
 
     /// Opens one of pmig's own files (the image's page data) and keeps it
