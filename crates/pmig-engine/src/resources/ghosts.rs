@@ -545,6 +545,7 @@ mod tests {
                 dev: 1,
                 ino: 2,
             }],
+            exe: None,
         };
         let mut pf = Preflight::new(Default::default(), 2);
         let e = preflight_with(&s, Some(&extra), &mut pf).unwrap_err();
