@@ -26,9 +26,9 @@
 use crate::error::{stale, Result};
 use crate::image::ProcessImage;
 use crate::resources::{
-    clocks::Clocks, files::Files, ghosts::Ghosts, identity::Identity, jobctl::JobCtl,
-    memory::Memory, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session::Session,
-    signals::Signals, threads::Threads, timers::Timers, Resource, Update,
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, pipes::Pipes,
+    prctl::Prctl, process::Process, sched::Sched, session::Session, signals::Signals,
+    threads::Threads, timers::Timers, Resource, Update,
 };
 use serde::Serialize;
 
@@ -118,12 +118,6 @@ pub fn bring_up(
     update_optional::<JobCtl>(&pre.jobctl, &fin.jobctl, cx)?;
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
-    update_optional::<Ghosts>(&pre.ghosts, &fin.ghosts, cx)?;
-    compare_part(
-        "memfds and mappings of deleted files",
-        &pre.ghost_maps,
-        &fin.ghost_maps,
-    )?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
     // The mapping flags (MAP_NORESERVE) are followed with the mappings,
     // by `Memory::update`.
@@ -147,6 +141,9 @@ pub fn bring_up(
     // threads first (their comparisons are the likelier to find the
     // skeleton stale), then the pages of the stop, which the thread
     // descriptors' ids are written into last.
+    // The deleted files and memfds take their bytes of the stop, before
+    // the descriptors change.
+    crate::resources::ghosts::bring_up(pre, fin, cx.pid)?;
     Files::update(&pre.files, &fin.files, same(&pre.files, &fin.files), cx)?;
     Signals::update(
         &pre.signals,

@@ -390,6 +390,95 @@ pub fn preflight_with(
     Ok(())
 }
 
+/// A skeleton's bring-up (see [`crate::skeleton`]): the files the held
+/// skeleton made from `pre` take the bytes they have in `fin`, the capture
+/// of the stop, written through `/proc/PID/fd/N` or `/proc/PID/map_files`
+/// of the skeleton (only the pages that differ, then the length). Any other
+/// change (a file that came or went, its name, mode or owner, a memfd's
+/// seals, a mapping of one) makes the skeleton stale, as does a file its
+/// seals keep from being written, grown or shrunk.
+pub fn bring_up(
+    pre: &crate::image::ProcessImage,
+    fin: &crate::image::ProcessImage,
+    pid: libc::pid_t,
+) -> Result<()> {
+    use crate::error::stale;
+    use std::os::unix::fs::FileExt;
+    if !crate::skeleton::same(&pre.ghost_maps, &fin.ghost_maps) {
+        return Err(stale("its memfds or mappings of deleted files changed"));
+    }
+    let (a, b) = match (&pre.ghosts, &fin.ghosts) {
+        (None, None) => return Ok(()),
+        (Some(a), Some(b)) => (a, b),
+        _ => return Err(stale("its ghosts changed")),
+    };
+    let id = |g: &Ghost| (g.dev, g.ino, g.path.clone(), g.mode, g.uid, g.gid);
+    if a.files.len() != b.files.len() || a.files.iter().zip(&b.files).any(|(g, h)| id(g) != id(h)) {
+        return Err(stale("its ghosts changed"));
+    }
+    for (g, h) in a.files.iter().zip(&b.files) {
+        if g.data == h.data {
+            continue;
+        }
+        let via = in_skeleton(pre, pid, g.dev, g.ino)
+            .ok_or_else(|| stale(format!("no way into the skeleton's copy of {}", g.path)))?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&via)
+            .map_err(|e| stale(format!("open the skeleton's copy of {}: {e}", g.path)))?;
+        let write = |bytes: &[u8], at: usize| {
+            f.write_all_at(bytes, at as u64).map_err(|e| {
+                stale(format!(
+                    "write the bytes of {} into the skeleton: {e}",
+                    g.path
+                ))
+            })
+        };
+        const CHUNK: usize = 4096;
+        let mut n = 0;
+        for (i, (x, y)) in g.data.chunks(CHUNK).zip(h.data.chunks(CHUNK)).enumerate() {
+            if x != y {
+                write(y, i * CHUNK)?;
+            }
+            n = i * CHUNK + y.len();
+        }
+        if h.data.len() > n {
+            write(&h.data[n..], n)?;
+        }
+        if h.data.len() < g.data.len() {
+            f.set_len(h.data.len() as u64)
+                .map_err(|e| stale(format!("shorten the skeleton's copy of {}: {e}", g.path)))?;
+        }
+    }
+    Ok(())
+}
+
+/// A path into the held skeleton `pid`'s copy of the ghost `(dev, ino)` of
+/// `pre`: one of its descriptors, else one of its mappings.
+fn in_skeleton(
+    pre: &crate::image::ProcessImage,
+    pid: libc::pid_t,
+    dev: u64,
+    ino: u64,
+) -> Option<String> {
+    use super::files::FdKind;
+    let fd =
+        pre.files.fds.iter().find(
+            |f| matches!(f.kind, FdKind::Ghost { dev: d, ino: i, .. } if (d, i) == (dev, ino)),
+        );
+    if let Some(f) = fd {
+        return Some(format!("/proc/{pid}/fd/{}", f.fd));
+    }
+    let m = pre
+        .ghost_maps
+        .as_ref()?
+        .maps
+        .iter()
+        .find(|m| (m.dev, m.ino) == (dev, ino))?;
+    let v = pre.memory.vmas.iter().find(|v| v.start == m.start)?;
+    Some(format!("/proc/{pid}/map_files/{:x}-{:x}", v.start, v.end))
+}
+
 /// Fills `f` with `g`'s bytes and gives it `g`'s owner and mode.
 fn fill(f: &mut std::fs::File, g: &Ghost) -> Result<()> {
     let again = |what: &str, e: std::io::Error| {
@@ -551,6 +640,106 @@ mod tests {
         let e = preflight_with(&s, Some(&extra), &mut pf).unwrap_err();
         assert!(e.to_string().contains("does not hold"), "{e}");
         assert!(pf.helpers.is_empty());
+    }
+
+    /// Images before and after, with one ghost held at `fd` of this
+    /// process, its bytes `a` then `b`.
+    fn images_with(
+        fd: i32,
+        g: &Ghost,
+        b: &[u8],
+    ) -> (crate::image::ProcessImage, crate::image::ProcessImage) {
+        use crate::resources::files::{Fd, FdKind};
+        let image = |data: &[u8]| {
+            let mut pi = crate::image::tests_support::empty_image();
+            pi.files.fds.push(Fd {
+                fd,
+                flags: libc::O_RDWR,
+                cloexec: true,
+                kind: FdKind::Ghost {
+                    dev: g.dev,
+                    ino: g.ino,
+                    pos: 0,
+                },
+            });
+            pi.ghosts = Some(GhostsState {
+                files: vec![Ghost {
+                    data: data.to_vec(),
+                    ..g.clone()
+                }],
+            });
+            pi
+        };
+        (image(&g.data), image(b))
+    }
+
+    #[test]
+    fn a_skeleton_takes_the_bytes_of_the_stop_into_its_own_file() {
+        let g = Ghost {
+            dev: 1,
+            ino: 2,
+            path: "/tmp/gone".into(),
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            data: vec![7u8; 3 * 4096 + 100],
+        };
+        // Longer, one page changed; then shorter.
+        let mut b = g.data.clone();
+        b[4096 + 5] = 9;
+        b.extend_from_slice(b"more");
+        let f = std::fs::File::from(make(&g).unwrap());
+        let (pre, fin) = images_with(f.as_raw_fd(), &g, &b);
+        let me = std::process::id() as libc::pid_t;
+        bring_up(&pre, &fin, me).unwrap();
+        let read = |f: &std::fs::File| {
+            let mut v = Vec::new();
+            let mut r = std::fs::File::open(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+            r.read_to_end(&mut v).unwrap();
+            v
+        };
+        assert_eq!(read(&f), b);
+        let c = b"short".to_vec();
+        let (pre, fin) = images_with(
+            f.as_raw_fd(),
+            &Ghost {
+                data: b,
+                ..g.clone()
+            },
+            &c,
+        );
+        bring_up(&pre, &fin, me).unwrap();
+        assert_eq!(read(&f), c);
+        // Another mode: stale, the file untouched.
+        let (pre, mut fin) = images_with(
+            f.as_raw_fd(),
+            &Ghost {
+                data: c.clone(),
+                ..g.clone()
+            },
+            b"x",
+        );
+        fin.ghosts.as_mut().unwrap().files[0].mode = 0o644;
+        let e = bring_up(&pre, &fin, me).unwrap_err();
+        assert!(matches!(e, EngineError::Stale(_)), "{e}");
+        assert_eq!(read(&f), c);
+    }
+
+    #[test]
+    fn a_memfd_sealed_against_writes_makes_the_skeleton_stale() {
+        let g = Ghost {
+            dev: 1,
+            ino: 2,
+            path: "/memfd:sealed".into(),
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            data: b"fixed".to_vec(),
+        };
+        let f = std::fs::File::from(make_memfd(&g, libc::F_SEAL_WRITE as u32).unwrap());
+        let (pre, fin) = images_with(f.as_raw_fd(), &g, b"fixes");
+        let e = bring_up(&pre, &fin, std::process::id() as libc::pid_t).unwrap_err();
+        assert!(matches!(e, EngineError::Stale(_)), "{e}");
     }
 
     #[test]

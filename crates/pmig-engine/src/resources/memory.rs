@@ -1841,13 +1841,22 @@ impl Resource for Memory {
                             ino: inode.1,
                             writable_shared: m.shared && m.write,
                         });
+                        // Its bytes and identity are in the ghosts parts; a
+                        // size and modification time that change with every
+                        // write would make a skeleton's mapping look made
+                        // again.
+                        Some(FileId {
+                            path: m.path.clone(),
+                            size: 0,
+                            mtime_ns: 0,
+                        })
                     } else {
                         mapped_ids.add(m.path.clone(), inode);
+                        Some(FileId {
+                            path: m.path.clone(),
+                            ..id
+                        })
                     }
-                    Some(FileId {
-                        path: m.path.clone(),
-                        ..id
-                    })
                 }
                 _ => None,
             };
