@@ -44,7 +44,7 @@ pub fn read(pid: pid_t, file: &str) -> Result<String> {
 }
 
 /// One line of /proc/PID/maps (plus VmFlags from smaps).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MapLine {
     pub start: u64,
     pub end: u64,

@@ -213,6 +213,52 @@ fn leave_running(name: &str, args: &[&str]) {
     );
 }
 
+/// Two processes run one executable that is then deleted (a binary
+/// replaced by an upgrade while both run): each maps the deleted file
+/// privately, which does not stop either from moving. One is dumped
+/// (left running, and still passing), then quits; its image restores from
+/// the file made again and passes.
+#[test]
+fn a_deleted_executable_two_processes_run_moves() {
+    let d = Dirs::new("delexe2");
+    let mut guard = Guard::new();
+    let copy = d.work().join("basic-copy");
+    std::fs::copy(scenario("basic"), &copy).unwrap();
+    let spawn = |label: &str| {
+        let mut cmd = Command::new(&copy);
+        cmd.current_dir(d.work());
+        Proc::spawn(label, cmd)
+    };
+    let mut a = spawn("basic-copy a");
+    let mut b = spawn("basic-copy b");
+    a.expect_ready();
+    b.expect_ready();
+    std::fs::remove_file(&copy).unwrap();
+    let link = std::fs::read_link(format!("/proc/{}/exe", a.pid())).unwrap();
+    assert!(link.to_string_lossy().ends_with(" (deleted)"), "{link:?}");
+
+    dump_ok(a.pid(), &d.path("img"), true);
+    a.check("basic", CHECK_TIMEOUT);
+    a.quit_ok();
+    let mut r = spawn_restore(
+        "basic-copy (restore)",
+        &d.path("img"),
+        &d.path("pid"),
+        d.tmp.path(),
+    );
+    r.check("basic", PMIG_TIMEOUT);
+    let rpid = restored_pid(&r);
+    guard.track_pid(rpid);
+    let link = std::fs::read_link(format!("/proc/{rpid}/exe")).unwrap();
+    assert!(
+        link.to_string_lossy().ends_with(" (deleted)"),
+        "the restored process's executable: {link:?}"
+    );
+    r.quit_ok();
+    b.check("basic", CHECK_TIMEOUT);
+    b.quit_ok();
+}
+
 macro_rules! scenario {
     ($m:ident, $name:expr, $heavy:expr) => {
         mod $m {

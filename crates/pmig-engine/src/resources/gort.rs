@@ -431,10 +431,15 @@ pub fn rewrite_ids(pi: &ProcessImage, frozen: &Frozen, lazy: bool) -> Result<Opt
     if renamed.iter().all(|(old, new, _)| old == new) {
         return Ok(Some(0));
     }
-    let Some(exe) = symbols_in(&pi.memory.mm.exe.path, || pi.memory.mm.auxv.clone()) else {
+    let pid = frozen.pid;
+    // A deleted executable: the file made again, the new process's own.
+    let path = match super::ghosts::deleted_path(&pi.memory.mm.exe.path) {
+        Some(_) => format!("/proc/{pid}/exe"),
+        None => pi.memory.mm.exe.path.clone(),
+    };
+    let Some(exe) = symbols_in(&path, || pi.memory.mm.auxv.clone()) else {
         return Ok(Some(0));
     };
-    let pid = frozen.pid;
     // Every page of [a, a + len) in a file's mapping or in the image.
     let held = |a: u64, len: u64| {
         (a & !(PAGE - 1)..a + len).step_by(PAGE as usize).all(|p| {

@@ -230,7 +230,22 @@ fn advice_of(flags: &[String]) -> (Vec<i32>, bool) {
 }
 
 /// Who else maps the shared object (dev, inode)? Returns another pid.
-fn other_mapper(pid: pid_t, dev: &str, inode: u64, private_too: bool) -> Option<pid_t> {
+fn other_mapper(pid: pid_t, dev: &str, inode: u64) -> Option<pid_t> {
+    let probe = MapLine {
+        dev: dev.to_string(),
+        inode,
+        ..Default::default()
+    };
+    other_mapper_of(pid, &[(&probe, false)]).map(|(p, _)| p)
+}
+
+/// Which other process maps one of the files of `wanted` (their device
+/// and inode): shared, or at all where its flag is set. Returns the first
+/// found, with the entry of `wanted` it maps. One pass over every process.
+fn other_mapper_of<'a>(
+    pid: pid_t,
+    wanted: &[(&'a MapLine, bool)],
+) -> Option<(pid_t, (&'a MapLine, bool))> {
     let rd = std::fs::read_dir("/proc").ok()?;
     for e in rd.flatten() {
         let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<pid_t>().ok()) else {
@@ -240,11 +255,12 @@ fn other_mapper(pid: pid_t, dev: &str, inode: u64, private_too: bool) -> Option<
             continue;
         }
         if let Ok(text) = procfs::slurp(&format!("/proc/{p}/maps")) {
-            if procfs::parse_maps(&text)
-                .iter()
-                .any(|m| (m.shared || private_too) && m.inode == inode && m.dev == dev)
-            {
-                return Some(p);
+            for m in procfs::parse_maps(&text) {
+                if let Some(&w) = wanted.iter().find(|(w, private_too)| {
+                    (m.shared || *private_too) && m.inode == w.inode && m.dev == w.dev
+                }) {
+                    return Some((p, w));
+                }
             }
         }
     }
@@ -290,10 +306,37 @@ fn check_aliases(pid: pid_t, maps: &[MapLine]) -> Result<()> {
 
 /// Refuses a mapped memfd or deleted file that cannot move (see
 /// [`super::ghosts`]): one that is not a regular file without a name left,
-/// small enough; a memfd of huge pages; one another live process maps, or
-/// holds (the two copies would drift apart).
+/// small enough; a memfd of huge pages; one another live process holds, or
+/// maps shared (the two copies would drift apart). Another process may map
+/// it privately (a library replaced by an upgrade, mapped by every process
+/// started before), unless this one could write it: maps it shared, or
+/// holds it.
 fn check_ghost_maps(pid: pid_t, maps: &[MapLine]) -> Result<()> {
+    // The deleted files and memfds the process holds, which it may write.
+    let held: Vec<(u64, u64)> = if maps
+        .iter()
+        .any(|m| super::ghosts::is_ghost_mapping(&m.path))
+    {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| {
+                        std::fs::read_link(e.path()).is_ok_and(|l| {
+                            super::ghosts::deleted_path(&l.to_string_lossy()).is_some()
+                        })
+                    })
+                    .filter_map(|e| std::fs::metadata(e.path()).ok())
+                    .map(|md| (md.dev(), md.ino()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let mut seen: Vec<(u64, u64)> = Vec::new();
+    // Each file once, and whether another process's private mapping of it
+    // counts too.
+    let mut wanted: Vec<(&MapLine, bool)> = Vec::new();
     for m in maps
         .iter()
         .filter(|m| super::ghosts::is_ghost_mapping(&m.path))
@@ -317,12 +360,21 @@ fn check_ghost_maps(pid: pid_t, maps: &[MapLine]) -> Result<()> {
             ));
         }
         super::ghosts::refuse_huge(pid, &f, &m.path)?;
-        if let Some(other) = other_mapper(pid, &m.dev, m.inode, true) {
+        let writes = held.contains(&(md.dev(), md.ino()))
+            || maps
+                .iter()
+                .any(|o| o.shared && o.inode == m.inode && o.dev == m.dev);
+        wanted.push((m, writes));
+    }
+    // One pass over every other process's mappings for them all.
+    if !wanted.is_empty() {
+        if let Some((other, (m, writes))) = other_mapper_of(pid, &wanted) {
             return Err(unsupported(
                 pid,
                 format!(
-                    "{} mapped by another live process too (pid {other})",
-                    m.path
+                    "{} mapped by another live process too (pid {other}{})",
+                    m.path,
+                    if writes { "" } else { ", shared" }
                 ),
             ));
         }
@@ -354,7 +406,7 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
         || p.starts_with("[anon:")
         || p.starts_with("[stack:");
     if is_shared_anon(m) {
-        if let Some(other) = other_mapper(pid, &m.dev, m.inode, false) {
+        if let Some(other) = other_mapper(pid, &m.dev, m.inode) {
             return Err(unsupported(
                 pid,
                 format!(

@@ -582,11 +582,23 @@ pub fn rewrite_tids(
     }
     let Some(lib) = pi.memory.vmas.iter().find_map(|v| {
         let f = v.file.as_ref()?;
-        (v.offset == 0 && is_glibc(&f.path)).then_some(f.path.as_str())
+        if v.offset != 0 {
+            return None;
+        }
+        match super::ghosts::deleted_path(&f.path) {
+            // Deleted (an upgrade): the file made again, which the new
+            // process maps there.
+            Some(p) if is_glibc(p) => Some(format!(
+                "/proc/{}/map_files/{:x}-{:x}",
+                frozen.pid, v.start, v.end
+            )),
+            None if is_glibc(&f.path) => Some(f.path.clone()),
+            _ => None,
+        }
     }) else {
         return Ok(Vec::new());
     };
-    let Some(off) = tid_offset_known(lib)? else {
+    let Some(off) = tid_offset_known(&lib)? else {
         return Ok(Vec::new());
     };
     let pid = frozen.pid;
