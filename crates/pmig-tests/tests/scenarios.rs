@@ -223,7 +223,15 @@ fn a_deleted_executable_two_processes_run_moves() {
     let d = Dirs::new("delexe2");
     let mut guard = Guard::new();
     let copy = d.work().join("basic-copy");
-    std::fs::copy(scenario("basic"), &copy).unwrap();
+    // Copied by another process: a descriptor of ours open for writing
+    // would be inherited by whatever another test thread forks meanwhile,
+    // and the exec below would fail with ETXTBSY.
+    let st = Command::new("cp")
+        .arg(scenario("basic"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cp: {st:?}");
     let spawn = |label: &str| {
         let mut cmd = Command::new(&copy);
         cmd.current_dir(d.work());
