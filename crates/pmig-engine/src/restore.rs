@@ -789,7 +789,6 @@ fn restore_image_held(
             // wait for that CPU when the image of the stop comes.
             frozen.release_cpu();
             let brought = bring(&r)?;
-            frozen.colocate();
             let Some((dir, verify)) = brought else {
                 return Err(EngineError::Other(
                     "the skeleton was not brought up (no image of the stop): killed".into(),
@@ -804,6 +803,10 @@ fn restore_image_held(
             let pages = std::fs::File::open(img.pages_path())
                 .ctx(|| format!("open {}", img.pages_path().display()))?;
             mark("skeleton: image of the stop decoded");
+            // On one CPU with the process again for the bring-up's ptrace
+            // calls; not before: reading and checking a large image goes
+            // faster on every CPU.
+            frozen.colocate();
             let area = (p.area.base, p.area.len);
             // Every mapping flag is followed with the mappings (the pattern
             // names each field, so a new one cannot be left out unseen).

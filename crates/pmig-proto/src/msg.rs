@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 13: a migration's source first
+/// The protocol version this build speaks. 14: the image of the stop that
+/// follows a held skeleton may take runs of bytes from the skeleton's
+/// image, which the destination has already (`ImageCopy`, §6.3i), instead
+/// of carrying them again; only to a version-14 destination, so older
+/// versions are still spoken (their stops carry every byte). 13: a migration's source first
 /// sends `Listening`, the address its daemon listens on, so that a
 /// destination whose daemon has no `--peer` entry for it can still open the
 /// answers' connection and take a migration over after a crash (§6.3a);
@@ -59,7 +63,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 13;
+pub const PROTO_VERSION: u16 = 14;
+/// The first version that takes `ImageCopy`.
+pub const IMAGE_COPY: u16 = 14;
 /// The first version whose migration sources send `Listening`.
 pub const LISTENING: u16 = 13;
 /// The first version whose lazy destinations send their page requests on
@@ -352,6 +358,16 @@ pub enum Msg {
     Listening {
         addr: String,
     },
+    /// 29, source → destination, within an image that follows a held
+    /// skeleton (version 14): the next `len` bytes of the current file are
+    /// those at `from` in the file of the same name of the skeleton's
+    /// image, as the destination received it (§6.3i). Like `ImageChunk`,
+    /// it continues the file where it ended.
+    ImageCopy {
+        id: u64,
+        from: u64,
+        len: u64,
+    },
 }
 
 /// Where the daemon that sent `Listening { addr: advertised }` on a
@@ -465,6 +481,7 @@ impl Msg {
             Msg::SkeletonReady { .. } => "SkeletonReady",
             Msg::SkeletonUsed { .. } => "SkeletonUsed",
             Msg::Listening { .. } => "Listening",
+            Msg::ImageCopy { .. } => "ImageCopy",
         }
     }
 
@@ -848,6 +865,11 @@ mod tests {
             Msg::Listening {
                 addr: "0.0.0.0:7070".into(),
             },
+            Msg::ImageCopy {
+                id: 9,
+                from: 1 << 20,
+                len: 4096,
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -899,6 +921,15 @@ mod tests {
         }
         // Migration message indices are wire format too.
         assert_eq!(encode(&Msg::Commit { id: 5 }).unwrap(), [10, 5]);
+        assert_eq!(
+            encode(&Msg::ImageCopy {
+                id: 1,
+                from: 2,
+                len: 3
+            })
+            .unwrap(),
+            [29, 1, 2, 3]
+        );
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));
     }

@@ -21,6 +21,7 @@
 pub mod assisted;
 pub mod auto;
 pub mod clock;
+pub mod delta;
 pub mod demand_paging;
 pub mod error;
 pub mod flushing;
@@ -460,6 +461,9 @@ pub struct Source<'a> {
     pub fault_waits: Option<report::FaultWaits>,
     /// What became of the skeleton, if one was tried (see [`skeleton`]).
     pub skeleton: Option<report::SkeletonUse>,
+    /// The directory of the image of a skeleton the destination holds:
+    /// the images sent after it are sent against it ([`delta`]).
+    pub(crate) delta_base: Option<PathBuf>,
     /// When pre-copy rounds stop (from the request).
     pub precopy: PreCopyParams,
     /// The page store root (from the request).
@@ -678,6 +682,9 @@ pub struct Destination<'a> {
     /// A skeleton the source offered (see [`skeleton`]), held until the
     /// image of the stop comes.
     pub(crate) skeleton: Option<skeleton::Offered<'a>>,
+    /// The directory of the skeleton's image as it was received: the
+    /// files whose bytes `ImageCopy` takes ([`delta`]).
+    pub(crate) delta_base: Option<PathBuf>,
 }
 
 impl Destination<'_> {
@@ -884,6 +891,7 @@ pub fn migrate_with(
         prefetch_hits: 0,
         fault_waits: None,
         skeleton: None,
+        delta_base: None,
         precopy: req.precopy,
         page_store: req.page_store.clone(),
         rtt_ns: 0,
@@ -1156,6 +1164,7 @@ pub fn serve_offer(
         restorer: None,
         composed: None,
         skeleton: None,
+        delta_base: None,
     };
     let r = s.destination(&mut d);
     drop(d.restorer.take());

@@ -9,7 +9,8 @@
 //! primed for the stop; that image goes to the destination as `Skeleton`
 //! and the destination answers `SkeletonReady` once the skeleton is held.
 //! At the stop the holder captures as it always does, keeping the pages the
-//! first capture kept, and the image goes as usual; the destination says
+//! first capture kept, and the image goes against the skeleton's, which
+//! both sides keep (protocol 14, [`crate::delta`]); the destination says
 //! `SkeletonUsed` before `Restored`.
 //!
 //! Destination ([`receive`], [`start`]): the skeleton's image (composed
@@ -90,7 +91,8 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     m.ch.queue(&Msg::Skeleton { id: m.id }, &[])?;
     m.count(16);
     send_image(m, &dir)?;
-    let _ = std::fs::remove_dir_all(&dir);
+    // Kept (in the staging directory, removed at the end): the image of
+    // the stop goes against it.
     let (ready, why) = match m.recv("SkeletonReady")? {
         Msg::SkeletonReady { id, ready, why } if id == m.id => (ready, why),
         other => {
@@ -103,6 +105,9 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     mark("src: skeleton held");
     if !ready {
         tracing::info!("{} holds no skeleton of process {}: {why}", m.peer, m.pid);
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if m.ch.peer().version >= pmig_proto::msg::IMAGE_COPY {
+        m.delta_base = Some(dir);
     }
     m.skeleton = Some(SkeletonUse {
         used: false,
@@ -175,10 +180,13 @@ pub(crate) fn receive<'a>(
     std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
     receive_image_after(d, &dir, None)?;
     mark("dst: skeleton received");
+    // The files the image of the stop may take bytes from (`ImageCopy`):
+    // as received, whatever composing makes of them.
+    d.delta_base = Some(dir.clone());
     let pre = match store {
         Some(store) => {
             let r = compose(store, &dir);
-            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_file(dir.join(pmig_image::PAGES_FILE));
             if let Err(e) = r {
                 return Err(crate::pre_copy::cannot_compose(d, e));
             }

@@ -88,7 +88,8 @@ impl Drop for Map {
     }
 }
 
-/// Streams the image files of `dir` to the destination.
+/// Streams the image files of `dir` to the destination; after a skeleton
+/// it holds, the state file against the skeleton's ([`crate::delta`]).
 pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
     let mut sizes = Vec::new();
     for name in FILES {
@@ -109,6 +110,10 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
         let p = dir.join(name);
         let f = File::open(&p).map_err(io_err(format!("open {}", p.display())))?;
         let map = Map::new(&f, size as usize).map_err(io_err(format!("map {}", p.display())))?;
+        let pieces = match (name, m.delta_base.clone()) {
+            (&pmig_image::PARTS_FILE, Some(base)) => against(&base, dir, map.bytes()),
+            _ => vec![crate::delta::Piece::Send { at: 0, len: size }],
+        };
         m.ch.queue(
             &Msg::ImageFile {
                 id: m.id,
@@ -120,21 +125,39 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
         m.count(32);
         // Queued: flushed about every MiB, and by `ImageDone` at the end
         // (a small image goes out in one write).
-        for (i, chunk) in map.bytes().chunks(CHUNK).enumerate() {
-            m.ch.queue(
-                &Msg::ImageChunk {
-                    id: m.id,
-                    offset: (i * CHUNK) as u64,
-                },
-                &[chunk],
-            )?;
-            m.count(chunk.len() as u64 + 24);
-            done += chunk.len() as u64;
-            (m.progress)(Progress {
-                phase: "transfer",
-                done,
-                total,
-            });
+        for piece in pieces {
+            let (at, len) = match piece {
+                crate::delta::Piece::Copy { from, len } => {
+                    m.ch.queue(
+                        &Msg::ImageCopy {
+                            id: m.id,
+                            from,
+                            len,
+                        },
+                        &[],
+                    )?;
+                    m.count(32);
+                    done += len;
+                    continue;
+                }
+                crate::delta::Piece::Send { at, len } => (at as usize, len as usize),
+            };
+            for (i, chunk) in map.bytes()[at..at + len].chunks(CHUNK).enumerate() {
+                m.ch.queue(
+                    &Msg::ImageChunk {
+                        id: m.id,
+                        offset: (at + i * CHUNK) as u64,
+                    },
+                    &[chunk],
+                )?;
+                m.count(chunk.len() as u64 + 24);
+                done += chunk.len() as u64;
+                (m.progress)(Progress {
+                    phase: "transfer",
+                    done,
+                    total,
+                });
+            }
         }
     }
     m.ch.send(&Msg::ImageDone {
@@ -144,6 +167,52 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
     })?;
     m.count(24);
     Ok(total)
+}
+
+/// The pieces of the state file `fin` of the image in `dir` against the
+/// skeleton's image in `base`; the whole file, sent, if that cannot be
+/// read.
+fn against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
+    let whole = vec![crate::delta::Piece::Send {
+        at: 0,
+        len: fin.len() as u64,
+    }];
+    let read = || -> Result<Vec<crate::delta::Piece>> {
+        let base_m = crate::delta::manifest_of(base)?;
+        let fin_m = crate::delta::manifest_of(dir)?;
+        let p = base.join(pmig_image::PARTS_FILE);
+        let f = File::open(&p).map_err(io_err(format!("open {}", p.display())))?;
+        let len = f
+            .metadata()
+            .map_err(io_err(format!("stat {}", p.display())))?
+            .len();
+        let map = Map::new(&f, len as usize).map_err(io_err(format!("map {}", p.display())))?;
+        Ok(crate::delta::plan(
+            &base_m,
+            map.bytes(),
+            &fin_m,
+            fin,
+            pmig_image::PARTS_FILE,
+        ))
+    };
+    match read() {
+        Ok(pieces) => {
+            let copied: u64 = pieces
+                .iter()
+                .filter(|p| matches!(p, crate::delta::Piece::Copy { .. }))
+                .map(|p| p.bytes())
+                .sum();
+            mark(&format!(
+                "src: image planned against the skeleton's ({copied} of {} state bytes taken from it)",
+                fin.len()
+            ));
+            pieces
+        }
+        Err(e) => {
+            tracing::info!("the image goes whole: the skeleton's cannot be read: {e}");
+            whole
+        }
+    }
 }
 
 impl Strategy for StopCopy {
@@ -485,6 +554,8 @@ pub(crate) fn receive_image_after(
     mut first: Option<Incoming>,
 ) -> Result<u64> {
     let mut current: Option<(String, File, u64, u64)> = None; // name, file, size, written
+                                                              // The skeleton's file of the current file's name, once `ImageCopy` wants it.
+    let mut base: Option<(File, u64)> = None;
     let mut files = 0u32;
     let mut total = 0u64;
     let bad = |what: String| StrategyError::Protocol {
@@ -516,6 +587,39 @@ pub(crate) fn receive_image_after(
                     .map_err(io_err(format!("create {}", p.display())))?;
                 files += 1;
                 current = Some((name, f, size, 0));
+                base = None;
+            }
+            Msg::ImageCopy { id, from, len } if id == d.offer.id => {
+                let Some((name, f, size, written)) = current.as_mut() else {
+                    return Err(bad("image data before any ImageFile".into()));
+                };
+                if written.saturating_add(len) > *size {
+                    return Err(bad(format!(
+                        "a copy of {len} bytes runs past file {name} ({written} of {size} bytes written)"
+                    )));
+                }
+                if base.is_none() {
+                    let Some(dir) = d.delta_base.as_ref() else {
+                        return Err(bad("ImageCopy, but no skeleton's image is here".into()));
+                    };
+                    let p = dir.join(&*name);
+                    let b = File::open(&p).map_err(io_err(format!("open {}", p.display())))?;
+                    let n = b
+                        .metadata()
+                        .map_err(io_err(format!("stat {}", p.display())))?
+                        .len();
+                    base = Some((b, n));
+                }
+                let (b, n) = base.as_ref().expect("opened above");
+                if from.saturating_add(len) > *n {
+                    return Err(bad(format!(
+                        "a copy of {len} bytes at {from} runs past the skeleton's {name} ({n} bytes)"
+                    )));
+                }
+                copy_from(b, from, f, len)
+                    .map_err(io_err(format!("copy into {}", dir.join(&*name).display())))?;
+                *written += len;
+                total += len;
             }
             Msg::ImageChunk { id, offset } if id == d.offer.id => {
                 let Some((name, f, size, written)) = current.as_mut() else {
@@ -562,6 +666,24 @@ pub(crate) fn receive_image_after(
             }
         }
     }
+}
+
+/// Appends `len` bytes of `from_file` at `from` to `to` (at its offset),
+/// in the kernel.
+fn copy_from(from_file: &File, from: u64, to: &mut File, len: u64) -> std::io::Result<()> {
+    let mut off = from as i64;
+    let mut left = len as usize;
+    while left > 0 {
+        let n = nix::fcntl::copy_file_range(from_file, Some(&mut off), &*to, None, left)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the skeleton's file ended",
+            ));
+        }
+        left -= n;
+    }
+    Ok(())
 }
 
 fn stdio_file(d: &Destination) -> std::path::PathBuf {
