@@ -7,19 +7,26 @@
  *           copy);
  *   bare    a memfd made without MFD_ALLOW_SEALING, mapped shared, its fd
  *           closed;
- *   gone    a file mapped shared, then closed and unlinked.
+ *   gone    a file mapped shared, then closed and unlinked;
+ *   sparse  a memfd 1 GiB long with two pages of data (at 0 and 512 MiB),
+ *           mapped shared, its fd kept: ZGC's heap, sized to its largest.
  * Checked: A and B still show the same pages (a write through A is read
  * through B and through the fd), C keeps its own page and sees the file in
  * the others, the bytes are the pattern, the fd's offset, the seals (bare:
- * F_SEAL_SEAL alone) and the names in /proc are as they were. */
+ * F_SEAL_SEAL alone) and the names in /proc are as they were; sparse is
+ * as long, its two pages as written, the rest holes (reading as zeros,
+ * taking no memory). */
 #include "common.h"
 #include <sys/mman.h>
 
 #define PAGES 5
 #define LEN (PAGES * 4096)
 
-static int heap_fd;
-static char *a, *b, *c, *bare, *gone;
+#define SPARSE (1L << 30)
+#define FAR (512L << 20)
+
+static int heap_fd, sparse_fd;
+static char *a, *b, *c, *bare, *gone, *sp;
 static char buf[LEN];
 
 /* The path /proc/self/maps gives the mapping at p, in out. */
@@ -83,6 +90,14 @@ static int check(void) {
     int s = fcntl(fd, F_GET_SEALS);
     close(fd);
     CHECK(s == F_SEAL_SEAL, "bare seals %#x", s);
+    bad = scn_verify(sp, 4096, 44);
+    CHECK(bad < 0, "word %ld of sparse's first page differs", bad);
+    bad = scn_verify(sp + FAR, 4096, 45);
+    CHECK(bad < 0, "word %ld of sparse's far page differs", bad);
+    long long hole = -1;
+    CHECK(pread(sparse_fd, &hole, sizeof hole, 256L << 20) == sizeof hole && hole == 0, "sparse's hole reads %llx", hole);
+    CHECK(fstat(sparse_fd, &st) == 0 && st.st_size == SPARSE && st.st_blocks * 512 <= (1 << 20),
+          "sparse is %lld bytes, %lld of them allocated", (long long)st.st_size, (long long)st.st_blocks * 512);
     return 1;
 }
 
@@ -115,5 +130,12 @@ int main(void) {
     close(g);
     if (unlink(name)) scn_die("unlink");
     scn_fill(gone, 3 * 4096, 43);
+
+    sparse_fd = memfd_create("sparse", MFD_CLOEXEC);
+    if (sparse_fd < 0 || ftruncate(sparse_fd, SPARSE)) scn_die("memfd sparse");
+    sp = mmap(NULL, SPARSE, PROT_READ | PROT_WRITE, MAP_SHARED, sparse_fd, 0);
+    if (sp == MAP_FAILED) scn_die("mmap sparse");
+    scn_fill(sp, 4096, 44);
+    scn_fill(sp + FAR, 4096, 45);
     scn_run(check, NULL);
 }

@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::resources::{
     clocks::Clocks,
     files::{FileIds, Files},
-    ghosts::{GhostMaps, Ghosts},
+    ghosts::{GhostMaps, Ghosts, SparseGhosts},
     identity::Identity,
     jobctl::JobCtl,
     memory::{MappedIds, Memory, MemoryFlags},
@@ -65,6 +65,8 @@ pub struct ProcessImage {
     pub mapped_ids: Option<MappedIds>,
     /// The deleted files the process holds; None when it holds none, and in
     /// images written before this part existed (format 1.8 and older).
+    /// Written as two parts: `ghosts`, and `sparseghosts` (1.11) for the
+    /// sparse ones.
     pub ghosts: Option<<Ghosts as Resource>::State>,
     /// Which ghosts are memfds, and the mappings of ghosts; None when there
     /// are neither, and in images written before this part existed (format
@@ -91,7 +93,7 @@ impl ProcessImage {
         put_optional(w, MdweState::PART, &self.mdwe)?;
         put_optional(w, FileIds::PART, &self.file_ids)?;
         put_optional(w, MappedIds::PART, &self.mapped_ids)?;
-        put_optional(w, Ghosts::PART, &self.ghosts)?;
+        SparseGhosts::put(&self.ghosts, w)?;
         put_optional(w, GhostMaps::PART, &self.ghost_maps)?;
         Ok(())
     }
@@ -115,7 +117,10 @@ impl ProcessImage {
             mdwe: optional(img, MdweState::PART)?,
             file_ids: optional(img, FileIds::PART)?,
             mapped_ids: optional(img, MappedIds::PART)?,
-            ghosts: optional(img, Ghosts::PART)?,
+            ghosts: SparseGhosts::join(
+                optional(img, Ghosts::PART)?,
+                optional(img, SparseGhosts::PART)?,
+            ),
             ghost_maps: optional(img, GhostMaps::PART)?,
         })
     }

@@ -28,6 +28,12 @@
 //!
 //! The memfds and the mappings are in a part of their own, `ghostmaps`
 //! (format 1.10), which images without either do not have.
+//!
+//! A sparse file (ZGC sizes its memfd to its largest heap and uses a part
+//! of it) is read as its data extents (`SEEK_DATA`, `SEEK_HOLE`), up to
+//! [`MAX_BYTES`] of data whatever its length, and written to part
+//! `sparseghosts` (format 1.11) with them; it is made again as long, each
+//! extent at its place, the rest holes.
 
 use super::{Capture, Preflight, Resource};
 use crate::error::{EngineError, Result};
@@ -38,9 +44,10 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 
 pub struct Ghosts;
 
-/// The largest deleted file whose bytes a capture copies; a larger one is
-/// refused (the process runs on).
-pub const MAX_BYTES: u64 = 64 << 20;
+/// The most bytes of one deleted file a capture copies (of a sparse one,
+/// the bytes of its data, not its holes); a file with more is refused (the
+/// process runs on).
+pub const MAX_BYTES: u64 = 1 << 30;
 
 /// One deleted file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,9 +62,90 @@ pub struct Ghost {
     pub uid: u32,
     pub gid: u32,
     /// Its bytes, all of them (encoded as bytes: the same encoding as a
-    /// sequence of `u8` in postcard, written and read in one copy).
+    /// sequence of `u8` in postcard, written and read in one copy); of a
+    /// sparse file, the bytes of its data extents, back to back.
     #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
+    /// Where `data` goes in a sparse file, and its length. Not in part
+    /// `ghosts`: a sparse ghost is written to part `sparseghosts` (1.11),
+    /// with these, so that a reader that does not know them finds no
+    /// ghost, and refuses the image, rather than make it again dense.
+    #[serde(skip)]
+    pub sparse: Option<Sparse>,
+}
+
+/// The layout of a sparse ghost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sparse {
+    /// Its length (`st_size`).
+    pub size: u64,
+    /// Its data extents, `(offset, length)`, in order (`SEEK_DATA`,
+    /// `SEEK_HOLE`); everything else is a hole.
+    pub extents: Vec<(u64, u64)>,
+}
+
+/// Part `sparseghosts` (format 1.11): the ghosts that are sparse files (a
+/// memfd Java's ZGC sizes to its largest heap, of which it uses a part).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SparseGhosts {
+    pub files: Vec<SparseGhost>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SparseGhost {
+    pub ghost: Ghost,
+    pub layout: Sparse,
+}
+
+impl SparseGhosts {
+    pub const PART: &'static str = "sparseghosts";
+
+    /// Writes the ghosts of `s`: the dense ones as part `ghosts`, the
+    /// sparse ones as this part, each only if there is one (by reference:
+    /// the same encoding as [`GhostsState`] and [`SparseGhosts`], without
+    /// copying their bytes).
+    pub fn put(s: &Option<GhostsState>, w: &mut pmig_image::ImageWriter) -> Result<()> {
+        #[derive(Serialize)]
+        struct Dense<'a> {
+            files: Vec<&'a Ghost>,
+        }
+        #[derive(Serialize)]
+        struct One<'a> {
+            ghost: &'a Ghost,
+            layout: &'a Sparse,
+        }
+        #[derive(Serialize)]
+        struct Sparse_<'a> {
+            files: Vec<One<'a>>,
+        }
+        let Some(s) = s else { return Ok(()) };
+        let dense: Vec<&Ghost> = s.files.iter().filter(|g| g.sparse.is_none()).collect();
+        let sparse: Vec<One> = s
+            .files
+            .iter()
+            .filter_map(|g| g.sparse.as_ref().map(|layout| One { ghost: g, layout }))
+            .collect();
+        if !dense.is_empty() {
+            w.put(Ghosts::PART, &Dense { files: dense })?;
+        }
+        if !sparse.is_empty() {
+            w.put(Self::PART, &Sparse_ { files: sparse })?;
+        }
+        Ok(())
+    }
+
+    /// The ghosts of both parts, as one state (None if neither has any).
+    pub fn join(dense: Option<GhostsState>, sparse: Option<SparseGhosts>) -> Option<GhostsState> {
+        let Some(sparse) = sparse else {
+            return dense;
+        };
+        let mut s = dense.unwrap_or_default();
+        s.files.extend(sparse.files.into_iter().map(|x| Ghost {
+            sparse: Some(x.layout),
+            ..x.ghost
+        }));
+        Some(s)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,8 +257,13 @@ pub fn deleted_path(link: &str) -> Option<&str> {
 }
 
 /// What refuses the deleted file `md` (the `stat` of the process's fd),
-/// if anything: only a regular file without a name left, small enough.
+/// if anything: only a regular file without a name left, with few enough
+/// bytes of data (a sparse file's holes are not copied).
 pub fn refusal(md: &std::fs::Metadata) -> Option<String> {
+    refusal_above(md, MAX_BYTES)
+}
+
+fn refusal_above(md: &std::fs::Metadata, max: u64) -> Option<String> {
     if !md.file_type().is_file() {
         return Some("a deleted directory or special file".into());
     }
@@ -181,11 +274,12 @@ pub fn refusal(md: &std::fs::Metadata) -> Option<String> {
             if n == 1 { "" } else { "s" }
         ));
     }
-    (md.size() > MAX_BYTES).then(|| {
+    let data = md.size().min(md.blocks() * 512);
+    (data > max).then(|| {
         format!(
-            "a deleted file of {} MiB (pmig copies deleted files of up to {} MiB)",
-            md.size().div_ceil(1 << 20),
-            MAX_BYTES >> 20
+            "a deleted file of {} MiB of data (pmig copies deleted files of up to {} MiB)",
+            data.div_ceil(1 << 20),
+            max >> 20
         )
     })
 }
@@ -305,20 +399,55 @@ fn read_one(
     } else {
         None
     };
-    let mut data = Vec::with_capacity(md.size() as usize);
-    // One byte more than allowed: a file that grew past it is refused.
-    (&mut f)
-        .take(MAX_BYTES + 1)
-        .read_to_end(&mut data)
-        .map_err(|e| EngineError::Other(format!("read {via} ({what}): {e}")))?;
-    if data.len() as u64 > MAX_BYTES {
-        return Err(crate::error::unsupported(
+    let too_big = || {
+        crate::error::unsupported(
             pid,
             format!(
-                "a deleted file of more than {} MiB ({what})",
+                "a deleted file of more than {} MiB of data ({what})",
                 MAX_BYTES >> 20
             ),
-        ));
+        )
+    };
+    let read_err = |e: std::io::Error| EngineError::Other(format!("read {via} ({what}): {e}"));
+    let extents = extents_of(&f, md.size()).map_err(read_err)?;
+    // `lseek` moved our own open's offset (not the process's): back to 0.
+    std::io::Seek::rewind(&mut f).map_err(read_err)?;
+    let (data, sparse) = match extents.as_slice() {
+        // Dense (or empty): read to its end, one byte more than allowed, so
+        // that a file that grew past it is refused.
+        [] | [(0, _)] if extents.iter().map(|e| e.1).sum::<u64>() == md.size() => {
+            let mut data = Vec::with_capacity(md.size().min(MAX_BYTES) as usize);
+            (&mut f)
+                .take(MAX_BYTES + 1)
+                .read_to_end(&mut data)
+                .map_err(read_err)?;
+            (data, None)
+        }
+        _ => {
+            let n: u64 = extents.iter().map(|e| e.1).sum();
+            if n > MAX_BYTES {
+                return Err(too_big());
+            }
+            let mut data = vec![0u8; n as usize];
+            let mut at = 0usize;
+            for &(off, len) in &extents {
+                std::os::unix::fs::FileExt::read_exact_at(
+                    &f,
+                    &mut data[at..at + len as usize],
+                    off,
+                )
+                .map_err(read_err)?;
+                at += len as usize;
+            }
+            let layout = Sparse {
+                size: md.size(),
+                extents,
+            };
+            (data, Some(layout))
+        }
+    };
+    if data.len() as u64 > MAX_BYTES {
+        return Err(too_big());
     }
     let ghost = Ghost {
         dev,
@@ -328,6 +457,7 @@ fn read_one(
         uid: md.uid(),
         gid: md.gid(),
         data,
+        sparse,
     };
     Ok((ghost, seals))
 }
@@ -417,7 +547,7 @@ pub fn bring_up(
         return Err(stale("its ghosts changed"));
     }
     for (g, h) in a.files.iter().zip(&b.files) {
-        if g.data == h.data {
+        if g.sparse == h.sparse && g.data == h.data {
             continue;
         }
         let via = in_skeleton(pre, pid, g.dev, g.ino)
@@ -435,6 +565,40 @@ pub fn bring_up(
             })
         };
         const CHUNK: usize = 4096;
+        if g.sparse.is_some() || h.sparse.is_some() {
+            let bad = || stale(format!("the extents of {} do not hold its bytes", g.path));
+            let (was, now) = (layout_of(g), layout_of(h));
+            // Each page of the stop's data that the skeleton's copy does not
+            // hold already (where it had data, the same bytes).
+            let mut at = 0usize;
+            for &(off, len) in &now.extents {
+                let y = h.data.get(at..at + len as usize).ok_or_else(bad)?;
+                for (i, q) in y.chunks(CHUNK).enumerate() {
+                    let o = off + (i * CHUNK) as u64;
+                    if bytes_at(&was, &g.data, o, q.len()) != Some(q) {
+                        write(q, o as usize)?;
+                    }
+                }
+                at += len as usize;
+            }
+            // What was data and is a hole now is let go (it reads as
+            // zeros, and its memory is freed as the process freed it).
+            for (off, len) in uncovered(&was.extents, &now.extents) {
+                nix::fcntl::fallocate(
+                    f.as_raw_fd(),
+                    nix::fcntl::FallocateFlags::FALLOC_FL_PUNCH_HOLE
+                        | nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+                    off as i64,
+                    len as i64,
+                )
+                .map_err(|e| stale(format!("punch a hole into {}: {e}", g.path)))?;
+            }
+            if was.size != now.size {
+                f.set_len(now.size)
+                    .map_err(|e| stale(format!("set the length of {}: {e}", g.path)))?;
+            }
+            continue;
+        }
         let mut n = 0;
         for (i, (x, y)) in g.data.chunks(CHUNK).zip(h.data.chunks(CHUNK)).enumerate() {
             if x != y {
@@ -451,6 +615,53 @@ pub fn bring_up(
         }
     }
     Ok(())
+}
+
+/// The layout of `g`: its own, or one extent of all its bytes.
+fn layout_of(g: &Ghost) -> Sparse {
+    g.sparse.clone().unwrap_or(Sparse {
+        size: g.data.len() as u64,
+        extents: match g.data.len() {
+            0 => vec![],
+            n => vec![(0, n as u64)],
+        },
+    })
+}
+
+/// The `len` bytes of the file laid out as `layout` with `data` at file
+/// offset `at`, if they are all inside one extent.
+fn bytes_at<'a>(layout: &Sparse, data: &'a [u8], at: u64, len: usize) -> Option<&'a [u8]> {
+    let mut i = 0u64;
+    for &(off, n) in &layout.extents {
+        if at >= off && at + len as u64 <= off + n {
+            let from = (i + at - off) as usize;
+            return data.get(from..from + len);
+        }
+        i += n;
+    }
+    None
+}
+
+/// The ranges of `was` that no extent of `now` covers, as (offset, length).
+fn uncovered(was: &[(u64, u64)], now: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for &(off, len) in was {
+        let mut at = off;
+        let end = off + len;
+        for &(o, n) in now {
+            if o + n <= at || o >= end {
+                continue;
+            }
+            if o > at {
+                out.push((at, o - at));
+            }
+            at = at.max(o + n);
+        }
+        if at < end {
+            out.push((at, end - at));
+        }
+    }
+    out
 }
 
 /// A path into the held skeleton `pid`'s copy of the ghost `(dev, ino)` of
@@ -479,17 +690,76 @@ fn in_skeleton(
     Some(format!("/proc/{pid}/map_files/{:x}-{:x}", v.start, v.end))
 }
 
-/// Fills `f` with `g`'s bytes and gives it `g`'s owner and mode.
+/// The data extents of `f`, `size` bytes long, as `(offset, length)`:
+/// everything between them is a hole. A file system that does not tell
+/// holes makes it one extent.
+fn extents_of(f: &std::fs::File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    use nix::unistd::{lseek, Whence};
+    let mut out = Vec::new();
+    let mut at = 0i64;
+    let end = size as i64;
+    while at < end {
+        let data = match lseek(f.as_raw_fd(), at, Whence::SeekData) {
+            Ok(d) => d,
+            // No data after `at`: the rest is a hole.
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        if data >= end {
+            break;
+        }
+        let hole = match lseek(f.as_raw_fd(), data, Whence::SeekHole) {
+            Ok(h) => h.min(end),
+            Err(e) => return Err(e.into()),
+        };
+        if hole <= data {
+            break;
+        }
+        out.push((data as u64, (hole - data) as u64));
+        at = hole;
+    }
+    Ok(out)
+}
+
+/// Fills `f` with `g`'s bytes (a sparse one: its extents, at their places,
+/// the rest holes) and gives it `g`'s owner and mode.
 fn fill(f: &mut std::fs::File, g: &Ghost) -> Result<()> {
     let again = |what: &str, e: std::io::Error| {
         EngineError::Other(format!("{what} of the deleted file {} again: {e}", g.path))
     };
-    f.write_all(&g.data)
-        .map_err(|e| again("write the bytes", e))?;
+    match &g.sparse {
+        None => f.write_all(&g.data),
+        Some(layout) => write_sparse(f, layout, &g.data),
+    }
+    .map_err(|e| again("write the bytes", e))?;
     // The owner is best effort: a restore that is not root keeps its own.
     let _ = std::os::unix::fs::fchown(&*f, Some(g.uid), Some(g.gid));
     f.set_permissions(std::fs::Permissions::from_mode(g.mode))
         .map_err(|e| again("set the mode", e))
+}
+
+/// Writes `data` into `f` at the extents of `layout`, and makes `f` as long
+/// as `layout` says. The extents must hold exactly `data`'s bytes.
+fn write_sparse(f: &std::fs::File, layout: &Sparse, data: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let n: u64 = layout.extents.iter().map(|e| e.1).sum();
+    let inside = layout
+        .extents
+        .iter()
+        .all(|&(off, len)| off.checked_add(len).is_some_and(|e| e <= layout.size));
+    if n != data.len() as u64 || !inside {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "its extents do not hold its bytes",
+        ));
+    }
+    f.set_len(layout.size)?;
+    let mut at = 0usize;
+    for &(off, len) in &layout.extents {
+        f.write_all_at(&data[at..at + len as usize], off)?;
+        at += len as usize;
+    }
+    Ok(())
 }
 
 /// The memfd `g` made again under its name, with its bytes, mode and owner,
@@ -572,6 +842,7 @@ mod tests {
             uid: 3,
             gid: 4,
             data: data.clone(),
+            sparse: None,
         };
         let was = Was {
             dev: 1,
@@ -608,6 +879,7 @@ mod tests {
             uid: 0,
             gid: 0,
             data: b"heap bytes".to_vec(),
+            sparse: None,
         };
         let seals = (libc::F_SEAL_GROW | libc::F_SEAL_SEAL) as u32;
         let mut f = std::fs::File::from(make_memfd(&g, seals).unwrap());
@@ -622,6 +894,90 @@ mod tests {
         assert_eq!(back, "heap bytes");
         // Sealed against growing.
         assert!(f.write_all(b"!").is_err());
+    }
+
+    /// A sparse memfd: 10 MiB long, two pages of data. It is read as two
+    /// extents, written to and read from an image as part `sparseghosts`
+    /// (the dense ghost beside it as part `ghosts`), and made again with
+    /// the same bytes at the same places, the rest holes.
+    #[test]
+    fn a_sparse_memfd_moves_as_its_data_and_holes() {
+        use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+        use std::os::unix::fs::FileExt;
+        let name = std::ffi::CString::new("pmig-sparse").unwrap();
+        let f = std::fs::File::from(memfd_create(&name, MemFdCreateFlag::MFD_CLOEXEC).unwrap());
+        f.set_len(10 << 20).unwrap();
+        f.write_all_at(b"abc", (1 << 20) + 5).unwrap();
+        f.write_all_at(&[9u8; 4096], 5 << 20).unwrap();
+        let md = f.metadata().unwrap();
+        let me = std::process::id() as libc::pid_t;
+        let via = format!("/proc/self/fd/{}", f.as_raw_fd());
+        let (g, seals) = read_one(me, (md.dev(), md.ino()), &via, "test").unwrap();
+        assert!(seals.is_some());
+        let layout = g.sparse.clone().expect("sparse");
+        assert_eq!(layout.size, 10 << 20);
+        assert_eq!(layout.extents, vec![(1 << 20, 4096), (5 << 20, 4096)]);
+        assert_eq!(g.data.len(), 8192);
+        assert_eq!(&g.data[5..8], b"abc");
+        // A dense one is read whole, from its start.
+        let name = std::ffi::CString::new("pmig-dense").unwrap();
+        let d1 = std::fs::File::from(memfd_create(&name, MemFdCreateFlag::MFD_CLOEXEC).unwrap());
+        d1.write_all_at(b"hello", 0).unwrap();
+        let md1 = d1.metadata().unwrap();
+        let via1 = format!("/proc/self/fd/{}", d1.as_raw_fd());
+        let (g1, _) = read_one(me, (md1.dev(), md1.ino()), &via1, "test").unwrap();
+        assert_eq!((g1.data.as_slice(), g1.sparse), (&b"hello"[..], None));
+        // Through an image, beside a dense ghost.
+        let dense = Ghost {
+            dev: 7,
+            ino: 8,
+            path: "/tmp/dense".into(),
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            data: b"dense".to_vec(),
+            sparse: None,
+        };
+        let state = Some(GhostsState {
+            files: vec![dense.clone(), g.clone()],
+        });
+        let d = tempfile::tempdir().unwrap();
+        let mut w = pmig_image::ImageWriter::create(d.path()).unwrap();
+        SparseGhosts::put(&state, &mut w).unwrap();
+        let manifest = pmig_image::Manifest {
+            pmig_version: "t".into(),
+            kernel_release: "t".into(),
+            hostname: "t".into(),
+            pid: 1,
+            created_unix_ms: 0,
+            parts: vec![],
+        };
+        w.finish(manifest).unwrap();
+        let img = pmig_image::Image::open_verified(d.path()).unwrap();
+        let only: GhostsState = img.get(Ghosts::PART).unwrap();
+        assert_eq!(only.files, vec![dense.clone()]);
+        let sparse: SparseGhosts = img.get(SparseGhosts::PART).unwrap();
+        assert_eq!(sparse.files.len(), 1);
+        let back = SparseGhosts::join(Some(only), Some(sparse));
+        assert_eq!(back, state);
+        // Made again: the bytes at their places, holes elsewhere.
+        let again = std::fs::File::from(make_memfd(&g, 0).unwrap());
+        let amd = again.metadata().unwrap();
+        assert_eq!(amd.size(), 10 << 20);
+        assert!(amd.blocks() * 512 <= 64 << 10, "{} blocks", amd.blocks());
+        let mut buf = [0u8; 8];
+        again.read_exact_at(&mut buf, (1 << 20) + 3).unwrap();
+        assert_eq!(&buf, b"\0\0abc\0\0\0");
+        again.read_exact_at(&mut buf, (5 << 20) + 4090).unwrap();
+        assert_eq!(buf, [9, 9, 9, 9, 9, 9, 0, 0]);
+        again.read_exact_at(&mut buf, 8 << 20).unwrap();
+        assert_eq!(buf, [0; 8]);
+        // Extents that do not hold the bytes are refused.
+        let bad = Ghost {
+            data: vec![1u8; 100],
+            ..g.clone()
+        };
+        assert!(make_memfd(&bad, 0).is_err());
     }
 
     #[test]
@@ -673,6 +1029,54 @@ mod tests {
         (image(&g.data), image(b))
     }
 
+    /// A sparse memfd whose data moved between the two captures: the
+    /// skeleton's copy takes the stop's layout, its bytes and its holes.
+    #[test]
+    fn a_skeleton_follows_a_sparse_file_whose_holes_moved() {
+        use std::os::unix::fs::FileExt;
+        const P: u64 = 4096;
+        let page = |c: u8| vec![c; P as usize];
+        let g = Ghost {
+            dev: 1,
+            ino: 2,
+            path: "/memfd:pmig-sparse".into(),
+            mode: 0o600,
+            uid: 0,
+            gid: 0,
+            data: [page(b'a'), page(b'b')].concat(),
+            sparse: Some(Sparse {
+                size: 1 << 20,
+                extents: vec![(0, P), (10 * P, P)],
+            }),
+        };
+        let f = std::fs::File::from(make_memfd(&g, 0).unwrap());
+        // The stop: page 0 let go, page 10 rewritten, page 300 new, and
+        // the file twice as long.
+        let b = [page(b'c'), page(b'd')].concat();
+        let now = Sparse {
+            size: 2 << 20,
+            extents: vec![(10 * P, P), (300 * P, P)],
+        };
+        let (pre, mut fin) = images_with(f.as_raw_fd(), &g, &b);
+        fin.ghosts.as_mut().unwrap().files[0].sparse = Some(now.clone());
+        let me = std::process::id() as libc::pid_t;
+        bring_up(&pre, &fin, me).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 2 << 20);
+        assert_eq!(extents_of(&f, 2 << 20).unwrap(), now.extents);
+        let at = |o: u64| {
+            let mut buf = vec![0u8; P as usize];
+            f.read_exact_at(&mut buf, o).unwrap();
+            buf
+        };
+        assert_eq!(at(0), vec![0u8; P as usize]);
+        assert_eq!(at(10 * P), page(b'c'));
+        assert_eq!(at(300 * P), page(b'd'));
+        assert_eq!(
+            uncovered(&[(0, 100), (200, 50)], &[(10, 20), (40, 10), (190, 20)]),
+            vec![(0, 10), (30, 10), (50, 50), (210, 40)]
+        );
+    }
+
     #[test]
     fn a_skeleton_takes_the_bytes_of_the_stop_into_its_own_file() {
         let g = Ghost {
@@ -683,6 +1087,7 @@ mod tests {
             uid: 0,
             gid: 0,
             data: vec![7u8; 3 * 4096 + 100],
+            sparse: None,
         };
         // Longer, one page changed; then shorter.
         let mut b = g.data.clone();
@@ -735,6 +1140,7 @@ mod tests {
             uid: 0,
             gid: 0,
             data: b"fixed".to_vec(),
+            sparse: None,
         };
         let f = std::fs::File::from(make_memfd(&g, libc::F_SEAL_WRITE as u32).unwrap());
         let (pre, fin) = images_with(f.as_raw_fd(), &g, b"fixes");
@@ -765,12 +1171,18 @@ mod tests {
         );
         std::fs::remove_file(&p).unwrap();
         assert_eq!(refusal(&f.metadata().unwrap()), None);
-        f.set_len(MAX_BYTES + 1).unwrap();
-        let big = refusal(&f.metadata().unwrap());
+        // Above the limit in data (here 1 MiB): refused; far longer but
+        // sparse, with little data: taken.
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&vec![1u8; (1 << 20) + 1], 0).unwrap();
+        let big = refusal_above(&f.metadata().unwrap(), 1 << 20);
         assert!(
-            big.as_deref().is_some_and(|w| w.contains("65 MiB")),
+            big.as_deref().is_some_and(|w| w.contains("2 MiB of data")),
             "{big:?}"
         );
+        f.set_len(0).unwrap();
+        f.write_all_at(b"x", 100 << 20).unwrap();
+        assert_eq!(refusal_above(&f.metadata().unwrap(), 1 << 20), None);
         let dir = refusal(&std::fs::metadata(d.path()).unwrap());
         assert!(dir.is_some());
     }
@@ -786,6 +1198,7 @@ mod tests {
             uid: 0,
             gid: 0,
             data: b"still here".to_vec(),
+            sparse: None,
         };
         let fd = make(&g).unwrap();
         let mut f = std::fs::File::from(fd);
