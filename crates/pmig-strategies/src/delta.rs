@@ -10,14 +10,19 @@
 //! send (`ImageChunk`) and runs the destination takes from the skeleton's
 //! file of that name (`ImageCopy`). Parts are matched by name, and compared
 //! in blocks of [`BLOCK`] bytes from their starts, so a part that moved
-//! because one before it grew or shrank is still found.
+//! because one before it grew or shrank is still found; a block that
+//! differs from the one at its place is looked up among all of the
+//! skeleton's part's blocks by its hash (and compared), so bytes that moved
+//! within the part by whole blocks are found too.
 //!
 //! Nothing depends on the plan being right: the destination verifies every
 //! checksum of the image it rebuilt, as of any image, before it is used.
 
 use crate::error::{io_err, Result};
 use pmig_image::Manifest;
+use std::collections::HashMap;
 use std::path::Path;
+use xxhash_rust::xxh3::xxh3_64;
 
 /// How finely two parts are compared.
 pub const BLOCK: u64 = 4096;
@@ -100,24 +105,50 @@ pub fn plan(
             at += p.len;
             continue;
         };
+        let theirs = &base[b.offset as usize..(b.offset + b.len) as usize];
+        // The skeleton's whole blocks by their hash, found when the block at
+        // the same place differs: data that moved by whole blocks (a
+        // sparse file's data after an extent that came or went) is found
+        // where it went.
+        let mut index: Option<HashMap<u64, u64>> = None;
         let mut i = 0u64;
         while i < p.len {
             let k = BLOCK.min(p.len - i);
             let mine = &fin[(p.offset + i) as usize..(p.offset + i + k) as usize];
-            let same = i + k <= b.len
-                && *mine == base[(b.offset + i) as usize..(b.offset + i + k) as usize];
-            push(match same {
-                true => Piece::Copy {
-                    from: b.offset + i,
+            let same = i + k <= b.len && *mine == theirs[i as usize..(i + k) as usize];
+            let found = match (same, k == BLOCK) {
+                (true, _) => Some(i),
+                (false, true) => {
+                    let index = index.get_or_insert_with(|| blocks_of(theirs));
+                    index
+                        .get(&xxh3_64(mine))
+                        .copied()
+                        .filter(|&j| theirs[j as usize..(j + k) as usize] == *mine)
+                }
+                (false, false) => None,
+            };
+            push(match found {
+                Some(j) => Piece::Copy {
+                    from: b.offset + j,
                     len: k,
                 },
-                false => Piece::Send { at: at + i, len: k },
+                None => Piece::Send { at: at + i, len: k },
             });
             i += k;
         }
         at += p.len;
     }
     push(Piece::Send { at, len: end - at });
+    out
+}
+
+/// The offset of each whole block of `part` (from its start), by the
+/// block's hash; the first of equal blocks.
+fn blocks_of(part: &[u8]) -> HashMap<u64, u64> {
+    let mut out = HashMap::with_capacity(part.len() / BLOCK as usize);
+    for (n, b) in part.chunks_exact(BLOCK as usize).enumerate() {
+        out.entry(xxh3_64(b)).or_insert(n as u64 * BLOCK);
+    }
     out
 }
 
@@ -224,6 +255,31 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn blocks_that_moved_within_a_part_are_found_where_they_went() {
+        // A sparse ghost's data: 8 pages; at the stop a page came in
+        // before the fourth (the rest moved by one block) and the last
+        // changed.
+        let pages: Vec<Vec<u8>> = (0..8).map(|i| bytes(4096, 10 + i as u8)).collect();
+        let mut base = b"head".to_vec();
+        base.extend(pages.concat());
+        let base_m = manifest(&[("ghosts", 0, base.len() as u64)]);
+        let mut fin = b"head".to_vec();
+        let mut moved = pages.clone();
+        moved.insert(3, bytes(4096, 99));
+        moved[8] = bytes(4096, 77);
+        fin.extend(moved.concat());
+        let fin_m = manifest(&[("ghosts", 0, fin.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        // Blocks from the part's start (4 bytes of head, then pages): the
+        // fourth block straddles pages 2 and the new one, the fifth the new
+        // one and page 3; from the sixth on, each is the skeleton's block
+        // before it. The last block changed, and the 4 bytes after the
+        // last whole block too.
+        assert_eq!(sent(&pieces), 3 * 4096 + 4);
     }
 
     #[test]
