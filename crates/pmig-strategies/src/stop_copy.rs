@@ -554,8 +554,7 @@ pub(crate) fn receive_image_after(
     mut first: Option<Incoming>,
 ) -> Result<u64> {
     let mut current: Option<(String, File, u64, u64)> = None; // name, file, size, written
-                                                              // The skeleton's file of the current file's name, once `ImageCopy` wants it.
-    let mut base: Option<(File, u64)> = None;
+    let mut base: Option<(File, u64)> = None; // the skeleton's file of that name, its length
     let mut files = 0u32;
     let mut total = 0u64;
     let bad = |what: String| StrategyError::Protocol {
