@@ -4163,6 +4163,25 @@ while True:
         break
 "#;
 
+/// Starts python `script` (as `name`) on n1 and moves it to n2 with
+/// post-copy, telling it `change` (it answers `CHANGED`) between the
+/// skeleton's capture and the stop (test hook `hold-skeleton`): the child,
+/// its command and output files, and the migration's report.
+fn changed_between_the_captures(
+    env: &mut Env,
+    name: &str,
+    script: &str,
+) -> (Child, PathBuf, PathBuf, serde_json::Value) {
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
+    let (child, cmds, out) = env.python(name, script);
+    let pid = child.id() as i32;
+    let rep = migrate_while_held(env, pid, "post-copy", 1, "release-skeleton", || {
+        command(&cmds, "change");
+        wait_output(&out, "CHANGED", &format!("{name} did not change"));
+    });
+    (child, cmds, out, rep)
+}
+
 /// A skeleton found stale gives way to the image of the stop, and that
 /// image must not take pages from the skeleton's capture: read-only pages
 /// kept with the state at the first capture, made writable, rewritten and
@@ -4175,13 +4194,8 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("sp");
-    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
-    let (mut child, cmds, out) = env.python("flipper", PAGE_FLIPPER);
-    let pid = child.id() as i32;
-    let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
-        command(&cmds, "change");
-        wait_output(&out, "CHANGED", "the process did not change its pages");
-    });
+    let (mut child, cmds, out, rep) =
+        changed_between_the_captures(&mut env, "flipper", PAGE_FLIPPER);
     assert_eq!(rep["skeleton"]["used"], false, "{rep}");
     let pid = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(pid);
@@ -4239,13 +4253,7 @@ fn the_image_of_the_stop_carries_only_what_changed_since_the_skeleton() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("dl");
-    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
-    let (mut child, cmds, out) = env.python("bigmemfd", BIG_MEMFD);
-    let pid = child.id() as i32;
-    let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
-        command(&cmds, "change");
-        wait_output(&out, "CHANGED", "the process did not change its memfd");
-    });
+    let (mut child, cmds, out, rep) = changed_between_the_captures(&mut env, "bigmemfd", BIG_MEMFD);
     skeleton_ran(&rep);
     let down = rep["bytes_per_phase"]["down"].as_u64().unwrap();
     assert!(
