@@ -891,6 +891,14 @@ impl Run<'_> {
         base: &[&BaselineRecord],
         xfer_s: f64,
     ) -> Result<()> {
+        // First touch of as much fresh memory as the workload's size, before
+        // the workload starts: measured while it ran, it shared the CPUs
+        // with the workload and ate into its run, which is sized to outlast
+        // the migration only (`run_secs`); on a VM whose host backs fresh
+        // memory slowly, 1 GiB took long enough for the workload to end
+        // before `pmig migrate` began.
+        let bytes = (cell.kib << 10).clamp(1 << 20, 1 << 30);
+        r.first_touch_bytes_per_s = crate::engine::first_touch_gbps(bytes)? * 1e9;
         let (f, ch) = self.start(
             &cell.workload,
             cell.kib,
@@ -901,12 +909,7 @@ impl Run<'_> {
             .pid
             .ok_or_else(|| BenchError::Failed("READY without pid".into()))?;
         r.rss_kib = ready.rss_kib.map(|k| k as f64).unwrap_or(f64::NAN);
-        if r.rss_kib.is_finite() {
-            let bytes = ((r.rss_kib as u64) << 10).clamp(1 << 20, 1 << 30);
-            r.first_touch_bytes_per_s = crate::engine::first_touch_gbps(bytes)? * 1e9;
-        }
-        // Pauses before this (the first-touch measurement above shares the
-        // CPUs with the workload) are not the migration's.
+        // Pauses before this are not the migration's.
         let migrate_ns = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
             .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
             .map_err(|e| BenchError::Failed(format!("read the clock: {e}")))?;

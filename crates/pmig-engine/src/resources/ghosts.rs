@@ -115,7 +115,7 @@ impl SparseGhosts {
             layout: &'a Sparse,
         }
         #[derive(Serialize)]
-        struct Sparse_<'a> {
+        struct SparseRefs<'a> {
             files: Vec<One<'a>>,
         }
         let Some(s) = s else { return Ok(()) };
@@ -129,7 +129,7 @@ impl SparseGhosts {
             w.put(Ghosts::PART, &Dense { files: dense })?;
         }
         if !sparse.is_empty() {
-            w.put(Self::PART, &Sparse_ { files: sparse })?;
+            w.put(Self::PART, &SparseRefs { files: sparse })?;
         }
         Ok(())
     }
