@@ -245,6 +245,30 @@ pub fn tgid_of(tid: pid_t) -> Option<pid_t> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The thread tracing thread or process `tid` (TracerPid of its status):
+/// None when it is not traced, or gone.
+pub fn tracer_of(tid: pid_t) -> Option<pid_t> {
+    let s = slurp(&format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&t: &pid_t| t > 0)
+}
+
+/// A thread of process `pid` traced by a program other than this one: the
+/// thread and its tracer, or None.
+pub fn foreign_tracer(pid: pid_t) -> Option<(pid_t, pid_t)> {
+    let ours = |t: pid_t| std::path::Path::new(&format!("/proc/self/task/{t}")).exists();
+    let mut tids: Vec<pid_t> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    // The leader first: a traced process is named by its leader's tracer.
+    tids.sort_unstable_by_key(|&t| (t != pid, t));
+    tids.into_iter()
+        .find_map(|t| tracer_of(t).filter(|&tr| !ours(tr)).map(|tr| (t, tr)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -232,14 +232,15 @@ fn seize_and_interrupt(pid: pid_t, tid: pid_t) -> Result<bool> {
         // PF_EXITING, while its state still reads as running.)
         Err(nix::errno::Errno::EPERM) if crate::procfs::has_exited(tid) => return Ok(false),
         Err(nix::errno::Errno::EPERM) => {
+            let why = match crate::procfs::tracer_of(tid) {
+                Some(t) => format!("it is traced by pid {t}"),
+                None if tid == pid => "not permitted (not yours?)".to_string(),
+                None => "not permitted".to_string(),
+            };
             return Err(if tid == pid {
-                EngineError::Other(format!(
-                    "cannot stop process {pid}: ptrace not permitted (already traced, or not yours)"
-                ))
+                EngineError::Other(format!("cannot stop process {pid}: {why}"))
             } else {
-                EngineError::Other(format!(
-                    "cannot stop thread {tid} of process {pid}: ptrace not permitted"
-                ))
+                EngineError::Other(format!("cannot stop thread {tid} of process {pid}: {why}"))
             });
         }
         Err(e) => return Err(e).ctx(|| format!("ptrace seize thread {tid}")),
@@ -972,7 +973,12 @@ impl Frozen {
         };
         let mut first = None;
         let mut exiting = Vec::new();
-        for t in &self.threads {
+        // The leader last: a process that answers from its main thread has
+        // every other thread let go by then (another program may move it
+        // right away: one still traced by us a moment longer would refuse).
+        let mut order: Vec<&Thread> = self.threads.iter().collect();
+        order.sort_by_key(|t| t.tid == self.pid);
+        for t in order {
             match ptrace::detach(Pid::from_raw(t.tid), None) {
                 Ok(()) => {}
                 // Out of its stop: only SIGKILL does that, e.g. a thread let

@@ -9,6 +9,28 @@ use serde::{Deserialize, Serialize};
 
 pub struct Process;
 
+/// How long the precheck waits for another program to let go of the
+/// process's threads.
+const TRACER_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A thread of `pid` that another program traces, and its tracer; None if
+/// there is none. A tracer still there after `wait` is one that
+/// stays. A process just restored (by `pmig restore`, or by a daemon for a
+/// migration) is let go one thread after another, and may already answer
+/// from a thread let go while another is still traced for a moment: that
+/// moment is waited out, so that moving a process right after it arrived
+/// does not fail on it.
+fn settled_tracer(pid: pid_t, wait: std::time::Duration) -> Option<(pid_t, pid_t)> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let found = procfs::foreign_tracer(pid)?;
+        if std::time::Instant::now() >= deadline {
+            return Some(found);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ProcessState {
     pub pid: pid_t,
@@ -112,11 +134,14 @@ impl Resource for Process {
                 "a process that has already exited (zombie)",
             ));
         }
-        let tracer = get("TracerPid");
-        if tracer != "0" && tracer.parse::<pid_t>().ok() != Some(std::process::id() as pid_t) {
+        if let Some((tid, tracer)) = settled_tracer(pid, TRACER_WAIT) {
             return Err(unsupported(
                 pid,
-                format!("a process already being traced (by pid {tracer})"),
+                if tid == pid {
+                    format!("a process already being traced (by pid {tracer})")
+                } else {
+                    format!("a process already being traced (its thread {tid} by pid {tracer})")
+                },
             ));
         }
         match get("Seccomp") {
@@ -190,6 +215,73 @@ impl Resource for Process {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread of this test process, traced by a child of it that lets go
+    /// when told: a tracer that stays is reported with the thread, one that
+    /// lets go while the precheck waits is not.
+    #[test]
+    fn a_tracer_letting_go_is_waited_for_and_one_that_stays_is_named() {
+        use std::os::fd::AsRawFd;
+        use std::time::Duration;
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let target = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = end_rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let (said_r, said_w) = nix::unistd::pipe().unwrap();
+        let (go_r, go_w) = nix::unistd::pipe().unwrap();
+        // SAFETY: the child makes only raw system calls (ptrace, write,
+        // read, _exit) before it exits.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            // SAFETY: as above; the buffers are locals.
+            unsafe {
+                let ok = libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, 0usize) == 0;
+                let b: u8 = if ok { b's' } else { b'e' };
+                libc::write(said_w.as_raw_fd(), &b as *const u8 as *const _, 1);
+                let mut x = 0u8;
+                libc::read(go_r.as_raw_fd(), &mut x as *mut u8 as *mut _, 1);
+                libc::_exit(0);
+            }
+        }
+        assert!(child > 0, "fork: {}", std::io::Error::last_os_error());
+        struct Reap(pid_t);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                // SAFETY: killing and reaping our own child.
+                unsafe { libc::kill(self.0, libc::SIGKILL) };
+                let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.0), None);
+            }
+        }
+        let reap = Reap(child);
+        drop(said_w);
+        drop(go_r);
+        let mut b = [0u8];
+        nix::unistd::read(said_r.as_raw_fd(), &mut b).unwrap();
+        assert_eq!(b[0], b's', "the child could not trace thread {tid}");
+        let me = std::process::id() as pid_t;
+        assert_eq!(procfs::foreign_tracer(me), Some((tid, child)));
+        assert_eq!(
+            settled_tracer(me, Duration::from_millis(20)),
+            Some((tid, child)),
+            "a tracer that stays"
+        );
+        // Told to let go once the wait has begun.
+        let teller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            nix::unistd::write(&go_w, b"g").unwrap();
+            go_w
+        });
+        let after = settled_tracer(me, Duration::from_secs(30));
+        let _go_w = teller.join().unwrap();
+        drop(reap);
+        end_tx.send(()).unwrap();
+        target.join().unwrap();
+        assert_eq!(after, None, "the tracer let go of thread {tid}");
+    }
 
     /// A 32-bit program without libc: sleeps forever through `int 0x80`.
     const SLEEPER_32: &str = r#"
