@@ -1010,6 +1010,15 @@ fn move_around(
         }
         let new = rep["new_pid"].as_i64().unwrap() as i32;
         assert!(alive(new), "{what}: restored pid {new} is not running");
+        // Not in the destination daemon's process group, where a
+        // `kill(0, sig)` of the program would reach the daemon.
+        let daemon = env.c().node(to).unwrap().daemon_pid.unwrap();
+        // SAFETY: getpgid takes no pointers.
+        let (pg, dpg) = unsafe { (libc::getpgid(new), libc::getpgid(daemon)) };
+        assert!(
+            pg > 0 && pg != dpg,
+            "{what}: restored pid {new} is in process group {pg}, the {to} daemon's ({daemon}: {dpg})"
+        );
         if matches!(strategy, "demand-paging" | "freeze-free") && new != pid {
             // It reports at the handover, then copies the frozen original's
             // pages aside (demand-paging) or into the page store

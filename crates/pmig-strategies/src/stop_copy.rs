@@ -873,6 +873,14 @@ fn restore_command(
         _ => "glibc.pthread.rseq=0".to_string(),
     };
     cmd.env("GLIBC_TUNABLES", tunables);
+    // Its own process group, which the restored process joins (it is not
+    // made a session leader unless it was one): in the daemon's, a
+    // `kill(0, sig)` of the program, a shell's `trap 'kill 0' EXIT` or any
+    // signal to its group would reach this daemon too. Still in the
+    // daemon's session, so that the group is not orphaned when `pmig
+    // restore` exits: a stopped process in an orphaned group would get
+    // SIGHUP. (A job on a pty gets its own session from `wrap_restore`.)
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     d.host.wrap_restore(&d.peer, &d.offer, &mut cmd);
     Ok((cmd, out, err))
 }

@@ -27,7 +27,9 @@ async fn worker(id: u64, items: u64, tx: mpsc::Sender<(u64, u64)>) {
         }
         if k % 16 == 0 {
             // A blocking-pool thread, kept 50 ms after its last job.
-            x = tokio::task::spawn_blocking(move || mix(x, 50_000)).await.unwrap();
+            x = tokio::task::spawn_blocking(move || mix(x, 50_000))
+                .await
+                .unwrap();
         }
         tx.send((id, x)).await.unwrap();
     }
