@@ -1,5 +1,6 @@
-/* manythreads N ROUNDS (BENCHMARKS.md, "A twentieth sweep"): N threads, each doing
- * so often, results joined and summed: output depends on every thread. */
+/* manythreads N ROUNDS (BENCHMARKS.md, "A twentieth sweep"): N threads,
+ * each doing a fixed amount of hashing with a 1 ms sleep every eighth round,
+ * results joined and summed: the output depends on every thread. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
