@@ -976,17 +976,8 @@ fn settle(node: &Node, pid: i32, limit: Duration) -> std::result::Result<(), Str
             .contains_key(&pid)
     };
     // TracerPid names the tracing thread: one of ours?
-    let traced_by_us = || {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines().find_map(|l| {
-                    l.strip_prefix("TracerPid:")
-                        .and_then(|v| v.trim().parse::<i32>().ok())
-                })
-            })
-            .is_some_and(|t| t > 0 && Path::new(&format!("/proc/self/task/{t}")).exists())
-    };
+    let traced_by_us =
+        || pmig_engine::procfs::tracer_of(pid).is_some_and(pmig_engine::procfs::is_our_thread);
     const STEP: Duration = Duration::from_millis(10);
     let mut said = false;
     for _ in 0..=limit.as_millis() / STEP.as_millis() {

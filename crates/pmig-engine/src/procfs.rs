@@ -255,18 +255,26 @@ pub fn tracer_of(tid: pid_t) -> Option<pid_t> {
         .filter(|&t: &pid_t| t > 0)
 }
 
+/// Whether `tid` is a thread of this process (a tracer named by
+/// [`tracer_of`] may be any of them).
+pub fn is_our_thread(tid: pid_t) -> bool {
+    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+}
+
 /// A thread of process `pid` traced by a program other than this one: the
 /// thread and its tracer, or None.
 pub fn foreign_tracer(pid: pid_t) -> Option<(pid_t, pid_t)> {
-    let ours = |t: pid_t| std::path::Path::new(&format!("/proc/self/task/{t}")).exists();
     let mut tids: Vec<pid_t> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     // The leader first: a traced process is named by its leader's tracer.
     tids.sort_unstable_by_key(|&t| (t != pid, t));
-    tids.into_iter()
-        .find_map(|t| tracer_of(t).filter(|&tr| !ours(tr)).map(|tr| (t, tr)))
+    tids.into_iter().find_map(|t| {
+        tracer_of(t)
+            .filter(|&tr| !is_our_thread(tr))
+            .map(|tr| (t, tr))
+    })
 }
 
 #[cfg(test)]
