@@ -1011,13 +1011,25 @@ fn move_around(
         let new = rep["new_pid"].as_i64().unwrap() as i32;
         assert!(alive(new), "{what}: restored pid {new} is not running");
         // Not in the destination daemon's process group, where a
-        // `kill(0, sig)` of the program would reach the daemon.
+        // `kill(0, sig)` of the program would reach the daemon, nor in its
+        // session, whose CPU share (autogroup) it would take.
         let daemon = env.c().node(to).unwrap().daemon_pid.unwrap();
-        // SAFETY: getpgid takes no pointers.
-        let (pg, dpg) = unsafe { (libc::getpgid(new), libc::getpgid(daemon)) };
+        // SAFETY: getpgid and getsid take no pointers.
+        let (pg, dpg, sid, dsid) = unsafe {
+            (
+                libc::getpgid(new),
+                libc::getpgid(daemon),
+                libc::getsid(new),
+                libc::getsid(daemon),
+            )
+        };
         assert!(
             pg > 0 && pg != dpg,
             "{what}: restored pid {new} is in process group {pg}, the {to} daemon's ({daemon}: {dpg})"
+        );
+        assert!(
+            sid > 0 && sid != dsid,
+            "{what}: restored pid {new} is in session {sid}, the {to} daemon's ({daemon}: {dsid})"
         );
         if matches!(strategy, "demand-paging" | "freeze-free") && new != pid {
             // It reports at the handover, then copies the frozen original's

@@ -873,14 +873,31 @@ fn restore_command(
         _ => "glibc.pthread.rseq=0".to_string(),
     };
     cmd.env("GLIBC_TUNABLES", tunables);
-    // Its own process group, which the restored process joins (it is not
-    // made a session leader unless it was one): in the daemon's, a
-    // `kill(0, sig)` of the program, a shell's `trap 'kill 0' EXIT` or any
-    // signal to its group would reach this daemon too. Still in the
-    // daemon's session, so that the group is not orphaned when `pmig
-    // restore` exits: a stopped process in an orphaned group would get
-    // SIGHUP. (A job on a pty gets its own session from `wrap_restore`.)
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    // A session of its own, whose process group (the session's, led by
+    // `pmig restore`) the restored process joins; it is not made a session
+    // leader unless it was one. In the daemon's group, a `kill(0, sig)` of
+    // the program, a shell's `trap 'kill 0' EXIT` or any signal to its group
+    // would reach this daemon too; in the daemon's session, it would share
+    // the daemon's CPU share (the kernel's autogroup is per session), and a
+    // program with hundreds of busy threads starved the daemon. No SIGHUP
+    // when `pmig restore` exits, even to a stopped process: the kernel
+    // sends one to a group that an exit orphans only if the exiting process
+    // is the parent of a member in another group of its session, or a
+    // member whose parent is in another group of its session. Here the
+    // restored process is in `pmig restore`'s group (or, a session leader,
+    // in a session of its own), and this daemon in another session. (A job
+    // on a pty gets a session on its new terminal from `wrap_restore`,
+    // whose keeper's `setsid` comes after this one, in a forked child that
+    // leads no group.)
+    // SAFETY: setsid is async-signal-safe and touches no memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     d.host.wrap_restore(&d.peer, &d.offer, &mut cmd);
     Ok((cmd, out, err))
 }
