@@ -2838,6 +2838,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "novdso",
     "memfd",
     "delexe",
+    "locks",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

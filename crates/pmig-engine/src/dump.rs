@@ -1,7 +1,7 @@
 //! `pmig dump`: freeze, capture, write, verify, then kill or resume.
 
 use crate::error::{EngineError, Result};
-use crate::image::{precheck_all, ProcessImage};
+use crate::image::{freeze_settled, precheck_all, precheck_settled, ProcessImage};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
@@ -25,9 +25,22 @@ use pmig_image::{Image, ImageWriter, Manifest};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DumpOptions {
     pub leave_running: bool,
+    /// How long a state that usually passes (a file lock held, an inotify
+    /// event not read yet) is waited out before the dump is refused
+    /// ([`crate::image::BUSY_WAIT`] by default).
+    pub busy_wait: Duration,
+}
+
+impl Default for DumpOptions {
+    fn default() -> Self {
+        DumpOptions {
+            leave_running: false,
+            busy_wait: crate::image::BUSY_WAIT,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -229,9 +242,9 @@ pub fn dump(pid: pid_t, dir: &Path, opts: &DumpOptions) -> Result<DumpReport> {
         return Err(EngineError::Other("pmig cannot dump itself".into()));
     }
     // Refuse unsupported state before touching the process.
-    precheck_all(pid)?;
-    let t0 = Instant::now();
-    let mut frozen = Frozen::freeze(pid)?;
+    precheck_settled(pid, opts.busy_wait)?;
+    let mut t0 = Instant::now();
+    let mut frozen = freeze_settled(pid, opts.busy_wait, || t0 = Instant::now())?;
     tracing::debug!("freeze: {:.2} ms", t0.elapsed().as_secs_f64() * 1e3);
     // Anything that can fail from here on leaves the process as it was:
     // `frozen` detaches on drop.

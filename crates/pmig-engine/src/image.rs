@@ -1,6 +1,7 @@
 //! The whole process image: one part per resource.
 
-use crate::error::Result;
+use crate::error::{busy, EngineError, Result};
+use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
     files::{FileIds, Files},
@@ -19,6 +20,7 @@ use crate::resources::{
     Resource,
 };
 use pmig_image::{Image, ImageWriter};
+use std::time::{Duration, Instant};
 
 /// Every resource's state. Adding a resource adds a field here.
 #[derive(Debug)]
@@ -164,6 +166,65 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     Session::precheck(pid)?;
     mark("precheck: the rest");
     Ok(())
+}
+
+/// How long a state that usually passes in a moment
+/// ([`EngineError::Busy`]: a file lock held, an inotify event not read yet)
+/// is waited out by default before its refusal stands.
+pub const BUSY_WAIT: Duration = Duration::from_secs(1);
+
+/// Between two looks at a running process that is busy.
+const BUSY_POLL: Duration = Duration::from_micros(50);
+
+/// [`precheck_all`], again while it refuses only a state that usually
+/// passes in a moment ([`EngineError::Busy`]), until it passes or `wait`
+/// has gone by; then that refusal stands. The process is not touched.
+pub fn precheck_settled(pid: libc::pid_t, wait: Duration) -> Result<()> {
+    let end = Instant::now() + wait;
+    loop {
+        match precheck_all(pid) {
+            Err(EngineError::Busy { .. }) if Instant::now() < end => std::thread::sleep(BUSY_POLL),
+            r => return r,
+        }
+    }
+}
+
+/// Freezes `pid` (calling `before` just before each try) at a moment it
+/// holds no file lock (a restored process would not have it). A freeze
+/// that finds one lets the process go again at once, and the next try
+/// waits until the running process shows none, so a lock held throughout
+/// costs no freeze. After `wait`, a lock still held is refused
+/// ([`EngineError::Busy`]), the process running as before.
+pub fn freeze_settled(
+    pid: libc::pid_t,
+    wait: Duration,
+    mut before: impl FnMut(),
+) -> Result<Frozen> {
+    use crate::resources::files::held_lock;
+    let end = Instant::now() + wait;
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        while let Some(what) = held_lock(pid)? {
+            if Instant::now() >= end {
+                return Err(busy(pid, what));
+            }
+            std::thread::sleep(BUSY_POLL);
+        }
+        before();
+        let frozen = Frozen::freeze(pid)?;
+        // An error drops `frozen`, which lets the process go.
+        match held_lock(pid)? {
+            None => return Ok(frozen),
+            Some(what) => {
+                frozen.detach()?;
+                tracing::debug!("process {pid}: frozen holding a lock, let go (try {tries})");
+                if Instant::now() >= end {
+                    return Err(busy(pid, what));
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
 use pmig_engine::dump::{capture_with, finish_image, Aids};
-use pmig_engine::image::precheck_all;
+use pmig_engine::image::{freeze_settled, precheck_all, precheck_settled, BUSY_WAIT};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter, ScanFor};
 use pmig_engine::resources::signals::LateSignals;
@@ -208,7 +208,7 @@ struct Held {
 /// How often, and after how long, a capture refused as busy
 /// ([`pmig_engine::EngineError::Busy`]) is tried again.
 const BUSY_RETRIES: usize = 5;
-const BUSY_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+const BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Freezes `pid` and captures it into `dir`, keeping `also` (see [`Ready`]).
 fn freeze_and_capture(
@@ -246,7 +246,8 @@ use std::collections::HashSet;
 /// not wait for fresh memory.
 fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
     join_mount_ns(pid)?;
-    precheck_all(pid)?;
+    // A state that passes in a moment (a file lock held) is waited out.
+    precheck_settled(pid, BUSY_WAIT)?;
     pmig_engine::resources::gort::learn(pid);
     mark("hold: prechecked");
     // Most of what must reach a file server before another node opens the
@@ -328,9 +329,13 @@ fn capture_once(
         | CaptureMode::HandoverDeferredWritten(list) => Some(read_tracked(list)?),
         _ => None,
     };
-    let frozen_ns = mono_ns();
-    mark("hold: freeze");
-    let mut frozen = Frozen::freeze(pid)?;
+    // Frozen at a moment it holds no file lock; the stop begins at the
+    // freeze that finds none.
+    let mut frozen_ns = 0;
+    let mut frozen = freeze_settled(pid, BUSY_WAIT, || {
+        frozen_ns = mono_ns();
+        mark("hold: freeze");
+    })?;
     mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
     // Another thread scans the pages while the rest is captured (the
@@ -526,7 +531,7 @@ pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 
         ) {
             break;
         }
-        std::thread::sleep(BUSY_WAIT);
+        std::thread::sleep(BUSY_PAUSE);
         mark("hold: busy, freeze again");
         captured = freeze_and_capture(pid, dir, mode, &also);
     }
@@ -802,7 +807,7 @@ fn wait_for_go(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Option<Ready>
                 ) {
                     break;
                 }
-                std::thread::sleep(BUSY_WAIT);
+                std::thread::sleep(BUSY_PAUSE);
                 mark("hold: busy, precapture again");
                 let _ = std::fs::remove_dir_all(to);
                 got = precapture(pid, Path::new(to), mode, &mut ready);

@@ -489,6 +489,7 @@ fn scenarios_pass_without_migration() {
         ("jit", &[]),
         ("dropuid", &[]),
         ("mlocked", &[]),
+        ("locks", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),
@@ -616,6 +617,58 @@ fn refuse_flock() {
 #[test]
 fn refuse_posix_lock() {
     refusal("lockf", &["lock"]);
+}
+
+/// A lock taken and let go over and over (held nearly all the time): the
+/// dump waits for a moment without it, and the restored thread, which
+/// checks in every round that its lock is really held, goes on (before
+/// the dump waited, it was refused). Moved twice, as the other scenarios.
+#[test]
+fn a_lock_taken_and_let_go_over_and_over_is_dumped_between() {
+    let name = "locks";
+    let d = Dirs::new(name);
+    let mut guard = Guard::new();
+    let mut p = spawn_scenario(name, &[], &d.work());
+    p.expect_ready();
+    p.check(name, CHECK_TIMEOUT);
+    let mut pid = p.pid();
+    let mut running = p;
+    for hop in 1..=2 {
+        let img = d.path(&format!("img{hop}"));
+        std::fs::create_dir_all(&img).unwrap();
+        // A wait far longer than a moment without the lock takes to come.
+        let o = pmig(
+            &[
+                "dump",
+                "--pid",
+                &pid.to_string(),
+                "--dir",
+                img.to_str().unwrap(),
+                "--busy-wait-ms",
+                "120000",
+            ],
+            PMIG_TIMEOUT,
+        );
+        assert!(
+            o.status.success(),
+            "{name}: dump #{hop} failed ({:?}); stderr:\n{}",
+            o.status,
+            o.stderr
+        );
+        let _ = running.wait(EXIT_TIMEOUT);
+        let mut r = spawn_restore(
+            &format!("{name} (restore #{hop})"),
+            &img,
+            &d.path(&format!("pid{hop}")),
+            d.tmp.path(),
+        );
+        r.check(name, PMIG_TIMEOUT);
+        pid = restored_pid(&r);
+        guard.track_pid(pid);
+        r.check(name, CHECK_TIMEOUT);
+        running = r;
+    }
+    running.quit_ok();
 }
 
 #[test]

@@ -13,6 +13,11 @@ pub struct Args {
     /// the image is complete and verified).
     #[arg(long)]
     leave_running: bool,
+    /// How long to wait for a state that usually passes in a moment (a
+    /// file lock held, an inotify event not read yet) before refusing: the
+    /// process is frozen at a moment without it.
+    #[arg(long, value_name = "MS", default_value_t = pmig_engine::image::BUSY_WAIT.as_millis() as u64)]
+    busy_wait_ms: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -24,6 +29,7 @@ pub fn run(a: Args) -> Result<i32> {
         &a.dir,
         &pmig_engine::DumpOptions {
             leave_running: a.leave_running,
+            busy_wait: std::time::Duration::from_millis(a.busy_wait_ms),
         },
     )?;
     if a.json {

@@ -16,7 +16,7 @@
 
 use super::holders::HeldAlone;
 use super::{Capture, Preflight, Resource};
-use crate::error::{unsupported, Ctx, EngineError, Result};
+use crate::error::{busy, unsupported, Ctx, EngineError, Result};
 use crate::procfs;
 use libc::pid_t;
 use serde::{Deserialize, Serialize};
@@ -232,18 +232,44 @@ fn refuse_pipe_flags(pid: pid_t, fd: i32, flags: i32) -> Result<()> {
 /// lists the flock and open-file-description locks of its open file and
 /// the POSIX locks the process holds on the file). A restored process
 /// reopens its files without their locks: a lock would be lost without a
-/// word, and whatever it protected exposed.
+/// word, and whatever it protected exposed. A lock is usually let go again
+/// in a moment (a database's transaction), so the refusal is
+/// [`EngineError::Busy`]: the callers wait for a moment without one (see
+/// [`crate::image::precheck_settled`] and [`crate::image::freeze_settled`]).
 fn refuse_locks(pid: pid_t, fd: i32, info: &str) -> Result<()> {
-    let Some(l) = info.lines().find_map(|l| l.strip_prefix("lock:")) else {
-        return Ok(());
-    };
+    match lock_named(pid, fd, info) {
+        Some(what) => Err(busy(pid, what)),
+        None => Ok(()),
+    }
+}
+
+/// The lock held through fd `fd` (`info`: its fdinfo), as a refusal names
+/// it; `None` without one.
+fn lock_named(pid: pid_t, fd: i32, info: &str) -> Option<String> {
+    let l = info.lines().find_map(|l| l.strip_prefix("lock:"))?;
     // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:9986800 0 EOF"
     let kind: Vec<&str> = l.split_whitespace().skip(1).take(3).collect();
     let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
-    Err(unsupported(
-        pid,
-        format!("a file lock ({} on fd {fd}: {link})", kind.join(" ")),
+    Some(format!(
+        "it holds a file lock ({} on fd {fd}: {link})",
+        kind.join(" ")
     ))
+}
+
+/// The first file lock `pid` holds, named as its refusal names it, or
+/// `None`. Read while the process runs, this is a sample: it may take a
+/// lock the moment after.
+pub fn held_lock(pid: pid_t) -> Result<Option<String>> {
+    for fd in list_fds(pid)? {
+        // An fd closed since the listing holds no lock.
+        let Ok(info) = procfs::read(pid, &format!("fdinfo/{fd}")) else {
+            continue;
+        };
+        if let Some(what) = lock_named(pid, fd, &info) {
+            return Ok(Some(what));
+        }
+    }
+    Ok(None)
 }
 
 fn list_fds(pid: pid_t) -> Result<Vec<i32>> {
