@@ -1490,3 +1490,50 @@ mod follow_tests {
         assert!(compare_ids(&pre, &fin, &ids(&[(3, 1, 10)]), &other).is_err());
     }
 }
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// An open-file-description lock on `f` (whole file, write), taken or
+    /// let go.
+    fn ofd_lock(f: &std::fs::File, take: bool) {
+        // SAFETY: flock is plain data, for which all zeros is a value.
+        let mut l: libc::flock = unsafe { std::mem::zeroed() };
+        l.l_type = if take { libc::F_WRLCK } else { libc::F_UNLCK } as i16;
+        l.l_whence = libc::SEEK_SET as i16;
+        // SAFETY: F_OFD_SETLK reads one flock from our local.
+        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &l) };
+        assert_eq!(r, 0, "F_OFD_SETLK: {}", std::io::Error::last_os_error());
+    }
+
+    /// A lock this process holds is found and named with its kind, fd and
+    /// file; once let go, none is.
+    #[test]
+    fn a_held_lock_is_found_and_named_and_a_released_one_is_not() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("locked");
+        let f = std::fs::File::create(&path).unwrap();
+        let me = std::process::id() as pid_t;
+        let fd = f.as_raw_fd();
+        ofd_lock(&f, true);
+        let info = procfs::read(me, &format!("fdinfo/{fd}")).unwrap();
+        let named = lock_named(me, fd, &info).expect("the fdinfo lists the lock");
+        assert!(
+            named.contains("OFDLCK ADVISORY WRITE")
+                && named.contains(&format!("fd {fd}:"))
+                && named.contains(path.to_str().unwrap()),
+            "{named}"
+        );
+        assert!(matches!(
+            refuse_locks(me, fd, &info),
+            Err(EngineError::Busy { .. })
+        ));
+        assert!(held_lock(me).unwrap().is_some());
+        ofd_lock(&f, false);
+        let info = procfs::read(me, &format!("fdinfo/{fd}")).unwrap();
+        assert_eq!(lock_named(me, fd, &info), None);
+        assert!(refuse_locks(me, fd, &info).is_ok());
+    }
+}
