@@ -1,8 +1,9 @@
 /* locks: a thread takes a POSIX lock on a file of its working directory and
  * lets it go again, over and over, as a database's transactions do: it holds
- * the lock most of the time (about 0.3 ms a round) and is without it for
- * about 0.1 ms. A restored process reopens its files without their locks,
- * so pmig dump must freeze it in one of those moments (it waits for one).
+ * the lock most of the time (about 1 ms a round) and is without it for
+ * about 0.1 ms (asleep). A restored process reopens its files without
+ * their locks, so pmig dump must freeze it in one of those moments (it
+ * waits for one).
  *
  * While it holds the lock, the thread asks through a second open file
  * description of the file (an open-file-description lock query, which
@@ -35,12 +36,12 @@ static void *locker(void *arg) {
         if (fcntl(fd, F_SETLKW, &l) != 0) {
             FAIL("round %d: lock: %s", rounds, strerror(errno));
         }
-        /* About 0.3 ms with the lock, checked at both ends. */
+        /* About 1 ms with the lock, checked at both ends. */
         if (!held_by_us()) {
             FAIL("round %d: the lock just taken is not held", rounds);
         }
         volatile unsigned long x = (unsigned long)rounds;
-        for (int i = 0; i < 60000; i++) x = x * 6364136223846793005ul + 1;
+        for (int i = 0; i < 200000; i++) x = x * 6364136223846793005ul + 1;
         if (!held_by_us()) {
             FAIL("round %d: the lock was lost while held", rounds);
         }

@@ -184,8 +184,21 @@ pub fn precheck_settled(pid: libc::pid_t, wait: Duration) -> Result<()> {
     loop {
         match precheck_all(pid) {
             Err(EngineError::Busy { .. }) if Instant::now() < end => std::thread::sleep(BUSY_POLL),
+            Err(EngineError::Busy { pid, what }) => {
+                return Err(busy(pid, waited(what, "still so after", wait)))
+            }
             r => return r,
         }
+    }
+}
+
+/// `what` a refusal as busy names, with how it lasted through a wait of
+/// `wait` (nothing to add without a wait).
+fn waited(what: String, how: &str, wait: Duration) -> String {
+    if wait.is_zero() {
+        what
+    } else {
+        format!("{what}, {how} a wait of {} ms", wait.as_millis())
     }
 }
 
@@ -207,7 +220,11 @@ pub fn freeze_settled(
         tries += 1;
         while let Some(what) = held_lock(pid)? {
             if Instant::now() >= end {
-                return Err(busy(pid, what));
+                let how = match tries {
+                    1 => "held throughout".to_string(),
+                    n => format!("held at each of {} freezes in", n - 1),
+                };
+                return Err(busy(pid, waited(what, &how, wait)));
             }
             std::thread::sleep(BUSY_POLL);
         }
@@ -220,7 +237,8 @@ pub fn freeze_settled(
                 frozen.detach()?;
                 tracing::debug!("process {pid}: frozen holding a lock, let go (try {tries})");
                 if Instant::now() >= end {
-                    return Err(busy(pid, what));
+                    let how = format!("held at each of {tries} freezes in");
+                    return Err(busy(pid, waited(what, &how, wait)));
                 }
             }
         }
