@@ -4,7 +4,7 @@ use crate::error::{busy, EngineError, Result};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
-    files::{FileIds, Files},
+    files::{self, FileIds, Files},
     ghosts::{GhostMaps, Ghosts, SparseGhosts},
     identity::Identity,
     jobctl::JobCtl,
@@ -183,6 +183,9 @@ pub fn precheck_settled(pid: libc::pid_t, wait: Duration) -> Result<()> {
     let end = Instant::now() + wait;
     loop {
         match precheck_all(pid) {
+            // All of it again, not the locks alone first: the checks must
+            // themselves see a moment without a lock, and a program that
+            // lets go for microseconds shows one to a few in a hundred looks.
             Err(EngineError::Busy { .. }) if Instant::now() < end => std::thread::sleep(BUSY_POLL),
             Err(EngineError::Busy { pid, what }) => {
                 return Err(busy(pid, waited(what, "still so after", wait)))
@@ -202,6 +205,18 @@ fn waited(what: String, how: &str, wait: Duration) -> String {
     }
 }
 
+/// Looks at the file locks of the running process `pid` (every
+/// [`BUSY_POLL`]) until it shows none or `end` has come: the lock it still
+/// holds then, or `None`.
+fn lock_left_at(pid: libc::pid_t, end: Instant) -> Result<Option<String>> {
+    loop {
+        match files::held_lock(pid)? {
+            Some(_) if Instant::now() < end => std::thread::sleep(BUSY_POLL),
+            left => return Ok(left),
+        }
+    }
+}
+
 /// Freezes `pid` (calling `before` just before each try) at a moment it
 /// holds no file lock (a restored process would not have it). A freeze
 /// that finds one lets the process go again at once, and the next try
@@ -213,25 +228,21 @@ pub fn freeze_settled(
     wait: Duration,
     mut before: impl FnMut(),
 ) -> Result<Frozen> {
-    use crate::resources::files::held_lock;
     let end = Instant::now() + wait;
     let mut tries = 0u32;
     loop {
         tries += 1;
-        while let Some(what) = held_lock(pid)? {
-            if Instant::now() >= end {
-                let how = match tries {
-                    1 => "held throughout".to_string(),
-                    n => format!("held at each of {} freezes in", n - 1),
-                };
-                return Err(busy(pid, waited(what, &how, wait)));
-            }
-            std::thread::sleep(BUSY_POLL);
+        if let Some(what) = lock_left_at(pid, end)? {
+            let how = match tries {
+                1 => "held throughout".to_string(),
+                n => format!("held at each of {} freezes in", n - 1),
+            };
+            return Err(busy(pid, waited(what, &how, wait)));
         }
         before();
         let frozen = Frozen::freeze(pid)?;
         // An error drops `frozen`, which lets the process go.
-        match held_lock(pid)? {
+        match files::held_lock(pid)? {
             None => return Ok(frozen),
             Some(what) => {
                 frozen.detach()?;
