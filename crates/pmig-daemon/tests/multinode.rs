@@ -711,7 +711,7 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         return;
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let env = Env::up("e");
+    let mut env = Env::up("e");
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (b"garbage\n".to_vec(), "bad request"),
         (b"{\"migrate\":{\"pid\":1,\"to\":\"x\"".to_vec(), "bad request"),
@@ -749,6 +749,42 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("permission denied"), "{out} {:?}", o.stderr);
+    // A zombie (a child that exited and that its parent has not reaped) is
+    // named as exited before anything is prepared.
+    let zout = env.dir.join("zombie.out");
+    let _parent = env.spawn(
+        "n1",
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import os,sys,time\np=os.fork()\nif p==0: os._exit(0)\nprint(p, flush=True)\ntime.sleep(600)",
+        ],
+        None,
+        &zout,
+    );
+    let t0 = Instant::now();
+    let zombie: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&zout)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break p;
+        }
+        assert!(t0.elapsed() < LIMIT, "the zombie's parent never printed");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    while !state(zombie).contains("Z (zombie)") {
+        assert!(t0.elapsed() < LIMIT, "the child never became a zombie");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let req = format!(
+        "{{\"migrate\":{{\"pid\":{zombie},\"to\":\"127.0.0.1:1\",\"strategy\":\"post-copy\"}}}}\n"
+    );
+    let out = env.raw_control("n1", req.as_bytes());
+    assert!(
+        out.contains("has already exited") && out.contains("nothing was touched"),
+        "zombie: {out}"
+    );
 
     // Node side: garbage, then an authenticated peer sending a malformed message.
     let addr = env.addr("n1");

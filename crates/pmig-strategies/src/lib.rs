@@ -834,6 +834,11 @@ pub fn migrate_with(
             "the daemon cannot migrate itself".into(),
         ));
     }
+    if pmig_engine::procfs::has_exited(pid) {
+        return Err(StrategyError::Other(format!(
+            "process {pid} has already exited (a zombie its parent has not reaped): there is nothing to move; nothing was touched"
+        )));
+    }
     if pmig_engine::procfs::is_kernel_thread(pid) {
         return Err(StrategyError::Other(format!(
             "process {pid} is a kernel thread: only user processes move; nothing was touched"
