@@ -752,7 +752,7 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
     // A zombie (a child that exited and that its parent has not reaped) is
     // named as exited before anything is prepared.
     let zout = env.dir.join("zombie.out");
-    let _parent = env.spawn(
+    let parent = env.spawn(
         "n1",
         &[
             "/usr/bin/python3",
@@ -785,6 +785,20 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         out.contains("has already exited") && out.contains("nothing was touched"),
         "zombie: {out}"
     );
+    // A destination that is the source's own daemon is refused after the
+    // handshake, the process untouched.
+    let ppid = parent.id() as i32;
+    let req = format!(
+        "{{\"migrate\":{{\"pid\":{ppid},\"to\":\"{}\",\"strategy\":\"post-copy\"}}}}\n",
+        env.addr("n1")
+    );
+    let out = env.raw_control("n1", req.as_bytes());
+    assert!(
+        out.contains(&format!("process {ppid} already runs on n1"))
+            && out.contains("nothing was touched"),
+        "to itself: {out}"
+    );
+    assert!(state(ppid).contains("S (sleeping)"), "{}", state(ppid));
 
     // Node side: garbage, then an authenticated peer sending a malformed message.
     let addr = env.addr("n1");

@@ -871,6 +871,21 @@ pub fn migrate_with(
     let ch = pmig_proto::blocking::connect_for_bulk(req.to.as_str(), host.cluster_key(), &cfg)
         .map_err(|e| ctx(e.into()))?;
     let peer = ch.peer().node.clone();
+    if peer == host.node() {
+        // Node names are unique in a cluster: the destination is this node
+        // (its own address, or another daemon started under the same name).
+        // Moving a process onto the node it runs on would only cost it its
+        // parent and perhaps its pid.
+        return Err(StrategyError::Other(format!(
+            "process {pid} already runs on {peer}: the daemon at {} is this node{}; nothing was touched",
+            req.to,
+            if req.to_name.as_deref() == Some(peer.as_str()) {
+                String::new()
+            } else {
+                format!(" (it calls itself `{peer}`, as this one does)")
+            }
+        )));
+    }
     let id = new_id();
     let staging = host.staging_root().join(format!(
         "pmig-{}-{}-out-{id}",
