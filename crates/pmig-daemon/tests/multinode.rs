@@ -752,7 +752,7 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
     // A zombie (a child that exited and that its parent has not reaped) is
     // named as exited before anything is prepared.
     let zout = env.dir.join("zombie.out");
-    let parent = env.spawn(
+    let mut parent = env.spawn(
         "n1",
         &[
             "/usr/bin/python3",
@@ -799,6 +799,8 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         "to itself: {out}"
     );
     assert!(state(ppid).contains("S (sleeping)"), "{}", state(ppid));
+    let _ = parent.kill();
+    let _ = parent.wait();
 
     // Node side: garbage, then an authenticated peer sending a malformed message.
     let addr = env.addr("n1");

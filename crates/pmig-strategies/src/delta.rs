@@ -8,12 +8,15 @@
 //! otherwise carry whole. So the source plans the state file of the image
 //! of the stop ([`pmig_image::PARTS_FILE`]) as *pieces*: runs of bytes to
 //! send (`ImageChunk`) and runs the destination takes from the skeleton's
-//! file of that name (`ImageCopy`). Parts are matched by name, and compared
-//! in blocks of [`BLOCK`] bytes from their starts, so a part that moved
-//! because one before it grew or shrank is still found; a block that
-//! differs from the one at its place is looked up among all of the
-//! skeleton's part's blocks by its hash (and compared), so bytes that moved
-//! within the part by whole blocks are found too.
+//! file of that name (`ImageCopy`). Parts are matched by name, so a part
+//! that moved because one before it grew or shrank is still found. A part
+//! of up to [`FINE_LIMIT`] bytes that changed is matched byte by byte
+//! (`fine`): a record that came or went in the list of mappings shifts
+//! all after it by any number of bytes. A longer one is compared in blocks
+//! of [`BLOCK`] bytes from its start; a block that differs from the one at
+//! its place is looked up among all of the skeleton's part's blocks by its
+//! hash (and compared), so bytes that moved within the part by whole blocks
+//! are found too.
 //!
 //! Nothing depends on the plan being right: the destination verifies every
 //! checksum of the image it rebuilt, as of any image, before it is used.
@@ -106,6 +109,37 @@ pub fn plan(
             continue;
         };
         let theirs = &base[b.offset as usize..(b.offset + b.len) as usize];
+        let mine = &fin[p.offset as usize..(p.offset + p.len) as usize];
+        if mine == theirs {
+            push(Piece::Copy {
+                from: b.offset,
+                len: p.len,
+            });
+            at += p.len;
+            continue;
+        }
+        if p.len <= FINE_LIMIT {
+            // A short part that changed (the list of mappings, the
+            // threads' registers): bytes are added or removed anywhere
+            // in it, which shifts all that follows by any number of bytes.
+            for run in fine(theirs, mine) {
+                push(match run {
+                    Run::Same { from, at: i, len } => {
+                        debug_assert_eq!(i as u64, at - p.offset);
+                        Piece::Copy {
+                            from: b.offset + from as u64,
+                            len: len as u64,
+                        }
+                    }
+                    Run::New { at: i, len } => Piece::Send {
+                        at: p.offset + i as u64,
+                        len: len as u64,
+                    },
+                });
+                at += run.len() as u64;
+            }
+            continue;
+        }
         // The skeleton's whole blocks by their hash, found when the block at
         // the same place differs: data that moved by whole blocks (a
         // sparse file's data after an extent that came or went) is found
@@ -139,6 +173,189 @@ pub fn plan(
         at += p.len;
     }
     push(Piece::Send { at, len: end - at });
+    out
+}
+
+/// Parts up to this long that changed are compared byte by byte (`fine`);
+/// longer ones (the data of a memfd or deleted file) block by block.
+pub const FINE_LIMIT: u64 = 1 << 20;
+/// The window [`fine`] looks runs up by.
+const WINDOW: usize = 32;
+/// The shortest run [`fine`] takes from the skeleton's part: a copy is a
+/// message of its own (32 bytes) and splits the bytes sent around it in two
+/// (24 bytes more).
+const MIN_RUN: usize = 96;
+
+/// A run of a part, by [`fine`]: the same bytes as the skeleton's part at
+/// `from`, or bytes of its own; `at` is where it starts in the part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Same { from: usize, at: usize, len: usize },
+    New { at: usize, len: usize },
+}
+
+impl Run {
+    fn len(&self) -> usize {
+        match *self {
+            Run::Same { len, .. } | Run::New { len, .. } => len,
+        }
+    }
+}
+
+/// A rolling sum of a window of [`WINDOW`] bytes: `a` their sum, `b` their
+/// sum weighted by the distance to the window's end (both modulo 2^32).
+#[derive(Clone, Copy)]
+struct Rolling {
+    a: u32,
+    b: u32,
+}
+
+impl Rolling {
+    fn of(w: &[u8]) -> Rolling {
+        let (mut a, mut b) = (0u32, 0u32);
+        for &x in w {
+            a = a.wrapping_add(x as u32);
+            b = b.wrapping_add(a);
+        }
+        Rolling { a, b }
+    }
+
+    /// The window one byte on: `out` leaves it, `inn` enters it.
+    fn roll(&mut self, out: u8, inn: u8) {
+        self.a = self.a.wrapping_sub(out as u32).wrapping_add(inn as u32);
+        self.b = self
+            .b
+            .wrapping_sub((WINDOW as u32).wrapping_mul(out as u32))
+            .wrapping_add(self.a);
+    }
+
+    fn key(&self) -> u32 {
+        (self.b << 16) ^ (self.a & 0xffff)
+    }
+}
+
+/// The windows of a part by their rolling sum's key: an open-addressed
+/// table, the first window of each key kept. It is built and read on the
+/// stop's path, where a general hash map's hashing cost more than the
+/// matching itself.
+struct WindowIndex {
+    /// (key, offset + 1); an offset + 1 of 0 is an empty slot.
+    slots: Vec<(u32, u32)>,
+    mask: usize,
+}
+
+impl WindowIndex {
+    fn new(n: usize) -> WindowIndex {
+        let size = (2 * n + 1).next_power_of_two();
+        WindowIndex {
+            slots: vec![(0, 0); size],
+            mask: size - 1,
+        }
+    }
+
+    fn slot(&self, key: u32) -> usize {
+        ((key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize & self.mask
+    }
+
+    fn insert(&mut self, key: u32, offset: usize) {
+        let mut s = self.slot(key);
+        loop {
+            match self.slots[s] {
+                (_, 0) => {
+                    self.slots[s] = (key, offset as u32 + 1);
+                    return;
+                }
+                (k, _) if k == key => return,
+                _ => s = (s + 1) & self.mask,
+            }
+        }
+    }
+
+    fn get(&self, key: u32) -> Option<usize> {
+        let mut s = self.slot(key);
+        loop {
+            match self.slots[s] {
+                (_, 0) => return None,
+                (k, o) if k == key => return Some(o as usize - 1),
+                _ => s = (s + 1) & self.mask,
+            }
+        }
+    }
+}
+
+/// How many bytes `x` and `y` have in common from their starts.
+fn common_prefix(x: &[u8], y: &[u8]) -> usize {
+    let n = x.len().min(y.len());
+    let mut k = 0;
+    while k + 64 <= n && x[k..k + 64] == y[k..k + 64] {
+        k += 64;
+    }
+    while k < n && x[k] == y[k] {
+        k += 1;
+    }
+    k
+}
+
+/// `mine` as runs of `theirs` and runs of its own, in order, wherever its
+/// bytes moved to (the way rsync matches a file against an older copy):
+/// `theirs` is indexed by the rolling sum of each of its windows of
+/// [`WINDOW`] bytes at a multiple of [`WINDOW`]; `mine` is looked up at
+/// every byte, and a window found (and compared) grows both ways as far as
+/// the bytes agree. Runs shorter than [`MIN_RUN`] are sent instead.
+fn fine(theirs: &[u8], mine: &[u8]) -> Vec<Run> {
+    let mut out = Vec::new();
+    let mut new_from = 0usize; // the start of the bytes not yet placed
+    if theirs.len() >= WINDOW && mine.len() >= WINDOW {
+        let mut index = WindowIndex::new(theirs.len() / WINDOW);
+        for (n, w) in theirs.chunks_exact(WINDOW).enumerate() {
+            index.insert(Rolling::of(w).key(), n * WINDOW);
+        }
+        let mut i = 0usize;
+        let mut sum = Rolling::of(&mine[..WINDOW]);
+        while i + WINDOW <= mine.len() {
+            let found = index
+                .get(sum.key())
+                .filter(|&j| theirs[j..j + WINDOW] == mine[i..i + WINDOW]);
+            if let Some(j) = found {
+                let ahead = common_prefix(&theirs[j..], &mine[i..]);
+                let mut back = 0;
+                while back < i - new_from && back < j && theirs[j - back - 1] == mine[i - back - 1]
+                {
+                    back += 1;
+                }
+                if back + ahead >= MIN_RUN {
+                    let (at, from) = (i - back, j - back);
+                    if at > new_from {
+                        out.push(Run::New {
+                            at: new_from,
+                            len: at - new_from,
+                        });
+                    }
+                    out.push(Run::Same {
+                        from,
+                        at,
+                        len: back + ahead,
+                    });
+                    i += ahead;
+                    new_from = i;
+                    if i + WINDOW <= mine.len() {
+                        sum = Rolling::of(&mine[i..i + WINDOW]);
+                    }
+                    continue;
+                }
+            }
+            if i + WINDOW < mine.len() {
+                sum.roll(mine[i], mine[i + WINDOW]);
+            }
+            i += 1;
+        }
+    }
+    if new_from < mine.len() {
+        out.push(Run::New {
+            at: new_from,
+            len: mine.len() - new_from,
+        });
+    }
     out
 }
 
@@ -212,21 +429,29 @@ mod tests {
             .sum()
     }
 
-    fn bytes(n: usize, seed: u8) -> Vec<u8> {
+    /// `n` pseudo-random bytes (xorshift), a different sequence per seed:
+    /// no run of one is found in another by chance.
+    fn bytes(n: usize, seed: u32) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (seed as u64 + 1).wrapping_mul(0x1000_0000_01b3);
         (0..n)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
             .collect()
     }
 
     #[test]
-    fn a_part_that_moved_is_taken_from_the_skeleton_but_its_changed_block() {
+    fn a_part_that_moved_is_taken_from_the_skeleton_but_its_changed_byte() {
         // Skeleton: "memory" of 100 bytes, then "ghosts" of 64 KiB.
         let ghost = bytes(64 << 10, 7);
         let mut base = bytes(100, 1);
         base.extend_from_slice(&ghost);
         let base_m = manifest(&[("memory", 0, 100), ("ghosts", 100, ghost.len() as u64)]);
-        // The stop: "memory" grew by 37 bytes (so "ghosts" moved), and one
-        // byte of the ghost's fifth block changed.
+        // The stop: "memory" is new (so "ghosts" moved), and one byte of
+        // the ghost's fifth page changed.
         let mut g2 = ghost.clone();
         g2[4 * 4096 + 9] ^= 0xff;
         let mut fin = bytes(137, 2);
@@ -234,13 +459,47 @@ mod tests {
         let fin_m = manifest(&[("memory", 0, 137), ("ghosts", 137, g2.len() as u64)]);
         let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
         assert_eq!(rebuild(&pieces, &base, &fin), fin);
-        // The memory part's first 100 bytes differ, so it all goes; of the
-        // ghost, one block.
-        assert_eq!(sent(&pieces), 137 + 4096);
+        // The memory part goes whole; of the ghost, the byte that changed.
+        assert_eq!(sent(&pieces), 137 + 1);
         assert_eq!(
             pieces,
             vec![
                 Piece::Send { at: 0, len: 137 },
+                Piece::Copy {
+                    from: 100,
+                    len: 4 * 4096 + 9
+                },
+                Piece::Send {
+                    at: 137 + 4 * 4096 + 9,
+                    len: 1
+                },
+                Piece::Copy {
+                    from: 100 + 4 * 4096 + 10,
+                    len: ghost.len() as u64 - (4 * 4096 + 10)
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_long_part_is_compared_by_blocks() {
+        // As above, with a ghost longer than the fine comparison takes:
+        // the block with the changed byte is sent whole.
+        let ghost = bytes(FINE_LIMIT as usize + (64 << 10), 7);
+        let mut base = bytes(100, 1);
+        base.extend_from_slice(&ghost);
+        let base_m = manifest(&[("memory", 0, 100), ("ghosts", 100, ghost.len() as u64)]);
+        let mut g2 = ghost.clone();
+        g2[4 * 4096 + 9] ^= 0xff;
+        let mut fin = bytes(137, 2);
+        fin.extend_from_slice(&g2);
+        let fin_m = manifest(&[("memory", 0, 137), ("ghosts", 137, g2.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(sent(&pieces), 137 + 4096);
+        assert_eq!(
+            pieces[1..],
+            [
                 Piece::Copy {
                     from: 100,
                     len: 4 * 4096
@@ -259,17 +518,18 @@ mod tests {
 
     #[test]
     fn blocks_that_moved_within_a_part_are_found_where_they_went() {
-        // A sparse ghost's data: 8 pages; at the stop a page came in
-        // before the fourth (the rest moved by one block) and the last
-        // changed.
-        let pages: Vec<Vec<u8>> = (0..8).map(|i| bytes(4096, 10 + i as u8)).collect();
+        // A sparse ghost's data, longer than the fine comparison takes;
+        // at the stop a page came in before the fourth (the rest moved by
+        // one block) and the last changed.
+        let n = FINE_LIMIT as usize / 4096 + 8;
+        let pages: Vec<Vec<u8>> = (0..n).map(|i| bytes(4096, 1000 + i as u32)).collect();
         let mut base = b"head".to_vec();
         base.extend(pages.concat());
         let base_m = manifest(&[("ghosts", 0, base.len() as u64)]);
         let mut fin = b"head".to_vec();
         let mut moved = pages.clone();
         moved.insert(3, bytes(4096, 99));
-        moved[8] = bytes(4096, 77);
+        moved[n] = bytes(4096, 77);
         fin.extend(moved.concat());
         let fin_m = manifest(&[("ghosts", 0, fin.len() as u64)]);
         let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
@@ -280,6 +540,87 @@ mod tests {
         // before it. The last block changed, and the 4 bytes after the
         // last whole block too.
         assert_eq!(sent(&pieces), 3 * 4096 + 4);
+    }
+
+    #[test]
+    fn the_rolling_sum_rolls_to_the_sum_of_the_next_window() {
+        let data = bytes(4096, 5);
+        let mut sum = Rolling::of(&data[..WINDOW]);
+        for i in 0..data.len() - WINDOW {
+            sum.roll(data[i], data[i + WINDOW]);
+            let next = Rolling::of(&data[i + 1..i + 1 + WINDOW]);
+            assert_eq!((sum.a, sum.b), (next.a, next.b), "at {i}");
+        }
+    }
+
+    /// A list of records of 20 to 200 bytes, like the list of mappings.
+    fn records(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| bytes(20 + (i * 37) % 181, 5000 + i as u32))
+            .collect()
+    }
+
+    #[test]
+    fn records_added_removed_and_changed_anywhere_are_all_that_is_sent() {
+        let mut recs = records(300);
+        let base = recs.concat();
+        let base_m = manifest(&[("memory", 0, base.len() as u64)]);
+        // Two records come in, one goes, and a byte changes in three.
+        let added = 77 + 150;
+        recs.insert(10, bytes(77, 1));
+        recs.insert(200, bytes(150, 2));
+        recs.remove(120);
+        for r in [50, 150, 250] {
+            recs[r][7] ^= 0x5a;
+        }
+        let fin = recs.concat();
+        let fin_m = manifest(&[("memory", 0, fin.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        let n = sent(&pieces) as usize;
+        assert!(
+            (3..=added + 3).contains(&n),
+            "{n} bytes sent of {} for {added} added and 3 changed: {pieces:?}",
+            fin.len()
+        );
+        // Runs of the skeleton's part between the changes, no more.
+        let copies = pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Copy { .. }))
+            .count();
+        assert!(copies <= 7, "{copies} copies: {pieces:?}");
+    }
+
+    #[test]
+    fn runs_shorter_than_a_copy_is_worth_are_sent() {
+        let base = bytes(8192, 3);
+        let base_m = manifest(&[("a", 0, 8192)]);
+        // The skeleton's bytes 50 at a time, each between new ones.
+        let mut fin = Vec::new();
+        for k in 0..40 {
+            fin.extend_from_slice(&base[k * 200..k * 200 + 50]);
+            fin.extend_from_slice(&bytes(50, 100 + k as u32));
+        }
+        let fin_m = manifest(&[("a", 0, fin.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(
+            pieces,
+            [Piece::Send {
+                at: 0,
+                len: fin.len() as u64
+            }]
+        );
+        // At MIN_RUN bytes each, they are taken.
+        let mut fin = Vec::new();
+        for k in 0..40 {
+            fin.extend_from_slice(&base[k * 200..k * 200 + MIN_RUN]);
+            fin.extend_from_slice(&bytes(50, 100 + k as u32));
+        }
+        let fin_m = manifest(&[("a", 0, fin.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(sent(&pieces), 40 * 50);
     }
 
     #[test]
@@ -295,10 +636,16 @@ mod tests {
         let fin_m = manifest(&[("a", 0, 13_000), ("b", 13_000, 500)]);
         let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
         assert_eq!(rebuild(&pieces, &base, &fin), fin);
-        // Two whole blocks copied; the third block ends past the skeleton's
-        // part, so from there on everything is sent.
-        assert_eq!(pieces[0], Piece::Copy { from: 0, len: 8192 });
-        assert_eq!(sent(&pieces), fin.len() as u64 - 8192);
+        // All of the skeleton's part is taken; what it grew by, "b" and the
+        // bytes after it are sent.
+        assert_eq!(
+            pieces[0],
+            Piece::Copy {
+                from: 0,
+                len: 10_000
+            }
+        );
+        assert_eq!(sent(&pieces), fin.len() as u64 - 10_000);
     }
 
     #[test]

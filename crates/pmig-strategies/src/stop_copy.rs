@@ -553,8 +553,8 @@ pub(crate) fn receive_image_after(
     dir: &Path,
     mut first: Option<Incoming>,
 ) -> Result<u64> {
-    let mut current: Option<(String, File, u64, u64)> = None; // name, file, size, written
-    let mut base: Option<(File, u64)> = None; // the skeleton's file of that name, its length
+    let mut current: Option<FileIn> = None;
+    let mut base: Option<SkeletonFile> = None; // the skeleton's file of that name
     let mut files = 0u32;
     let mut total = 0u64;
     let bad = |what: String| StrategyError::Protocol {
@@ -570,10 +570,8 @@ pub(crate) fn receive_image_after(
         let data = &body[att..];
         match msg {
             Msg::ImageFile { id, name, size } if id == d.offer.id => {
-                if let Some((n, _, s, w)) = &current {
-                    if w != s {
-                        return Err(bad(format!("file {n} ended after {w} of {s} bytes")));
-                    }
+                if let Some(done) = current.take() {
+                    done.finish(dir)?;
                 }
                 if !pmig_proto::is_safe_file_name(&name) {
                     return Err(bad(format!("invalid file name {name:?}")));
@@ -585,54 +583,68 @@ pub(crate) fn receive_image_after(
                     .open(&p)
                     .map_err(io_err(format!("create {}", p.display())))?;
                 files += 1;
-                current = Some((name, f, size, 0));
+                current = Some(FileIn {
+                    name,
+                    file: f,
+                    size,
+                    written: 0,
+                    pending: Vec::new(),
+                });
                 base = None;
             }
             Msg::ImageCopy { id, from, len } if id == d.offer.id => {
-                let Some((name, f, size, written)) = current.as_mut() else {
+                let Some(cur) = current.as_mut() else {
                     return Err(bad("image data before any ImageFile".into()));
                 };
-                if written.saturating_add(len) > *size {
+                if cur.written.saturating_add(len) > cur.size {
                     return Err(bad(format!(
-                        "a copy of {len} bytes runs past file {name} ({written} of {size} bytes written)"
+                        "a copy of {len} bytes runs past file {} ({} of {} bytes written)",
+                        cur.name, cur.written, cur.size
                     )));
                 }
                 if base.is_none() {
                     let Some(dir) = d.delta_base.as_ref() else {
                         return Err(bad("ImageCopy, but no skeleton's image is here".into()));
                     };
-                    let p = dir.join(&*name);
-                    let b = File::open(&p).map_err(io_err(format!("open {}", p.display())))?;
-                    let n = b
-                        .metadata()
-                        .map_err(io_err(format!("stat {}", p.display())))?
-                        .len();
-                    base = Some((b, n));
+                    let p = dir.join(&cur.name);
+                    base = Some(
+                        SkeletonFile::open(&p).map_err(io_err(format!("open {}", p.display())))?,
+                    );
                 }
-                let (b, n) = base.as_ref().expect("opened above");
-                if from.saturating_add(len) > *n {
+                let b = base.as_ref().expect("opened above");
+                if from.saturating_add(len) > b.len {
                     return Err(bad(format!(
-                        "a copy of {len} bytes at {from} runs past the skeleton's {name} ({n} bytes)"
+                        "a copy of {len} bytes at {from} runs past the skeleton's {} ({} bytes)",
+                        cur.name, b.len
                     )));
                 }
-                copy_from(b, from, f, len)
-                    .map_err(io_err(format!("copy into {}", dir.join(&*name).display())))?;
-                *written += len;
+                let into = dir.join(&cur.name);
+                match &b.bytes {
+                    Some(bytes) => cur.put(&bytes[from as usize..(from + len) as usize]),
+                    None => cur.flush().and_then(|()| {
+                        copy_from(&b.file, from, &mut cur.file, len)?;
+                        cur.written += len;
+                        Ok(())
+                    }),
+                }
+                .map_err(io_err(format!("copy into {}", into.display())))?;
                 total += len;
             }
             Msg::ImageChunk { id, offset } if id == d.offer.id => {
-                let Some((name, f, size, written)) = current.as_mut() else {
+                let Some(cur) = current.as_mut() else {
                     return Err(bad("image data before any ImageFile".into()));
                 };
-                if offset != *written || *written + data.len() as u64 > *size {
+                if offset != cur.written || cur.written + data.len() as u64 > cur.size {
                     return Err(bad(format!(
-                        "chunk of {} bytes at offset {offset} does not continue file {name} ({written} of {size} bytes written)",
-                        data.len()
+                        "chunk of {} bytes at offset {offset} does not continue file {} ({} of {} bytes written)",
+                        data.len(),
+                        cur.name,
+                        cur.written,
+                        cur.size
                     )));
                 }
-                f.write_all(data)
-                    .map_err(io_err(format!("write {}", dir.join(&*name).display())))?;
-                *written += data.len() as u64;
+                cur.put(data)
+                    .map_err(io_err(format!("write {}", dir.join(&cur.name).display())))?;
                 total += data.len() as u64;
                 d.count_received(data.len() as u64);
                 d.ch.recycle(body);
@@ -642,10 +654,8 @@ pub(crate) fn receive_image_after(
                 files: n,
                 bytes,
             } if id == d.offer.id => {
-                if let Some((name, _, s, w)) = &current {
-                    if w != s {
-                        return Err(bad(format!("file {name} ended after {w} of {s} bytes")));
-                    }
+                if let Some(done) = current.take() {
+                    done.finish(dir)?;
                 }
                 if n != files || bytes != total {
                     return Err(bad(format!(
@@ -664,6 +674,93 @@ pub(crate) fn receive_image_after(
                 return Err(bad(e));
             }
         }
+    }
+}
+
+/// Pending bytes of a received file are written once they reach this many,
+/// and a piece this long, with none pending, is written at once.
+const GATHER: usize = 1 << 20;
+/// A skeleton's file up to this long is read into memory for the copies
+/// taken from it; a longer one is copied from in the kernel.
+const SKELETON_IN_MEMORY: u64 = 16 << 20;
+
+/// A file of an image being received. Its bytes are gathered and written
+/// in large pieces: an image of the stop planned against a skeleton's
+/// arrives as many short runs, sent or taken from the skeleton's file, and
+/// a system call each would cost more than the bytes they save.
+struct FileIn {
+    name: String,
+    file: File,
+    size: u64,
+    /// Bytes received so far (written or pending).
+    written: u64,
+    pending: Vec<u8>,
+}
+
+impl FileIn {
+    fn put(&mut self, data: &[u8]) -> std::io::Result<()> {
+        if self.pending.is_empty() && data.len() >= GATHER {
+            self.file.write_all(data)?;
+        } else {
+            self.pending.extend_from_slice(data);
+            if self.pending.len() >= GATHER {
+                self.flush()?;
+            }
+        }
+        self.written += data.len() as u64;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            self.file.write_all(&self.pending)?;
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// The file is complete: all its bytes came and are written.
+    fn finish(mut self, dir: &Path) -> Result<()> {
+        if self.written != self.size {
+            return Err(StrategyError::Protocol {
+                node: String::new(),
+                what: format!(
+                    "file {} ended after {} of {} bytes",
+                    self.name, self.written, self.size
+                ),
+            });
+        }
+        self.flush()
+            .map_err(io_err(format!("write {}", dir.join(&self.name).display())))
+    }
+}
+
+/// The skeleton's file that copies are taken from; its bytes in memory when
+/// it is short.
+struct SkeletonFile {
+    file: File,
+    len: u64,
+    bytes: Option<Vec<u8>>,
+}
+
+impl SkeletonFile {
+    fn open(p: &Path) -> std::io::Result<SkeletonFile> {
+        let mut file = File::open(p)?;
+        let len = file.metadata()?.len();
+        let bytes = if len <= SKELETON_IN_MEMORY {
+            let mut b = Vec::with_capacity(len as usize);
+            file.read_to_end(&mut b)?;
+            if b.len() as u64 != len {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the skeleton's file changed while it was read",
+                ));
+            }
+            Some(b)
+        } else {
+            None
+        };
+        Ok(SkeletonFile { file, len, bytes })
     }
 }
 
