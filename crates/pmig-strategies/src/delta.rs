@@ -118,7 +118,7 @@ pub fn plan(
             at += p.len;
             continue;
         }
-        if p.len <= FINE_LIMIT {
+        if p.len <= FINE_LIMIT && b.len <= FINE_LIMIT {
             // A short part that changed (the list of mappings, the
             // threads' registers): bytes are added or removed anywhere
             // in it, which shifts all that follows by any number of bytes.
@@ -176,8 +176,10 @@ pub fn plan(
     out
 }
 
-/// Parts up to this long that changed are compared byte by byte (`fine`);
-/// longer ones (the data of a memfd or deleted file) block by block.
+/// Parts up to this long that changed (in the image of the stop and in the
+/// skeleton's) are compared byte by byte (`fine`); longer ones (the data of
+/// a memfd or deleted file) block by block. It bounds the index `fine`
+/// builds on the stop's path.
 pub const FINE_LIMIT: u64 = 1 << 20;
 /// The window [`fine`] looks runs up by.
 const WINDOW: usize = 32;
@@ -540,6 +542,20 @@ mod tests {
         // before it. The last block changed, and the 4 bytes after the
         // last whole block too.
         assert_eq!(sent(&pieces), 3 * 4096 + 4);
+    }
+
+    #[test]
+    fn a_part_that_shrank_from_a_long_one_is_compared_by_blocks() {
+        // The skeleton's part is longer than the fine comparison indexes:
+        // the new one's bytes are looked up by whole blocks only, so the
+        // block after a shift of a few bytes is sent.
+        let base = bytes(FINE_LIMIT as usize + 4096, 8);
+        let base_m = manifest(&[("ghosts", 0, base.len() as u64)]);
+        let fin = base[3..3 + 2 * 4096].to_vec();
+        let fin_m = manifest(&[("ghosts", 0, fin.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(sent(&pieces), fin.len() as u64);
     }
 
     #[test]
