@@ -712,7 +712,7 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("e");
-    let cases: Vec<(Vec<u8>, &str)> = vec![
+    let mut cases: Vec<(Vec<u8>, &str)> = vec![
         (b"garbage\n".to_vec(), "bad request"),
         (b"{\"migrate\":{\"pid\":1,\"to\":\"x\"".to_vec(), "bad request"),
         (b"{\"explode\":{}}\n".to_vec(), "bad request"),
@@ -730,6 +730,10 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
             "does not exist",
         ),
     ];
+    cases.push((
+        b"{\"migrate\":{\"pid\":1,\"to\":\"127.0.0.1:1\",\"strategy\":\"stop-copy\"}}\n".to_vec(),
+        "process 1 is this node's init",
+    ));
     for (input, want) in cases {
         let out = env.raw_control("n1", &input);
         assert!(

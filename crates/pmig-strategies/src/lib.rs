@@ -829,6 +829,11 @@ pub fn migrate_with(
             "process {pid} does not exist"
         )));
     }
+    if pid == 1 {
+        return Err(StrategyError::Other(
+            "process 1 is this node's init: it cannot leave its node; nothing was touched".into(),
+        ));
+    }
     if pid as u32 == std::process::id() {
         return Err(StrategyError::Denied(
             "the daemon cannot migrate itself".into(),
