@@ -314,7 +314,11 @@ fn fine(theirs: &[u8], mine: &[u8]) -> Vec<Run> {
         }
         let mut i = 0usize;
         let mut sum = Rolling::of(&mine[..WINDOW]);
-        while i + WINDOW <= mine.len() {
+        // Bytes compared for runs found too short: repetitive data could
+        // make every byte such a find; past this much, the rest is sent.
+        let mut wasted = 0usize;
+        let budget = 8 * mine.len() + 4096;
+        while i + WINDOW <= mine.len() && wasted <= budget {
             let found = index
                 .get(sum.key())
                 .filter(|&j| theirs[j..j + WINDOW] == mine[i..i + WINDOW]);
@@ -345,6 +349,7 @@ fn fine(theirs: &[u8], mine: &[u8]) -> Vec<Run> {
                     }
                     continue;
                 }
+                wasted += WINDOW + back + ahead;
             }
             if i + WINDOW < mine.len() {
                 sum.roll(mine[i], mine[i + WINDOW]);
@@ -553,6 +558,24 @@ mod tests {
         let base_m = manifest(&[("ghosts", 0, base.len() as u64)]);
         let fin = base[3..3 + 2 * 4096].to_vec();
         let fin_m = manifest(&[("ghosts", 0, fin.len() as u64)]);
+        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(sent(&pieces), fin.len() as u64);
+    }
+
+    #[test]
+    fn repetitive_bytes_found_everywhere_in_short_runs_are_all_sent() {
+        // Windows of the new part are found all along the skeleton's
+        // (repetitive) part, but each run is 64 bytes: too short to take.
+        let unit = bytes(64, 9);
+        let base: Vec<u8> = unit.iter().cycle().take(64 << 10).copied().collect();
+        let base_m = manifest(&[("a", 0, base.len() as u64)]);
+        let mut fin = Vec::new();
+        for k in 0..1000u32 {
+            fin.extend_from_slice(&unit);
+            fin.extend_from_slice(&k.to_le_bytes());
+        }
+        let fin_m = manifest(&[("a", 0, fin.len() as u64)]);
         let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
         assert_eq!(rebuild(&pieces, &base, &fin), fin);
         assert_eq!(sent(&pieces), fin.len() as u64);
