@@ -841,7 +841,7 @@ pub fn migrate_with(
     }
     if pmig_engine::procfs::has_exited(pid) {
         return Err(StrategyError::Other(format!(
-            "process {pid} has already exited (a zombie its parent has not reaped): there is nothing to move; nothing was touched"
+            "process {pid} has already exited (a zombie its parent has not reaped, or a process on its way out): there is nothing to move; nothing was touched"
         )));
     }
     if pmig_engine::procfs::is_kernel_thread(pid) {
