@@ -450,15 +450,14 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_part_that_moved_is_taken_from_the_skeleton_but_its_changed_byte() {
-        // Skeleton: "memory" of 100 bytes, then "ghosts" of 64 KiB.
-        let ghost = bytes(64 << 10, 7);
+    /// Skeleton: "memory" of 100 bytes, then "ghosts" of `ghost_len`. The
+    /// stop: "memory" is new (so "ghosts" moved), and one byte of the
+    /// ghost's fifth page changed. The plan, checked to rebuild the stop's.
+    fn a_changed_byte_in_a_ghost_that_moved(ghost_len: usize) -> Vec<Piece> {
+        let ghost = bytes(ghost_len, 7);
         let mut base = bytes(100, 1);
         base.extend_from_slice(&ghost);
         let base_m = manifest(&[("memory", 0, 100), ("ghosts", 100, ghost.len() as u64)]);
-        // The stop: "memory" is new (so "ghosts" moved), and one byte of
-        // the ghost's fifth page changed.
         let mut g2 = ghost.clone();
         g2[4 * 4096 + 9] ^= 0xff;
         let mut fin = bytes(137, 2);
@@ -466,6 +465,13 @@ mod tests {
         let fin_m = manifest(&[("memory", 0, 137), ("ghosts", 137, g2.len() as u64)]);
         let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
         assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        pieces
+    }
+
+    #[test]
+    fn a_part_that_moved_is_taken_from_the_skeleton_but_its_changed_byte() {
+        let ghost_len = 64 << 10;
+        let pieces = a_changed_byte_in_a_ghost_that_moved(ghost_len);
         // The memory part goes whole; of the ghost, the byte that changed.
         assert_eq!(sent(&pieces), 137 + 1);
         assert_eq!(
@@ -482,7 +488,7 @@ mod tests {
                 },
                 Piece::Copy {
                     from: 100 + 4 * 4096 + 10,
-                    len: ghost.len() as u64 - (4 * 4096 + 10)
+                    len: ghost_len as u64 - (4 * 4096 + 10)
                 },
             ]
         );
@@ -492,17 +498,8 @@ mod tests {
     fn a_long_part_is_compared_by_blocks() {
         // As above, with a ghost longer than the fine comparison takes:
         // the block with the changed byte is sent whole.
-        let ghost = bytes(FINE_LIMIT as usize + (64 << 10), 7);
-        let mut base = bytes(100, 1);
-        base.extend_from_slice(&ghost);
-        let base_m = manifest(&[("memory", 0, 100), ("ghosts", 100, ghost.len() as u64)]);
-        let mut g2 = ghost.clone();
-        g2[4 * 4096 + 9] ^= 0xff;
-        let mut fin = bytes(137, 2);
-        fin.extend_from_slice(&g2);
-        let fin_m = manifest(&[("memory", 0, 137), ("ghosts", 137, g2.len() as u64)]);
-        let pieces = plan(&base_m, &base, &fin_m, &fin, PARTS_FILE);
-        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        let ghost_len = FINE_LIMIT as usize + (64 << 10);
+        let pieces = a_changed_byte_in_a_ghost_that_moved(ghost_len);
         assert_eq!(sent(&pieces), 137 + 4096);
         assert_eq!(
             pieces[1..],
@@ -517,7 +514,7 @@ mod tests {
                 },
                 Piece::Copy {
                     from: 100 + 5 * 4096,
-                    len: ghost.len() as u64 - 5 * 4096
+                    len: ghost_len as u64 - 5 * 4096
                 },
             ]
         );
