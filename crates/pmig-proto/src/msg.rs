@@ -13,7 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 14: the image of the stop that
+/// The protocol version this build speaks. 15: the destination keeps the
+/// page data of the skeleton's image (`pages.pmig`) until the image of the
+/// stop is in, and the source sends that image's page data against it too,
+/// page by page at the same address (§6.3i); only to a version-15
+/// destination, so older versions are still spoken (their stops carry every
+/// page saved). 14: the image of the stop that
 /// follows a held skeleton may take runs of bytes from the skeleton's
 /// image, which the destination has already (`ImageCopy`, §6.3i), instead
 /// of carrying them again; only to a version-14 destination, so older
@@ -63,7 +68,11 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 14;
+pub const PROTO_VERSION: u16 = 15;
+/// The first version whose destinations keep the page data of a skeleton's
+/// image until the image of the stop is in, so that the source may send
+/// that image's page data against it too (`ImageCopy` into `pages.pmig`).
+pub const PAGES_AGAINST_SKELETON: u16 = 15;
 /// The first version that takes `ImageCopy`.
 pub const IMAGE_COPY: u16 = 14;
 /// The first version whose migration sources send `Listening`.

@@ -62,6 +62,16 @@ impl Piece {
     }
 }
 
+/// Appends `p` to `out`, as a run of its own or joined to the last one.
+fn append(out: &mut Vec<Piece>, p: Piece) {
+    if p.bytes() == 0 {
+        return;
+    }
+    if !out.last_mut().is_some_and(|last| last.join(p)) {
+        out.push(p);
+    }
+}
+
 /// Plans `file` of the image of the stop (`fin`, its manifest `fin_m`) as
 /// pieces against the same file of the skeleton's image (`base`, its
 /// manifest `base_m`). The pieces follow each other from offset 0 to the
@@ -75,14 +85,7 @@ pub fn plan(
     file: &str,
 ) -> Vec<Piece> {
     let mut out: Vec<Piece> = Vec::new();
-    let mut push = |p: Piece| {
-        if p.bytes() == 0 {
-            return;
-        }
-        if !out.last_mut().is_some_and(|last| last.join(p)) {
-            out.push(p);
-        }
-    };
+    let mut push = |p: Piece| append(&mut out, p);
     let end = fin.len() as u64;
     let mut parts: Vec<_> = fin_m.parts.iter().filter(|p| p.file == file).collect();
     parts.sort_by_key(|p| p.offset);
@@ -373,6 +376,112 @@ fn blocks_of(part: &[u8]) -> HashMap<u64, u64> {
     for (n, b) in part.chunks_exact(BLOCK as usize).enumerate() {
         out.entry(xxh3_64(b)).or_insert(n as u64 * BLOCK);
     }
+    out
+}
+
+/// A run of pages in a page-data file: `len` bytes of memory from `addr`,
+/// stored at `offset` of the file (the image's `memory` part says where).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRun {
+    pub addr: u64,
+    pub len: u64,
+    pub offset: u64,
+}
+
+/// How finely a page that changed is compared with the skeleton's page at
+/// its address.
+const SLICE: usize = 32;
+
+/// Plans the page data of the image of the stop (`fin`, its pages placed by
+/// `fin_runs`) against the skeleton's (`base`, placed by `base_runs`),
+/// protocol 15. What a stop after a skeleton saves of memory (the pages of
+/// file mappings written since their copies went, the pages under the
+/// registers, `freeze-free`'s code, stack and heap) was mostly in the
+/// skeleton's image already, at the same address: unchanged, or with a few
+/// bytes rewritten (an interpreter's reference counts). So a page at an
+/// address the skeleton's image has is compared with it there in slices of
+/// `SLICE` bytes; runs of equal slices of at least `MIN_RUN` bytes are
+/// taken from the skeleton's file, the rest is sent, as is every page the
+/// skeleton's image lacks and any byte no run places. The pieces follow
+/// each other from offset 0 to the end of `fin`.
+pub fn plan_pages(
+    base_runs: &[PageRun],
+    base: &[u8],
+    fin_runs: &[PageRun],
+    fin: &[u8],
+) -> Vec<Piece> {
+    const PAGE: u64 = pmig_image::PAGE_SIZE;
+    let mut out: Vec<Piece> = Vec::new();
+    let mut push = |p: Piece| append(&mut out, p);
+    let whole = |r: &PageRun, len: u64| {
+        r.addr.is_multiple_of(PAGE)
+            && r.len.is_multiple_of(PAGE)
+            && r.offset.saturating_add(r.len) <= len
+    };
+    let mut theirs: Vec<PageRun> = base_runs
+        .iter()
+        .filter(|r| whole(r, base.len() as u64))
+        .copied()
+        .collect();
+    theirs.sort_by_key(|r| r.addr);
+    // Where the skeleton's file holds the page at `addr`.
+    let find = |addr: u64| -> Option<u64> {
+        let i = theirs.partition_point(|r| r.addr + r.len <= addr);
+        theirs
+            .get(i)
+            .filter(|r| r.addr <= addr)
+            .map(|r| r.offset + (addr - r.addr))
+    };
+    let end = fin.len() as u64;
+    let mut mine: Vec<PageRun> = fin_runs.iter().filter(|r| r.len > 0).copied().collect();
+    mine.sort_by_key(|r| r.offset);
+    let mut at = 0u64;
+    for r in mine {
+        // Runs that overlap or are not whole pages inside the file are not
+        // ones this planner understands: the rest goes as it is.
+        if r.offset < at || !whole(&r, end) {
+            break;
+        }
+        push(Piece::Send {
+            at,
+            len: r.offset - at,
+        });
+        for i in (0..r.len).step_by(PAGE as usize) {
+            let at = r.offset + i;
+            let page = &fin[at as usize..(at + PAGE) as usize];
+            let Some(from) = find(r.addr + i) else {
+                push(Piece::Send { at, len: PAGE });
+                continue;
+            };
+            let old = &base[from as usize..(from + PAGE) as usize];
+            if page == old {
+                push(Piece::Copy { from, len: PAGE });
+                continue;
+            }
+            // Runs of equal slices, each taken if long enough.
+            let mut k = 0usize;
+            while k < PAGE as usize {
+                let same = |k: usize| page[k..k + SLICE] == old[k..k + SLICE];
+                let first = same(k);
+                let mut j = k + SLICE;
+                while j < PAGE as usize && same(j) == first {
+                    j += SLICE;
+                }
+                let (o, n) = (k as u64, (j - k) as u64);
+                push(if first && j - k >= MIN_RUN {
+                    Piece::Copy {
+                        from: from + o,
+                        len: n,
+                    }
+                } else {
+                    Piece::Send { at: at + o, len: n }
+                });
+                k = j;
+            }
+        }
+        at = r.offset + r.len;
+    }
+    push(Piece::Send { at, len: end - at });
     out
 }
 
@@ -695,5 +804,101 @@ mod tests {
         assert_eq!(sent(&pieces), 4096);
         // An empty file is no piece at all.
         assert!(plan(&base_m, &base, &manifest(&[]), &[], PARTS_FILE).is_empty());
+    }
+
+    fn run(addr: u64, pages: u64, offset: u64) -> PageRun {
+        PageRun {
+            addr,
+            len: pages * 4096,
+            offset,
+        }
+    }
+
+    /// The skeleton's page data: 4 pages at 0x10000 and 2 at 0x40000.
+    fn base_pages() -> (Vec<PageRun>, Vec<u8>) {
+        (
+            vec![run(0x10000, 4, 0), run(0x40000, 2, 4 * 4096)],
+            bytes(6 * 4096, 11),
+        )
+    }
+
+    #[test]
+    fn pages_are_taken_from_the_skeleton_at_their_address_but_for_the_bytes_rewritten() {
+        let (base_runs, base) = base_pages();
+        // The stop saved 0x40000 (unchanged) first, then 0x11000 and
+        // 0x12000 with a few counts rewritten, then a page the skeleton
+        // never had.
+        let mut fin = base[4 * 4096..5 * 4096].to_vec();
+        let mut two = base[4096..3 * 4096].to_vec();
+        for at in [8usize, 200, 4100, 8000] {
+            two[at] = two[at].wrapping_add(1);
+        }
+        fin.extend_from_slice(&two);
+        fin.extend_from_slice(&bytes(4096, 12));
+        let fin_runs = [
+            run(0x40000, 1, 0),
+            run(0x11000, 2, 4096),
+            run(0x90000, 1, 3 * 4096),
+        ];
+        let pieces = plan_pages(&base_runs, &base, &fin_runs, &fin);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(
+            pieces[0],
+            Piece::Copy {
+                from: 4 * 4096,
+                len: 4096
+            }
+        );
+        // Four slices of 32 bytes for the rewritten bytes, and the new page.
+        assert_eq!(sent(&pieces), 4 * 32 + 4096);
+    }
+
+    #[test]
+    fn equal_runs_too_short_to_copy_are_sent() {
+        let (base_runs, base) = base_pages();
+        // One byte changed in every 64: no run of equal slices reaches
+        // MIN_RUN, so the page goes whole.
+        let mut fin = base[..4096].to_vec();
+        for at in (0..4096).step_by(64) {
+            fin[at] ^= 0x5a;
+        }
+        let pieces = plan_pages(&base_runs, &base, &[run(0x10000, 1, 0)], &fin);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(pieces, vec![Piece::Send { at: 0, len: 4096 }]);
+    }
+
+    #[test]
+    fn page_runs_the_planner_does_not_understand_send_the_rest_as_it_is() {
+        let (base_runs, base) = base_pages();
+        let fin = base[..3 * 4096].to_vec();
+        // A run that is not whole pages stops the plan: what follows is sent.
+        let odd = [
+            run(0x10000, 1, 0),
+            PageRun {
+                addr: 0x11000,
+                len: 100,
+                offset: 4096,
+            },
+        ];
+        let pieces = plan_pages(&base_runs, &base, &odd, &fin);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(sent(&pieces), 2 * 4096);
+        // So does one past the end of the file.
+        let past = [run(0x10000, 1, 0), run(0x11000, 3, 4096)];
+        let pieces = plan_pages(&base_runs, &base, &past, &fin);
+        assert_eq!(rebuild(&pieces, &base, &fin), fin);
+        assert_eq!(sent(&pieces), 2 * 4096);
+        // A skeleton's run past the end of its file is never taken from,
+        // and bytes no run places are sent.
+        let short = &base[..4096];
+        let pieces = plan_pages(
+            &base_runs,
+            short,
+            &[run(0x11000, 1, 4096)],
+            &fin[..2 * 4096],
+        );
+        assert_eq!(rebuild(&pieces, short, &fin[..2 * 4096]), &fin[..2 * 4096]);
+        assert_eq!(sent(&pieces), 2 * 4096);
+        assert!(plan_pages(&base_runs, &base, &[], &[]).is_empty());
     }
 }

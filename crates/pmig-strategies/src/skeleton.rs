@@ -185,8 +185,9 @@ pub(crate) fn receive<'a>(
     d.delta_base = Some(dir.clone());
     let pre = match store {
         Some(store) => {
+            // The skeleton's own page data stays in `dir`: the image of
+            // the stop may take pages from it (protocol 15).
             let r = compose(store, &dir);
-            let _ = std::fs::remove_file(dir.join(pmig_image::PAGES_FILE));
             if let Err(e) = r {
                 return Err(crate::pre_copy::cannot_compose(d, e));
             }

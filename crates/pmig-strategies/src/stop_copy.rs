@@ -14,6 +14,7 @@ use crate::holder::{CaptureMode, Holder};
 use crate::post_copy::{owed_of, read_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::lazy::LazyMemory;
+use pmig_engine::resources::{memory::Memory, Resource};
 use pmig_proto::blocking::Incoming;
 use pmig_proto::{code, Msg};
 use std::fs::File;
@@ -112,6 +113,11 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
         let map = Map::new(&f, size as usize).map_err(io_err(format!("map {}", p.display())))?;
         let pieces = match (name, m.delta_base.clone()) {
             (&pmig_image::PARTS_FILE, Some(base)) => against(&base, dir, map.bytes()),
+            (&pmig_image::PAGES_FILE, Some(base))
+                if m.ch.peer().version >= pmig_proto::msg::PAGES_AGAINST_SKELETON =>
+            {
+                pages_against(&base, dir, map.bytes())
+            }
             _ => vec![crate::delta::Piece::Send { at: 0, len: size }],
         };
         m.ch.queue(
@@ -173,20 +179,10 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
 /// skeleton's image in `base`; the whole file, sent, if that cannot be
 /// read.
 fn against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
-    let whole = vec![crate::delta::Piece::Send {
-        at: 0,
-        len: fin.len() as u64,
-    }];
     let read = || -> Result<Vec<crate::delta::Piece>> {
         let base_m = crate::delta::manifest_of(base)?;
         let fin_m = crate::delta::manifest_of(dir)?;
-        let p = base.join(pmig_image::PARTS_FILE);
-        let f = File::open(&p).map_err(io_err(format!("open {}", p.display())))?;
-        let len = f
-            .metadata()
-            .map_err(io_err(format!("stat {}", p.display())))?
-            .len();
-        let map = Map::new(&f, len as usize).map_err(io_err(format!("map {}", p.display())))?;
+        let map = map_file(&base.join(pmig_image::PARTS_FILE))?;
         Ok(crate::delta::plan(
             &base_m,
             map.bytes(),
@@ -195,7 +191,29 @@ fn against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
             pmig_image::PARTS_FILE,
         ))
     };
-    match read() {
+    planned("image", "state bytes", fin, read())
+}
+
+/// The file at `p`, mapped whole.
+fn map_file(p: &Path) -> Result<Map> {
+    let f = File::open(p).map_err(io_err(format!("open {}", p.display())))?;
+    let len = f
+        .metadata()
+        .map_err(io_err(format!("stat {}", p.display())))?
+        .len();
+    Map::new(&f, len as usize).map_err(io_err(format!("map {}", p.display())))
+}
+
+/// The plan `read` made of `fin`, marked with how much of it the skeleton's
+/// file gives (`what`: the file, `unit`: its bytes); or, if it could not
+/// be made, the whole file, sent.
+fn planned(
+    what: &str,
+    unit: &str,
+    fin: &[u8],
+    read: Result<Vec<crate::delta::Piece>>,
+) -> Vec<crate::delta::Piece> {
+    match read {
         Ok(pieces) => {
             let copied: u64 = pieces
                 .iter()
@@ -203,16 +221,57 @@ fn against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
                 .map(|p| p.bytes())
                 .sum();
             mark(&format!(
-                "src: image planned against the skeleton's ({copied} of {} state bytes taken from it)",
+                "src: {what} planned against the skeleton's ({copied} of {} {unit} taken from it)",
                 fin.len()
             ));
             pieces
         }
         Err(e) => {
-            tracing::info!("the image goes whole: the skeleton's cannot be read: {e}");
-            whole
+            tracing::info!("the {what} goes whole: the skeleton's cannot be read: {e}");
+            vec![crate::delta::Piece::Send {
+                at: 0,
+                len: fin.len() as u64,
+            }]
         }
     }
+}
+
+/// The pieces of the page data `fin` of the image in `dir` against the
+/// skeleton's page data in `base`, page by page at the same address
+/// ([`crate::delta::plan_pages`]); the whole file, sent, if either image's
+/// memory cannot be read.
+fn pages_against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
+    if fin.is_empty() {
+        return Vec::new();
+    }
+    let runs_of = |dir: &Path| -> Result<Vec<crate::delta::PageRun>> {
+        let img = pmig_image::Image::open(dir).map_err(|e| StrategyError::Other(e.to_string()))?;
+        let mem: <Memory as Resource>::State = img
+            .get(Memory::PART)
+            .map_err(|e| StrategyError::Other(e.to_string()))?;
+        Ok(mem
+            .vmas
+            .iter()
+            .flat_map(|v| v.runs.iter())
+            .map(|r| crate::delta::PageRun {
+                addr: r.addr,
+                len: r.len,
+                offset: r.offset,
+            })
+            .collect())
+    };
+    let read = || -> Result<Vec<crate::delta::Piece>> {
+        let base_runs = runs_of(base)?;
+        let fin_runs = runs_of(dir)?;
+        let map = map_file(&base.join(pmig_image::PAGES_FILE))?;
+        Ok(crate::delta::plan_pages(
+            &base_runs,
+            map.bytes(),
+            &fin_runs,
+            fin,
+        ))
+    };
+    planned("page data", "bytes", fin, read())
 }
 
 impl Strategy for StopCopy {
