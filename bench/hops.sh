@@ -16,8 +16,9 @@
 # one the command writes to the file F of its directory (a process inside a
 # pipeline, or under a parent), and the output is compared AFTER seconds
 # (default 2) after that process ends, once the rest of the pipeline has.
-# With KEEP=DIR, a run whose output differs leaves the daemons' state
-# directories (their logs) and the program's stderr in DIR. A program still
+# With KEEP=DIR, a run whose output differs, or one of whose hops failed,
+# leaves the daemons' state directories (their logs) and the program's
+# stderr in DIR. A program still
 # running LIMIT_S seconds after its last hop (default 600) counts as hung.
 set -u
 cd "$(dirname "$0")/.."
@@ -54,6 +55,14 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+# With KEEP=DIR, what the daemons and the program said is kept there (a run
+# whose output differs, or whose hop failed).
+keep() {
+    [ -n "${KEEP:-}" ] || return 0
+    mkdir -p "$KEEP"
+    cp -r "$tmp/state" "$tmp/err" "$tmp/out" "$KEEP/" 2>/dev/null
+    echo "  logs kept in $KEEP"
+}
 printf '%q ' "$@" >"$tmp/cmd"
 # The reference: the same command, unmigrated.
 (cd "$tmp" && bash -c "$(cat "$tmp/cmd")" >"$tmp/ref" 2>/dev/null </dev/null)
@@ -75,7 +84,7 @@ from=n1
 status=0
 for to in n2 n3 n1; do
     x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json \
-        >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { echo "$from -> $to: $(cat "$tmp/m.err")"; status=1; break; }
+        >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { echo "$from -> $to: $(cat "$tmp/m.err")"; status=1; keep; break; }
     python3 - "$tmp/m.json" "$from" "$to" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -115,11 +124,6 @@ if cmp -s "$tmp/out" "$tmp/ref"; then
     echo "output equals the unmigrated run's ($(wc -c <"$tmp/out") bytes)"
 else
     echo "OUTPUT DIFFERS from the unmigrated run:"; diff "$tmp/ref" "$tmp/out" | head -5; status=1
-    # With KEEP=DIR, what the daemons and the program said is kept there.
-    if [ -n "${KEEP:-}" ]; then
-        mkdir -p "$KEEP"
-        cp -r "$tmp/state" "$tmp/err" "$tmp/out" "$KEEP/" 2>/dev/null
-        echo "  logs kept in $KEEP"
-    fi
+    keep
 fi
 exit $status

@@ -174,6 +174,19 @@ pub fn has_exited(pid: pid_t) -> bool {
     }
 }
 
+/// Whether process `pid` has exited ([`has_exited`]) or some thread of it
+/// is exiting: the process may be on its way out (another thread called
+/// `exit_group`), or one thread may be ending on its own.
+pub fn exiting(pid: pid_t) -> bool {
+    if has_exited(pid) {
+        return true;
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| {
+        d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<pid_t>().ok())
+            .any(has_exited)
+    })
+}
+
 /// Field number `n` (1-based, as in proc(5)) of /proc/PID/stat.
 pub fn stat_field(fields: &[String], n: usize) -> u64 {
     fields
@@ -253,6 +266,29 @@ pub fn tracer_of(tid: pid_t) -> Option<pid_t> {
         .find_map(|l| l.strip_prefix("TracerPid:"))
         .and_then(|v| v.trim().parse().ok())
         .filter(|&t: &pid_t| t > 0)
+}
+
+/// A tracer named by [`tracer_of`], for an error: "pid T (COMM)", with the
+/// process it is a thread of when that is another ("thread T of process P
+/// (COMM)"), or "this program's thread T".
+pub fn describe_tracer(t: pid_t) -> String {
+    if is_our_thread(t) {
+        return format!("this program's thread {t}");
+    }
+    let tgid = slurp(&format!("/proc/{t}/status")).ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Tgid:"))
+            .and_then(|v| v.trim().parse::<pid_t>().ok())
+    });
+    let comm = |p: pid_t| {
+        slurp(&format!("/proc/{p}/comm"))
+            .map(|c| c.trim().to_string())
+            .unwrap_or_default()
+    };
+    match tgid {
+        Some(g) if g != t => format!("thread {t} of process {g} ({})", comm(g)),
+        _ => format!("pid {t} ({})", comm(t)),
+    }
 }
 
 /// Whether `tid` is a thread of this process (a tracer named by
@@ -345,6 +381,24 @@ mod tests {
             .parse()
             .unwrap();
         assert!(has_exited(max));
+    }
+
+    #[test]
+    fn a_process_is_exiting_once_it_ends_and_not_while_it_sleeps() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as pid_t;
+        assert!(!exiting(pid), "a sleeping process is not exiting");
+        child.kill().unwrap();
+        let t0 = std::time::Instant::now();
+        while stat_fields(pid).unwrap()[0] != "Z" {
+            assert!(t0.elapsed().as_secs() < 10, "`sleep` was not killed");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(exiting(pid), "a zombie is exiting");
+        child.wait().unwrap();
     }
 
     #[test]

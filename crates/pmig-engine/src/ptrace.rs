@@ -233,7 +233,7 @@ fn seize_and_interrupt(pid: pid_t, tid: pid_t) -> Result<bool> {
         Err(nix::errno::Errno::EPERM) if crate::procfs::has_exited(tid) => return Ok(false),
         Err(nix::errno::Errno::EPERM) => {
             let why = match crate::procfs::tracer_of(tid) {
-                Some(t) => format!("it is traced by pid {t}"),
+                Some(t) => format!("it is traced by {}", crate::procfs::describe_tracer(t)),
                 None if tid == pid => "not permitted (not yours?)".to_string(),
                 None => "not permitted".to_string(),
             };

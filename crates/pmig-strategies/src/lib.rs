@@ -1005,13 +1005,13 @@ pub fn migrate_with(
             let resumed = match m.holder.take() {
                 Some(h) => match h.resume() {
                     Ok(()) => "the process was resumed on the source, as it was".to_string(),
-                    Err(_) if pmig_engine::procfs::has_exited(pid) => EXITED_MEANWHILE.into(),
+                    Err(_) if exited_meanwhile(pid) => EXITED_MEANWHILE.into(),
                     Err(e2) => format!("resuming the process failed too: {e2}"),
                 },
                 None if m.committed => "the process had already moved; it may be lost".to_string(),
                 // A process that ends on its own while it is being prepared
                 // makes the preparation fail: say so rather than blame it.
-                None if pmig_engine::procfs::has_exited(pid) => EXITED_MEANWHILE.into(),
+                None if exited_meanwhile(pid) => EXITED_MEANWHILE.into(),
                 // Not "not touched": preparing may have paused it briefly
                 // (the userfaultfd that tracks its writes is created from
                 // inside it), though nothing of it changed.
@@ -1044,6 +1044,31 @@ const RTT_PINGS: u64 = 5;
 /// itself before its handover.
 const EXITED_MEANWHILE: &str =
     "the process exited during the migration, before its handover; nothing of it moved";
+
+/// Whether process `pid`, whose migration failed before its handover,
+/// ended by itself meanwhile. A process caught on its way out (one thread
+/// called `exit_group` while the freeze at the stop held others) fails
+/// the capture while its main thread still looks alive; it is given up to
+/// [`EXIT_GRACE`] to end, so that the failure is told as its exit and not
+/// as what the capture met (a thread that would not stop, say). A process
+/// none of whose threads is exiting is not waited for.
+fn exited_meanwhile(pid: i32) -> bool {
+    use pmig_engine::procfs::{exiting, has_exited};
+    if !exiting(pid) {
+        return false;
+    }
+    let deadline = std::time::Instant::now() + EXIT_GRACE;
+    while !has_exited(pid) {
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// How long [`exited_meanwhile`] waits for a process on its way out.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// The outcome of a migration as of `end`.
 #[allow(clippy::too_many_arguments)]
