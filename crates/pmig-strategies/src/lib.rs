@@ -1046,11 +1046,10 @@ const EXITED_MEANWHILE: &str =
     "the process exited during the migration, before its handover; nothing of it moved";
 
 /// Whether process `pid`, whose migration failed before its handover,
-/// ended by itself meanwhile. A process caught on its way out (one thread
-/// called `exit_group` while the freeze at the stop held others) fails
-/// the capture while its main thread still looks alive; it is given up to
-/// [`EXIT_GRACE`] to end, so that the failure is told as its exit and not
-/// as what the capture met (a thread that would not stop, say). A process
+/// ended by itself meanwhile. A process seen on its way out (a thread of
+/// it exiting) may still look alive for a moment after the failure its
+/// exit caused; it is given up to [`EXIT_GRACE`] to end, so that the
+/// failure is told as its exit and not as what the capture met. A process
 /// none of whose threads is exiting is not waited for.
 fn exited_meanwhile(pid: i32) -> bool {
     use pmig_engine::procfs::{exiting, has_exited};
