@@ -360,18 +360,23 @@ mod tests {
             .any(|m| m.path == "[stack]" && m.flags.iter().any(|f| f == "gd")));
     }
 
+    /// Waits until the child `pid`, ending, is a zombie (bounded; while it
+    /// is exiting, PF_EXITING is set before the state says Z).
+    fn wait_zombie(pid: pid_t) {
+        let t0 = std::time::Instant::now();
+        while stat_fields(pid).unwrap()[0] != "Z" {
+            assert!(t0.elapsed().as_secs() < 10, "process {pid} never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn a_zombie_and_a_missing_process_have_exited_and_we_have_not() {
         assert!(!has_exited(std::process::id() as pid_t));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as pid_t;
-        // Not reaped yet: a zombie once it has ended (bounded wait; while
-        // it is exiting, PF_EXITING is set before the state says Z).
-        let t0 = std::time::Instant::now();
-        while stat_fields(pid).unwrap()[0] != "Z" {
-            assert!(t0.elapsed().as_secs() < 10, "`true` never ended");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        // Not reaped yet: a zombie once it has ended.
+        wait_zombie(pid);
         assert!(has_exited(pid), "a zombie has exited");
         child.wait().unwrap();
         // No process: pid_max itself is never given out.
@@ -392,11 +397,7 @@ mod tests {
         let pid = child.id() as pid_t;
         assert!(!exiting(pid), "a sleeping process is not exiting");
         child.kill().unwrap();
-        let t0 = std::time::Instant::now();
-        while stat_fields(pid).unwrap()[0] != "Z" {
-            assert!(t0.elapsed().as_secs() < 10, "`sleep` was not killed");
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
+        wait_zombie(pid);
         assert!(exiting(pid), "a zombie is exiting");
         child.wait().unwrap();
     }
