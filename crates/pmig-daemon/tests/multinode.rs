@@ -4400,9 +4400,9 @@ fn said_same(
 }
 
 /// python3 holding 8 MiB of random bytes in private anonymous memory made
-/// read-only (saved with the state at every capture, as a lazy migration's
-/// userfaultfd does not serve it); `done` says whether they still hash as
-/// they did.
+/// read-only (saved with the state at every capture: a lazy migration
+/// leaves only writable private anonymous memory owed); `done` says whether
+/// they still hash as they did.
 const READ_ONLY_PAGES: &str = r#"
 import ctypes, hashlib, mmap, os, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
