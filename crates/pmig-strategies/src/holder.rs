@@ -332,10 +332,14 @@ fn capture_once(
     // Frozen at a moment it holds no file lock; the stop begins at the
     // freeze that finds none.
     let mut frozen_ns = 0;
+    same_process(pid)?;
     let mut frozen = freeze_settled(pid, BUSY_WAIT, || {
         frozen_ns = mono_ns();
         mark("hold: freeze");
     })?;
+    // Checked again now that it cannot exit: dropped, `frozen` lets a
+    // process that reuses the pid go.
+    same_process(pid)?;
     mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
     // Another thread scans the pages while the rest is captured (the
@@ -500,10 +504,31 @@ fn kill_and_reap(frozen: Frozen) -> Result<()> {
 /// The holder process's main function (`pmig daemon --hold PID --image-dir DIR`).
 /// Returns the exit code.
 /// With `wait`, the holder is primed (see the module's documentation).
+/// The start time of the process this holder was started for: with its
+/// pid, it tells that process from one that reuses the pid after it exits.
+static STARTED: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+
+/// Fails if `pid` no longer names the process this holder was started for
+/// (it exited, and its pid is free or another process's): a capture must
+/// never freeze another process. A holder started for a process already
+/// gone has nothing recorded, and the freeze finds out.
+fn same_process(pid: i32) -> Result<()> {
+    let Some(Some(started)) = STARTED.get() else {
+        return Ok(());
+    };
+    if pmig_engine::procfs::start_time(pid) == Some(*started) {
+        return Ok(());
+    }
+    Err(StrategyError::Other(format!(
+        "process {pid} has exited (its pid is free or names another process now)"
+    )))
+}
+
 pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 {
     // SAFETY: ignoring SIGPIPE: a dead daemon must not kill us while we hold a
     // frozen process (we resume it instead).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let _ = STARTED.set(pmig_engine::procfs::start_time(pid));
     mark("hold: started");
     // The pages a precapture kept, kept again by every capture at the stop.
     let mut also = HashSet::new();

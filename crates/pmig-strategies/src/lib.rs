@@ -844,6 +844,10 @@ pub fn migrate_with(
             "process {pid} has already exited (a zombie its parent has not reaped, or a process on its way out): there is nothing to move; nothing was touched"
         )));
     }
+    // With the pid, it names this process and not one that reuses the pid
+    // once it has exited (a local cluster's nodes share one pid namespace:
+    // the destination's restore may take the pid as soon as it is free).
+    let started = pmig_engine::procfs::start_time(pid);
     if pmig_engine::procfs::is_kernel_thread(pid) {
         return Err(StrategyError::Other(format!(
             "process {pid} is a kernel thread: only user processes move; nothing was touched"
@@ -1005,13 +1009,13 @@ pub fn migrate_with(
             let resumed = match m.holder.take() {
                 Some(h) => match h.resume() {
                     Ok(()) => "the process was resumed on the source, as it was".to_string(),
-                    Err(_) if exited_meanwhile(pid) => EXITED_MEANWHILE.into(),
+                    Err(_) if exited_meanwhile(pid, started) => EXITED_MEANWHILE.into(),
                     Err(e2) => format!("resuming the process failed too: {e2}"),
                 },
                 None if m.committed => "the process had already moved; it may be lost".to_string(),
                 // A process that ends on its own while it is being prepared
                 // makes the preparation fail: say so rather than blame it.
-                None if exited_meanwhile(pid) => EXITED_MEANWHILE.into(),
+                None if exited_meanwhile(pid, started) => EXITED_MEANWHILE.into(),
                 // Not "not touched": preparing may have paused it briefly
                 // (the userfaultfd that tracks its writes is created from
                 // inside it), though nothing of it changed.
@@ -1045,14 +1049,19 @@ const RTT_PINGS: u64 = 5;
 const EXITED_MEANWHILE: &str =
     "the process exited during the migration, before its handover; nothing of it moved";
 
-/// Whether process `pid`, whose migration failed before its handover,
-/// ended by itself meanwhile. A process seen on its way out (a thread of
-/// it exiting) may still look alive for a moment after the failure its
-/// exit caused; it is given up to [`EXIT_GRACE`] to end, so that the
-/// failure is told as its exit and not as what the capture met. A process
-/// none of whose threads is exiting is not waited for.
-fn exited_meanwhile(pid: i32) -> bool {
-    use pmig_engine::procfs::{exiting, has_exited};
+/// Whether process `pid`, which started at `started` (clock ticks after
+/// boot) and whose migration failed before its handover, ended by itself
+/// meanwhile: its pid names no process, or another one, or it is on its
+/// way out. A process seen on its way out (a thread of it exiting) may
+/// still look alive for a moment after the failure its exit caused; it is
+/// given up to [`EXIT_GRACE`] to end, so that the failure is told as its
+/// exit and not as what the capture met. A process none of whose threads
+/// is exiting is not waited for.
+fn exited_meanwhile(pid: i32, started: Option<u64>) -> bool {
+    use pmig_engine::procfs::{exiting, has_exited, start_time};
+    if started.is_some() && start_time(pid) != started {
+        return true;
+    }
     if !exiting(pid) {
         return false;
     }
