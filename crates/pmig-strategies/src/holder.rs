@@ -337,8 +337,8 @@ fn capture_once(
         frozen_ns = mono_ns();
         mark("hold: freeze");
     })?;
-    // Checked again now that it cannot exit: dropped, `frozen` lets a
-    // process that reuses the pid go.
+    // Checked again now that it is frozen: dropped, `frozen` lets a
+    // process that reused the pid go.
     same_process(pid)?;
     mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
@@ -501,9 +501,6 @@ fn kill_and_reap(frozen: Frozen) -> Result<()> {
     Ok(())
 }
 
-/// The holder process's main function (`pmig daemon --hold PID --image-dir DIR`).
-/// Returns the exit code.
-/// With `wait`, the holder is primed (see the module's documentation).
 /// The start time of the process this holder was started for: with its
 /// pid, it tells that process from one that reuses the pid after it exits.
 static STARTED: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
@@ -524,6 +521,9 @@ fn same_process(pid: i32) -> Result<()> {
     )))
 }
 
+/// The holder process's main function (`pmig daemon --hold PID --image-dir DIR`).
+/// Returns the exit code.
+/// With `wait`, the holder is primed (see the module's documentation).
 pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 {
     // SAFETY: ignoring SIGPIPE: a dead daemon must not kill us while we hold a
     // frozen process (we resume it instead).
