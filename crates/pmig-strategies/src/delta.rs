@@ -379,14 +379,9 @@ fn blocks_of(part: &[u8]) -> HashMap<u64, u64> {
     out
 }
 
-/// A run of pages in a page-data file: `len` bytes of memory from `addr`,
-/// stored at `offset` of the file (the image's `memory` part says where).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageRun {
-    pub addr: u64,
-    pub len: u64,
-    pub offset: u64,
-}
+/// A run of pages in a page-data file, as the image's `memory` part
+/// places it: `len` bytes of memory from `addr`, at `offset` of the file.
+pub use pmig_engine::resources::memory::Run as PageRun;
 
 /// How finely a page that changed is compared with the skeleton's page at
 /// its address.

@@ -252,12 +252,7 @@ fn pages_against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece
         Ok(mem
             .vmas
             .iter()
-            .flat_map(|v| v.runs.iter())
-            .map(|r| crate::delta::PageRun {
-                addr: r.addr,
-                len: r.len,
-                offset: r.offset,
-            })
+            .flat_map(|v| v.runs.iter().copied())
             .collect())
     };
     let read = || -> Result<Vec<crate::delta::Piece>> {
