@@ -69,7 +69,7 @@ impl Flushing {
         )))?;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
-        let holder = Holder::start_with(m.host, m.pid, store, &CaptureMode::Full)?;
+        let holder = Holder::start_with(m.host, m.pid, m.started, store, &CaptureMode::Full)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.holder = Some(holder);
         let image = read_image(store).map_err(|e| {

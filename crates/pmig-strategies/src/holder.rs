@@ -524,11 +524,25 @@ fn same_process(pid: i32) -> Result<()> {
 /// The holder process's main function (`pmig daemon --hold PID --image-dir DIR`).
 /// Returns the exit code.
 /// With `wait`, the holder is primed (see the module's documentation).
-pub fn holder_main(pid: i32, dir: &Path, mode: &CaptureMode, wait: bool) -> i32 {
+/// `started` is the start time the migration recorded for `pid`; without
+/// it the holder records the start time of whatever `pid` names now.
+pub fn holder_main(
+    pid: i32,
+    started: Option<u64>,
+    dir: &Path,
+    mode: &CaptureMode,
+    wait: bool,
+) -> i32 {
     // SAFETY: ignoring SIGPIPE: a dead daemon must not kill us while we hold a
     // frozen process (we resume it instead).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let _ = STARTED.set(pmig_engine::procfs::start_time(pid));
+    let _ = STARTED.set(started.or_else(|| pmig_engine::procfs::start_time(pid)));
+    // Before any check reads it: what they would say is about another
+    // process.
+    if let Err(e) = same_process(pid) {
+        say(&HolderMsg::Error(e.to_string()));
+        return 1;
+    }
     mark("hold: started");
     // The pages a precapture kept, kept again by every capture at the stop.
     let mut also = HashSet::new();
@@ -883,11 +897,12 @@ impl<'h> Primed<'h> {
     pub fn start(
         host: &'h dyn Host,
         pid: i32,
+        started: Option<u64>,
         dir: &Path,
         mode: &CaptureMode,
     ) -> Result<Primed<'h>> {
         let mut p = Primed {
-            h: Some(Holder::spawn(host, pid, dir, mode, true)?),
+            h: Some(Holder::spawn(host, pid, started, dir, mode, true)?),
             refreshing: false,
         };
         let h = p.h.as_mut().expect("just set");
@@ -1014,27 +1029,28 @@ pub struct Holder<'h> {
 }
 
 impl<'h> Holder<'h> {
-    /// Starts a holder and waits until the process is frozen and captured into `dir`.
-    pub fn start(host: &'h dyn Host, pid: i32, dir: &Path) -> Result<Holder<'h>> {
-        Self::start_with(host, pid, dir, &CaptureMode::Full)
-    }
-
-    /// [`start`](Self::start) capturing the pages `mode` selects.
+    /// Starts a holder and waits until the process is frozen and captured
+    /// into `dir`, with the pages `mode` selects.
     pub fn start_with(
         host: &'h dyn Host,
         pid: i32,
+        started: Option<u64>,
         dir: &Path,
         mode: &CaptureMode,
     ) -> Result<Holder<'h>> {
-        let mut h = Self::spawn(host, pid, dir, mode, false)?;
+        let mut h = Self::spawn(host, pid, started, dir, mode, false)?;
         h.await_capture()?;
         Ok(h)
     }
 
     /// Spawns `pmig daemon --hold PID ...` (`--hold-wait` with `wait`).
+    /// `started` is the start time the migration recorded for `pid`
+    /// ([`pmig_engine::procfs::start_time`]): the holder captures nothing
+    /// if the pid names another process by the time it runs.
     fn spawn(
         host: &'h dyn Host,
         pid: i32,
+        started: Option<u64>,
         dir: &Path,
         mode: &CaptureMode,
         wait: bool,
@@ -1054,6 +1070,9 @@ impl<'h> Holder<'h> {
         .stderr(Stdio::inherit());
         if wait {
             cmd.arg("--hold-wait");
+        }
+        if let Some(t) = started {
+            cmd.args(["--hold-started", &t.to_string()]);
         }
         let mut child = host
             .spawn(&mut cmd)

@@ -438,6 +438,10 @@ pub enum Phase {
 pub struct Source<'a> {
     pub id: u64,
     pub pid: i32,
+    /// The start time of process `pid` when the migration began
+    /// ([`pmig_engine::procfs::start_time`]): every capture checks it, so
+    /// that a pid freed and reused meanwhile is never frozen.
+    pub started: Option<u64>,
     pub comm: String,
     pub host: &'a dyn Host,
     pub ch: Channel<TcpStream>,
@@ -904,6 +908,7 @@ pub fn migrate_with(
     let mut m = Source {
         id,
         pid,
+        started,
         comm: comm.clone(),
         host,
         peer: peer.clone(),

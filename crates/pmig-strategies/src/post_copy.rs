@@ -697,7 +697,7 @@ pub(crate) fn handover_lazy(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     // A holder primed for a skeleton captures in its own mode (the same).
     let holder = match m.primed.take() {
         Some(p) => p.go()?,
-        None => Holder::start_with(m.host, m.pid, &staging, mode)?,
+        None => Holder::start_with(m.host, m.pid, m.started, &staging, mode)?,
     };
     mark("src: holder reported the capture");
     m.stopped_ns = Some(holder.captured.frozen_ns);

@@ -552,7 +552,7 @@ fn prime_holder(m: &mut Source, mode: &CaptureMode) {
     if m.primed.is_some() {
         return;
     }
-    match crate::holder::Primed::start(m.host, m.pid, &m.staging.join(FINAL_DIR), mode) {
+    match crate::holder::Primed::start(m.host, m.pid, m.started, &m.staging.join(FINAL_DIR), mode) {
         Ok(p) => m.primed = Some(p),
         Err(e) => tracing::info!("process {}: the holder starts at the stop ({e})", m.pid),
     }
@@ -569,7 +569,7 @@ pub(crate) fn stop_holder<'a>(
 ) -> Result<Holder<'a>> {
     match m.primed.take() {
         Some(p) => p.go(),
-        None => Holder::start_with(m.host, m.pid, dir, mode),
+        None => Holder::start_with(m.host, m.pid, m.started, dir, mode),
     }
 }
 

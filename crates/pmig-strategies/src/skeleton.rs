@@ -65,7 +65,7 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     std::fs::create_dir_all(&m.staging)
         .map_err(io_err(format!("create {}", m.staging.display())))?;
     let dir = m.staging.join(SKELETON_DIR);
-    let mut primed = Primed::start(m.host, m.pid, &m.staging, mode)?;
+    let mut primed = Primed::start(m.host, m.pid, m.started, &m.staging, mode)?;
     let c = match primed.precapture(&dir) {
         Ok(c) => c,
         Err(e) => {

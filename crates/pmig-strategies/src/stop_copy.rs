@@ -285,7 +285,7 @@ impl Strategy for StopCopy {
         let staging = m.staging.clone();
         // The image holds everything but the private anonymous pages, which
         // go straight from the frozen process to the destination's.
-        let holder = Holder::start_with(host, m.pid, &staging, &CaptureMode::Handover)?;
+        let holder = Holder::start_with(host, m.pid, m.started, &staging, &CaptureMode::Handover)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent = holder.captured.page_bytes / PAGE;
         tracing::info!(

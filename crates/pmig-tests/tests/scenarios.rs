@@ -1135,6 +1135,58 @@ fn primed_holder_touches_the_process_only_after_go() {
     orig.quit_ok();
 }
 
+/// A holder told the start time the migration recorded for its pid touches
+/// only that process: when the pid names another process (as after an exit
+/// and a reuse of the pid), it captures nothing, says why, and the process
+/// under the pid runs on, never stopped. Checked both for a holder that
+/// captures at once and for a primed one (which refuses before `ready`).
+#[test]
+fn holder_leaves_a_process_that_reused_the_pid_alone() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("reused");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("basic", &[], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    guard.track_pid(pid);
+    let started = pmig_engine::procfs::start_time(pid).expect("start time");
+    // The start time of a process that had the pid before this one.
+    let earlier = started.checked_sub(1).expect("started after boot");
+    for primed in [false, true] {
+        let img = d.path(&format!("img-{primed}"));
+        std::fs::create_dir_all(&img).unwrap();
+        let mut cmd = Command::new(pmig_bin());
+        cmd.args(["daemon", "--hold", &pid.to_string()])
+            .args(["--hold-started", &earlier.to_string(), "--image-dir"])
+            .arg(&img);
+        if primed {
+            cmd.arg("--hold-wait");
+        }
+        let mut h = Proc::spawn("holder", cmd);
+        // Its first word, before any check or `ready`.
+        let l = h.line(PMIG_TIMEOUT, "the holder's refusal");
+        assert!(
+            l.contains("has exited") && l.contains(&pid.to_string()),
+            "primed {primed}: {l}; stderr: {}",
+            h.stderr()
+        );
+        h.close_stdin();
+        let st = h.wait(EXIT_TIMEOUT);
+        assert!(!st.success(), "primed {primed}: the holder succeeded");
+        assert!(
+            !img.join("manifest.pmig").exists(),
+            "primed {primed}: an image of the wrong process was written"
+        );
+        let state = proc_state(pid);
+        assert!(
+            matches!(state, Some('S') | Some('R')),
+            "primed {primed}: the process is in state {state:?}"
+        );
+        orig.check("basic", PMIG_TIMEOUT);
+    }
+    orig.quit_ok();
+}
+
 /// After `handover` the destination runs the process: a holder then told to
 /// `resume` kills the original instead, so that it never runs next to its
 /// copy.

@@ -103,6 +103,10 @@ pub struct Args {
     /// stdin before it freezes the process (`refresh` reads the mappings again).
     #[arg(long, hide = true, requires = "hold")]
     hold_wait: bool,
+    /// Internal: the start time (clock ticks after boot) the migration
+    /// recorded for --hold PID; the holder touches no other process.
+    #[arg(long, hide = true, requires = "hold", value_name = "TICKS")]
+    hold_started: Option<u64>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -111,6 +115,7 @@ pub fn run(a: Args) -> Result<i32> {
             .with_context(|| format!("bad --hold-mode {}", a.hold_mode))?;
         return Ok(pmig_strategies::holder::holder_main(
             pid,
+            a.hold_started,
             dir,
             &mode,
             a.hold_wait,
