@@ -868,7 +868,51 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         reply,
         Ok(pmig_proto::Msg::MigrateAccept { id: 1 })
     ));
+    // Zeros (version 16) past the announced size of a file: refused.
+    let reply = env
+        .c()
+        .run_in("n2", || {
+            let mut ch =
+                pmig_proto::blocking::connect(addr.as_str(), &key, &pmig_proto::Config::new("n2"))
+                    .unwrap();
+            ch.send(&pmig_proto::Msg::MigrateOffer(pmig_proto::Offer {
+                id: 2,
+                strategy: "stop-copy".into(),
+                pid: 1,
+                uid: 0,
+                comm: "x".into(),
+                source_node: "n2".into(),
+                bytes_hint: 0,
+            }))
+            .unwrap();
+            let accepted = ch.recv();
+            ch.send(&pmig_proto::Msg::ImageFile {
+                id: 2,
+                name: "pages.pmig".into(),
+                size: 100,
+            })
+            .unwrap();
+            ch.send(&pmig_proto::Msg::ImageZeros { id: 2, len: 1000 })
+                .unwrap();
+            let refused = ch.recv();
+            ch.close().unwrap();
+            (accepted, refused)
+        })
+        .unwrap();
+    assert!(
+        matches!(reply.0, Ok(pmig_proto::Msg::MigrateAccept { id: 2 })),
+        "{reply:?}"
+    );
+    assert!(
+        !matches!(reply.1, Ok(pmig_proto::Msg::Restored { .. })),
+        "{reply:?}"
+    );
     std::thread::sleep(Duration::from_millis(200));
+    let log = env.log("n1");
+    assert!(
+        log.contains("1000 zero bytes run past file pages.pmig"),
+        "{log}"
+    );
     // Still alive and answering.
     assert!(env.c().status()[0].daemon_alive, "n1's daemon died");
     match env.control("n1", &Request::Ping) {
@@ -878,13 +922,14 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
     let log = env.log("n1");
     assert!(log.contains("refused connection"), "{log}");
     assert!(!log.contains("panicked"), "{log}");
-    // The staging directory of the truncated migration is gone.
+    // The staging directories of the truncated and the refused migration
+    // are gone.
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .flatten()
         .filter(|e| {
             let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with("pmig-n1-") && n.ends_with("-in-n2-1")
+            n.starts_with("pmig-n1-") && (n.ends_with("-in-n2-1") || n.ends_with("-in-n2-2"))
         })
         .collect();
     assert!(left.is_empty(), "staging left behind: {left:?}");
@@ -4354,6 +4399,18 @@ fn back_at_version(
     version: u16,
     more_than: u64,
 ) -> serde_json::Value {
+    back_at_version_in(env, rep, version, "down", more_than)
+}
+
+/// [`back_at_version`], checking the bytes of phase `phase` (a key of
+/// `bytes_per_phase`).
+fn back_at_version_in(
+    env: &mut Env,
+    rep: &serde_json::Value,
+    version: u16,
+    phase: &str,
+    more_than: u64,
+) -> serde_json::Value {
     let pid = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(pid);
     let hook = format!("speak-version {version}\n");
@@ -4370,10 +4427,10 @@ fn back_at_version(
         )
     });
     skeleton_ran(&back);
-    let whole = back["bytes_per_phase"]["down"].as_u64().unwrap();
+    let whole = back["bytes_per_phase"][phase].as_u64().unwrap();
     assert!(
         whole > more_than,
-        "{whole} bytes at the stop to a version-{version} destination: {back}"
+        "{whole} bytes in phase {phase} to a version-{version} destination: {back}"
     );
     env.pids.push(back["new_pid"].as_i64().unwrap() as i32);
     back
@@ -4448,6 +4505,42 @@ fn the_pages_of_the_stop_come_from_the_skeleton_where_unchanged() {
     // Back to a node that speaks protocol 14: the page data goes whole.
     let back = back_at_version(&mut env, &rep, 14, 8 << 20);
     said_same(child, &cmds, &out, &back, "the read-only memory", &rep);
+}
+
+/// Runs of zeros in an image go as their length (protocol 16,
+/// `ImageZeros`): 8 MiB of read-only memory the program wrote zeros to
+/// (present pages, saved with the state by every capture) cost the
+/// skeleton's image next to nothing; moved back to a node that speaks
+/// protocol 15, they go whole; and the memory is the process's own after
+/// both moves.
+#[test]
+fn runs_of_zeros_in_an_image_go_as_their_length() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("dz");
+    let script = READ_ONLY_PAGES.replace("os.urandom(N)", "bytes(N)");
+    assert_ne!(script, READ_ONLY_PAGES);
+    let (child, cmds, out) = env.python("rozeros", &script);
+    let rep = env
+        .migrate_with("n1", child.id() as i32, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("post-copy n1 → n2: {e}\nn1:\n{}", env.log("n1")));
+    skeleton_ran(&rep);
+    let prep = rep["bytes_per_phase"]["preparation"].as_u64().unwrap();
+    assert!(
+        prep < 4 << 20,
+        "{prep} bytes before the stop for 8 MiB of zeros in the skeleton's image: {rep}"
+    );
+    let back = back_at_version_in(&mut env, &rep, 15, "preparation", 8 << 20);
+    said_same(
+        child,
+        &cmds,
+        &out,
+        &back,
+        "the zeroed read-only memory",
+        &rep,
+    );
 }
 
 /// python3 that opens a listening TCP socket on `open` and closes it on

@@ -464,7 +464,18 @@ impl State {
             r[1..9].copy_from_slice(&a.to_le_bytes());
             r[9..17].copy_from_slice(&b.to_le_bytes());
             r[17..25].copy_from_slice(&c.to_le_bytes());
-            if let Err(e) = j.write_all(&r) {
+            let t = std::time::Instant::now();
+            let wrote = j.write_all(&r);
+            let us = t.elapsed().as_micros();
+            if us >= 1_000 {
+                tracing::debug!(
+                    target: "pmig_timing",
+                    "{} slow journal write: {:.2} ms",
+                    crate::timing::mono_ns(),
+                    us as f64 / 1e3
+                );
+            }
+            if let Err(e) = wrote {
                 // Without the journal a takeover would go wrong: stop
                 // writing it so that the record is known to be incomplete.
                 tracing::error!("post-copy journal write failed ({e}); a restarted daemon could not take this process over");

@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 15: the destination keeps the
+/// The protocol version this build speaks. 16: a file of an image may
+/// carry runs of zero bytes as `ImageZeros`, a length, instead of the bytes
+/// (§6.3, "Runs of zeros"); only to a version-16 destination, so older
+/// versions are still spoken (their images carry every byte). 15: the destination keeps the
 /// page data of the skeleton's image (`pages.pmig`) until the image of the
 /// stop is in, and the source sends that image's page data against it too,
 /// page by page at the same address (§6.3i); only to a version-15
@@ -68,7 +71,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 15;
+pub const PROTO_VERSION: u16 = 16;
+/// The first version that takes `ImageZeros`.
+pub const IMAGE_ZEROS: u16 = 16;
 /// The first version whose destinations keep the page data of a skeleton's
 /// image until the image of the stop is in, so that the source may send
 /// that image's page data against it too (`ImageCopy` into `pages.pmig`).
@@ -377,6 +382,13 @@ pub enum Msg {
         from: u64,
         len: u64,
     },
+    /// 30, source → destination, within any image (version 16): the next
+    /// `len` bytes of the current file are zeros. Like `ImageChunk`, it
+    /// continues the file where it ended.
+    ImageZeros {
+        id: u64,
+        len: u64,
+    },
 }
 
 /// Where the daemon that sent `Listening { addr: advertised }` on a
@@ -491,6 +503,7 @@ impl Msg {
             Msg::SkeletonUsed { .. } => "SkeletonUsed",
             Msg::Listening { .. } => "Listening",
             Msg::ImageCopy { .. } => "ImageCopy",
+            Msg::ImageZeros { .. } => "ImageZeros",
         }
     }
 
@@ -879,6 +892,7 @@ mod tests {
                 from: 1 << 20,
                 len: 4096,
             },
+            Msg::ImageZeros { id: 9, len: 8192 },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -938,6 +952,10 @@ mod tests {
             })
             .unwrap(),
             [29, 1, 2, 3]
+        );
+        assert_eq!(
+            encode(&Msg::ImageZeros { id: 1, len: 2 }).unwrap(),
+            [30, 1, 2]
         );
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));

@@ -37,12 +37,14 @@ pub enum Piece {
     Copy { from: u64, len: u64 },
     /// `len` bytes of the file itself, at `at`.
     Send { at: u64, len: u64 },
+    /// `len` zero bytes (`ImageZeros`, version 16): see [`without_zeros`].
+    Zeros { len: u64 },
 }
 
 impl Piece {
     pub fn bytes(&self) -> u64 {
         match *self {
-            Piece::Copy { len, .. } | Piece::Send { len, .. } => len,
+            Piece::Copy { len, .. } | Piece::Send { len, .. } | Piece::Zeros { len } => len,
         }
     }
 
@@ -54,6 +56,10 @@ impl Piece {
                 true
             }
             (Piece::Send { at, len }, Piece::Send { at: a, len: l }) if *at + *len == a => {
+                *len += l;
+                true
+            }
+            (Piece::Zeros { len }, Piece::Zeros { len: l }) => {
                 *len += l;
                 true
             }
@@ -480,6 +486,68 @@ pub fn plan_pages(
     out
 }
 
+/// Zeros are found in blocks of this many bytes of a run to send.
+const ZERO_BLOCK: usize = 64;
+/// The shortest run of zero blocks sent as `ImageZeros` rather than as the
+/// bytes: the message and the `ImageChunk` after it cost a few dozen bytes.
+pub const ZERO_RUN: usize = 256;
+
+/// The same plan of `file`, with every run of at least [`ZERO_RUN`] zero
+/// bytes that a `Send` piece would carry made a `Zeros` piece (version 16,
+/// `ImageZeros`). An image holds such runs wherever the process's memory
+/// or state does: pages it wrote zeros to, and on a CPU with AMX the 8 KiB
+/// of tile registers in every thread's xsave area, zero while unused.
+/// Runs are found in blocks of [`ZERO_BLOCK`] bytes from each piece's start.
+pub fn without_zeros(pieces: Vec<Piece>, file: &[u8]) -> Vec<Piece> {
+    let zero = |b: &[u8]| b.iter().fold(0u8, |acc, &x| acc | x) == 0;
+    let mut out = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        let Piece::Send { at, len } = p else {
+            append(&mut out, p);
+            continue;
+        };
+        let bytes = &file[at as usize..(at + len) as usize];
+        // Where the bytes not yet placed start (relative to `at`).
+        let mut from = 0usize;
+        let mut k = 0usize;
+        while k + ZERO_BLOCK <= bytes.len() {
+            if !zero(&bytes[k..k + ZERO_BLOCK]) {
+                k += ZERO_BLOCK;
+                continue;
+            }
+            let mut j = k + ZERO_BLOCK;
+            while j + ZERO_BLOCK <= bytes.len() && zero(&bytes[j..j + ZERO_BLOCK]) {
+                j += ZERO_BLOCK;
+            }
+            if j - k >= ZERO_RUN {
+                append(
+                    &mut out,
+                    Piece::Send {
+                        at: at + from as u64,
+                        len: (k - from) as u64,
+                    },
+                );
+                append(
+                    &mut out,
+                    Piece::Zeros {
+                        len: (j - k) as u64,
+                    },
+                );
+                from = j;
+            }
+            k = j;
+        }
+        append(
+            &mut out,
+            Piece::Send {
+                at: at + from as u64,
+                len: (bytes.len() - from) as u64,
+            },
+        );
+    }
+    out
+}
+
 /// Reads the manifest of the image in `dir` (checked as any manifest is).
 pub fn manifest_of(dir: &Path) -> Result<Manifest> {
     let p = dir.join(pmig_image::MANIFEST_FILE);
@@ -527,6 +595,7 @@ mod tests {
                     assert_eq!(at, out.len() as u64, "pieces leave no gap");
                     out.extend_from_slice(&fin[at as usize..(at + len) as usize])
                 }
+                Piece::Zeros { len } => out.resize(out.len() + len as usize, 0),
             }
         }
         out
@@ -895,5 +964,78 @@ mod tests {
         assert_eq!(rebuild(&pieces, short, &fin[..2 * 4096]), &fin[..2 * 4096]);
         assert_eq!(sent(&pieces), 2 * 4096);
         assert!(plan_pages(&base_runs, &base, &[], &[]).is_empty());
+    }
+
+    fn zeros(pieces: &[Piece]) -> u64 {
+        pieces
+            .iter()
+            .filter(|p| matches!(p, Piece::Zeros { .. }))
+            .map(Piece::bytes)
+            .sum()
+    }
+
+    /// Runs of zeros inside what a plan sends go as `Zeros` when long
+    /// enough, at any offset, and the file rebuilds byte for byte; short
+    /// runs, runs shorter than a block's alignment allows, and what the
+    /// plan copies stay as they were.
+    #[test]
+    fn runs_of_zeros_are_not_sent() {
+        // Random data with: 8 KiB of zeros at an odd offset (an AMX tile
+        // area), 200 zeros (too short), and the file ending in zeros.
+        let mut fin = bytes(40_000, 7);
+        fin[1001..1001 + 8192].fill(0);
+        fin[20_000..20_200].fill(0);
+        let n = fin.len();
+        fin[n - 3000..].fill(0);
+        let whole = vec![Piece::Send {
+            at: 0,
+            len: n as u64,
+        }];
+        let pieces = without_zeros(whole, &fin);
+        assert_eq!(rebuild(&pieces, &[], &fin), fin);
+        // The 8 KiB run loses at most a block at each edge to alignment;
+        // the tail at most one block.
+        let z = zeros(&pieces);
+        assert!(
+            z >= (8192 - 2 * ZERO_BLOCK + 3000 - ZERO_BLOCK) as u64,
+            "{z} zero bytes found: {pieces:?}"
+        );
+        assert!(z <= 8192 + 3000, "{pieces:?}");
+        assert_eq!(sent(&pieces) + z, n as u64);
+        // The 200 zeros are sent: no Zeros piece starts near them.
+        let mut at = 0u64;
+        for p in &pieces {
+            if let Piece::Zeros { len } = p {
+                assert!(at + len <= 19_900 || at >= 20_300, "{pieces:?}");
+            }
+            at += p.bytes();
+        }
+
+        // Copies stay copies; only what is sent is looked at.
+        let base = vec![0u8; 4096];
+        let plan = vec![
+            Piece::Copy { from: 0, len: 4096 },
+            Piece::Send {
+                at: 4096,
+                len: 4096,
+            },
+        ];
+        let mut fin = bytes(8192, 3);
+        fin[4096..].fill(0);
+        let pieces = without_zeros(plan, &fin);
+        assert_eq!(
+            pieces,
+            vec![
+                Piece::Copy { from: 0, len: 4096 },
+                Piece::Zeros { len: 4096 }
+            ]
+        );
+        assert_eq!(rebuild(&pieces, &base, &fin)[4096..], fin[4096..]);
+
+        // Nothing but data: the plan is unchanged.
+        let fin = bytes(10_000, 9);
+        let plan = vec![Piece::Send { at: 0, len: 10_000 }];
+        assert_eq!(without_zeros(plan.clone(), &fin), plan);
+        assert!(without_zeros(Vec::new(), &[]).is_empty());
     }
 }

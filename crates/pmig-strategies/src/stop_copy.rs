@@ -120,6 +120,20 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
             }
             _ => vec![crate::delta::Piece::Send { at: 0, len: size }],
         };
+        let pieces = if m.ch.peer().version >= pmig_proto::msg::IMAGE_ZEROS {
+            let pieces = crate::delta::without_zeros(pieces, map.bytes());
+            let zeros: u64 = pieces
+                .iter()
+                .filter(|p| matches!(p, crate::delta::Piece::Zeros { .. }))
+                .map(|p| p.bytes())
+                .sum();
+            mark(&format!(
+                "src: {name}: {zeros} of {size} bytes are runs of zeros, not sent"
+            ));
+            pieces
+        } else {
+            pieces
+        };
         m.ch.queue(
             &Msg::ImageFile {
                 id: m.id,
@@ -143,6 +157,12 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
                         &[],
                     )?;
                     m.count(32);
+                    done += len;
+                    continue;
+                }
+                crate::delta::Piece::Zeros { len } => {
+                    m.ch.queue(&Msg::ImageZeros { id: m.id, len }, &[])?;
+                    m.count(24);
                     done += len;
                     continue;
                 }
@@ -684,6 +704,20 @@ pub(crate) fn receive_image_after(
                 .map_err(io_err(format!("copy into {}", into.display())))?;
                 total += len;
             }
+            Msg::ImageZeros { id, len } if id == d.offer.id => {
+                let Some(cur) = current.as_mut() else {
+                    return Err(bad("image data before any ImageFile".into()));
+                };
+                if cur.written.saturating_add(len) > cur.size {
+                    return Err(bad(format!(
+                        "{len} zero bytes run past file {} ({} of {} bytes written)",
+                        cur.name, cur.written, cur.size
+                    )));
+                }
+                cur.put_zeros(len)
+                    .map_err(io_err(format!("write {}", dir.join(&cur.name).display())))?;
+                total += len;
+            }
             Msg::ImageChunk { id, offset } if id == d.offer.id => {
                 let Some(cur) = current.as_mut() else {
                     return Err(bad("image data before any ImageFile".into()));
@@ -762,6 +796,20 @@ impl FileIn {
             }
         }
         self.written += data.len() as u64;
+        Ok(())
+    }
+
+    /// [`put`](Self::put) of `len` zero bytes (`ImageZeros`).
+    fn put_zeros(&mut self, mut len: u64) -> std::io::Result<()> {
+        while len > 0 {
+            let n = len.min((GATHER - self.pending.len()).max(1) as u64);
+            self.pending.resize(self.pending.len() + n as usize, 0);
+            self.written += n;
+            len -= n;
+            if self.pending.len() >= GATHER {
+                self.flush()?;
+            }
+        }
         Ok(())
     }
 
