@@ -90,7 +90,9 @@ impl Drop for Map {
 }
 
 /// Streams the image files of `dir` to the destination; after a skeleton
-/// it holds, the state file against the skeleton's ([`crate::delta`]).
+/// it holds, the state file against the skeleton's ([`crate::delta`]); to
+/// a version-16 destination, runs of zeros as their length
+/// ([`crate::delta::without_zeros`]).
 pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
     let mut sizes = Vec::new();
     for name in FILES {
@@ -802,7 +804,7 @@ impl FileIn {
     /// [`put`](Self::put) of `len` zero bytes (`ImageZeros`).
     fn put_zeros(&mut self, mut len: u64) -> std::io::Result<()> {
         while len > 0 {
-            let n = len.min((GATHER - self.pending.len()).max(1) as u64);
+            let n = len.min(GATHER.saturating_sub(self.pending.len()).max(1) as u64);
             self.pending.resize(self.pending.len() + n as usize, 0);
             self.written += n;
             len -= n;
