@@ -831,30 +831,36 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
         matches!(reply, Ok(pmig_proto::Msg::Error { code: 2, .. })),
         "{reply:?}"
     );
+    // An offer of stop-copy migration `id` from n2, accepted or not, then
+    // the start of a 100-byte file: the channel and the reply to the offer.
+    let offer_a_file = |id: u64| {
+        let mut ch =
+            pmig_proto::blocking::connect(addr.as_str(), &key, &pmig_proto::Config::new("n2"))
+                .unwrap();
+        ch.send(&pmig_proto::Msg::MigrateOffer(pmig_proto::Offer {
+            id,
+            strategy: "stop-copy".into(),
+            pid: 1,
+            uid: 0,
+            comm: "x".into(),
+            source_node: "n2".into(),
+            bytes_hint: 0,
+        }))
+        .unwrap();
+        let r = ch.recv();
+        ch.send(&pmig_proto::Msg::ImageFile {
+            id,
+            name: "pages.pmig".into(),
+            size: 100,
+        })
+        .unwrap();
+        (ch, r)
+    };
     // Truncated image stream: an offer, then the connection drops mid-file.
     let reply = env
         .c()
         .run_in("n2", || {
-            let mut ch =
-                pmig_proto::blocking::connect(addr.as_str(), &key, &pmig_proto::Config::new("n2"))
-                    .unwrap();
-            ch.send(&pmig_proto::Msg::MigrateOffer(pmig_proto::Offer {
-                id: 1,
-                strategy: "stop-copy".into(),
-                pid: 1,
-                uid: 0,
-                comm: "x".into(),
-                source_node: "n2".into(),
-                bytes_hint: 0,
-            }))
-            .unwrap();
-            let r = ch.recv();
-            ch.send(&pmig_proto::Msg::ImageFile {
-                id: 1,
-                name: "pages.pmig".into(),
-                size: 100,
-            })
-            .unwrap();
+            let (mut ch, r) = offer_a_file(1);
             ch.send_with(
                 &pmig_proto::Msg::ImageChunk { id: 1, offset: 0 },
                 &[&[0u8; 10]],
@@ -872,26 +878,7 @@ fn bad_control_and_peer_input_is_refused_and_daemon_survives() {
     let reply = env
         .c()
         .run_in("n2", || {
-            let mut ch =
-                pmig_proto::blocking::connect(addr.as_str(), &key, &pmig_proto::Config::new("n2"))
-                    .unwrap();
-            ch.send(&pmig_proto::Msg::MigrateOffer(pmig_proto::Offer {
-                id: 2,
-                strategy: "stop-copy".into(),
-                pid: 1,
-                uid: 0,
-                comm: "x".into(),
-                source_node: "n2".into(),
-                bytes_hint: 0,
-            }))
-            .unwrap();
-            let accepted = ch.recv();
-            ch.send(&pmig_proto::Msg::ImageFile {
-                id: 2,
-                name: "pages.pmig".into(),
-                size: 100,
-            })
-            .unwrap();
+            let (mut ch, accepted) = offer_a_file(2);
             ch.send(&pmig_proto::Msg::ImageZeros { id: 2, len: 1000 })
                 .unwrap();
             let refused = ch.recv();

@@ -456,6 +456,20 @@ impl Journal {
     const NOT_OWED: u8 = 4;
 }
 
+/// A timing mark (`pmig_timing`, debug) when something took `us`
+/// microseconds, at least `limit`: `what()`, then the milliseconds.
+fn slow(us: u64, limit: u64, what: impl FnOnce() -> String) {
+    if us >= limit {
+        tracing::debug!(
+            target: "pmig_timing",
+            "{} {} {:.2} ms",
+            crate::timing::mono_ns(),
+            what(),
+            us as f64 / 1e3
+        );
+    }
+}
+
 impl State {
     fn log(&mut self, tag: u8, a: u64, b: u64, c: u64) {
         if let Some(j) = &mut self.journal {
@@ -466,15 +480,9 @@ impl State {
             r[17..25].copy_from_slice(&c.to_le_bytes());
             let t = std::time::Instant::now();
             let wrote = j.write_all(&r);
-            let us = t.elapsed().as_micros();
-            if us >= 1_000 {
-                tracing::debug!(
-                    target: "pmig_timing",
-                    "{} slow journal write: {:.2} ms",
-                    crate::timing::mono_ns(),
-                    us as f64 / 1e3
-                );
-            }
+            slow(t.elapsed().as_micros() as u64, 1_000, || {
+                "slow journal write:".into()
+            });
             if let Err(e) = wrote {
                 // Without the journal a takeover would go wrong: stop
                 // writing it so that the record is known to be incomplete.
@@ -865,14 +873,7 @@ impl LazyMemory {
             if let Some(t) = st.faulted_at.remove(&s) {
                 let us = now.duration_since(t).as_micros() as u64;
                 st.stats.fault_waited(us);
-                if us >= 2_000 {
-                    tracing::debug!(
-                        target: "pmig_timing",
-                        "{} slow fault: page {s:#x} waited {:.2} ms",
-                        crate::timing::mono_ns(),
-                        us as f64 / 1e3
-                    );
-                }
+                slow(us, 2_000, || format!("slow fault: page {s:#x} waited"));
             }
             if let Some(t) = st.asked_at.remove(&s) {
                 let l = now.duration_since(t).as_secs_f64();
