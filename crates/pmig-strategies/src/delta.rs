@@ -68,6 +68,11 @@ impl Piece {
     }
 }
 
+/// The bytes of the pieces `which` picks (e.g. how much a plan copies).
+pub fn bytes_of(pieces: &[Piece], which: fn(&Piece) -> bool) -> u64 {
+    pieces.iter().filter(|p| which(p)).map(Piece::bytes).sum()
+}
+
 /// Appends `p` to `out`, as a run of its own or joined to the last one.
 fn append(out: &mut Vec<Piece>, p: Piece) {
     if p.bytes() == 0 {
@@ -602,11 +607,7 @@ mod tests {
     }
 
     fn sent(pieces: &[Piece]) -> u64 {
-        pieces
-            .iter()
-            .filter(|p| matches!(p, Piece::Send { .. }))
-            .map(Piece::bytes)
-            .sum()
+        bytes_of(pieces, |p| matches!(p, Piece::Send { .. }))
     }
 
     /// `n` pseudo-random bytes (xorshift), a different sequence per seed:
@@ -967,11 +968,7 @@ mod tests {
     }
 
     fn zeros(pieces: &[Piece]) -> u64 {
-        pieces
-            .iter()
-            .filter(|p| matches!(p, Piece::Zeros { .. }))
-            .map(Piece::bytes)
-            .sum()
+        bytes_of(pieces, |p| matches!(p, Piece::Zeros { .. }))
     }
 
     /// Runs of zeros inside what a plan sends go as `Zeros` when long

@@ -124,11 +124,8 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
         };
         let pieces = if m.ch.peer().version >= pmig_proto::msg::IMAGE_ZEROS {
             let pieces = crate::delta::without_zeros(pieces, map.bytes());
-            let zeros: u64 = pieces
-                .iter()
-                .filter(|p| matches!(p, crate::delta::Piece::Zeros { .. }))
-                .map(|p| p.bytes())
-                .sum();
+            let zeros =
+                crate::delta::bytes_of(&pieces, |p| matches!(p, crate::delta::Piece::Zeros { .. }));
             mark(&format!(
                 "src: {name}: {zeros} of {size} bytes are runs of zeros, not sent"
             ));
@@ -237,11 +234,8 @@ fn planned(
 ) -> Vec<crate::delta::Piece> {
     match read {
         Ok(pieces) => {
-            let copied: u64 = pieces
-                .iter()
-                .filter(|p| matches!(p, crate::delta::Piece::Copy { .. }))
-                .map(|p| p.bytes())
-                .sum();
+            let copied =
+                crate::delta::bytes_of(&pieces, |p| matches!(p, crate::delta::Piece::Copy { .. }));
             mark(&format!(
                 "src: {what} planned against the skeleton's ({copied} of {} {unit} taken from it)",
                 fin.len()
