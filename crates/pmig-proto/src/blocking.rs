@@ -221,6 +221,42 @@ pub struct Receiver<S: Stream> {
     peer: Arc<PeerInfo>,
 }
 
+/// What [`Sender::send_pages`] sent.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PagesSent {
+    /// Bytes of pages sent as they are (`PageData`).
+    pub data: u64,
+    /// Bytes of pages sent as their count (`PageZeros`).
+    pub zeros: u64,
+    /// Messages sent.
+    pub messages: u64,
+}
+
+impl PagesSent {
+    /// Per message, about what travels besides the pages' bytes (frame
+    /// header, message, authentication tag).
+    pub const OVERHEAD: u64 = 32;
+
+    fn add(&mut self, bytes: usize, zeros: bool) {
+        if zeros {
+            self.zeros += bytes as u64;
+        } else {
+            self.data += bytes as u64;
+        }
+        self.messages += 1;
+    }
+
+    /// About the bytes that went on the wire.
+    pub fn wire(&self) -> u64 {
+        self.data + self.messages * Self::OVERHEAD
+    }
+
+    /// The bytes of pages it stood for, zeros included.
+    pub fn pages_bytes(&self) -> u64 {
+        self.data + self.zeros
+    }
+}
+
 /// A received message with its attachment (raw bytes after the encoded message).
 #[derive(Debug)]
 pub struct Incoming {
@@ -244,6 +280,17 @@ impl Incoming {
     /// The whole frame body and the offset where the attachment starts (no copy).
     pub fn into_parts(self) -> (Msg, Vec<u8>, usize) {
         (self.msg, self.body, self.att)
+    }
+
+    /// For `PageData` and `PageZeros`: the migration, the source address
+    /// and the pages' bytes (zeros from a static buffer for `PageZeros`,
+    /// which stands for a `PageData` of them). `None` for other messages.
+    pub fn pages(&self) -> Option<(u64, u64, &[u8])> {
+        match self.msg {
+            Msg::PageData { id, addr } => Some((id, addr, self.attachment())),
+            Msg::PageZeros { id, addr, pages } => Some((id, addr, msg::zero_pages(pages))),
+            _ => None,
+        }
     }
 
     /// The frame body, for [`Receiver::recycle`] once the attachment has
@@ -452,6 +499,11 @@ impl<S: Stream> Channel<S> {
         self.tx.queue(msg, attachment)
     }
 
+    /// See [`Sender::send_pages`].
+    pub fn send_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
+        self.tx.send_pages(id, addr, data)
+    }
+
     pub fn flush(&mut self) -> Result<(), ProtoError> {
         self.tx.flush()
     }
@@ -508,6 +560,58 @@ impl<S: Stream> Channel<S> {
 impl<S: Stream> Sender<S> {
     pub fn peer(&self) -> &PeerInfo {
         &self.peer
+    }
+
+    /// Sends the pages `data` (whole pages) of migration `id` at source
+    /// address `addr`, and flushes. To a version-17 peer each run of pages
+    /// that are all zeros goes as `PageZeros` (at most
+    /// [`msg::MAX_ZERO_PAGES`] a message) and the rest as `PageData`; to an
+    /// older one all of it goes as one `PageData`.
+    pub fn send_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
+        const PAGE: usize = 4096;
+        let mut sent = PagesSent::default();
+        if self.peer.version < msg::PAGE_ZEROS || data.len() < PAGE {
+            self.send_with(&Msg::PageData { id, addr }, &[data])?;
+            sent.add(data.len(), false);
+            return Ok(sent);
+        }
+        let pages = data.len() / PAGE;
+        let zero = |i: usize| msg::is_zero(&data[i * PAGE..(i + 1) * PAGE]);
+        let mut i = 0;
+        while i < pages {
+            let z = zero(i);
+            let mut j = i + 1;
+            while j < pages && zero(j) == z && (!z || j - i < msg::MAX_ZERO_PAGES as usize) {
+                j += 1;
+            }
+            let at = addr + (i * PAGE) as u64;
+            if z {
+                let n = (j - i) as u32;
+                self.queue(
+                    &Msg::PageZeros {
+                        id,
+                        addr: at,
+                        pages: n,
+                    },
+                    &[],
+                )?;
+            } else {
+                self.queue(
+                    &Msg::PageData { id, addr: at },
+                    &[&data[i * PAGE..j * PAGE]],
+                )?;
+            }
+            sent.add((j - i) * PAGE, z);
+            i = j;
+        }
+        // A tail of less than a page (callers send whole pages) goes as is.
+        if data.len() > pages * PAGE {
+            let at = addr + (pages * PAGE) as u64;
+            self.queue(&Msg::PageData { id, addr: at }, &[&data[pages * PAGE..]])?;
+            sent.add(data.len() - pages * PAGE, false);
+        }
+        self.flush()?;
+        Ok(sent)
     }
 
     pub fn send(&mut self, msg: &Msg) -> Result<(), ProtoError> {

@@ -29,7 +29,7 @@ pub mod session;
 #[cfg(feature = "tokio")]
 pub mod asynch;
 
-pub use blocking::Incoming;
+pub use blocking::{Incoming, PagesSent};
 pub use error::{KeyError, ProtoError};
 pub use frame::FrameParser;
 pub use key::{generate_key_file, load_key, ClusterKey, KEY_LEN};

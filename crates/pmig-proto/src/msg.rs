@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 16: a file of an image may
+/// The protocol version this build speaks. 17: a run of pages that are all
+/// zeros may travel as `PageZeros`, an address and a count, wherever pages
+/// travel as `PageData` (§6.1, "Pages of zeros"); only to a version-17
+/// destination, so older versions are still spoken (their pages carry
+/// every byte). 16: a file of an image may
 /// carry runs of zero bytes as `ImageZeros`, a length, instead of the bytes
 /// (§6.3, "Runs of zeros"); only to a version-16 destination, so older
 /// versions are still spoken (their images carry every byte). 15: the destination keeps the
@@ -71,7 +75,11 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 16;
+pub const PROTO_VERSION: u16 = 17;
+/// The first version that takes `PageZeros`.
+pub const PAGE_ZEROS: u16 = 17;
+/// Most pages one `PageZeros` stands for.
+pub const MAX_ZERO_PAGES: u32 = 256;
 /// The first version that takes `ImageZeros`.
 pub const IMAGE_ZEROS: u16 = 16;
 /// The first version whose destinations keep the page data of a skeleton's
@@ -389,6 +397,33 @@ pub enum Msg {
         id: u64,
         len: u64,
     },
+    /// 31, source → destination, wherever `PageData` may come (version
+    /// 17): the `pages` pages of the process at source address `addr` are
+    /// all zeros. It stands for a `PageData` of that many zero bytes, and
+    /// the destination treats it as one. 1..=`MAX_ZERO_PAGES` pages.
+    PageZeros {
+        id: u64,
+        addr: u64,
+        pages: u32,
+    },
+}
+
+/// `pages * 4096` zero bytes, for a `PageZeros` of at most
+/// [`MAX_ZERO_PAGES`] pages (fewer are given if asked for more).
+pub fn zero_pages(pages: u32) -> &'static [u8] {
+    static ZEROS: [u8; MAX_ZERO_PAGES as usize * 4096] = [0; MAX_ZERO_PAGES as usize * 4096];
+    &ZEROS[..pages.min(MAX_ZERO_PAGES) as usize * 4096]
+}
+
+/// Whether the page (or any run of bytes) `p` is all zeros. Memory that
+/// holds data mostly has a non-zero byte among its first eight, which is
+/// all this reads of it; zeros are read in blocks the compiler vectorizes.
+pub fn is_zero(p: &[u8]) -> bool {
+    let (head, rest) = p.split_at(p.len().min(8));
+    head.iter().all(|&b| b == 0)
+        && rest
+            .chunks(64)
+            .all(|c| c.iter().fold(0u8, |acc, &b| acc | b) == 0)
 }
 
 /// Where the daemon that sent `Listening { addr: advertised }` on a
@@ -504,6 +539,7 @@ impl Msg {
             Msg::Listening { .. } => "Listening",
             Msg::ImageCopy { .. } => "ImageCopy",
             Msg::ImageZeros { .. } => "ImageZeros",
+            Msg::PageZeros { .. } => "PageZeros",
         }
     }
 
@@ -513,6 +549,16 @@ impl Msg {
             Msg::PageData { addr, .. } if addr % 4096 != 0 => {
                 return Err(ProtoError::Malformed(format!(
                     "PageData: address {addr:#x} is not page aligned"
+                )));
+            }
+            Msg::PageZeros { addr, pages, .. }
+                if addr % 4096 != 0
+                    || *pages == 0
+                    || *pages > MAX_ZERO_PAGES
+                    || addr.checked_add(*pages as u64 * 4096).is_none() =>
+            {
+                return Err(ProtoError::Malformed(format!(
+                    "PageZeros: {pages} pages at {addr:#x}; 1..={MAX_ZERO_PAGES} pages at a page-aligned address"
                 )));
             }
             Msg::PageRequest { pages, .. }
@@ -893,6 +939,11 @@ mod tests {
                 len: 4096,
             },
             Msg::ImageZeros { id: 9, len: 8192 },
+            Msg::PageZeros {
+                id: 9,
+                addr: 0x7f00_0000_0000,
+                pages: MAX_ZERO_PAGES,
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -906,6 +957,27 @@ mod tests {
                 assert!(decode(&b[..cut]).is_err(), "{m:?} cut at {cut}");
             }
         }
+    }
+
+    #[test]
+    fn zero_pages_are_told_from_pages_of_data() {
+        let mut p = vec![0u8; 4096];
+        assert!(is_zero(&p));
+        assert!(is_zero(&[]));
+        // A non-zero byte anywhere, in the first eight bytes, in a block,
+        // or in the last byte of the last block, counts.
+        for at in [0, 7, 8, 63, 64, 2049, 4095] {
+            p[at] = 0x80;
+            assert!(!is_zero(&p), "a byte at {at}");
+            assert!(!is_zero(&p[..at + 1]), "a byte at the end, {at}");
+            p[at] = 0;
+        }
+        assert_eq!(zero_pages(3).len(), 3 * 4096);
+        assert_eq!(
+            zero_pages(MAX_ZERO_PAGES + 1).len(),
+            MAX_ZERO_PAGES as usize * 4096
+        );
+        assert!(is_zero(zero_pages(MAX_ZERO_PAGES)));
     }
 
     #[test]
@@ -957,6 +1029,28 @@ mod tests {
             encode(&Msg::ImageZeros { id: 1, len: 2 }).unwrap(),
             [30, 1, 2]
         );
+        assert_eq!(
+            encode(&Msg::PageZeros {
+                id: 1,
+                addr: 4096,
+                pages: 3
+            })
+            .unwrap(),
+            [31, 1, 0x80, 0x20, 3]
+        );
+        let zeros = |addr: u64, pages: u32| Msg::PageZeros { id: 1, addr, pages }.validate();
+        assert!(zeros(4096, 1).is_ok());
+        assert!(zeros(4096, MAX_ZERO_PAGES).is_ok());
+        for (addr, pages) in [
+            (4096, 0),
+            (4096, MAX_ZERO_PAGES + 1),
+            (4095, 1),
+            (u64::MAX - 4095, 2),
+        ] {
+            let b = postcard::to_stdvec(&Msg::PageZeros { id: 1, addr, pages }).unwrap();
+            assert!(decode(&b).is_err(), "{pages} pages at {addr:#x}");
+            assert!(zeros(addr, pages).is_err(), "{pages} pages at {addr:#x}");
+        }
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));
     }

@@ -195,6 +195,60 @@ fn version_mismatch_is_refused() {
     assert_eq!(s.unwrap().peer().version, v);
 }
 
+/// Pages as `send_pages` sends them, received and put back together at
+/// their addresses: (the rebuilt bytes, messages of each kind).
+fn pages_round_trip(peer_version: u16, pages: &[u8]) -> (Vec<u8>, usize, usize) {
+    let mut older = Config::new("dst");
+    older.proto_version = peer_version;
+    let (c, s) = pair(key(6), key(6), Config::new("src"), older);
+    let (mut c, mut s) = (c.unwrap(), s.unwrap());
+    let base = 0x7f00_0000_0000u64;
+    let sent = c.send_pages(9, base, pages).unwrap();
+    c.send(&Msg::Commit { id: 9 }).unwrap();
+    let mut rebuilt = vec![0xa5u8; pages.len()];
+    let (mut data, mut zeros) = (0, 0);
+    loop {
+        let inc = s.recv_with().unwrap();
+        if inc.msg == (Msg::Commit { id: 9 }) {
+            break;
+        }
+        let (id, addr, bytes) = inc.pages().expect("only pages before the commit");
+        assert_eq!(id, 9);
+        let at = (addr - base) as usize;
+        rebuilt[at..at + bytes.len()].copy_from_slice(bytes);
+        match inc.msg {
+            Msg::PageData { .. } => data += 1,
+            Msg::PageZeros { .. } => zeros += 1,
+            ref m => panic!("unexpected {m:?}"),
+        }
+    }
+    assert_eq!(sent.pages_bytes(), pages.len() as u64);
+    assert_eq!(sent.messages, (data + zeros) as u64);
+    (rebuilt, data, zeros)
+}
+
+#[test]
+fn runs_of_zero_pages_travel_as_their_count() {
+    const P: usize = 4096;
+    // 1 page of data, 300 of zeros (more than one message holds), a page
+    // of data with a single non-zero byte at its end, 3 zero pages, 2 of data.
+    let mut pages = data(P, 3);
+    pages.extend(vec![0u8; 300 * P]);
+    let mut last_byte = vec![0u8; P];
+    last_byte[P - 1] = 1;
+    pages.extend(last_byte);
+    pages.extend(vec![0u8; 3 * P]);
+    pages.extend(data(2 * P, 4));
+    let (rebuilt, data_msgs, zero_msgs) = pages_round_trip(pmig_proto::PROTO_VERSION, &pages);
+    assert!(rebuilt == pages, "the pages differ after the trip");
+    // data | 256 zeros | 44 zeros | data | 3 zeros | data
+    assert_eq!((data_msgs, zero_msgs), (3, 3));
+    // A peer older than PageZeros gets every byte, in one message.
+    let (rebuilt, data_msgs, zero_msgs) = pages_round_trip(pmig_proto::msg::PAGE_ZEROS - 1, &pages);
+    assert!(rebuilt == pages, "the pages differ after the trip");
+    assert_eq!((data_msgs, zero_msgs), (1, 0));
+}
+
 #[test]
 fn large_payload_round_trips() {
     let (c, s) = pair(key(5), key(5), Config::new("src"), Config::new("dst"));

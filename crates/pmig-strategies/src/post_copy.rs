@@ -955,8 +955,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         let mut read_and_send = |tx: &mut Tx, addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
             let b = &mut buf[..n * PAGE as usize];
             read_pages(addr, b)?;
-            tx.send_with(&Msg::PageData { id, addr }, &[b])?;
-            sent_bytes += b.len() as u64 + 32;
+            sent_bytes += tx.send_pages(id, addr, b)?.wire();
             sent_pages += n as u64;
             Ok(())
         };
@@ -1407,39 +1406,36 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                 }
                 messages += 1;
                 let r = (self.read)(batch[i], b).and_then(|()| {
-                    ch.send_with(
-                        &Msg::PageData {
-                            id: self.id,
-                            addr: batch[i],
-                        },
-                        &[b],
-                    )
-                    .map_err(StrategyError::from)
+                    ch.send_pages(self.id, batch[i], b)
+                        .map_err(StrategyError::from)
                 });
-                if let Err(e) = r {
-                    if self.done.load(Ordering::Acquire) {
-                        // Nothing is owed any more: the destination closed it.
-                        return sent;
-                    }
-                    // Back to the push loop, on the first connection.
-                    tracing::warn!(
+                let wire = match r {
+                    Ok(s) => s.wire(),
+                    Err(e) => {
+                        if self.done.load(Ordering::Acquire) {
+                            // Nothing is owed any more: the destination closed it.
+                            return sent;
+                        }
+                        // Back to the push loop, on the first connection.
+                        tracing::warn!(
                         "the answers' connection of migration {} failed ({e}); answering with the push",
                         self.id
                     );
-                    // Shut down, so that the destination learns it (from a
-                    // send that timed out the connection may still be up)
-                    // and asks again on the first connection: requests it
-                    // sent here are no longer read.
-                    let _ = ch.stream().shutdown(std::net::Shutdown::Both);
-                    let mut q = self.requests.lock().unwrap();
-                    for &p in batch[i..].iter().rev() {
-                        q.push_front(p);
+                        // Shut down, so that the destination learns it (from a
+                        // send that timed out the connection may still be up)
+                        // and asks again on the first connection: requests it
+                        // sent here are no longer read.
+                        let _ = ch.stream().shutdown(std::net::Shutdown::Both);
+                        let mut q = self.requests.lock().unwrap();
+                        for &p in batch[i..].iter().rev() {
+                            q.push_front(p);
+                        }
+                        self.up.store(false, Ordering::Release);
+                        self.failed.store(true, Ordering::Release);
+                        self.wake.notify_all();
+                        return sent;
                     }
-                    self.up.store(false, Ordering::Release);
-                    self.failed.store(true, Ordering::Release);
-                    self.wake.notify_all();
-                    return sent;
-                }
+                };
                 {
                     // Not pushed again (a copy already pushed may still be
                     // on its way: the first to arrive is installed).
@@ -1451,7 +1447,7 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                         }
                     }
                 }
-                sent.0 += b.len() as u64 + 32;
+                sent.0 += wire;
                 sent.1 += n as u64;
                 sent.2 += n as u64;
                 i += n;
@@ -2003,28 +1999,24 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 while !done.load(Ordering::Acquire) {
                     match srx.recv_with_within(Duration::from_millis(20)) {
                         Ok(None) => {}
-                        Ok(Some(inc)) => {
-                            let (msg, body, att) = inc.into_parts();
-                            match msg {
-                                Msg::PageData { id: i, addr } if i == id => {
-                                    if exited.load(Ordering::Acquire) {
-                                        continue;
-                                    }
-                                    if let Err(e) = lm.install_bulk(addr, &body[att..]) {
-                                        *failed.lock().unwrap() =
-                                            Some(format!("install pages: {e}"));
-                                        done.store(true, Ordering::Release);
-                                        return;
-                                    }
-                                    srx.recycle(body);
+                        Ok(Some(inc)) => match inc.pages() {
+                            Some((i, addr, data)) if i == id => {
+                                if exited.load(Ordering::Acquire) {
+                                    continue;
                                 }
-                                other => {
-                                    tracing::warn!("{} on the answers' connection of migration {id}; the answers come with the push", other.kind());
-                                    lost();
+                                if let Err(e) = lm.install_bulk(addr, data) {
+                                    *failed.lock().unwrap() = Some(format!("install pages: {e}"));
+                                    done.store(true, Ordering::Release);
                                     return;
                                 }
+                                srx.recycle(inc.into_body());
                             }
-                        }
+                            _ => {
+                                tracing::warn!("{} on the answers' connection of migration {id}; the answers come with the push", inc.msg.kind());
+                                lost();
+                                return;
+                            }
+                        },
                         Err(e) => {
                             if !done.load(Ordering::Acquire) {
                                 tracing::warn!("the answers' connection of migration {id} ended ({e}); the answers come with the push");
@@ -2047,18 +2039,18 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 Ok(None) => {}
                 Ok(Some(inc)) => {
                     heard.store(true, Ordering::Release);
-                    let (msg, body, att) = inc.into_parts();
-                    match msg {
-                        Msg::PageData { id: i, .. }
-                            if i == id && exited.load(Ordering::Acquire) => {}
-                        Msg::Commit { id: i } if i == id && exited.load(Ordering::Acquire) => break,
-                        Msg::PageData { id: i, addr } if i == id => {
-                            if let Err(e) = lm.install_bulk(addr, &body[att..]) {
+                    if let Some((_, addr, data)) = inc.pages().filter(|p| p.0 == id) {
+                        if !exited.load(Ordering::Acquire) {
+                            if let Err(e) = lm.install_bulk(addr, data) {
                                 *failed.lock().unwrap() = Some(format!("install pages: {e}"));
                                 break;
                             }
-                            rx.recycle(body);
                         }
+                        rx.recycle(inc.into_body());
+                        continue;
+                    }
+                    match inc.msg {
+                        Msg::Commit { id: i } if i == id && exited.load(Ordering::Acquire) => break,
                         Msg::NotOwed { id: i, ranges, .. } if i == id => lm.not_owed(&ranges),
                         other => {
                             *failed.lock().unwrap() =
@@ -2192,7 +2184,7 @@ fn await_final_commit(
     let _ = ch.stream().set_read_timeout(Some(Duration::from_secs(60)));
     loop {
         match ch.recv_with() {
-            Ok(inc) if matches!(inc.msg, Msg::PageData { .. } | Msg::NotOwed { .. }) => continue,
+            Ok(inc) if inc.pages().is_some() || matches!(inc.msg, Msg::NotOwed { .. }) => continue,
             Ok(inc) => match inc.msg {
                 Msg::Commit { id: i } if i == id => return Ok(pid),
                 Msg::Abort { reason, .. } => {

@@ -653,11 +653,13 @@ fn stream_pages(
     let mut done = 0u64;
     let mut failed: Option<StrategyError> = None;
     let r = read_ranges(pid, ranges, PAGE_CHUNK, &mut |addr, data| {
-        if let Err(e) = m.ch.send_with(&Msg::PageData { id, addr }, &[data]) {
-            failed = Some(e.into());
-            return Err(EngineError::Other("sending pages failed".into()));
+        match m.ch.send_pages(id, addr, data) {
+            Ok(sent) => m.count(sent.wire()),
+            Err(e) => {
+                failed = Some(e.into());
+                return Err(EngineError::Other("sending pages failed".into()));
+            }
         }
-        m.count(data.len() as u64 + 24);
         done += data.len() as u64;
         if let Some(phase) = phase {
             (m.progress)(Progress {
@@ -695,8 +697,8 @@ fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Resul
                         "cannot read the page at {addr:#x} of the frozen process {pid}, written since the last round: {e}"
                     ))
                 })?;
-                m.ch.send_with(&Msg::PageData { id, addr }, &[&page])?;
-                m.count(PAGE + 24);
+                let s = m.ch.send_pages(id, addr, &page)?;
+                m.count(s.wire());
                 sent += PAGE;
             }
         }
@@ -763,26 +765,25 @@ pub(crate) fn receive_rounds(
             Some(inc) => inc,
             None => d.ch.recv_with()?,
         };
-        match inc.msg {
-            Msg::PageData { id, addr } if id == d.offer.id => {
-                let data = inc.attachment();
-                let n = data.len() as u64;
-                if n == 0
-                    || !n.is_multiple_of(PAGE)
-                    || addr.checked_add(n).is_none_or(|e| e > TASK_END)
-                {
-                    return Err(bad(
-                        d,
-                        code::MALFORMED,
-                        format!(
-                            "PageData of {n} bytes at {addr:#x}: not whole pages of user memory"
-                        ),
-                    ));
-                }
-                store.put(addr, data)?;
-                d.count_received(n);
-                d.ch.recycle(inc.into_body());
+        if let Some((_, addr, data)) = inc.pages().filter(|p| p.0 == d.offer.id) {
+            let n = data.len() as u64;
+            if n == 0 || !n.is_multiple_of(PAGE) || addr.checked_add(n).is_none_or(|e| e > TASK_END)
+            {
+                return Err(bad(
+                    d,
+                    code::MALFORMED,
+                    format!(
+                        "{} of {n} bytes at {addr:#x}: not whole pages of user memory",
+                        inc.msg.kind()
+                    ),
+                ));
             }
+            store.put(addr, data)?;
+            d.count_received(inc.attachment().len() as u64);
+            d.ch.recycle(inc.into_body());
+            continue;
+        }
+        match inc.msg {
             Msg::RoundDone { id, round, pages } if id == d.offer.id => {
                 rounds += 1;
                 tracing::debug!(

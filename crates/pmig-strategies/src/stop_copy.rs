@@ -447,15 +447,18 @@ fn push_all(m: &mut Source, owed: &[(u64, u64)]) -> Result<u64> {
                 if readable(m.ch.stream()) {
                     return Err(reason_for_stop(m));
                 }
-                if let Err(e) = m.ch.send_with(&Msg::PageData { id, addr }, &[&buf[..n]]) {
-                    // Its reason, if it sent one before closing, is still
-                    // ours to read.
-                    return Err(match m.recv("nothing") {
-                        Err(r @ StrategyError::Refused { .. }) => r,
-                        _ => e.into(),
-                    });
-                }
-                m.count(n as u64 + 32);
+                let sent = match m.ch.send_pages(id, addr, &buf[..n]) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        // Its reason, if it sent one before closing, is
+                        // still ours to read.
+                        return Err(match m.recv("nothing") {
+                            Err(r @ StrategyError::Refused { .. }) => r,
+                            _ => e.into(),
+                        });
+                    }
+                };
+                m.count(sent.wire());
                 done += n as u64;
                 (m.progress)(Progress {
                     phase: "transfer",
@@ -516,18 +519,20 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
     if lm.owed_pages() == 0 {
         return Ok(());
     }
-    let (tx, rx) = std::sync::mpsc::sync_channel::<(u64, Vec<u8>, usize)>(4);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Incoming>(4);
     // Installed messages come back to be received into again.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|sc| -> Result<()> {
         let installer = sc.spawn(move || -> Result<()> {
-            for (addr, body, att) in rx {
-                lm.install(addr, &body[att..])
-                    .map_err(|e| StrategyError::Other(format!("install pages: {e}")))?;
+            for inc in rx {
+                if let Some((_, addr, data)) = inc.pages() {
+                    lm.install(addr, data)
+                        .map_err(|e| StrategyError::Other(format!("install pages: {e}")))?;
+                }
                 if lm.owed_pages() == 0 {
                     return Ok(());
                 }
-                let _ = done_tx.send(body);
+                let _ = done_tx.send(inc.into_body());
             }
             // The receiver stopped first: it reports why.
             Ok(())
@@ -539,22 +544,24 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
                 while let Ok(b) = done_rx.try_recv() {
                     d.ch.recycle(b);
                 }
-                let (msg, body, att) = d.ch.recv_with()?.into_parts();
-                match msg {
-                    Msg::PageData { id, addr } if id == d.offer.id => {
-                        let n = body.len() - att;
-                        if n == 0 || !(n as u64).is_multiple_of(PAGE) {
-                            return Err(bad(format!(
-                                "PageData of {n} bytes at {addr:#x} is not whole pages"
-                            )));
-                        }
-                        d.count_received(n as u64);
-                        got += n as u64;
-                        // Gone: the installer failed, or has every page.
-                        if tx.send((addr, body, att)).is_err() {
-                            return Ok(());
-                        }
+                let inc = d.ch.recv_with()?;
+                if let Some((_, addr, data)) = inc.pages().filter(|p| p.0 == d.offer.id) {
+                    let n = data.len();
+                    if n == 0 || !(n as u64).is_multiple_of(PAGE) {
+                        return Err(bad(format!(
+                            "{} of {n} bytes at {addr:#x} is not whole pages",
+                            inc.msg.kind()
+                        )));
                     }
+                    d.count_received(inc.attachment().len() as u64);
+                    got += n as u64;
+                    // Gone: the installer failed, or has every page.
+                    if tx.send(inc).is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                match inc.msg {
                     Msg::Abort { reason, .. } => return Err(d.source_aborted(reason)),
                     other => {
                         return Err(bad(format!(
