@@ -5,7 +5,7 @@
 # Usage: [PMIG=BINARY] [LINK=unlimited] [WARM=SECONDS] bench/hops.sh STRATEGY CMD [ARGS...]
 # The program starts on n1 with its output to a file, runs WARM seconds
 # (default 1), then moves n1 -> n2 -> n3 -> n1; each hop prints its down_ms,
-# the bytes per phase, and the program's output is compared with that of
+# its post_ms, the bytes per phase, and the program's output is compared with that of
 # the same command run unmigrated (before the cluster comes up). With
 # TIMELINE=DIR, the daemons' timing marks of each hop are written to
 # DIR/hop-NODE.txt (ms from the first mark). With PIDNS=1 every node has its
@@ -96,7 +96,7 @@ notes = d.get("notes", [])
 ids = [n for n in notes if "under new ids" in n]
 if ids:
     sk += f"  new ids (pid {d['new_pid']})"
-print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  bytes before/at/after the stop "
+print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  post_ms {d['post_ms']:.0f}  bytes before/at/after the stop "
       f"{b['preparation']}/{b['down']}/{b['post']}{sk}")
 for n in notes:
     if n not in ids:
