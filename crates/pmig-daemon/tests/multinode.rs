@@ -4532,8 +4532,9 @@ fn runs_of_zeros_in_an_image_go_as_their_length() {
 
 /// python3 holding 32 MiB of writable private anonymous memory, a quarter
 /// random and three quarters zeros the program wrote (in stripes of 768
-/// KiB, and one zero page in every other random stripe); `done` says
-/// whether it still hashes as it did.
+/// KiB, and one zero page in every other random stripe); `zero K` writes
+/// the stripes' zeros again and says `ZEROED K`; `done` says whether the
+/// memory still hashes as it did.
 const ZERO_PAGES: &str = r#"
 import hashlib, mmap, os, sys, time
 N = 32 << 20
@@ -4550,16 +4551,37 @@ while True:
     if not line:
         time.sleep(0.002)
         continue
-    if line.split()[0] == "done":
+    c = line.split()
+    if c[0] == "zero":
+        for at in range(0, N, 1 << 20):
+            m[at + (256 << 10):at + (1 << 20)] = bytes(768 << 10)
+        print("ZEROED", c[1], flush=True)
+    elif c[0] == "done":
         print("SAME" if hashlib.sha256(m[:]).hexdigest() == h else "DIFFERENT", flush=True)
         break
 "#;
 
+/// Anonymous memory resident in process `pid`, in bytes (`RssAnon`; the
+/// kernel's zero page is not counted).
+fn rss_anon(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no RssAnon for process {pid}: {status}"));
+    kib << 10
+}
+
 /// Pages that are all zeros travel as their count (`PageZeros`, protocol
 /// 17): 24 MiB of zeros among 32 MiB of written memory cost neither a
-/// total copy's stop nor a pre-copy's rounds their bytes; back to a node
-/// that speaks protocol 16, post-copy's push carries them whole; and the
-/// memory hashes the same after the three moves.
+/// total copy's stop nor post-copy's push nor a pre-copy's rounds their
+/// bytes, and where they land lazily (stop-copy, post-copy) they get the
+/// kernel's zero page, not memory; back to a node that speaks protocol 16,
+/// post-copy's push carries them whole; and the memory hashes the same
+/// after the four moves. (A page mapped to the zero page is not populated
+/// and goes nowhere at the next move: before a move that should meet
+/// pages of zeros, the program writes its zeros again.)
 #[test]
 fn runs_of_zero_pages_go_as_their_count() {
     if !root() {
@@ -4568,6 +4590,15 @@ fn runs_of_zero_pages_go_as_their_count() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("pz");
     let (child, cmds, out) = env.python("zeropages", ZERO_PAGES);
+    let zero_again = |k: u32| {
+        command(&cmds, &format!("zero {k}"));
+        wait_output(
+            &out,
+            &format!("ZEROED {k}"),
+            "the program did not write its zeros again",
+        );
+    };
+    let at_first = rss_anon(child.id() as i32);
     let rep = env
         .migrate_with("n1", child.id() as i32, "n2", "stop-copy")
         .unwrap_or_else(|e| panic!("stop-copy n1 → n2: {e}\nn1:\n{}", env.log("n1")));
@@ -4576,13 +4607,36 @@ fn runs_of_zero_pages_go_as_their_count() {
         down < 20 << 20,
         "{down} bytes at the stop for 8 MiB of data and 24 MiB of zeros: {rep}"
     );
+    let landed = rss_anon(rep["new_pid"].as_i64().unwrap() as i32);
+    assert!(
+        landed + (16 << 20) < at_first,
+        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after stop-copy, {at_first} before"
+    );
     // Post-copy's push to a version-16 node carries every byte.
+    zero_again(1);
     let back = back_at_version_in(&mut env, &rep, 16, "post", 24 << 20);
     std::fs::remove_file(env.node_dir("n1").join("test-hook")).unwrap();
     let pid = back["new_pid"].as_i64().unwrap() as i32;
+    let before = rss_anon(pid);
+    let post = env
+        .migrate_with("n1", pid, "n3", "post-copy")
+        .unwrap_or_else(|e| panic!("post-copy n1 → n3: {e}\nn1:\n{}", env.log("n1")));
+    let pid = post["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    let pushed = post["bytes_per_phase"]["post"].as_u64().unwrap();
+    assert!(
+        pushed < 20 << 20,
+        "{pushed} bytes in post-copy's push for 8 MiB of data and 24 MiB of zeros: {post}"
+    );
+    let landed = rss_anon(pid);
+    assert!(
+        landed + (16 << 20) < before,
+        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after post-copy, {before} before"
+    );
+    zero_again(2);
     let pre = env
-        .migrate_with("n1", pid, "n3", "pre-copy")
-        .unwrap_or_else(|e| panic!("pre-copy n1 → n3: {e}\nn1:\n{}", env.log("n1")));
+        .migrate_with("n3", pid, "n2", "pre-copy")
+        .unwrap_or_else(|e| panic!("pre-copy n3 → n2: {e}\nn3:\n{}", env.log("n3")));
     env.pids.push(pre["new_pid"].as_i64().unwrap() as i32);
     let rounds = pre["bytes_per_phase"]["preparation"].as_u64().unwrap();
     assert!(

@@ -759,9 +759,30 @@ impl LazyMemory {
     /// Install the source pages [src, src + data.len()) that are still owed.
     /// Returns how many pages were installed.
     pub fn install(&self, src: u64, data: &[u8]) -> Result<u64> {
-        // Rare: a copy of the pages, with those mutexes rewritten.
+        self.install_as(src, data, false)
+    }
+
+    /// [`Self::install`] of pages that hold nothing but zeros (a
+    /// `PageZeros` of the protocol): `zeros` is that many zero bytes, and
+    /// each owed page gets the zero page (`UFFDIO_ZEROPAGE`) instead of a
+    /// copy of them, which costs neither the copy nor a page of memory
+    /// until the process writes there. So quick that the whole run goes
+    /// under the lock at once, even where [`Self::install_bulk`] would
+    /// take it piece by piece. Where a held mutex across an edge of the
+    /// run has a word to rewrite inside it, the run is copied, as
+    /// [`Self::install`] does.
+    pub fn install_zeros(&self, src: u64, zeros: &[u8]) -> Result<u64> {
+        debug_assert!(zeros.iter().all(|&b| b == 0));
+        self.install_as(src, zeros, true)
+    }
+
+    /// [`Self::install`]; with `zeros`, `data` is all zeros and goes as
+    /// [`Self::install_zeros`] says.
+    fn install_as(&self, src: u64, data: &[u8], zeros: bool) -> Result<u64> {
+        // Rare: a copy of the pages, with those mutexes rewritten (none is
+        // held in pages of zeros).
         let owners = self.owners.get();
-        let rewritten = owners.and_then(|o| {
+        let rewritten = owners.filter(|_| !zeros).and_then(|o| {
             let held = crate::resources::tcb::held_mutexes(data, &o.ids);
             (!held.is_empty()).then(|| {
                 let mut copy = data.to_vec();
@@ -795,7 +816,11 @@ impl LazyMemory {
                 let owed = |p: u64| owed.src_at(p).is_some();
                 o.across_edges(dst, run, left, &owed, pending_ids)
             });
-            let (bytes, fill) = uffd::copy(&self.uffd, dst, edged.as_deref().unwrap_or(run))?;
+            let (bytes, fill) = match edged.as_deref() {
+                Some(edged) => uffd::copy(&self.uffd, dst, edged)?,
+                None if zeros => uffd::zeros(&self.uffd, dst, run.len() as u64)?,
+                None => uffd::copy(&self.uffd, dst, run)?,
+            };
             let k = i + bytes / PAGE;
             after = Some(dst + bytes);
             if k > i {
@@ -1762,7 +1787,7 @@ mod tests {
         use std::os::unix::fs::FileExt;
         // (bytes before the edge where it starts, kind, lock word, the
         // pages installed in order: 0 is the page before the edge).
-        let cases: [(usize, u32, u32, &[usize]); 8] = [
+        let cases: [(usize, u32, u32, &[usize]); 10] = [
             (16, 2, 1, &[0, 1]),
             (16, 2, 1, &[1, 0]),
             (8, 1, 1, &[0, 1]),
@@ -1771,6 +1796,10 @@ mod tests {
             (32, 1, 1, &[0]),
             (8, 32, 4242, &[1, 0]),
             (24, 32, 4242, &[0, 1]),
+            // The mutex's trailing zeros on page 1, which is all zeros and
+            // goes as the zero page.
+            (24, 1, 1, &[1, 0]),
+            (24, 2, 1, &[0, 1]),
         ];
         for (start, kind, lock, order) in cases {
             let Some((uffd, peek, base)) = registered_here(4) else {
@@ -1787,10 +1816,18 @@ mod tests {
                 pages[at + 4 * i..at + 4 * i + 4].copy_from_slice(&w.to_le_bytes());
             }
             pages[100] = 0xab;
-            pages[PAGE as usize + 100] = 0xcd;
+            if start < 24 {
+                pages[PAGE as usize + 100] = 0xcd;
+            }
             for &k in order {
                 let data = &pages[k * PAGE as usize..(k + 1) * PAGE as usize];
-                assert_eq!(lm.install(base + (1 + k as u64) * PAGE, data).unwrap(), 1);
+                let at = base + (1 + k as u64) * PAGE;
+                let n = if data.iter().all(|&b| b == 0) {
+                    lm.install_zeros(at, data)
+                } else {
+                    lm.install(at, data)
+                };
+                assert_eq!(n.unwrap(), 1);
             }
             let mut want = pages.clone();
             want[at + 8..at + 12].copy_from_slice(&77i32.to_le_bytes());
@@ -1880,6 +1917,72 @@ mod tests {
             };
             // SAFETY: the page is present (checked above).
             assert_eq!(unsafe { *(a as *const u8) }, want, "page {k}");
+        }
+        drop((lm, peek));
+        // SAFETY: unmapping the test's mapping.
+        unsafe { libc::munmap(base as *mut _, (n * PAGE) as usize) };
+    }
+
+    /// The page frame mapped at `addr` of this process, if pagemap shows
+    /// it (it does to root).
+    fn frame(addr: u64) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::open("/proc/self/pagemap").ok()?;
+        let mut e = [0u8; 8];
+        f.read_exact_at(&mut e, addr / PAGE * 8).ok()?;
+        let e = u64::from_le_bytes(e);
+        let pfn = e & ((1 << 55) - 1);
+        (e >> 63 == 1 && pfn != 0).then_some(pfn)
+    }
+
+    #[test]
+    fn pages_of_zeros_get_the_zero_page_and_are_written_as_any_other() {
+        let n = 12;
+        let Some((uffd, peek, base)) = registered_here(n) else {
+            return;
+        };
+        let lm = LazyMemory::new(uffd, &[(base, n * PAGE)], vec![(base, n * PAGE)]);
+        // Page 3 was answered first: it keeps what it got.
+        assert_eq!(
+            lm.install(base + 3 * PAGE, &[0xaa; PAGE as usize]).unwrap(),
+            1
+        );
+        let zeros = vec![0u8; (n * PAGE) as usize];
+        assert_eq!(lm.install_zeros(base, &zeros).unwrap(), n - 1);
+        assert_eq!(lm.owed_pages(), 0);
+        assert_eq!(lm.stats().installed_pages, n);
+        for k in 0..n {
+            let a = base + k * PAGE;
+            assert!(resident(a), "page {k} is not there");
+            let want = if k == 3 { 0xaa } else { 0 };
+            // SAFETY: the page is present (checked above).
+            let got = unsafe { std::slice::from_raw_parts(a as *const u8, PAGE as usize) };
+            assert!(got.iter().all(|&b| b == want), "page {k}");
+        }
+        // One frame, the kernel's zero page, behind every page of zeros
+        // (where pagemap shows frames), and not behind page 3.
+        if let (Some(z), Some(z1), Some(d)) = (
+            frame(base),
+            frame(base + (n - 1) * PAGE),
+            frame(base + 3 * PAGE),
+        ) {
+            assert_eq!(z, z1, "two pages of zeros on different frames");
+            assert_ne!(z, d);
+        }
+        // The process writes there as anywhere: its own page, the others
+        // still zeros.
+        // SAFETY: writing into the test's mapping, whose pages are there.
+        unsafe { *((base + 5 * PAGE + 7) as *mut u8) = 0x5b };
+        // SAFETY: reading the test's mapping.
+        let (five, six) = unsafe {
+            (
+                *((base + 5 * PAGE + 7) as *const u8),
+                *((base + 6 * PAGE + 7) as *const u8),
+            )
+        };
+        assert_eq!((five, six), (0x5b, 0));
+        if let (Some(z), Some(w)) = (frame(base), frame(base + 5 * PAGE)) {
+            assert_ne!(z, w, "the page written is still the zero page");
         }
         drop((lm, peek));
         // SAFETY: unmapping the test's mapping.

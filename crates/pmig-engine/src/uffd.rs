@@ -67,9 +67,21 @@ pub enum Fill {
 /// only a page refused on its own is skipped as gone; after a success the
 /// piece grows again.
 pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
+    fill(uffd, dst, data.len() as u64, Some(data))
+}
+
+/// As [`copy`] of `len` bytes of zeros, but without the bytes: each missing
+/// page of [dst, dst + len) gets the zero page (`UFFDIO_ZEROPAGE`), which
+/// neither copies nor allocates until the process writes there, as an
+/// anonymous page never written reads.
+pub fn zeros(uffd: &OwnedFd, dst: u64, len: u64) -> Result<(u64, Fill)> {
+    fill(uffd, dst, len, None)
+}
+
+/// [`copy`] (`data`) or [`zeros`] (`None`).
+fn fill(uffd: &OwnedFd, dst: u64, len: u64, data: Option<&[u8]>) -> Result<(u64, Fill)> {
     const PG: u64 = 4096;
     let mut done = 0u64;
-    let len = data.len() as u64;
     let mut piece = len;
     // Each round installs or skips at least one page, stops, or halves the
     // piece (at most 64 times in a row).
@@ -78,11 +90,24 @@ pub fn copy(uffd: &OwnedFd, dst: u64, data: &[u8]) -> Result<(u64, Fill)> {
             break;
         }
         let chunk = piece.min(len - done).max(PG);
-        let mut c = [dst + done, data.as_ptr() as u64 + done, chunk, 0u64, 0u64];
-        // SAFETY: UFFDIO_COPY reads `chunk` bytes from our buffer and
-        // writes the result count into c[4].
-        let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_COPY as _, c.as_mut_ptr()) };
-        let copied = c[4] as i64;
+        let (r, copied) = match data {
+            Some(data) => {
+                let mut c = [dst + done, data.as_ptr() as u64 + done, chunk, 0u64, 0u64];
+                // SAFETY: UFFDIO_COPY reads `chunk` bytes from our buffer
+                // (`data` has `len` bytes, and done + chunk <= len) and
+                // writes the result count into c[4].
+                let r = unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_COPY as _, c.as_mut_ptr()) };
+                (r, c[4] as i64)
+            }
+            None => {
+                let mut z = [dst + done, chunk, 0u64, 0u64];
+                // SAFETY: UFFDIO_ZEROPAGE reads the range and writes the
+                // result count into z[3].
+                let r =
+                    unsafe { libc::ioctl(uffd.as_raw_fd(), UFFDIO_ZEROPAGE as _, z.as_mut_ptr()) };
+                (r, z[3] as i64)
+            }
+        };
         if r == 0 {
             done += chunk;
             piece = piece.saturating_mul(2);

@@ -293,6 +293,12 @@ impl Incoming {
         }
     }
 
+    /// Whether this is a `PageZeros`: the bytes [`Self::pages`] gives are
+    /// zeros it stands for, which a receiver may install as such.
+    pub fn is_zeros(&self) -> bool {
+        matches!(self.msg, Msg::PageZeros { .. })
+    }
+
     /// The frame body, for [`Receiver::recycle`] once the attachment has
     /// been used.
     pub fn into_body(self) -> Vec<u8> {

@@ -184,6 +184,23 @@ const RECEIVE_QUEUE: usize = 1 << 20;
 /// link's rate, and the round trip dominates a fault's wait anyway.
 const RECEIVE_QUEUE_MAX_RTT_NS: u64 = 1_000_000;
 
+/// Installs the pages of a `PageData` or `PageZeros` (`inc`, whose
+/// [`Incoming::pages`] gave `addr` and `data`) that are still owed: a long
+/// run of data in pieces ([`LazyMemory::install_bulk`]), zeros as the zero
+/// page ([`LazyMemory::install_zeros`]).
+fn install_pages(
+    lm: &LazyMemory,
+    inc: &pmig_proto::blocking::Incoming,
+    addr: u64,
+    data: &[u8],
+) -> pmig_engine::Result<u64> {
+    if inc.is_zeros() {
+        lm.install_zeros(addr, data)
+    } else {
+        lm.install_bulk(addr, data)
+    }
+}
+
 /// Bounds the receive queue of the connection a lazily restored process's
 /// pages arrive on. A fault's answer is read after every push byte ahead of
 /// it, and the source's [`PushWindow`] only bounds the bytes not yet
@@ -2004,7 +2021,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                                 if exited.load(Ordering::Acquire) {
                                     continue;
                                 }
-                                if let Err(e) = lm.install_bulk(addr, data) {
+                                if let Err(e) = install_pages(lm, &inc, addr, data) {
                                     *failed.lock().unwrap() = Some(format!("install pages: {e}"));
                                     done.store(true, Ordering::Release);
                                     return;
@@ -2041,7 +2058,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                     heard.store(true, Ordering::Release);
                     if let Some((_, addr, data)) = inc.pages().filter(|p| p.0 == id) {
                         if !exited.load(Ordering::Acquire) {
-                            if let Err(e) = lm.install_bulk(addr, data) {
+                            if let Err(e) = install_pages(&lm, &inc, addr, data) {
                                 *failed.lock().unwrap() = Some(format!("install pages: {e}"));
                                 break;
                             }
