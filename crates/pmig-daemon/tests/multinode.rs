@@ -4576,10 +4576,12 @@ fn rss_anon(pid: i32) -> u64 {
 /// Pages that are all zeros travel as their count (`PageZeros`, protocol
 /// 17): 24 MiB of zeros among 32 MiB of written memory cost neither a
 /// total copy's stop nor post-copy's push nor a pre-copy's rounds their
-/// bytes, and where they land lazily (stop-copy, post-copy) they get the
-/// kernel's zero page, not memory; back to a node that speaks protocol 16,
-/// post-copy's push carries them whole; and the memory hashes the same
-/// after the four moves. (A page mapped to the zero page is not populated
+/// bytes, and where they land they get the kernel's zero page, not memory:
+/// through stop-copy's held restore, post-copy's push, and the fills from a
+/// local store of pre-copy (as flushing's) and assisted-post-copy; back to
+/// a node that speaks protocol 16, post-copy's push carries them whole; and
+/// the memory hashes the same after the five moves. (A page mapped to the
+/// zero page is not populated
 /// and goes nowhere at the next move: before a move that should meet
 /// pages of zeros, the program writes its zeros again.)
 #[test]
@@ -4614,9 +4616,18 @@ fn runs_of_zero_pages_go_as_their_count() {
     );
     // Post-copy's push to a version-16 node carries every byte.
     zero_again(1);
+    let before = rss_anon(rep["new_pid"].as_i64().unwrap() as i32);
     let back = back_at_version_in(&mut env, &rep, 16, "post", 24 << 20);
     std::fs::remove_file(env.node_dir("n1").join("test-hook")).unwrap();
     let pid = back["new_pid"].as_i64().unwrap() as i32;
+    // Where pages of zeros come as data, they land as the zero page all the
+    // same.
+    let landed = rss_anon(pid);
+    assert!(
+        landed + (16 << 20) < before,
+        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after post-copy at version 16, {before} before"
+    );
+    zero_again(2);
     let before = rss_anon(pid);
     let post = env
         .migrate_with("n1", pid, "n3", "post-copy")
@@ -4633,17 +4644,43 @@ fn runs_of_zero_pages_go_as_their_count() {
         landed + (16 << 20) < before,
         "24 MiB of zeros given memory: {landed} bytes of anonymous memory after post-copy, {before} before"
     );
-    zero_again(2);
+    zero_again(3);
+    let before = rss_anon(pid);
     let pre = env
         .migrate_with("n3", pid, "n2", "pre-copy")
         .unwrap_or_else(|e| panic!("pre-copy n3 → n2: {e}\nn3:\n{}", env.log("n3")));
-    env.pids.push(pre["new_pid"].as_i64().unwrap() as i32);
+    let pid = pre["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
     let rounds = pre["bytes_per_phase"]["preparation"].as_u64().unwrap();
     assert!(
         rounds < 20 << 20,
         "{rounds} bytes in pre-copy's rounds for 8 MiB of data and 24 MiB of zeros: {pre}"
     );
-    said_same(child, &cmds, &out, &pre, "the memory with zero pages", &rep);
+    let landed = rss_anon(pid);
+    assert!(
+        landed + (16 << 20) < before,
+        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after pre-copy's fill from its store, {before} before"
+    );
+    zero_again(4);
+    let before = rss_anon(pid);
+    let assisted = env
+        .migrate_with("n2", pid, "n3", "assisted-post-copy")
+        .unwrap_or_else(|e| panic!("assisted-post-copy n2 → n3: {e}\nn2:\n{}", env.log("n2")));
+    let pid = assisted["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    let landed = rss_anon(pid);
+    assert!(
+        landed + (16 << 20) < before,
+        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after assisted-post-copy's local copy, {before} before"
+    );
+    said_same(
+        child,
+        &cmds,
+        &out,
+        &assisted,
+        "the memory with zero pages",
+        &rep,
+    );
 }
 
 /// python3 that opens a listening TCP socket on `open` and closes it on

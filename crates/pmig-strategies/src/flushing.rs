@@ -28,7 +28,7 @@
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
-use crate::post_copy::{fail_lost, read_image, start_lazy, Lazy, Resumable};
+use crate::post_copy::{fail_lost, install_filled, read_image, start_lazy, Lazy, Resumable};
 use crate::stop_copy::{await_commit, send_image};
 use crate::{Destination, Residual, Source, Strategy, StrategyKind};
 use pmig_engine::image::ProcessImage;
@@ -286,7 +286,10 @@ pub(crate) fn serve_store(
                     n += 1;
                 }
                 let b = &mut buf[..n * PAGE as usize];
-                if let Err(e) = pages.read(start, b).and_then(|_| lm.install_bulk(start, b)) {
+                if let Err(e) = pages
+                    .read(start, b)
+                    .and_then(|_| install_filled(&lm, start, b))
+                {
                     if !pmig_engine::procfs::has_exited(pid) {
                         *failed.lock().unwrap() = Some(format!("fill from the store: {e}"));
                     }

@@ -197,8 +197,36 @@ fn install_pages(
     if inc.is_zeros() {
         lm.install_zeros(addr, data)
     } else {
-        lm.install_bulk(addr, data)
+        install_filled(lm, addr, data)
     }
+}
+
+/// Installs a long run of pages nothing waits for yet, read from a local
+/// store or sent as data by a peer that does not send `PageZeros`: each run
+/// of pages that hold only zeros as the zero page
+/// ([`LazyMemory::install_zeros`]), the rest in pieces
+/// ([`LazyMemory::install_bulk`]). Returns the pages installed.
+pub(crate) fn install_filled(lm: &LazyMemory, addr: u64, data: &[u8]) -> pmig_engine::Result<u64> {
+    let pg = PAGE as usize;
+    let zero = |i: usize| pmig_proto::msg::is_zero(&data[i * pg..(i + 1) * pg]);
+    let n = data.len() / pg;
+    let mut installed = 0;
+    let mut i = 0;
+    while i < n {
+        let z = zero(i);
+        let mut j = i + 1;
+        while j < n && zero(j) == z {
+            j += 1;
+        }
+        let (at, run) = (addr + (i * pg) as u64, &data[i * pg..j * pg]);
+        installed += if z {
+            lm.install_zeros(at, run)?
+        } else {
+            lm.install_bulk(at, run)?
+        };
+        i = j;
+    }
+    Ok(installed)
 }
 
 /// Bounds the receive queue of the connection a lazily restored process's
@@ -1965,7 +1993,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                     while a < addr + len && !done.load(Ordering::Acquire) {
                         let b = &mut buf
                             [..((addr + len - a) as usize).min(LOCAL_FILL_PAGES * PAGE as usize)];
-                        if let Err(e) = lp.read(a, b).and_then(|_| lm.install_bulk(a, b)) {
+                        if let Err(e) = lp.read(a, b).and_then(|_| install_filled(lm, a, b)) {
                             *failed.lock().unwrap() = Some(format!("install the local copy: {e}"));
                             done.store(true, Ordering::Release);
                             return;
