@@ -5,7 +5,8 @@
 # Usage: [PMIG=BINARY] [LINK=unlimited] [WARM=SECONDS] bench/hops.sh STRATEGY CMD [ARGS...]
 # The program starts on n1 with its output to a file, runs WARM seconds
 # (default 1), then moves n1 -> n2 -> n3 -> n1; each hop prints its down_ms,
-# its post_ms, the bytes per phase, and the program's output is compared with that of
+# its post_ms, the bytes per phase, the program's RssAnon before the hop and
+# once it returned, and the program's output is compared with that of
 # the same command run unmigrated (before the cluster comes up). With
 # TIMELINE=DIR, the daemons' timing marks of each hop are written to
 # DIR/hop-NODE.txt (ms from the first mark). With PIDNS=1 every node has its
@@ -82,7 +83,11 @@ fi
 sleep "${WARM:-1}"
 from=n1
 status=0
+# The program's resident anonymous memory on NODE, in KiB (RssAnon; the
+# kernel's zero page is not counted).
+rss_anon() { x "$1" -- awk '/^RssAnon:/{print $2}' "/proc/$pid/status" </dev/null 2>/dev/null; }
 for to in n2 n3 n1; do
+    rss_before=$(rss_anon "$from")
     x "$from" -- "$B" migrate --pid "$pid" --to "$(addr $to):7070" --strategy "$strategy" --json \
         >"$tmp/m.json" 2>"$tmp/m.err" </dev/null || { echo "$from -> $to: $(cat "$tmp/m.err")"; status=1; keep; break; }
     python3 - "$tmp/m.json" "$from" "$to" <<'PY'
@@ -103,6 +108,8 @@ for n in notes:
         print(f"  note: {n}")
 PY
     pid=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['new_pid'])" "$tmp/m.json")
+    rss_after=$(rss_anon "$to")
+    echo "  RssAnon ${rss_before:-?} KiB before, ${rss_after:-?} KiB after"
     if [ -n "${TIMELINE:-}" ]; then
         grep -ah pmig_timing "$tmp"/state/*/daemon.log | grep -av "pmig restore: pmig\|INFO" \
             | sed 's/.*pmig_timing: //' | sort -n \
