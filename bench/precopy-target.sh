@@ -43,7 +43,7 @@ except ValueError:
     sys.exit(0)
 rss = int(re.search(r"rss_kib=(\d+)", open(out).read()).group(1)) * 1024
 print(f"rate {rate} run {rep}: down_ms {r['down_ms']:.1f} preparation_ms {r['preparation_ms']:.1f} "
-      f"rounds {r['rounds']} sent/RSS {r['bytes_total'] / rss:.3f}")
+      f"rounds {r['rounds']} at the stop {r['bytes_per_phase']['down'] / 1e6:.2f} MB sent/RSS {r['bytes_total'] / rss:.3f}")
 EOF
         np=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('new_pid',''))" "$tmp/m.json" 2>/dev/null)
         [ -n "$np" ] && kill "$np" 2>/dev/null

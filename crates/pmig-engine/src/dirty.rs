@@ -194,6 +194,23 @@ impl DirtyTracker {
         Ok(out)
     }
 
+    /// Protects again the written pages of `ranges` (inside tracked
+    /// memory) just before the caller reads all of them: a write that came
+    /// before that read goes with it and is no longer reported by the next
+    /// [`Self::scan`]; a write after the protection still is. Pages outside
+    /// `ranges` are left as they are. A range whose mapping changed
+    /// meanwhile may be left partly unprotected, which only reports its
+    /// writes again.
+    pub fn protect_before_read(&self, ranges: &[(u64, u64)]) {
+        let mut written = Vec::new();
+        for &(s, l) in ranges {
+            written.clear();
+            // What was written is read with the rest of `ranges`, and a
+            // scan that failed part way protected less: nothing to report.
+            let _ = uffd::scan_written(&self.pagemap, s, s + l, &mut written);
+        }
+    }
+
     /// Is the page at `addr` in a range whose writes are tracked?
     pub fn is_tracked(&self, addr: u64) -> bool {
         self.tracked
@@ -434,6 +451,57 @@ mod tests {
                 .iter()
                 .any(|(s, l)| *s <= target_page && target_page < s + l),
             "page reported twice: {again:x?}"
+        );
+        drop(t);
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+
+    /// A write before [`DirtyTracker::protect_before_read`] is not
+    /// reported again, one after it is, and pages outside its ranges keep
+    /// what they had.
+    #[test]
+    fn a_write_before_the_read_is_not_reported_again() {
+        if !root() {
+            return;
+        }
+        let mut c = python_writer().expect("python3");
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        let page0 = (base + 4095) & !4095;
+        let first = (page0 - base) / 4096 + 1;
+        let mut t = DirtyTracker::attach(c.id() as i32).unwrap();
+        let _ = t.scan().unwrap();
+        let mut stdin = c.stdin.take().unwrap();
+        let mut write = |i: u64| {
+            writeln!(stdin, "{i}").unwrap();
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "ok");
+        };
+        let page = |i: u64| (base + i * 4096) & !4095;
+        // Pages first, first + 1 and first + 2 written; the first two then
+        // read (as a round would), and the second written again.
+        for i in first..first + 3 {
+            write(i);
+        }
+        t.protect_before_read(&[(page(first), 2 * 4096)]);
+        write(first + 1);
+        let dirty = t.scan().unwrap();
+        let reported = |p: u64| dirty.iter().any(|(s, l)| *s <= p && p < s + l);
+        assert!(
+            !reported(page(first)),
+            "written before the read, reported: {dirty:x?}"
+        );
+        assert!(
+            reported(page(first + 1)),
+            "written after the read, not reported: {dirty:x?}"
+        );
+        assert!(
+            reported(page(first + 2)),
+            "written outside the ranges read, not reported: {dirty:x?}"
         );
         drop(t);
         let _ = c.kill();

@@ -10,7 +10,10 @@
 //!    a time, read with `process_vm_readv`); untracked memory (shared, read-only
 //!    or special mappings) is left for the final image;
 //! 3. every rerun scans the pages written since the previous scan
-//!    (`PAGEMAP_SCAN`, which protects them again) and sends them. The rounds
+//!    (`PAGEMAP_SCAN`, which protects them again) and sends them. Every
+//!    round reads its pages a piece at a time, each protected again just
+//!    before it is read ([`DirtyTracker::protect_before_read`]), so that
+//!    what the next scan reports is only what was written after. The rounds
 //!    stop after the first rerun whose dirty bytes are at most
 //!    `max_dirty_fraction` of the address space, or after `max_rounds`
 //!    reruns (Noack's defaults: 30 %, 6). Every round ends with `RoundDone`.
@@ -199,7 +202,7 @@ impl Iterative {
             self.delayed = intersect(&hot, &all);
             first = subtract(&first, &self.delayed);
         }
-        let sent = send_round(m, 0, &first, &mut self.missed)?;
+        let sent = send_round(m, 0, &first, self.tracker.as_ref(), &mut self.missed)?;
         tracing::info!(
             "round 0: sent {:.1} MiB of {:.1} MiB saveable ({:.1} MiB queued); limit {:.1} MiB",
             mib(sent),
@@ -247,7 +250,7 @@ impl Iterative {
                 }
             };
             let t_round = Instant::now();
-            let sent = send_round(m, round, &send, &mut self.missed)?;
+            let sent = send_round(m, round, &send, self.tracker.as_ref(), &mut self.missed)?;
             let round_ms = t_round.elapsed().as_secs_f64() * 1e3;
             tracing::info!(
                 "round {round}: sent {:.1} MiB; {:.1} MiB {} (limit {:.1} MiB)",
@@ -611,15 +614,20 @@ fn mib(b: u64) -> f64 {
 /// Sends the pages of `ranges` (read from the running process) as round
 /// `round`, then `RoundDone`, and waits for the link to carry them
 /// ([`drain`]). Returns the bytes sent; adds the pages it could not read to
-/// `missed`.
+/// `missed`. With the `tracker` of the process's writes, each piece of
+/// `ranges` is protected again just before it is read
+/// ([`DirtyTracker::protect_before_read`]): a page written during the round
+/// before its piece was read goes with it, and the next scan reports only
+/// the pages written after.
 pub(crate) fn send_round(
     m: &mut Source,
     round: u32,
     ranges: &[(u64, u64)],
+    tracker: Option<&DirtyTracker>,
     missed: &mut Vec<(u64, u64)>,
 ) -> Result<u64> {
     let phase = if round == 0 { "round 0" } else { "rounds" };
-    let (sent, skipped) = stream_pages(m, ranges, Some(phase))?;
+    let (sent, skipped) = stream_pages(m, ranges, Some(phase), tracker)?;
     if !skipped.is_empty() {
         tracing::info!(
             "round {round}: {} pages could not be read; the stop saves them whole",
@@ -640,19 +648,54 @@ pub(crate) fn send_round(
     Ok(sent)
 }
 
+/// The bytes of a round read after one protection of their pages
+/// ([`DirtyTracker::protect_before_read`]): a page written during the round
+/// is sent again after it only if written after its piece was read, which
+/// smaller pieces make likelier to be so; each piece costs one scan of its
+/// ranges.
+const PROTECT_PIECE: u64 = 1 << 20;
+
+/// `ranges` cut into consecutive pieces of at most `max` bytes (a multiple
+/// of the page size), in order.
+fn pieces(ranges: &[(u64, u64)], max: u64) -> Vec<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    let mut piece = Vec::new();
+    let mut bytes = 0;
+    for &(s, l) in ranges {
+        let mut at = s;
+        while at < s + l {
+            let take = (s + l - at).min(max - bytes);
+            piece.push((at, take));
+            bytes += take;
+            at += take;
+            if bytes == max {
+                out.push(std::mem::take(&mut piece));
+                bytes = 0;
+            }
+        }
+    }
+    if !piece.is_empty() {
+        out.push(piece);
+    }
+    out
+}
+
 /// Reads the pages of `ranges` from the process and sends them as
-/// `PageData`, showing progress as `phase` if given. Returns the bytes sent
-/// and the pages that could not be read.
+/// `PageData`, showing progress as `phase` if given; with a `tracker`, a
+/// piece at a time, each protected just before it is read (see
+/// [`send_round`]). Returns the bytes sent and the pages that could not be
+/// read.
 fn stream_pages(
     m: &mut Source,
     ranges: &[(u64, u64)],
     phase: Option<&'static str>,
+    tracker: Option<&DirtyTracker>,
 ) -> Result<(u64, Vec<(u64, u64)>)> {
     let (id, pid) = (m.id, m.pid);
     let want = total(ranges);
     let mut done = 0u64;
     let mut failed: Option<StrategyError> = None;
-    let r = read_ranges(pid, ranges, PAGE_CHUNK, &mut |addr, data| {
+    let mut sink = |addr: u64, data: &[u8]| {
         match m.ch.send_pages(id, addr, data) {
             Ok(sent) => m.count(sent.wire()),
             Err(e) => {
@@ -669,11 +712,40 @@ fn stream_pages(
             });
         }
         Ok(())
-    });
+    };
+    let whole = [ranges.to_vec()];
+    let cut;
+    let parts: &[Vec<(u64, u64)>] = match tracker {
+        Some(_) => {
+            cut = pieces(ranges, PROTECT_PIECE);
+            &cut
+        }
+        None => &whole,
+    };
+    let (mut sent, mut skipped) = (0, Vec::new());
+    let mut read_failed = None;
+    for part in parts {
+        if let Some(t) = tracker {
+            t.protect_before_read(part);
+        }
+        match read_ranges(pid, part, PAGE_CHUNK, &mut sink) {
+            Ok((n, k)) => {
+                sent += n;
+                skipped.extend(k);
+            }
+            Err(e) => {
+                read_failed = Some(e);
+                break;
+            }
+        }
+    }
     if let Some(e) = failed {
         return Err(e);
     }
-    Ok(r?)
+    if let Some(e) = read_failed {
+        return Err(e.into());
+    }
+    Ok((sent, normalize(&skipped)))
 }
 
 /// The last round, at the stop: the pages of `ranges` read from the frozen
@@ -684,7 +756,7 @@ fn stream_pages(
 /// does not hold it. Returns the bytes sent.
 fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
-    let (mut sent, skipped) = stream_pages(m, ranges, None)?;
+    let (mut sent, skipped) = stream_pages(m, ranges, None, None)?;
     if !skipped.is_empty() {
         use std::os::unix::fs::FileExt;
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
@@ -972,6 +1044,25 @@ mod tests {
             Budget::decide(Some(20.0), 134.0, 120, 100),
             Budget::NotShrinking
         );
+    }
+
+    #[test]
+    fn pieces_cut_ranges_in_order_at_the_size() {
+        const P: u64 = 4096;
+        let r = [(0x10000, 3 * P), (0x20000, P), (0x30000, 6 * P)];
+        let cut = pieces(&r, 4 * P);
+        assert_eq!(
+            cut,
+            vec![
+                vec![(0x10000, 3 * P), (0x20000, P)],
+                vec![(0x30000, 4 * P)],
+                vec![(0x30000 + 4 * P, 2 * P)],
+            ]
+        );
+        let all: Vec<(u64, u64)> = cut.concat();
+        assert_eq!(total(&all), total(&r));
+        assert_eq!(normalize(&all), normalize(&r));
+        assert!(pieces(&[], 4 * P).is_empty());
     }
 
     #[test]
