@@ -4600,19 +4600,33 @@ fn runs_of_zero_pages_go_as_their_count() {
             "the program did not write its zeros again",
         );
     };
+    // Where the program landed (`pid`, after `how`), its 24 MiB of zeros
+    // took no memory: its anonymous memory is well below `before`.
+    let no_memory_for_zeros = |before: u64, pid: i32, how: &str| {
+        let landed = rss_anon(pid);
+        assert!(
+            landed + (16 << 20) < before,
+            "24 MiB of zeros given memory: {landed} bytes of anonymous memory after {how}, {before} before"
+        );
+    };
+    // The phase of `rep` that carried the program's memory (`what`) sent
+    // its zeros as their count, not as 24 MiB.
+    let zeros_counted = |rep: &serde_json::Value, phase: &str, what: &str| {
+        let bytes = rep["bytes_per_phase"][phase].as_u64().unwrap();
+        assert!(
+            bytes < 20 << 20,
+            "{bytes} bytes {what} for 8 MiB of data and 24 MiB of zeros: {rep}"
+        );
+    };
     let at_first = rss_anon(child.id() as i32);
     let rep = env
         .migrate_with("n1", child.id() as i32, "n2", "stop-copy")
         .unwrap_or_else(|e| panic!("stop-copy n1 → n2: {e}\nn1:\n{}", env.log("n1")));
-    let down = rep["bytes_per_phase"]["down"].as_u64().unwrap();
-    assert!(
-        down < 20 << 20,
-        "{down} bytes at the stop for 8 MiB of data and 24 MiB of zeros: {rep}"
-    );
-    let landed = rss_anon(rep["new_pid"].as_i64().unwrap() as i32);
-    assert!(
-        landed + (16 << 20) < at_first,
-        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after stop-copy, {at_first} before"
+    zeros_counted(&rep, "down", "at the stop");
+    no_memory_for_zeros(
+        at_first,
+        rep["new_pid"].as_i64().unwrap() as i32,
+        "stop-copy",
     );
     // Post-copy's push to a version-16 node carries every byte.
     zero_again(1);
@@ -4622,56 +4636,43 @@ fn runs_of_zero_pages_go_as_their_count() {
     let pid = back["new_pid"].as_i64().unwrap() as i32;
     // Where pages of zeros come as data, they land as the zero page all the
     // same.
-    let landed = rss_anon(pid);
-    assert!(
-        landed + (16 << 20) < before,
-        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after post-copy at version 16, {before} before"
+    no_memory_for_zeros(before, pid, "post-copy at version 16");
+    // The program writes its zeros again and moves by `strategy`; its zeros
+    // take no memory where it lands (`how`).
+    let moved =
+        |env: &mut Env, k: u32, from: &str, pid: i32, to: &str, strategy: &str, how: &str| {
+            zero_again(k);
+            let before = rss_anon(pid);
+            let rep = env
+                .migrate_with(from, pid, to, strategy)
+                .unwrap_or_else(|e| {
+                    panic!("{strategy} {from} → {to}: {e}\n{from}:\n{}", env.log(from))
+                });
+            let pid = rep["new_pid"].as_i64().unwrap() as i32;
+            env.pids.push(pid);
+            no_memory_for_zeros(before, pid, how);
+            (rep, pid)
+        };
+    let (post, pid) = moved(&mut env, 2, "n1", pid, "n3", "post-copy", "post-copy");
+    zeros_counted(&post, "post", "in post-copy's push");
+    let (pre, pid) = moved(
+        &mut env,
+        3,
+        "n3",
+        pid,
+        "n2",
+        "pre-copy",
+        "pre-copy's fill from its store",
     );
-    zero_again(2);
-    let before = rss_anon(pid);
-    let post = env
-        .migrate_with("n1", pid, "n3", "post-copy")
-        .unwrap_or_else(|e| panic!("post-copy n1 → n3: {e}\nn1:\n{}", env.log("n1")));
-    let pid = post["new_pid"].as_i64().unwrap() as i32;
-    env.pids.push(pid);
-    let pushed = post["bytes_per_phase"]["post"].as_u64().unwrap();
-    assert!(
-        pushed < 20 << 20,
-        "{pushed} bytes in post-copy's push for 8 MiB of data and 24 MiB of zeros: {post}"
-    );
-    let landed = rss_anon(pid);
-    assert!(
-        landed + (16 << 20) < before,
-        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after post-copy, {before} before"
-    );
-    zero_again(3);
-    let before = rss_anon(pid);
-    let pre = env
-        .migrate_with("n3", pid, "n2", "pre-copy")
-        .unwrap_or_else(|e| panic!("pre-copy n3 → n2: {e}\nn3:\n{}", env.log("n3")));
-    let pid = pre["new_pid"].as_i64().unwrap() as i32;
-    env.pids.push(pid);
-    let rounds = pre["bytes_per_phase"]["preparation"].as_u64().unwrap();
-    assert!(
-        rounds < 20 << 20,
-        "{rounds} bytes in pre-copy's rounds for 8 MiB of data and 24 MiB of zeros: {pre}"
-    );
-    let landed = rss_anon(pid);
-    assert!(
-        landed + (16 << 20) < before,
-        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after pre-copy's fill from its store, {before} before"
-    );
-    zero_again(4);
-    let before = rss_anon(pid);
-    let assisted = env
-        .migrate_with("n2", pid, "n3", "assisted-post-copy")
-        .unwrap_or_else(|e| panic!("assisted-post-copy n2 → n3: {e}\nn2:\n{}", env.log("n2")));
-    let pid = assisted["new_pid"].as_i64().unwrap() as i32;
-    env.pids.push(pid);
-    let landed = rss_anon(pid);
-    assert!(
-        landed + (16 << 20) < before,
-        "24 MiB of zeros given memory: {landed} bytes of anonymous memory after assisted-post-copy's local copy, {before} before"
+    zeros_counted(&pre, "preparation", "in pre-copy's rounds");
+    let (assisted, _) = moved(
+        &mut env,
+        4,
+        "n2",
+        pid,
+        "n3",
+        "assisted-post-copy",
+        "assisted-post-copy's local copy",
     );
     said_same(
         child,

@@ -381,14 +381,24 @@ mod tests {
         }
     }
 
-    fn python_writer() -> Option<std::process::Child> {
-        // python3 writing one byte into page i of a buffer for each line i.
-        Command::new("python3")
+    /// python3 writing one byte into page i of a buffer for each line i
+    /// (answering `ok`); with its output and the buffer's address.
+    fn python_writer() -> (
+        std::process::Child,
+        BufReader<std::process::ChildStdout>,
+        u64,
+    ) {
+        let mut c = Command::new("python3")
             .args(["-c", "import ctypes,sys\nbuf=ctypes.create_string_buffer(64*4096)\nprint(hex(ctypes.addressof(buf)),flush=True)\nfor line in sys.stdin:\n    i=int(line)\n    buf[i*4096]=b'x'\n    print('ok',flush=True)\n"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .ok()
+            .expect("python3");
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        (c, out, base)
     }
 
     #[test]
@@ -396,11 +406,8 @@ mod tests {
         if !root() {
             return;
         }
-        let mut c = python_writer().expect("python3");
-        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let (mut c, mut out, base) = python_writer();
         let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
         let page0 = (base + 4095) & !4095; // first whole page of the buffer
         let mut t = DirtyTracker::attach(c.id() as i32).unwrap();
         let _ = t.scan().unwrap(); // settle: first scan after attach
@@ -465,11 +472,8 @@ mod tests {
         if !root() {
             return;
         }
-        let mut c = python_writer().expect("python3");
-        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let (mut c, mut out, base) = python_writer();
         let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
         let page0 = (base + 4095) & !4095;
         let first = (page0 - base) / 4096 + 1;
         let mut t = DirtyTracker::attach(c.id() as i32).unwrap();
