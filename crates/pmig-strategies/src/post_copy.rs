@@ -185,10 +185,12 @@ const RECEIVE_QUEUE: usize = 1 << 20;
 const RECEIVE_QUEUE_MAX_RTT_NS: u64 = 1_000_000;
 
 /// Installs the pages of a `PageData` or `PageZeros` (`inc`, whose
-/// [`Incoming::pages`] gave `addr` and `data`) that are still owed: a long
-/// run of data in pieces ([`LazyMemory::install_bulk`]), zeros as the zero
-/// page ([`LazyMemory::install_zeros`]).
-fn install_pages(
+/// [`Incoming::pages`] gave `addr` and `data`) that are still owed: zeros
+/// as the zero page ([`LazyMemory::install_zeros`]), data as
+/// [`install_filled`] does. Every receiver of pages into a lazily
+/// restored or held process (stop-copy's, post-copy's push and answers)
+/// goes through here.
+pub(crate) fn install_pages(
     lm: &LazyMemory,
     inc: &pmig_proto::blocking::Incoming,
     addr: u64,

@@ -713,18 +713,13 @@ fn stream_pages(
         }
         Ok(())
     };
-    let whole = [ranges.to_vec()];
-    let cut;
-    let parts: &[Vec<(u64, u64)>] = match tracker {
-        Some(_) => {
-            cut = pieces(ranges, PROTECT_PIECE);
-            &cut
-        }
-        None => &whole,
+    let parts = match tracker {
+        Some(_) => pieces(ranges, PROTECT_PIECE),
+        None => vec![ranges.to_vec()],
     };
     let (mut sent, mut skipped) = (0, Vec::new());
     let mut read_failed = None;
-    for part in parts {
+    for part in &parts {
         if let Some(t) = tracker {
             t.protect_before_read(part);
         }

@@ -526,12 +526,8 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
         let installer = sc.spawn(move || -> Result<()> {
             for inc in rx {
                 if let Some((_, addr, data)) = inc.pages() {
-                    if inc.is_zeros() {
-                        lm.install_zeros(addr, data)
-                    } else {
-                        lm.install(addr, data)
-                    }
-                    .map_err(|e| StrategyError::Other(format!("install pages: {e}")))?;
+                    crate::post_copy::install_pages(lm, &inc, addr, data)
+                        .map_err(|e| StrategyError::Other(format!("install pages: {e}")))?;
                 }
                 if lm.owed_pages() == 0 {
                     return Ok(());
