@@ -1783,6 +1783,167 @@ fn stop_copy_destination_dies_while_pages_stream_and_the_held_copy_goes() {
     );
 }
 
+/// python3 with 16 pages of private anonymous memory (bytes 0..255 over and
+/// over) and a thread that, while let go, keeps writing: write `x` (from 0)
+/// puts `x + 1` into word `(x // 16) % 512` of page `x % 16`. `count`
+/// prints how many writes were made, `halt` stops the writes, `go` lets
+/// them go on, and `check` compares the memory with what those writes
+/// leave and prints `MATCH` or the first page that differs.
+const REWRITER: &str = r#"
+import mmap, sys, threading, time
+P, N, W = 4096, 16, 512
+T = N * W
+m = mmap.mmap(-1, N * P, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+base = bytes(range(256)) * (N * P // 256)
+m[:] = base
+go = threading.Event()
+go.set()
+lock = threading.Lock()
+k = 0
+def writer():
+    global k
+    while True:
+        go.wait()
+        with lock:
+            if go.is_set():
+                at = (k % N) * P + 8 * ((k // N) % W)
+                m[at:at + 8] = (k + 1).to_bytes(8, "little")
+                k += 1
+threading.Thread(target=writer, daemon=True).start()
+def expected(k):
+    e = bytearray(base)
+    for r in range(min(k, T)):
+        x = (k - 1 - r) // T * T + r
+        at = (x % N) * P + 8 * ((x // N) % W)
+        e[at:at + 8] = (x + 1).to_bytes(8, "little")
+    return bytes(e)
+print("READY", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        time.sleep(0.002)
+        continue
+    c = line.split()
+    if c[0] == "count":
+        print("COUNT", k, flush=True)
+    elif c[0] == "halt":
+        with lock:
+            go.clear()
+        print("HALTED", k, flush=True)
+    elif c[0] == "go":
+        go.set()
+    elif c[0] == "check":
+        e, got = expected(k), bytes(m)
+        bad = [i for i in range(N) if e[i * P:(i + 1) * P] != got[i * P:(i + 1) * P]]
+        print("MATCH" if not bad else "DIFF pages %s" % bad, k, flush=True)
+    elif c[0] == "done":
+        break
+"#;
+
+/// Pre-copy sends a page that a rerun sent and that was written again as
+/// what changed in it (protocol 18). [`REWRITER`] rewrites its 16 pages
+/// one word at a time, far faster than round 0 reads the process, so its
+/// first rerun sends them and keeps their copies. Held after its rounds
+/// (test hook `hold-rounds`) until every page was written again, and then
+/// halted, it moves with those pages as their changes; from a source that
+/// speaks protocol 17 they go whole. After each move its memory holds
+/// exactly what its writes left.
+#[test]
+fn pre_copy_sends_pages_written_again_as_their_changes() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("pd");
+    let (mut child, cmds, out) = env.python("rewriter", REWRITER);
+    let mut pid = child.id() as i32;
+    let output = || std::fs::read_to_string(&out).unwrap_or_default();
+    // Asks for the count of writes; returns it once printed.
+    let count = || {
+        let asked = output().matches("COUNT ").count();
+        command(&cmds, "count");
+        wait_until("a count of writes", &|| {
+            output().matches("COUNT ").count() > asked
+        });
+        output()
+            .lines()
+            .filter_map(|l| l.strip_prefix("COUNT "))
+            .next_back()
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    // n1 speaks protocol 17, n2 protocol 18; each holds the stop of its
+    // moves.
+    std::fs::write(
+        env.node_dir("n1").join("test-hook"),
+        "hold-rounds\nspeak-version 17\n",
+    )
+    .unwrap();
+    std::fs::write(env.node_dir("n2").join("test-hook"), "hold-rounds\n").unwrap();
+    for (k, (from, to, version)) in [("n1", "n2", 17), ("n2", "n1", 18)].into_iter().enumerate() {
+        let rep = migrate_held_between(
+            &env,
+            (from, to),
+            pid,
+            "pre-copy",
+            1,
+            "release-rounds",
+            || {
+                // Every page written again since the last round, then no more.
+                let before = count();
+                for _ in 0..LIMIT.as_secs() * 100 {
+                    if count() >= before + 64 {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                command(&cmds, "halt");
+                wait_until("the program to halt", &|| {
+                    output().matches("HALTED").count() > k
+                });
+            },
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "pre-copy {from} → {to} failed: {e}\n{from}:\n{}\n{to}:\n{}",
+                env.log(from),
+                env.log(to)
+            )
+        });
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        // n1, the next destination, speaks protocol 18 again.
+        std::fs::remove_file(env.node_dir("n1").join("test-hook")).unwrap_or_default();
+        let changes = rep["pages_as_changes"].as_u64().unwrap_or(0);
+        if version == 17 {
+            assert_eq!(
+                changes, 0,
+                "pages sent as their changes at version 17: {rep}"
+            );
+        } else {
+            assert!(
+                changes > 0,
+                "no page sent as its changes: {rep}\n{from}:\n{}",
+                env.log(from)
+            );
+        }
+        command(&cmds, "check");
+        wait_until("the program's check", &|| {
+            output().matches("MATCH").count() + output().matches("DIFF").count() > k
+        });
+        assert_eq!(
+            output().matches("MATCH").count(),
+            k + 1,
+            "after the move {from} → {to} (protocol {version}): {}\n{rep}",
+            output()
+        );
+        command(&cmds, "go");
+    }
+    command(&cmds, "done");
+    wait_gone(pid);
+    let _ = child.wait();
+}
+
 /// `--max-down-ms` reaches pre-copy's rounds: with a budget no round can
 /// meet, the source says, after round 1, that it adds a round or that rounds
 /// no longer shrink; the rounds stay within `--max-rounds` and the dirtier's
@@ -2030,17 +2191,31 @@ fn try_migrate_while_held(
     release: &str,
     change: impl FnOnce(),
 ) -> Result<serde_json::Value, String> {
+    migrate_held_between(env, ("n1", "n2"), pid, strategy, k, release, change)
+}
+
+/// [`try_migrate_while_held`] from `from` (whose test hook holds the
+/// move) to `to`.
+fn migrate_held_between(
+    env: &Env,
+    (from, to): (&str, &str),
+    pid: i32,
+    strategy: &str,
+    k: usize,
+    release: &str,
+    change: impl FnOnce(),
+) -> Result<serde_json::Value, String> {
     std::thread::scope(|sc| {
         let m = sc.spawn(|| {
             migrate_result(
-                env.migrate_cmd("n1", pid, "n2", strategy, 20)
+                env.migrate_cmd(from, pid, to, strategy, 20)
                     .output()
                     .unwrap(),
             )
         });
-        wait_log_count(env, "n1", "test hook: the stop of migration", k);
+        wait_log_count(env, from, "test hook: the stop of migration", k);
         change();
-        File::create(env.node_dir("n1").join(release)).unwrap();
+        File::create(env.node_dir(from).join(release)).unwrap();
         m.join().unwrap()
     })
 }

@@ -26,6 +26,9 @@ pub struct PageStore {
     /// Bytes the index covers.
     held: u64,
     received: u64,
+    /// `pages.pmig`, opened for reading at the first [`PageStore::get`].
+    path: std::path::PathBuf,
+    reader: Option<std::fs::File>,
 }
 
 impl PageStore {
@@ -35,7 +38,37 @@ impl PageStore {
             index: BTreeMap::new(),
             held: 0,
             received: 0,
+            path: dir.join(pmig_image::PAGES_FILE),
+            reader: None,
         })
+    }
+
+    /// Reads the newest copy of the page at `addr` into `page` (one page);
+    /// false if the store holds none.
+    pub fn get(&mut self, addr: u64, page: &mut [u8]) -> Result<bool> {
+        if page.len() as u64 != PAGE {
+            return Err(EngineError::Other(format!(
+                "a page is {PAGE} bytes, not {}",
+                page.len()
+            )));
+        }
+        let Some((&s, &(l, off))) = self.index.range(..=addr).next_back() else {
+            return Ok(false);
+        };
+        if addr >= s + l {
+            return Ok(false);
+        }
+        let f = match &mut self.reader {
+            Some(f) => f,
+            None => {
+                let f = std::fs::File::open(&self.path)
+                    .ctx(|| format!("open {}", self.path.display()))?;
+                self.reader.insert(f)
+            }
+        };
+        f.read_exact_at(page, off + (addr - s))
+            .ctx(|| format!("read the stored page at {addr:#x}"))?;
+        Ok(true)
     }
 
     /// Store the pages of [addr, addr + data.len()) (page aligned).
@@ -228,6 +261,24 @@ pub fn read_ranges(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn get_reads_the_newest_copy() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = PageStore::create(d.path()).unwrap();
+        let mut p = [0u8; 4096];
+        assert!(!s.get(0x10000, &mut p).unwrap());
+        s.put(0x10000, &[1u8; 3 * 4096]).unwrap();
+        s.put(0x11000, &[2u8; 4096]).unwrap();
+        for (addr, byte) in [(0x10000, 1), (0x11000, 2), (0x12000, 1)] {
+            assert!(s.get(addr, &mut p).unwrap(), "{addr:#x}");
+            assert_eq!(p, [byte; 4096], "{addr:#x}");
+        }
+        assert!(!s.get(0x13000, &mut p).unwrap());
+        assert!(!s.get(0xf000, &mut p).unwrap());
+        s.forget(0x10000, 4096);
+        assert!(!s.get(0x10000, &mut p).unwrap());
+    }
 
     #[test]
     fn newest_copy_wins_and_absent_pages_are_dropped() {

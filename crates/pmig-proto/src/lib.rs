@@ -24,6 +24,7 @@ pub mod error;
 pub mod frame;
 pub mod key;
 pub mod msg;
+pub mod page_delta;
 pub mod session;
 
 #[cfg(feature = "tokio")]

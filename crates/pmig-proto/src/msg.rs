@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 17: a run of pages that are all
+/// The protocol version this build speaks. 18: a page that an iterative
+/// migration sends again may travel as what changed in it since the copy
+/// the destination holds (`PageDeltas`, §6.1, "Pages sent again as their
+/// changes"); only to a version-18 destination, so older versions are still
+/// spoken (their pages go whole). 17: a run of pages that are all
 /// zeros may travel as `PageZeros`, an address and a count, wherever pages
 /// travel as `PageData` (§6.1, "Pages of zeros"); only to a version-17
 /// destination, so older versions are still spoken (their pages carry
@@ -75,7 +79,11 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 17;
+pub const PROTO_VERSION: u16 = 18;
+/// The first version that takes `PageDeltas`.
+pub const PAGE_DELTAS: u16 = 18;
+/// Most pages one `PageDeltas` carries.
+pub const MAX_DELTA_PAGES: u32 = 4096;
 /// The first version that takes `PageZeros`.
 pub const PAGE_ZEROS: u16 = 17;
 /// Most pages one `PageZeros` stands for.
@@ -406,6 +414,14 @@ pub enum Msg {
         addr: u64,
         pages: u32,
     },
+    /// 32, source → destination, among the rounds of an iterative migration
+    /// (version 18): `pages` pages, each as the bytes that changed since the
+    /// copy the destination holds of it; the attachment is their records
+    /// ([`crate::page_delta`]). 1..=`MAX_DELTA_PAGES` pages.
+    PageDeltas {
+        id: u64,
+        pages: u32,
+    },
 }
 
 /// `pages * 4096` zero bytes, for a `PageZeros` of at most
@@ -540,6 +556,7 @@ impl Msg {
             Msg::ImageCopy { .. } => "ImageCopy",
             Msg::ImageZeros { .. } => "ImageZeros",
             Msg::PageZeros { .. } => "PageZeros",
+            Msg::PageDeltas { .. } => "PageDeltas",
         }
     }
 
@@ -559,6 +576,11 @@ impl Msg {
             {
                 return Err(ProtoError::Malformed(format!(
                     "PageZeros: {pages} pages at {addr:#x}; 1..={MAX_ZERO_PAGES} pages at a page-aligned address"
+                )));
+            }
+            Msg::PageDeltas { pages, .. } if *pages == 0 || *pages > MAX_DELTA_PAGES => {
+                return Err(ProtoError::Malformed(format!(
+                    "PageDeltas: {pages} pages; 1..={MAX_DELTA_PAGES}"
                 )));
             }
             Msg::PageRequest { pages, .. }
@@ -944,6 +966,10 @@ mod tests {
                 addr: 0x7f00_0000_0000,
                 pages: MAX_ZERO_PAGES,
             },
+            Msg::PageDeltas {
+                id: 9,
+                pages: MAX_DELTA_PAGES,
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -1050,6 +1076,14 @@ mod tests {
             let b = postcard::to_stdvec(&Msg::PageZeros { id: 1, addr, pages }).unwrap();
             assert!(decode(&b).is_err(), "{pages} pages at {addr:#x}");
             assert!(zeros(addr, pages).is_err(), "{pages} pages at {addr:#x}");
+        }
+        assert_eq!(
+            encode(&Msg::PageDeltas { id: 1, pages: 2 }).unwrap(),
+            [32, 1, 2]
+        );
+        for pages in [0, MAX_DELTA_PAGES + 1] {
+            let b = postcard::to_stdvec(&Msg::PageDeltas { id: 1, pages }).unwrap();
+            assert!(decode(&b).is_err(), "{pages} pages");
         }
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));

@@ -31,6 +31,7 @@ pub mod post_copy;
 pub mod pre_copy;
 pub mod queued_pre_copy;
 pub mod report;
+pub mod sent_copies;
 pub mod skeleton;
 pub mod stop_copy;
 pub mod takeover;
@@ -461,6 +462,8 @@ pub struct Source<'a> {
     pub remote_faults: u64,
     pub prefetched_pages: u64,
     pub prefetch_hits: u64,
+    /// Pages sent again as their changes (see [`sent_copies`]).
+    pub pages_as_changes: u64,
     /// How long the destination's faults waited (`Msg::FaultWaits`).
     pub fault_waits: Option<report::FaultWaits>,
     /// What became of the skeleton, if one was tried (see [`skeleton`]).
@@ -923,6 +926,7 @@ pub fn migrate_with(
         remote_faults: 0,
         prefetched_pages: 0,
         prefetch_hits: 0,
+        pages_as_changes: 0,
         fault_waits: None,
         skeleton: None,
         delta_base: None,
@@ -1120,6 +1124,7 @@ fn outcome_of(
             remote_faults: m.remote_faults,
             prefetched_pages: m.prefetched_pages,
             prefetch_hits: m.prefetch_hits,
+            pages_as_changes: m.pages_as_changes,
             residual: m.residual.clone(),
             fault_waits: m.fault_waits.clone(),
             skeleton: m.skeleton.clone(),
@@ -1391,6 +1396,7 @@ mod tests {
             remote_faults: 0,
             prefetched_pages: 0,
             prefetch_hits: 0,
+            pages_as_changes: 0,
             residual: Residual {
                 what: "nothing".into(),
                 node: None,

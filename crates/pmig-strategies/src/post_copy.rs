@@ -566,7 +566,7 @@ impl FileCopies {
             return Ok(None);
         }
         let mut missed = Vec::new();
-        let sent = send_round(m, 0, &copies, Some(&tracker), &mut missed)?;
+        let sent = send_round(m, 0, &copies, Some(&tracker), None, &mut missed)?;
         tracing::info!(
             "process {}: {} KiB of private copies of file mappings sent before the stop",
             m.pid,

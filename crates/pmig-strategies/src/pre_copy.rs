@@ -51,6 +51,7 @@ use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::flushing::{compose_small_from, kept_pages, restore_and_fill};
 use crate::holder::{CaptureMode, Holder};
+use crate::sent_copies::SentCopies;
 use crate::stop_copy::{await_commit, receive_image_after, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
 use pmig_engine::dirty::DirtyTracker;
@@ -104,6 +105,10 @@ pub(crate) struct Iterative {
     missed: Vec<(u64, u64)>,
     /// The round in progress (for errors).
     round: u32,
+    /// From the first rerun until the handover, to a version-18
+    /// destination: the copies of the pages the reruns sent, against which
+    /// they are sent again as their changes.
+    copies: Option<SentCopies>,
     /// How the holder captures the process at the stop: with nothing of
     /// the tracked ranges (pre-copy, [`CaptureMode::WrittenApart`]), or
     /// with nothing of writable private anonymous memory beyond the pages
@@ -120,6 +125,7 @@ impl Iterative {
             delayed: Vec::new(),
             missed: Vec::new(),
             round: 0,
+            copies: None,
             handover: false,
         }
     }
@@ -159,6 +165,7 @@ impl Iterative {
         }
         self.delayed.clear();
         self.missed.clear();
+        self.copies = None;
     }
 
     pub(crate) fn prepare(&mut self, m: &mut Source) -> Result<()> {
@@ -202,7 +209,12 @@ impl Iterative {
             self.delayed = intersect(&hot, &all);
             first = subtract(&first, &self.delayed);
         }
-        let sent = send_round(m, 0, &first, self.tracker.as_ref(), &mut self.missed)?;
+        let sent = send_round(m, 0, &first, self.tracker.as_ref(), None, &mut self.missed)?;
+        // The pages the reruns send are kept, up to a quarter of the
+        // address space, to send them again as their changes.
+        if m.ch.peer().version >= pmig_proto::msg::PAGE_DELTAS {
+            self.copies = Some(SentCopies::new(address_space / 4));
+        }
         tracing::info!(
             "round 0: sent {:.1} MiB of {:.1} MiB saveable ({:.1} MiB queued); limit {:.1} MiB",
             mib(sent),
@@ -250,7 +262,14 @@ impl Iterative {
                 }
             };
             let t_round = Instant::now();
-            let sent = send_round(m, round, &send, self.tracker.as_ref(), &mut self.missed)?;
+            let sent = send_round(
+                m,
+                round,
+                &send,
+                self.tracker.as_ref(),
+                self.copies.as_mut(),
+                &mut self.missed,
+            )?;
             let round_ms = t_round.elapsed().as_secs_f64() * 1e3;
             tracing::info!(
                 "round {round}: sent {:.1} MiB; {:.1} MiB {} (limit {:.1} MiB)",
@@ -338,10 +357,20 @@ impl Iterative {
         // none of the tracked ranges), instead of being copied into the
         // image, received into a second copy and put into the store.
         let (written, _) = self.written_at_stop(dir, listed)?;
-        let sent = send_frozen_round(m, self.round + 1, &written)?;
+        let before = self.copies.as_ref().map(|c| (c.as_changes, c.change_bytes));
+        let sent = send_frozen_round(m, self.round + 1, &written, self.copies.as_mut())?;
         mark("src: written pages sent");
+        m.pages_as_changes = self.copies.as_ref().map_or(0, |c| c.as_changes);
+        let changes = match (before, self.copies.as_ref()) {
+            (Some((n, b)), Some(c)) => format!(
+                "; {} pages as their changes ({:.1} KiB)",
+                c.as_changes - n,
+                (c.change_bytes - b) as f64 / 1024.0
+            ),
+            _ => String::new(),
+        };
         tracing::info!(
-            "process {}: {:.1} MiB written since the last round sent from the frozen process",
+            "process {}: {:.1} MiB written since the last round sent from the frozen process{changes}",
             m.pid,
             mib(sent)
         );
@@ -613,8 +642,9 @@ fn mib(b: u64) -> f64 {
 
 /// Sends the pages of `ranges` (read from the running process) as round
 /// `round`, then `RoundDone`, and waits for the link to carry them
-/// ([`drain`]). Returns the bytes sent; adds the pages it could not read to
-/// `missed`. With the `tracker` of the process's writes, each piece of
+/// ([`drain`]). Returns the bytes of pages sent (whole or as their
+/// changes, with `copies`: see [`SentCopies`]); adds the pages it could not
+/// read to `missed`. With the `tracker` of the process's writes, each piece of
 /// `ranges` is protected again just before it is read
 /// ([`DirtyTracker::protect_before_read`]): a page written during the round
 /// before its piece was read goes with it, and the next scan reports only
@@ -624,10 +654,11 @@ pub(crate) fn send_round(
     round: u32,
     ranges: &[(u64, u64)],
     tracker: Option<&DirtyTracker>,
+    copies: Option<&mut SentCopies>,
     missed: &mut Vec<(u64, u64)>,
 ) -> Result<u64> {
     let phase = if round == 0 { "round 0" } else { "rounds" };
-    let (sent, skipped) = stream_pages(m, ranges, Some(phase), tracker)?;
+    let (sent, skipped) = stream_pages(m, ranges, Some(phase), tracker, copies)?;
     if !skipped.is_empty() {
         tracing::info!(
             "round {round}: {} pages could not be read; the stop saves them whole",
@@ -683,23 +714,32 @@ fn pieces(ranges: &[(u64, u64)], max: u64) -> Vec<Vec<(u64, u64)>> {
 /// Reads the pages of `ranges` from the process and sends them as
 /// `PageData`, showing progress as `phase` if given; with a `tracker`, a
 /// piece at a time, each protected just before it is read (see
-/// [`send_round`]). Returns the bytes sent and the pages that could not be
+/// [`send_round`]); with `copies`, a page with a copy as its changes. Returns the bytes sent and the pages that could not be
 /// read.
 fn stream_pages(
     m: &mut Source,
     ranges: &[(u64, u64)],
     phase: Option<&'static str>,
     tracker: Option<&DirtyTracker>,
+    mut copies: Option<&mut SentCopies>,
 ) -> Result<(u64, Vec<(u64, u64)>)> {
     let (id, pid) = (m.id, m.pid);
     let want = total(ranges);
     let mut done = 0u64;
     let mut failed: Option<StrategyError> = None;
     let mut sink = |addr: u64, data: &[u8]| {
-        match m.ch.send_pages(id, addr, data) {
-            Ok(sent) => m.count(sent.wire()),
+        let sent = match copies.as_deref_mut() {
+            Some(c) => c.send(&mut m.ch, id, addr, data).map(|s| s.wire),
+            None => {
+                m.ch.send_pages(id, addr, data)
+                    .map(|s| s.wire())
+                    .map_err(StrategyError::from)
+            }
+        };
+        match sent {
+            Ok(wire) => m.count(wire),
             Err(e) => {
-                failed = Some(e.into());
+                failed = Some(e);
                 return Err(EngineError::Other("sending pages failed".into()));
             }
         }
@@ -744,14 +784,20 @@ fn stream_pages(
 }
 
 /// The last round, at the stop: the pages of `ranges` read from the frozen
-/// process and sent as `PageData`, then `RoundDone`; no wait for the link
+/// process and sent as `PageData` (or as their changes, with `copies`),
+/// then `RoundDone`; no wait for the link
 /// (the image follows at once). A page `process_vm_readv` cannot read
 /// (protected since round 0) is read through `/proc/PID/mem`, which may;
 /// one that cannot be read at all fails the migration, since the image
 /// does not hold it. Returns the bytes sent.
-fn send_frozen_round(m: &mut Source, round: u32, ranges: &[(u64, u64)]) -> Result<u64> {
+fn send_frozen_round(
+    m: &mut Source,
+    round: u32,
+    ranges: &[(u64, u64)],
+    copies: Option<&mut SentCopies>,
+) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
-    let (mut sent, skipped) = stream_pages(m, ranges, None, None)?;
+    let (mut sent, skipped) = stream_pages(m, ranges, None, None, copies)?;
     if !skipped.is_empty() {
         use std::os::unix::fs::FileExt;
         let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
@@ -850,6 +896,16 @@ pub(crate) fn receive_rounds(
             d.ch.recycle(inc.into_body());
             continue;
         }
+        if let Msg::PageDeltas { id, pages } = inc.msg {
+            if id == d.offer.id {
+                if let Err(what) = apply_changes(d, store, pages, inc.attachment())? {
+                    return Err(bad(d, code::MALFORMED, what));
+                }
+                d.count_received(inc.attachment().len() as u64);
+                d.ch.recycle(inc.into_body());
+                continue;
+            }
+        }
         match inc.msg {
             Msg::RoundDone { id, round, pages } if id == d.offer.id => {
                 rounds += 1;
@@ -880,6 +936,49 @@ pub(crate) fn receive_rounds(
         code::UNEXPECTED,
         "too many messages before the image".into(),
     ))
+}
+
+/// Destination: the `pages` pages of a `PageDeltas` attachment `att`, each
+/// written into the store's newest copy of its page, which must be there
+/// and must come out as the record's hash says. The inner error says what
+/// is wrong with the message (the store may hold some of its pages
+/// already: the migration fails); the outer one is the store's.
+fn apply_changes(
+    d: &Destination,
+    store: &mut PageStore,
+    pages: u32,
+    att: &[u8],
+) -> Result<std::result::Result<(), String>> {
+    let records = match pmig_proto::page_delta::records(att) {
+        Ok(r) if r.len() == pages as usize => r,
+        Ok(r) => {
+            return Ok(Err(format!(
+                "PageDeltas of {pages} pages carries {} records",
+                r.len()
+            )))
+        }
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let mut page = vec![0u8; PAGE as usize];
+    for r in records {
+        if r.addr >= TASK_END {
+            return Ok(Err(format!(
+                "PageDeltas: the page at {:#x} is not user memory",
+                r.addr
+            )));
+        }
+        if !store.get(r.addr, &mut page)? {
+            return Ok(Err(format!(
+                "PageDeltas: the changes of the page at {:#x}, which {} never sent",
+                r.addr, d.peer
+            )));
+        }
+        if let Err(e) = r.apply(&mut page) {
+            return Ok(Err(e.to_string()));
+        }
+        store.put(r.addr, &page)?;
+    }
+    Ok(Ok(()))
 }
 
 /// Destination: absorbs the verified final image of `dir` into the store and

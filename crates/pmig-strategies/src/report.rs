@@ -43,6 +43,11 @@ pub struct Report {
     pub remote_faults: u64,
     pub prefetched_pages: u64,
     pub prefetch_hits: u64,
+    /// Of `pages_sent`, those sent again as what changed in them since the
+    /// copy the destination held (pre-copy's reruns and stop, version-18
+    /// peers; `PageDeltas`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pages_as_changes: u64,
     pub residual: Residual,
     /// How long the process's faults on owed pages waited, as its
     /// destination measured them (lazy strategies, version-10 peers).
@@ -53,6 +58,10 @@ pub struct Report {
     /// see `pmig_engine::skeleton`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skeleton: Option<SkeletonUse>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What became of a migration's skeleton.
@@ -159,7 +168,7 @@ impl Outcome {
         format!(
             "migrated {} (pid {}) from {} to {} as pid {} with {}\n  \
              down {:.1} ms · preparation {:.1} ms · post {:.1} ms · total {:.1} ms\n  \
-             sent {:.1} MiB (preparation {:.1}, down {:.1}, post {:.1}) · {} pages · {} rounds\n  \
+             sent {:.1} MiB (preparation {:.1}, down {:.1}, post {:.1}) · {} pages{} · {} rounds\n  \
              remote faults {} · prefetched {} · prefetch hits {}{}\n  \
              residual: {}{} until {}",
             self.comm,
@@ -177,6 +186,11 @@ impl Outcome {
             mib(r.bytes_per_phase.down),
             mib(r.bytes_per_phase.post),
             r.pages_sent,
+            if r.pages_as_changes > 0 {
+                format!(" ({} as their changes)", r.pages_as_changes)
+            } else {
+                String::new()
+            },
             r.rounds,
             r.remote_faults,
             r.prefetched_pages,

@@ -1,5 +1,6 @@
 //! The message decoder must never panic, and whatever it accepts must re-encode to a
-//! message that decodes to the same value.
+//! message that decodes to the same value. A `PageDeltas`' records must parse or be
+//! refused, and apply or be refused, without a panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -13,5 +14,14 @@ fuzz_target!(|data: &[u8]| {
     if let Ok((m, rest)) = decode_with_attachment(data) {
         assert!(rest.len() < data.len());
         let _ = m.kind();
+        // A page delta's records, applied to a page of zeros.
+        if let (pmig_proto::Msg::PageDeltas { .. }, Ok(records)) =
+            (&m, pmig_proto::page_delta::records(rest))
+        {
+            let mut page = [0u8; pmig_proto::page_delta::PAGE];
+            for r in records {
+                let _ = r.apply(&mut page);
+            }
+        }
     }
 });
