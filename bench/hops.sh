@@ -101,6 +101,8 @@ notes = d.get("notes", [])
 ids = [n for n in notes if "under new ids" in n]
 if ids:
     sk += f"  new ids (pid {d['new_pid']})"
+if d.get("pages_as_changes"):
+    sk += f"  {d['pages_as_changes']} pages as their changes"
 print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  post_ms {d['post_ms']:.0f}  bytes before/at/after the stop "
       f"{b['preparation']}/{b['down']}/{b['post']}{sk}")
 for n in notes:

@@ -510,6 +510,11 @@ impl<S: Stream> Channel<S> {
         self.tx.send_pages(id, addr, data)
     }
 
+    /// See [`Sender::queue_pages`].
+    pub fn queue_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
+        self.tx.queue_pages(id, addr, data)
+    }
+
     pub fn flush(&mut self) -> Result<(), ProtoError> {
         self.tx.flush()
     }
@@ -574,10 +579,19 @@ impl<S: Stream> Sender<S> {
     /// [`msg::MAX_ZERO_PAGES`] a message) and the rest as `PageData`; to an
     /// older one all of it goes as one `PageData`.
     pub fn send_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
+        let sent = self.queue_pages(id, addr, data)?;
+        self.flush()?;
+        Ok(sent)
+    }
+
+    /// [`Self::send_pages`] without the flush: many small runs of pages (a
+    /// round of scattered single pages) then go in a few records and
+    /// writes, at the next [`Self::flush`] (or once about 1 MiB is ready).
+    pub fn queue_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
         const PAGE: usize = 4096;
         let mut sent = PagesSent::default();
         if self.peer.version < msg::PAGE_ZEROS || data.len() < PAGE {
-            self.send_with(&Msg::PageData { id, addr }, &[data])?;
+            self.queue(&Msg::PageData { id, addr }, &[data])?;
             sent.add(data.len(), false);
             return Ok(sent);
         }
@@ -616,7 +630,6 @@ impl<S: Stream> Sender<S> {
             self.queue(&Msg::PageData { id, addr: at }, &[&data[pages * PAGE..]])?;
             sent.add(data.len() - pages * PAGE, false);
         }
-        self.flush()?;
         Ok(sent)
     }
 

@@ -712,7 +712,8 @@ fn pieces(ranges: &[(u64, u64)], max: u64) -> Vec<Vec<(u64, u64)>> {
 }
 
 /// Reads the pages of `ranges` from the process and sends them as
-/// `PageData`, showing progress as `phase` if given; with a `tracker`, a
+/// `PageData` (queued, and flushed at the end), showing progress as `phase`
+/// if given; with a `tracker`, a
 /// piece at a time, each protected just before it is read (see
 /// [`send_round`]); with `copies`, a page with a copy as its changes. Returns the bytes sent and the pages that could not be
 /// read.
@@ -731,7 +732,7 @@ fn stream_pages(
         let sent = match copies.as_deref_mut() {
             Some(c) => c.send(&mut m.ch, id, addr, data).map(|s| s.wire),
             None => {
-                m.ch.send_pages(id, addr, data)
+                m.ch.queue_pages(id, addr, data)
                     .map(|s| s.wire())
                     .map_err(StrategyError::from)
             }
@@ -779,6 +780,15 @@ fn stream_pages(
     }
     if let Some(e) = read_failed {
         return Err(e.into());
+    }
+    // What was queued (scattered single pages go a record at a time, not a
+    // write at a time) goes out now.
+    match copies {
+        Some(c) => {
+            let wire = c.finish(&mut m.ch, id)?;
+            m.count(wire);
+        }
+        None => m.ch.flush()?,
     }
     Ok((sent, normalize(&skipped)))
 }
@@ -916,6 +926,7 @@ pub(crate) fn receive_rounds(
                 );
             }
             Msg::ImageFile { id, .. } | Msg::Skeleton { id } if id == d.offer.id => {
+                mark("dst: rounds received");
                 tracing::info!(
                     "{rounds} pre-copy rounds from {}: {:.1} MiB received, {} pages held; the process is stopped",
                     d.peer,

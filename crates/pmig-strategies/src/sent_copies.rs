@@ -42,6 +42,9 @@ pub struct SentCopies {
     pages: HashMap<u64, Box<[u8]>>,
     /// Most pages kept.
     cap: usize,
+    /// Records not sent yet, and how many.
+    records: Vec<u8>,
+    in_records: u32,
     /// Pages sent as their changes so far, and their records' bytes.
     pub as_changes: u64,
     pub change_bytes: u64,
@@ -53,6 +56,8 @@ impl SentCopies {
         SentCopies {
             pages: HashMap::new(),
             cap: (budget.min(MAX_BUDGET) / PAGE as u64) as usize,
+            records: Vec::new(),
+            in_records: 0,
             as_changes: 0,
             change_bytes: 0,
         }
@@ -63,10 +68,11 @@ impl SentCopies {
         (self.pages.len() * PAGE) as u64
     }
 
-    /// Sends the whole pages `data` of migration `id` at `addr`: each page
+    /// Queues the whole pages `data` of migration `id` at `addr`: each page
     /// with a copy as its changes where they are few enough, the others
-    /// whole (`send_pages`: runs of zero pages as their count). Keeps a copy
-    /// of every page sent, while the budget lasts.
+    /// whole (`queue_pages`: runs of zero pages as their count). Keeps a
+    /// copy of every page sent, while the budget lasts. The records go in
+    /// batches; [`SentCopies::finish`] sends the last one and flushes.
     pub fn send(
         &mut self,
         ch: &mut Channel<TcpStream>,
@@ -75,8 +81,6 @@ impl SentCopies {
         data: &[u8],
     ) -> Result<Sent> {
         let mut sent = Sent::default();
-        let mut records = Vec::new();
-        let mut in_records = 0u32;
         // Pages [run, i) go whole, as one message.
         let mut run = 0;
         let pages = data.len() / PAGE;
@@ -85,7 +89,7 @@ impl SentCopies {
             let page = &data[i * PAGE..(i + 1) * PAGE];
             let changes = match self.pages.get_mut(&at) {
                 Some(copy) => {
-                    let as_changes = push_record(&mut records, at, copy, page, MAX_RUN_BYTES);
+                    let as_changes = push_record(&mut self.records, at, copy, page, MAX_RUN_BYTES);
                     copy.copy_from_slice(page);
                     as_changes
                 }
@@ -99,44 +103,46 @@ impl SentCopies {
             if !changes {
                 continue;
             }
-            in_records += 1;
+            self.in_records += 1;
+            sent.as_changes += 1;
             if run < i {
                 sent.wire += whole(ch, id, addr, data, run, i)?;
             }
             run = i + 1;
-            if records.len() >= BATCH_BYTES || in_records == msg::MAX_DELTA_PAGES {
-                sent.wire += self.flush(ch, id, &mut records, &mut in_records)?;
+            if self.records.len() >= BATCH_BYTES || self.in_records == msg::MAX_DELTA_PAGES {
+                sent.wire += self.queue_records(ch, id)?;
             }
-            sent.as_changes += 1;
         }
         if run < pages {
             sent.wire += whole(ch, id, addr, data, run, pages)?;
         }
-        sent.wire += self.flush(ch, id, &mut records, &mut in_records)?;
         // A tail of less than a page (callers send whole pages) goes as is.
         if data.len() > pages * PAGE {
-            let s = ch.send_pages(id, addr + (pages * PAGE) as u64, &data[pages * PAGE..])?;
+            let s = ch.queue_pages(id, addr + (pages * PAGE) as u64, &data[pages * PAGE..])?;
             sent.wire += s.wire();
         }
         Ok(sent)
     }
 
-    fn flush(
-        &mut self,
-        ch: &mut Channel<TcpStream>,
-        id: u64,
-        records: &mut Vec<u8>,
-        n: &mut u32,
-    ) -> Result<u64> {
-        if *n == 0 {
+    /// Sends the records not sent yet, and flushes the channel. Returns the
+    /// bytes of the records' message.
+    pub fn finish(&mut self, ch: &mut Channel<TcpStream>, id: u64) -> Result<u64> {
+        let wire = self.queue_records(ch, id)?;
+        ch.flush()?;
+        Ok(wire)
+    }
+
+    fn queue_records(&mut self, ch: &mut Channel<TcpStream>, id: u64) -> Result<u64> {
+        if self.in_records == 0 {
             return Ok(0);
         }
-        ch.send_with(&Msg::PageDeltas { id, pages: *n }, &[records])?;
-        let wire = records.len() as u64 + pmig_proto::PagesSent::OVERHEAD;
-        self.as_changes += *n as u64;
-        self.change_bytes += records.len() as u64;
-        records.clear();
-        *n = 0;
+        let pages = self.in_records;
+        ch.queue(&Msg::PageDeltas { id, pages }, &[&self.records])?;
+        let wire = self.records.len() as u64 + pmig_proto::PagesSent::OVERHEAD;
+        self.as_changes += pages as u64;
+        self.change_bytes += self.records.len() as u64;
+        self.records.clear();
+        self.in_records = 0;
         Ok(wire)
     }
 }
@@ -211,6 +217,7 @@ mod tests {
         let mut held = HashMap::new();
         // First time: every page whole, each kept.
         let s = copies.send(&mut src, 1, base, &data).unwrap();
+        assert_eq!(copies.finish(&mut src, 1).unwrap(), 0);
         src.send(&Msg::Commit { id: 1 }).unwrap();
         assert_eq!((s.as_changes, receive(&mut dst, &mut held)), (0, 0));
         assert_eq!(copies.bytes(), 5 * PAGE as u64);
@@ -224,10 +231,11 @@ mod tests {
         data[4 * PAGE] = 0;
         data[5 * PAGE - 1] = 0;
         let s = copies.send(&mut src, 1, base, &data).unwrap();
+        let records = copies.finish(&mut src, 1).unwrap();
         src.send(&Msg::Commit { id: 1 }).unwrap();
         assert_eq!(s.as_changes, 3, "pages 0, 1 and 4");
         assert_eq!(receive(&mut dst, &mut held), 3);
-        assert!(s.wire < 2 * PAGE as u64 + 1024, "{s:?}");
+        assert!(s.wire + records < 2 * PAGE as u64 + 1024, "{s:?}, {records}");
         for i in 0..5 {
             let at = base + (i * PAGE) as u64;
             assert!(held[&at] == data[i * PAGE..(i + 1) * PAGE], "page {i}");
@@ -244,6 +252,7 @@ mod tests {
         copies.send(&mut src, 1, 0x10000, &data).unwrap();
         assert_eq!(copies.bytes(), 2 * PAGE as u64);
         let s = copies.send(&mut src, 1, 0x10000, &data).unwrap();
+        copies.finish(&mut src, 1).unwrap();
         src.send(&Msg::Commit { id: 1 }).unwrap();
         assert_eq!(s.as_changes, 2, "only the pages kept go as their changes");
         receive(&mut dst, &mut held);
