@@ -39,8 +39,9 @@ pub fn push_record(out: &mut Vec<u8>, addr: u64, old: &[u8], new: &[u8], max: us
     assert!(old.len() == PAGE && new.len() == PAGE, "whole pages only");
     let start = out.len();
     out.extend_from_slice(&addr.to_le_bytes());
-    out.extend_from_slice(&xxh3_64(new).to_le_bytes());
-    out.extend_from_slice(&[0, 0]);
+    // The hash and the length are filled in once the page is known to go
+    // as its changes.
+    out.extend_from_slice(&[0; 10]);
     let runs = out.len();
     // Words compared eight bytes at a time; a run of changed words is then
     // trimmed to its first and last changed byte.
@@ -73,6 +74,7 @@ pub fn push_record(out: &mut Vec<u8>, addr: u64, old: &[u8], new: &[u8], max: us
         i = j;
     }
     let len = (out.len() - runs) as u16;
+    out[runs - 10..runs - 2].copy_from_slice(&xxh3_64(new).to_le_bytes());
     out[runs - 2..runs].copy_from_slice(&len.to_le_bytes());
     true
 }

@@ -951,7 +951,9 @@ pub(crate) fn receive_rounds(
 
 /// Destination: the `pages` pages of a `PageDeltas` attachment `att`, each
 /// written into the store's newest copy of its page, which must be there
-/// and must come out as the record's hash says. The inner error says what
+/// and must come out as the record's hash says (a page twice in one
+/// message, which no source sends, would not: its second record is made
+/// against the first). The inner error says what
 /// is wrong with the message (the store may hold some of its pages
 /// already: the migration fails); the outer one is the store's.
 fn apply_changes(
@@ -970,25 +972,28 @@ fn apply_changes(
         }
         Err(e) => return Ok(Err(e.to_string())),
     };
-    let mut page = vec![0u8; PAGE as usize];
-    for r in records {
+    // The pages, changed, go into the store with one write.
+    let mut pages = vec![0u8; records.len() * PAGE as usize];
+    let mut addrs = Vec::with_capacity(records.len());
+    for (r, page) in records.iter().zip(pages.chunks_mut(PAGE as usize)) {
         if r.addr >= TASK_END {
             return Ok(Err(format!(
                 "PageDeltas: the page at {:#x} is not user memory",
                 r.addr
             )));
         }
-        if !store.get(r.addr, &mut page)? {
+        if !store.get(r.addr, page)? {
             return Ok(Err(format!(
                 "PageDeltas: the changes of the page at {:#x}, which {} never sent",
                 r.addr, d.peer
             )));
         }
-        if let Err(e) = r.apply(&mut page) {
+        if let Err(e) = r.apply(page) {
             return Ok(Err(e.to_string()));
         }
-        store.put(r.addr, &page)?;
+        addrs.push(r.addr);
     }
+    store.put_scattered(&addrs, &pages)?;
     Ok(Ok(()))
 }
 
