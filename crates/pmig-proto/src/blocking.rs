@@ -511,7 +511,12 @@ impl<S: Stream> Channel<S> {
     }
 
     /// See [`Sender::queue_pages`].
-    pub fn queue_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
+    pub fn queue_pages(
+        &mut self,
+        id: u64,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<PagesSent, ProtoError> {
         self.tx.queue_pages(id, addr, data)
     }
 
@@ -587,7 +592,12 @@ impl<S: Stream> Sender<S> {
     /// [`Self::send_pages`] without the flush: many small runs of pages (a
     /// round of scattered single pages) then go in a few records and
     /// writes, at the next [`Self::flush`] (or once about 1 MiB is ready).
-    pub fn queue_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
+    pub fn queue_pages(
+        &mut self,
+        id: u64,
+        addr: u64,
+        data: &[u8],
+    ) -> Result<PagesSent, ProtoError> {
         const PAGE: usize = 4096;
         let mut sent = PagesSent::default();
         if self.peer.version < msg::PAGE_ZEROS || data.len() < PAGE {

@@ -235,7 +235,10 @@ mod tests {
         src.send(&Msg::Commit { id: 1 }).unwrap();
         assert_eq!(s.as_changes, 3, "pages 0, 1 and 4");
         assert_eq!(receive(&mut dst, &mut held), 3);
-        assert!(s.wire + records < 2 * PAGE as u64 + 1024, "{s:?}, {records}");
+        assert!(
+            s.wire + records < 2 * PAGE as u64 + 1024,
+            "{s:?}, {records}"
+        );
         for i in 0..5 {
             let at = base + (i * PAGE) as u64;
             assert!(held[&at] == data[i * PAGE..(i + 1) * PAGE], "page {i}");
