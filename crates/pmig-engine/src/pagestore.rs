@@ -90,31 +90,6 @@ impl PageStore {
         Ok(())
     }
 
-    /// Stores pages at scattered addresses with one write: page `i` of
-    /// `data` is the newest copy of the page at `addrs[i]` (page aligned).
-    pub fn put_scattered(&mut self, addrs: &[u64], data: &[u8]) -> Result<()> {
-        if data.len() as u64 != addrs.len() as u64 * PAGE
-            || addrs.iter().any(|a| !a.is_multiple_of(PAGE))
-        {
-            return Err(EngineError::Other(format!(
-                "{} bytes of page data for {} pages, or an unaligned address",
-                data.len(),
-                addrs.len()
-            )));
-        }
-        let off = self.w.pages().offset();
-        self.w
-            .pages()
-            .write_all(data)
-            .ctx(|| "store page data".into())?;
-        for (i, &a) in addrs.iter().enumerate() {
-            self.carve(a, PAGE);
-            self.insert(a, PAGE, off + i as u64 * PAGE);
-        }
-        self.received += data.len() as u64;
-        Ok(())
-    }
-
     /// Drops [a, a + len) from the index, cutting the extents across its
     /// ends.
     fn carve(&mut self, a: u64, len: u64) {
@@ -303,16 +278,6 @@ mod tests {
         assert!(!s.get(0xf000, &mut p).unwrap());
         s.forget(0x10000, 4096);
         assert!(!s.get(0x10000, &mut p).unwrap());
-        // Scattered pages, one write: each the newest copy at its address.
-        let mut data = vec![7u8; 4096];
-        data.extend([8u8; 4096]);
-        s.put_scattered(&[0x12000, 0x30000], &data).unwrap();
-        for (addr, byte) in [(0x11000, 2), (0x12000, 7), (0x30000, 8)] {
-            assert!(s.get(addr, &mut p).unwrap(), "{addr:#x}");
-            assert_eq!(p, [byte; 4096], "{addr:#x}");
-        }
-        assert!(s.put_scattered(&[0x12000], &data).is_err());
-        assert!(s.put_scattered(&[0x12001, 0x30000], &data).is_err());
     }
 
     #[test]

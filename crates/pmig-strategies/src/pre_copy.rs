@@ -908,9 +908,11 @@ pub(crate) fn receive_rounds(
         }
         if let Msg::PageDeltas { id, pages } = inc.msg {
             if id == d.offer.id {
+                mark("dst: page changes received");
                 if let Err(what) = apply_changes(d, store, pages, inc.attachment())? {
                     return Err(bad(d, code::MALFORMED, what));
                 }
+                mark("dst: page changes applied");
                 d.count_received(inc.attachment().len() as u64);
                 d.ch.recycle(inc.into_body());
                 continue;
@@ -918,6 +920,7 @@ pub(crate) fn receive_rounds(
         }
         match inc.msg {
             Msg::RoundDone { id, round, pages } if id == d.offer.id => {
+                mark("dst: round received");
                 rounds += 1;
                 tracing::debug!(
                     "pre-copy round {round} from {}: {pages} pages; {:.1} MiB held",
@@ -951,9 +954,7 @@ pub(crate) fn receive_rounds(
 
 /// Destination: the `pages` pages of a `PageDeltas` attachment `att`, each
 /// written into the store's newest copy of its page, which must be there
-/// and must come out as the record's hash says (a page twice in one
-/// message, which no source sends, would not: its second record is made
-/// against the first). The inner error says what
+/// and must come out as the record's hash says. The inner error says what
 /// is wrong with the message (the store may hold some of its pages
 /// already: the migration fails); the outer one is the store's.
 fn apply_changes(
@@ -972,28 +973,25 @@ fn apply_changes(
         }
         Err(e) => return Ok(Err(e.to_string())),
     };
-    // The pages, changed, go into the store with one write.
-    let mut pages = vec![0u8; records.len() * PAGE as usize];
-    let mut addrs = Vec::with_capacity(records.len());
-    for (r, page) in records.iter().zip(pages.chunks_mut(PAGE as usize)) {
+    let mut page = vec![0u8; PAGE as usize];
+    for r in records {
         if r.addr >= TASK_END {
             return Ok(Err(format!(
                 "PageDeltas: the page at {:#x} is not user memory",
                 r.addr
             )));
         }
-        if !store.get(r.addr, page)? {
+        if !store.get(r.addr, &mut page)? {
             return Ok(Err(format!(
                 "PageDeltas: the changes of the page at {:#x}, which {} never sent",
                 r.addr, d.peer
             )));
         }
-        if let Err(e) = r.apply(page) {
+        if let Err(e) = r.apply(&mut page) {
             return Ok(Err(e.to_string()));
         }
-        addrs.push(r.addr);
+        store.put(r.addr, &page)?;
     }
-    store.put_scattered(&addrs, &pages)?;
     Ok(Ok(()))
 }
 
