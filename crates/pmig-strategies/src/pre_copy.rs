@@ -644,8 +644,8 @@ fn mib(b: u64) -> f64 {
 /// `round`, then `RoundDone`, and waits for the link to carry them
 /// ([`drain`]). Returns the bytes of pages sent (whole or as their
 /// changes, with `copies`: see [`SentCopies`]); adds the pages it could not
-/// read to `missed`. With the `tracker` of the process's writes, each piece of
-/// `ranges` is protected again just before it is read
+/// read to `missed`. With the `tracker` of the process's writes, each piece
+/// of `ranges` is protected again just before it is read
 /// ([`DirtyTracker::protect_before_read`]): a page written during the round
 /// before its piece was read goes with it, and the next scan reports only
 /// the pages written after.
@@ -713,10 +713,10 @@ fn pieces(ranges: &[(u64, u64)], max: u64) -> Vec<Vec<(u64, u64)>> {
 
 /// Reads the pages of `ranges` from the process and sends them as
 /// `PageData` (queued, and flushed at the end), showing progress as `phase`
-/// if given; with a `tracker`, a
-/// piece at a time, each protected just before it is read (see
-/// [`send_round`]); with `copies`, a page with a copy as its changes. Returns the bytes sent and the pages that could not be
-/// read.
+/// if given; with a `tracker`, a piece at a time, each protected just
+/// before it is read (see [`send_round`]); with `copies`, a page with a
+/// copy as its changes. Returns the bytes sent and the pages that could not
+/// be read.
 fn stream_pages(
     m: &mut Source,
     ranges: &[(u64, u64)],
