@@ -11,7 +11,7 @@
 use crate::error::{Ctx, Result};
 use crate::resources::tcb::IdWrite;
 use crate::uffd::{self, Event};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -19,6 +19,15 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 const PAGE: u64 = 4096;
 /// Pages per `UFFDIO_COPY` of [`LazyMemory::install_bulk`].
 pub const BULK_PIECE: usize = 8;
+/// The fewest pages of a run that are copied apart from the state's lock
+/// (see [`LazyMemory::install`]): below that, taking the lock again costs
+/// more than the copy it would let run alongside another.
+const APART_MIN: u64 = 2;
+
+/// Tests only: a pause between looking up a run and copying its pages
+/// apart from the lock, which widens the window a release could slip into.
+#[cfg(test)]
+static APART_PAUSE_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LazyStats {
@@ -436,6 +445,9 @@ struct State {
     /// Faults read while a fill waited for a change of the address space
     /// (see [`uffd::Fill`]): handled with the next events.
     deferred: Vec<u64>,
+    /// Destination ranges `[start, end)` of owed pages a thread is copying
+    /// apart from the lock: no other thread copies them meanwhile.
+    filling: Vec<(u64, u64)>,
 }
 
 /// The journal of a [`LazyMemory`]: what a restarted daemon needs to rebuild
@@ -493,6 +505,16 @@ impl State {
     }
 
     /// Source pages `src..src + n` are here (or the source copy no longer matters).
+    /// The first destination page of `[start, end)` some thread is
+    /// copying apart from the lock (see [`State::filling`]), if any.
+    fn filling_in(&self, start: u64, end: u64) -> Option<u64> {
+        self.filling
+            .iter()
+            .filter(|&&(s, e)| s < end && start < e)
+            .map(|&(s, _)| s.max(start))
+            .min()
+    }
+
     fn installed(&mut self, src: u64, n: u64) {
         for k in 0..n {
             let s = src + k * PAGE;
@@ -547,6 +569,16 @@ pub struct LazyMemory {
     /// The ranges registered at restore (to unregister at the end).
     registered: Vec<(u64, u64)>,
     state: Mutex<State>,
+    /// Held to read by a thread that fills pages (`UFFDIO_COPY`,
+    /// `UFFDIO_ZEROPAGE`), and alone by one that reads the userfaultfd's
+    /// events. A fill looks up where an owed page lives now and then
+    /// copies it there; an event read in between (memory released, moved,
+    /// unmapped) would make that copy land in memory that must read as
+    /// zeros, or somewhere else. While events are not read, the kernel
+    /// refuses any fill behind a change that waits for its event to be
+    /// read ([`uffd::Fill::Busy`]), so a fill under this lock is never
+    /// stale, and fills may run side by side.
+    fills: RwLock<()>,
     /// The threads' ids the restore rewrote: the mutexes they hold in the
     /// pages installed later are rewritten the same way.
     owners: std::sync::OnceLock<Owners>,
@@ -662,6 +694,7 @@ impl LazyMemory {
             uffd,
             registered,
             state: Mutex::new(st),
+            fills: RwLock::new(()),
             owners: std::sync::OnceLock::new(),
         }
     }
@@ -778,6 +811,13 @@ impl LazyMemory {
 
     /// [`Self::install`]; with `zeros`, `data` is all zeros and goes as
     /// [`Self::install_zeros`] says.
+    ///
+    /// Each run of owed pages is looked up under the state's lock. Its
+    /// pages of data are copied apart from that lock, where they may run
+    /// alongside another thread's ([`Self::fills`]); only the pages at its
+    /// two edges, where a held mutex may lie across into a neighbouring
+    /// run ([`Owners::across_edges`]), are copied under it, when thread ids
+    /// are rewritten at all.
     fn install_as(&self, src: u64, data: &[u8], zeros: bool) -> Result<u64> {
         // Rare: a copy of the pages, with those mutexes rewritten (none is
         // held in pages of zeros).
@@ -791,6 +831,7 @@ impl LazyMemory {
             })
         });
         let data = rewritten.as_deref().unwrap_or(data);
+        let mut fills = self.fills.read();
         let mut st = self.state.lock();
         let n = data.len() as u64 / PAGE;
         let mut installed = 0;
@@ -801,10 +842,19 @@ impl LazyMemory {
         while i < n {
             // Looked up again after a wait: the events read meanwhile may
             // have moved or released the page.
-            let Some((dst, j)) = st.owed.run_at(src, i, n) else {
+            let Some((dst, mut j)) = st.owed.run_at(src, i, n) else {
                 i += 1;
                 continue;
             };
+            // Up to the first page another thread is copying: that thread
+            // installs it.
+            if let Some(stop) = st.filling_in(dst, dst + (j - i) * PAGE) {
+                if stop == dst {
+                    i += 1;
+                    continue;
+                }
+                j = i + (stop - dst) / PAGE;
+            }
             let run = &data[(i * PAGE) as usize..(j * PAGE) as usize];
             // The edge with the pages just installed from `data` was
             // looked at with the whole of it.
@@ -816,25 +866,81 @@ impl LazyMemory {
                 let owed = |p: u64| owed.src_at(p).is_some();
                 o.across_edges(dst, run, left, &owed, pending_ids)
             });
-            let (bytes, fill) = match edged.as_deref() {
-                Some(edged) => uffd::copy(&self.uffd, dst, edged)?,
-                None if zeros => uffd::zeros(&self.uffd, dst, run.len() as u64)?,
-                None => uffd::copy(&self.uffd, dst, run)?,
+            let body = edged.as_deref().unwrap_or(run);
+            // The pages copied apart from the lock: all of them, or all but
+            // the two edges' (copied first, under it).
+            let edge = u64::from(owners.is_some());
+            let apart = (!zeros || edged.is_some()) && j - i >= APART_MIN + 2 * edge;
+            let (copied, fill) = if apart {
+                let (a, b) = (i + edge, j - edge);
+                let part =
+                    |s: u64, e: u64| &body[((s - i) * PAGE) as usize..((e - i) * PAGE) as usize];
+                let mut fill = uffd::Fill::Done;
+                let mut copied = Vec::new();
+                for (s, e) in [(i, a), (b, j)] {
+                    if s == e || !matches!(fill, uffd::Fill::Done) {
+                        continue;
+                    }
+                    let (bytes, f) = uffd::copy(&self.uffd, dst + (s - i) * PAGE, part(s, e))?;
+                    copied.push((s, bytes / PAGE));
+                    fill = f;
+                }
+                if matches!(fill, uffd::Fill::Done) {
+                    let at = dst + (a - i) * PAGE;
+                    let range = (at, dst + (b - i) * PAGE);
+                    st.filling.push(range);
+                    MutexGuard::unlock_fair(st);
+                    #[cfg(test)]
+                    std::thread::sleep(std::time::Duration::from_micros(
+                        APART_PAUSE_US.load(std::sync::atomic::Ordering::Relaxed),
+                    ));
+                    let r = uffd::copy(&self.uffd, at, part(a, b));
+                    st = self.state.lock();
+                    st.filling.retain(|&x| x != range);
+                    let (bytes, f) = r?;
+                    copied.push((a, bytes / PAGE));
+                    fill = f;
+                }
+                (copied, fill)
+            } else {
+                let (bytes, fill) = match edged.as_deref() {
+                    Some(edged) => uffd::copy(&self.uffd, dst, edged)?,
+                    None if zeros => uffd::zeros(&self.uffd, dst, run.len() as u64)?,
+                    None => uffd::copy(&self.uffd, dst, run)?,
+                };
+                (vec![(i, bytes / PAGE)], fill)
             };
-            let k = i + bytes / PAGE;
-            after = Some(dst + bytes);
-            if k > i {
-                self.installed_run(&mut st, src + i * PAGE, k - i);
-                installed += k - i;
+            for &(s, k) in &copied {
+                if k > 0 {
+                    self.installed_run(&mut st, src + s * PAGE, k);
+                    installed += k;
+                }
             }
-            i = k;
             match fill {
-                uffd::Fill::Busy => self.changing(&mut st, &mut busy)?,
+                uffd::Fill::Done => {
+                    after = Some(dst + (j - i) * PAGE);
+                    i = j;
+                }
+                uffd::Fill::Busy => {
+                    // Whatever of the run is not installed yet is looked up
+                    // again once the events are read.
+                    after = None;
+                    // Events are read only by a thread that holds `fills`
+                    // alone.
+                    drop(st);
+                    drop(fills);
+                    {
+                        let _w = self.fills.write();
+                        let mut s2 = self.state.lock();
+                        self.changing(&mut s2, &mut busy)?;
+                    }
+                    fills = self.fills.read();
+                    st = self.state.lock();
+                }
                 uffd::Fill::Gone => {
                     st.gone();
                     break;
                 }
-                uffd::Fill::Done => {}
             }
         }
         st.stats.installed_pages += installed;
@@ -865,6 +971,7 @@ impl LazyMemory {
         // Handed straight to a thread waiting for it, if any (see
         // `install_bulk`).
         MutexGuard::unlock_fair(st);
+        drop(fills);
         Ok(installed)
     }
 
@@ -916,7 +1023,7 @@ impl LazyMemory {
     /// its event to be read (see [`uffd::Fill`]): read the pending events
     /// here, whichever thread this is (their faults are kept for the fault
     /// loop), and give the changing thread a moment to go on. Fails after
-    /// about two seconds of this.
+    /// about two seconds of this. The caller holds [`Self::fills`] alone.
     fn changing(&self, st: &mut State, tries: &mut u32) -> Result<()> {
         const MAX_TRIES: u32 = 20_000;
         *tries += 1;
@@ -1131,7 +1238,9 @@ impl LazyMemory {
     /// faults happened.
     pub fn handle_events(&self) -> Result<Handled> {
         // Events are read and applied under the lock, here and in
-        // `changing`: the state must see the changes in their order.
+        // `changing`: the state must see the changes in their order. And
+        // with no fill under way (see `fills`).
+        let _alone = self.fills.write();
         let mut st = self.state.lock();
         let mut evs = Vec::new();
         uffd::read_events(&self.uffd, &mut evs)?;
@@ -1921,6 +2030,92 @@ mod tests {
         drop((lm, peek));
         // SAFETY: unmapping the test's mapping.
         unsafe { libc::munmap(base as *mut _, (n * PAGE) as usize) };
+    }
+
+    /// Two threads install the same pages side by side (one forwards, one
+    /// backwards, so each also meets pages the other is copying), while a
+    /// third releases a range of them and a fourth reads the events. Once
+    /// the release has returned, its pages must read as zeros: an install
+    /// that looked a page up before the release and copied it after would
+    /// leave old data there. Every other page holds its data, each counted
+    /// once.
+    #[test]
+    fn installs_side_by_side_never_land_in_memory_released_meanwhile() {
+        let n = 512u64;
+        let released = 200..264u64;
+        // Each copy apart from the lock starts a moment after its look-up.
+        APART_PAUSE_US.store(100, std::sync::atomic::Ordering::Relaxed);
+        for round in 0..20 {
+            let Some((uffd, peek, base)) = registered_here(n) else {
+                return;
+            };
+            let lm = LazyMemory::new(uffd, &[(base, n * PAGE)], vec![(base, n * PAGE)]);
+            let data: Vec<u8> = (0..n * PAGE).map(|i| (i / PAGE % 250) as u8 + 1).collect();
+            let stop = std::sync::atomic::AtomicBool::new(false);
+            let piece = 4 * BULK_PIECE;
+            std::thread::scope(|s| {
+                let (lm, data, stop) = (&lm, &data, &stop);
+                s.spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                        if lm.wait(2) {
+                            lm.handle_events().unwrap();
+                        }
+                    }
+                });
+                let forwards = s.spawn(move || {
+                    for (k, d) in data.chunks(piece * PAGE as usize).enumerate() {
+                        lm.install_bulk(base + (k * piece) as u64 * PAGE, d)
+                            .unwrap();
+                    }
+                });
+                let backwards = s.spawn(move || {
+                    let pieces: Vec<_> = data.chunks(piece * PAGE as usize).enumerate().collect();
+                    for (k, d) in pieces.into_iter().rev() {
+                        lm.install_bulk(base + (k * piece) as u64 * PAGE, d)
+                            .unwrap();
+                    }
+                });
+                // Released at a different moment of the installs each round.
+                std::thread::sleep(std::time::Duration::from_micros(300 * round));
+                // SAFETY: releasing pages of the mapping made above.
+                let r = unsafe {
+                    libc::madvise(
+                        (base + released.start * PAGE) as *mut _,
+                        ((released.end - released.start) * PAGE) as usize,
+                        libc::MADV_DONTNEED,
+                    )
+                };
+                assert_eq!(r, 0);
+                forwards.join().unwrap();
+                backwards.join().unwrap();
+                stop.store(true, std::sync::atomic::Ordering::Release);
+            });
+            assert_eq!(lm.owed_pages(), 0, "round {round}");
+            let st = lm.stats();
+            assert!(
+                st.installed_pages <= n && st.installed_pages + st.dropped_pages == n,
+                "round {round}: {} installed, {} dropped of {n}",
+                st.installed_pages,
+                st.dropped_pages
+            );
+            for k in 0..n {
+                let a = base + k * PAGE;
+                if released.contains(&k) {
+                    assert!(
+                        !resident(a),
+                        "round {round}: page {k}, released, was filled after its release"
+                    );
+                } else {
+                    assert!(resident(a), "round {round}: page {k} is not there");
+                    // SAFETY: the page is present (checked above).
+                    let got = unsafe { *(a as *const u8) };
+                    assert_eq!(got, (k % 250) as u8 + 1, "round {round}: page {k}");
+                }
+            }
+            drop((lm, peek));
+            // SAFETY: unmapping the test's mapping.
+            unsafe { libc::munmap(base as *mut _, (n * PAGE) as usize) };
+        }
     }
 
     /// The page frame mapped at `addr` of this process, if pagemap shows

@@ -1865,6 +1865,13 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         Mutex::new(None);
     // Something came on the first connection (see `answers_after_resume`).
     let heard = AtomicBool::new(!answers_after_resume);
+    // A second thread installs pushed pages alongside the receiving one:
+    // where copying into fresh memory is slow (a VM whose host backs it on
+    // first touch) or the link fast, one thread's copies bound the push.
+    let (give, take) = std::sync::mpsc::sync_channel::<pmig_proto::blocking::Incoming>(1);
+    let (back, returned) = std::sync::mpsc::channel::<Vec<u8>>();
+    // Messages given to that helper and not installed yet.
+    let helping = AtomicU64::new(0);
     let (tx, rx) = ch.halves();
     std::thread::scope(|s| {
         // Faults: ask for owed pages (zero pages are handled inside).
@@ -2075,21 +2082,68 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 }
             });
         }
+        {
+            let (done, exited, failed, lm, side_up, helping) =
+                (&done, &exited, &failed, &lm, &side_up, &helping);
+            s.spawn(move || {
+                let mut background = Background::new();
+                while let Ok(inc) = take.recv() {
+                    background.set(side_up.load(Ordering::Acquire));
+                    if let Some((_, addr, data)) = inc.pages() {
+                        if !exited.load(Ordering::Acquire) && !done.load(Ordering::Acquire) {
+                            if let Err(e) = install_pages(lm, &inc, addr, data) {
+                                failed
+                                    .lock()
+                                    .unwrap()
+                                    .get_or_insert(format!("install pages: {e}"));
+                                done.store(true, Ordering::Release);
+                            }
+                        }
+                    }
+                    helping.fetch_sub(1, Ordering::AcqRel);
+                    let _ = back.send(inc.into_body());
+                }
+            });
+        }
         let mut background = Background::new();
         while (!done.load(Ordering::Acquire) || exited.load(Ordering::Acquire))
             && lm.owed_pages() > 0
         {
             background.set(side_up.load(Ordering::Acquire));
+            for b in returned.try_iter() {
+                rx.recycle(b);
+            }
             // Within a time: the last owed pages may come as answers on the
-            // second connection, and then nothing more comes on this one.
-            match rx.recv_with_within(Duration::from_millis(20)) {
+            // second connection, and then nothing more comes on this one;
+            // or the helper installs them.
+            let wait = if helping.load(Ordering::Acquire) > 0 {
+                1
+            } else {
+                20
+            };
+            match rx.recv_with_within(Duration::from_millis(wait)) {
                 Ok(None) => {}
                 Ok(Some(inc)) => {
                     heard.store(true, Ordering::Release);
-                    if let Some((_, addr, data)) = inc.pages().filter(|p| p.0 == id) {
+                    if inc.pages().is_some_and(|p| p.0 == id) {
+                        helping.fetch_add(1, Ordering::AcqRel);
+                        let inc = match give.try_send(inc) {
+                            Ok(()) => continue,
+                            Err(std::sync::mpsc::TrySendError::Full(inc))
+                            | Err(std::sync::mpsc::TrySendError::Disconnected(inc)) => {
+                                helping.fetch_sub(1, Ordering::AcqRel);
+                                inc
+                            }
+                        };
+                        let Some((_, addr, data)) = inc.pages() else {
+                            continue;
+                        };
                         if !exited.load(Ordering::Acquire) {
                             if let Err(e) = install_pages(&lm, &inc, addr, data) {
-                                *failed.lock().unwrap() = Some(format!("install pages: {e}"));
+                                failed
+                                    .lock()
+                                    .unwrap()
+                                    .get_or_insert(format!("install pages: {e}"));
                                 break;
                             }
                         }
@@ -2117,6 +2171,8 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
             }
         }
         drop(background);
+        // The helper ends once it has installed what it was given.
+        drop(give);
         done.store(true, Ordering::Release);
     });
     if let Some(e) = failed.lock().unwrap().take() {
