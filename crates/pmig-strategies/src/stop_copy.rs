@@ -508,9 +508,14 @@ fn reason_for_stop(m: &mut Source) -> StrategyError {
     }
 }
 
+/// Threads that install the pages of a total copy side by side: copying
+/// into fresh memory, where the host backs it on first touch (a VM), is
+/// the slowest step of the transfer, and such copies overlap.
+const INSTALLERS: usize = 2;
+
 /// Destination of a total copy: installs `PageData` into the held process
-/// until nothing is owed. This thread receives (and decrypts) while a
-/// second one installs.
+/// until nothing is owed. This thread receives (and decrypts) while
+/// [`INSTALLERS`] others install.
 fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()> {
     let bad = |what: String| StrategyError::Protocol {
         node: String::new(),
@@ -520,23 +525,40 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
         return Ok(());
     }
     let (tx, rx) = std::sync::mpsc::sync_channel::<Incoming>(4);
+    // Shared by the installers; gone, and the channel closed, once the
+    // last of them has ended.
+    let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+    // An installer failed: the others stop too.
+    let stop = std::sync::atomic::AtomicBool::new(false);
     // Installed messages come back to be received into again.
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|sc| -> Result<()> {
-        let installer = sc.spawn(move || -> Result<()> {
-            for inc in rx {
-                if let Some((_, addr, data)) = inc.pages() {
-                    crate::post_copy::install_pages(lm, &inc, addr, data)
-                        .map_err(|e| StrategyError::Other(format!("install pages: {e}")))?;
-                }
-                if lm.owed_pages() == 0 {
-                    return Ok(());
-                }
-                let _ = done_tx.send(inc.into_body());
-            }
-            // The receiver stopped first: it reports why.
-            Ok(())
-        });
+        let installers: Vec<_> = (0..INSTALLERS)
+            .map(|_| {
+                let (rx, done_tx, stop) = (rx.clone(), done_tx.clone(), &stop);
+                sc.spawn(move || -> Result<()> {
+                    use std::sync::atomic::Ordering;
+                    while !stop.load(Ordering::Acquire) {
+                        let Ok(inc) = rx.lock().unwrap().recv() else {
+                            // The receiver stopped first: it reports why.
+                            return Ok(());
+                        };
+                        if let Some((_, addr, data)) = inc.pages() {
+                            if let Err(e) = crate::post_copy::install_pages(lm, &inc, addr, data) {
+                                stop.store(true, Ordering::Release);
+                                return Err(StrategyError::Other(format!("install pages: {e}")));
+                            }
+                        }
+                        if lm.owed_pages() == 0 {
+                            return Ok(());
+                        }
+                        let _ = done_tx.send(inc.into_body());
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        drop((rx, done_tx));
         let received = (|| -> Result<()> {
             // The source sends exactly the owed pages, each once.
             let mut got = 0u64;
@@ -574,9 +596,11 @@ fn receive_pages(d: &mut Destination, lm: &LazyMemory, total: u64) -> Result<()>
             Ok(())
         })();
         drop(tx);
-        installer
-            .join()
-            .map_err(|_| StrategyError::Other("the page installer panicked".into()))??;
+        for installer in installers {
+            installer
+                .join()
+                .map_err(|_| StrategyError::Other("the page installer panicked".into()))??;
+        }
         received?;
         if lm.owed_pages() != 0 {
             return Err(StrategyError::Other(format!(
