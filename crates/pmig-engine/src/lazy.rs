@@ -1577,6 +1577,33 @@ mod tests {
         Some((uffd, peek, base))
     }
 
+    /// Whether this is the run of test `name` in a process of its own,
+    /// which then goes on; if not, starts that run, checks that it passed,
+    /// and returns false.
+    ///
+    /// A test whose userfaultfd reports forks runs alone: a fork anywhere
+    /// in the process (another test's) waits until its event is read, and
+    /// glibc's `fork` holds the allocator's locks meanwhile, which the
+    /// thread that reads the events may need for an allocation.
+    fn alone(name: &str) -> bool {
+        const ALONE: &str = "PMIG_TEST_ALONE";
+        if std::env::var_os(ALONE).is_some() {
+            return true;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "the test run alone failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        false
+    }
+
     fn resident(addr: u64) -> bool {
         let mut v = 0u8;
         // SAFETY: mincore of one page of our own mapping into one byte.
@@ -1737,23 +1764,7 @@ mod tests {
     /// and the other tests' userfaultfds are not read for that.
     #[test]
     fn a_child_forked_while_pages_are_owed_gets_them_too() {
-        const ALONE: &str = "PMIG_TEST_FORK_ALONE";
-        if std::env::var_os(ALONE).is_none() {
-            let out = std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "lazy::tests::a_child_forked_while_pages_are_owed_gets_them_too",
-                    "--test-threads=1",
-                ])
-                .env(ALONE, "1")
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && text.contains("1 passed"),
-                "the test run alone failed: {text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        if !alone("lazy::tests::a_child_forked_while_pages_are_owed_gets_them_too") {
             return;
         }
         let Some((uffd, _peek, base)) = registered_here(8) else {
@@ -2041,6 +2052,9 @@ mod tests {
     /// once.
     #[test]
     fn installs_side_by_side_never_land_in_memory_released_meanwhile() {
+        if !alone("lazy::tests::installs_side_by_side_never_land_in_memory_released_meanwhile") {
+            return;
+        }
         let n = 512u64;
         let released = 200..264u64;
         // Each copy apart from the lock starts a moment after its look-up.
