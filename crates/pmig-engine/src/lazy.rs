@@ -876,13 +876,14 @@ impl LazyMemory {
                 let part =
                     |s: u64, e: u64| &body[((s - i) * PAGE) as usize..((e - i) * PAGE) as usize];
                 let mut fill = uffd::Fill::Done;
-                let mut copied = Vec::new();
+                // (first page, pages installed) of each copy: at most three.
+                let mut copied = [(0, 0); 3];
                 for (s, e) in [(i, a), (b, j)] {
                     if s == e || !matches!(fill, uffd::Fill::Done) {
                         continue;
                     }
                     let (bytes, f) = uffd::copy(&self.uffd, dst + (s - i) * PAGE, part(s, e))?;
-                    copied.push((s, bytes / PAGE));
+                    copied[usize::from(s != i)] = (s, bytes / PAGE);
                     fill = f;
                 }
                 if matches!(fill, uffd::Fill::Done) {
@@ -898,7 +899,7 @@ impl LazyMemory {
                     st = self.state.lock();
                     st.filling.retain(|&x| x != range);
                     let (bytes, f) = r?;
-                    copied.push((a, bytes / PAGE));
+                    copied[2] = (a, bytes / PAGE);
                     fill = f;
                 }
                 (copied, fill)
@@ -908,7 +909,7 @@ impl LazyMemory {
                     None if zeros => uffd::zeros(&self.uffd, dst, run.len() as u64)?,
                     None => uffd::copy(&self.uffd, dst, run)?,
                 };
-                (vec![(i, bytes / PAGE)], fill)
+                ([(i, bytes / PAGE), (0, 0), (0, 0)], fill)
             };
             for &(s, k) in &copied {
                 if k > 0 {
