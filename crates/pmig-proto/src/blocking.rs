@@ -16,6 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::compress::{self, Packer};
 use crate::error::ProtoError;
 use crate::frame::{Opener, Sealer, RECORD_HEADER};
 use crate::key::ClusterKey;
@@ -32,6 +33,13 @@ pub trait Stream: Read + Write + Send + Sized + 'static {
     fn peer_label(&self) -> String;
     /// Shuts the connection down in both directions (errors ignored).
     fn shutdown_both(&self);
+    /// The peer's address, the connection's delivery rate as the kernel
+    /// measures it (bytes a second) and whether the kernel marks that rate
+    /// application-limited, for [`compress::Mode::Auto`]; `None` where
+    /// there is no such measure.
+    fn link_sample(&self) -> Option<(std::net::IpAddr, u64, bool)> {
+        None
+    }
 }
 
 impl Stream for TcpStream {
@@ -49,6 +57,11 @@ impl Stream for TcpStream {
     }
     fn shutdown_both(&self) {
         let _ = self.shutdown(Shutdown::Both);
+    }
+    fn link_sample(&self) -> Option<(std::net::IpAddr, u64, bool)> {
+        use std::os::fd::AsFd;
+        let (rate, app_limited) = compress::delivery_rate(self.as_fd())?;
+        Some((self.peer_addr().ok()?.ip(), rate, app_limited))
     }
 }
 
@@ -212,6 +225,7 @@ pub struct Sender<S: Stream> {
     stream: S,
     sealer: Sealer,
     peer: Arc<PeerInfo>,
+    packer: Packer,
 }
 
 /// The receiving half of a connection.
@@ -228,6 +242,10 @@ pub struct PagesSent {
     pub data: u64,
     /// Bytes of pages sent as their count (`PageZeros`).
     pub zeros: u64,
+    /// Bytes of pages sent compressed (`PageLz4`).
+    pub packed: u64,
+    /// The bytes of those pages' blocks.
+    pub packed_wire: u64,
     /// Messages sent.
     pub messages: u64,
 }
@@ -246,16 +264,27 @@ impl PagesSent {
         self.messages += 1;
     }
 
-    /// About the bytes that went on the wire.
-    pub fn wire(&self) -> u64 {
-        self.data + self.messages * Self::OVERHEAD
+    fn add_packed(&mut self, bytes: usize, block: usize) {
+        self.packed += bytes as u64;
+        self.packed_wire += block as u64;
+        self.messages += 1;
     }
 
-    /// The bytes of pages it stood for, zeros included.
+    /// About the bytes that went on the wire.
+    pub fn wire(&self) -> u64 {
+        self.data + self.packed_wire + self.messages * Self::OVERHEAD
+    }
+
+    /// The bytes of pages it stood for, zeros and compressed pages included.
     pub fn pages_bytes(&self) -> u64 {
-        self.data + self.zeros
+        self.data + self.zeros + self.packed
     }
 }
+
+/// Most pages of one `PageLz4` a sender makes: runs of data are cut in
+/// pieces of this many pages (128 KiB), each compressed apart, so that data
+/// that does not compress is found a piece at a time.
+pub const LZ4_RUN: usize = 32;
 
 /// A received message with its attachment (raw bytes after the encoded message).
 #[derive(Debug)]
@@ -447,6 +476,7 @@ impl<S: Stream> Channel<S> {
             stream,
             sealer: Sealer::new(ts.clone(), cfg.max_message_size),
             peer: provisional.clone(),
+            packer: Packer::default(),
         };
         let mut rx = Receiver {
             stream: stream2,
@@ -508,6 +538,11 @@ impl<S: Stream> Channel<S> {
     /// See [`Sender::send_pages`].
     pub fn send_pages(&mut self, id: u64, addr: u64, data: &[u8]) -> Result<PagesSent, ProtoError> {
         self.tx.send_pages(id, addr, data)
+    }
+
+    /// See [`Sender::set_compression`].
+    pub fn set_compression(&mut self, mode: compress::Mode) {
+        self.tx.set_compression(mode);
     }
 
     /// See [`Sender::queue_pages`].
@@ -625,13 +660,10 @@ impl<S: Stream> Sender<S> {
                     },
                     &[],
                 )?;
+                sent.add((j - i) * PAGE, true);
             } else {
-                self.queue(
-                    &Msg::PageData { id, addr: at },
-                    &[&data[i * PAGE..j * PAGE]],
-                )?;
+                self.queue_data(id, at, &data[i * PAGE..j * PAGE], &mut sent)?;
             }
-            sent.add((j - i) * PAGE, z);
             i = j;
         }
         // A tail of less than a page (callers send whole pages) goes as is.
@@ -641,6 +673,56 @@ impl<S: Stream> Sender<S> {
             sent.add(data.len() - pages * PAGE, false);
         }
         Ok(sent)
+    }
+
+    /// Queues whole pages of data: as `PageData`, or, to a version-19 peer
+    /// while compression is wanted ([`compress`]), in runs of at most
+    /// [`LZ4_RUN`] pages, each as `PageLz4` where it compresses.
+    fn queue_data(
+        &mut self,
+        id: u64,
+        addr: u64,
+        data: &[u8],
+        sent: &mut PagesSent,
+    ) -> Result<(), ProtoError> {
+        const RUN: usize = LZ4_RUN * 4096;
+        let stream = &self.stream;
+        if self.peer.version < msg::PAGE_LZ4 || !self.packer.wanted(|| stream.link_sample()) {
+            self.queue(&Msg::PageData { id, addr }, &[data])?;
+            sent.add(data.len(), false);
+            return Ok(());
+        }
+        let mut packer = std::mem::take(&mut self.packer);
+        let r = data.chunks(RUN).enumerate().try_for_each(|(k, run)| {
+            let at = addr + (k * RUN) as u64;
+            match packer.pack(run) {
+                Some(block) => {
+                    let pages = (run.len() / 4096) as u32;
+                    self.queue(
+                        &Msg::PageLz4 {
+                            id,
+                            addr: at,
+                            pages,
+                        },
+                        &[block],
+                    )?;
+                    sent.add_packed(run.len(), block.len());
+                }
+                None => {
+                    self.queue(&Msg::PageData { id, addr: at }, &[run])?;
+                    sent.add(run.len(), false);
+                }
+            }
+            Ok(())
+        });
+        self.packer = packer;
+        r
+    }
+
+    /// Overrides this sender's compression mode (the process's
+    /// [`compress::mode`] otherwise).
+    pub fn set_compression(&mut self, mode: compress::Mode) {
+        self.packer = Packer::new(mode);
     }
 
     pub fn send(&mut self, msg: &Msg) -> Result<(), ProtoError> {
@@ -719,9 +801,32 @@ impl<S: Stream> Receiver<S> {
         msg::decode(&f)
     }
 
+    /// Receives a message and its attachment. A `PageLz4` comes out as the
+    /// `PageData` it stands for, decompressed.
     pub fn recv_with(&mut self) -> Result<Incoming, ProtoError> {
         let f = self.recv_frame()?;
-        Incoming::parse(f)
+        self.inflate(Incoming::parse(f)?)
+    }
+
+    /// Turns a `PageLz4` into its `PageData` (anything else is given back
+    /// as it is); a block that does not give its pages is refused.
+    fn inflate(&mut self, inc: Incoming) -> Result<Incoming, ProtoError> {
+        let Msg::PageLz4 { id, addr, pages } = inc.msg else {
+            return Ok(inc);
+        };
+        let mut body = self.opener.spare(pages as usize * 4096);
+        compress::unpack(inc.attachment(), pages, &mut body).map_err(|reason| {
+            ProtoError::BadFrame {
+                peer: self.peer.node.clone(),
+                reason,
+            }
+        })?;
+        self.opener.recycle(inc.into_body());
+        Ok(Incoming {
+            msg: Msg::PageData { id, addr },
+            body,
+            att: 0,
+        })
     }
 
     /// Hands back a received message the caller is done with: a later large
@@ -768,7 +873,7 @@ impl<S: Stream + std::os::fd::AsRawFd> Receiver<S> {
     /// kept for the next call, so the stream stays in step.
     pub fn recv_with_within(&mut self, wait: Duration) -> Result<Option<Incoming>, ProtoError> {
         if let Some(f) = self.opener.next_frame()? {
-            return Incoming::parse(f).map(Some);
+            return self.inflate(Incoming::parse(f)?).map(Some);
         }
         let mut pfd = libc::pollfd {
             fd: self.stream.as_raw_fd(),
@@ -791,7 +896,7 @@ impl<S: Stream + std::os::fd::AsRawFd> Receiver<S> {
         // Readable (or closed, or failed: the read says which).
         self.read_some(true)?;
         match self.opener.next_frame()? {
-            Some(f) => Incoming::parse(f).map(Some),
+            Some(f) => self.inflate(Incoming::parse(f)?).map(Some),
             None => Ok(None),
         }
     }

@@ -98,6 +98,16 @@ impl FrameParser {
         }
     }
 
+    /// A kept body of at least `want` bytes' capacity, emptied, or a new
+    /// empty one: for a receiver that makes a body of its own (pages it
+    /// decompresses).
+    pub fn spare(&mut self, want: usize) -> Vec<u8> {
+        match self.spares.iter().position(|v| v.capacity() >= want) {
+            Some(i) => self.spares.swap_remove(i),
+            None => Vec::with_capacity(want),
+        }
+    }
+
     /// Feeds plaintext bytes; complete frames become available through [`Self::pop`].
     pub fn push(&mut self, mut data: &[u8]) -> Result<(), ProtoError> {
         if self.failed {
@@ -370,6 +380,11 @@ impl Opener {
     /// See [`FrameParser::recycle`].
     pub(crate) fn recycle(&mut self, body: Vec<u8>) {
         self.parser.recycle(body);
+    }
+
+    /// See [`FrameParser::spare`].
+    pub(crate) fn spare(&mut self, want: usize) -> Vec<u8> {
+        self.parser.spare(want)
     }
 
     /// Space to read ciphertext into; follow with [`Self::filled`]. Never empty.

@@ -19,6 +19,7 @@
 //! The wire format is specified in `docs/protocol.md`.
 
 pub mod blocking;
+pub mod compress;
 pub mod congestion;
 pub mod error;
 pub mod frame;

@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 18: a page that an iterative
+/// The protocol version this build speaks. 19: a run of pages may travel
+/// as its LZ4 block (`PageLz4`) wherever pages travel as `PageData`, when
+/// the sender finds its link slow (§6.1, "Pages compressed"); only to a
+/// version-19 destination, so older versions are still spoken (their pages
+/// go as they are). 18: a page that an iterative
 /// migration sends again may travel as what changed in it since the copy
 /// the destination holds (`PageDeltas`, §6.1, "Pages sent again as their
 /// changes"); only to a version-18 destination, so older versions are still
@@ -79,7 +83,11 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 18;
+pub const PROTO_VERSION: u16 = 19;
+/// The first version that takes `PageLz4`.
+pub const PAGE_LZ4: u16 = 19;
+/// Most pages one `PageLz4` carries.
+pub const MAX_LZ4_PAGES: u32 = 256;
 /// The first version that takes `PageDeltas`.
 pub const PAGE_DELTAS: u16 = 18;
 /// Most pages one `PageDeltas` carries.
@@ -422,6 +430,17 @@ pub enum Msg {
         id: u64,
         pages: u32,
     },
+    /// 33, source → destination, wherever `PageData` may come (version
+    /// 19): the `pages` pages of the process at source address `addr`, as
+    /// one LZ4 block (the attachment) that gives exactly `pages * 4096`
+    /// bytes. It stands for the `PageData` of those bytes, and the
+    /// destination's receiver turns it into one before anything else sees
+    /// it ([`crate::compress`]). 1..=`MAX_LZ4_PAGES` pages.
+    PageLz4 {
+        id: u64,
+        addr: u64,
+        pages: u32,
+    },
 }
 
 /// `pages * 4096` zero bytes, for a `PageZeros` of at most
@@ -557,6 +576,7 @@ impl Msg {
             Msg::ImageZeros { .. } => "ImageZeros",
             Msg::PageZeros { .. } => "PageZeros",
             Msg::PageDeltas { .. } => "PageDeltas",
+            Msg::PageLz4 { .. } => "PageLz4",
         }
     }
 
@@ -576,6 +596,16 @@ impl Msg {
             {
                 return Err(ProtoError::Malformed(format!(
                     "PageZeros: {pages} pages at {addr:#x}; 1..={MAX_ZERO_PAGES} pages at a page-aligned address"
+                )));
+            }
+            Msg::PageLz4 { addr, pages, .. }
+                if addr % 4096 != 0
+                    || *pages == 0
+                    || *pages > MAX_LZ4_PAGES
+                    || addr.checked_add(*pages as u64 * 4096).is_none() =>
+            {
+                return Err(ProtoError::Malformed(format!(
+                    "PageLz4: {pages} pages at {addr:#x}; 1..={MAX_LZ4_PAGES} pages at a page-aligned address"
                 )));
             }
             Msg::PageDeltas { pages, .. } if *pages == 0 || *pages > MAX_DELTA_PAGES => {
@@ -970,6 +1000,11 @@ mod tests {
                 id: 9,
                 pages: MAX_DELTA_PAGES,
             },
+            Msg::PageLz4 {
+                id: 9,
+                addr: 0x7f00_0000_0000,
+                pages: MAX_LZ4_PAGES,
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -1084,6 +1119,24 @@ mod tests {
         for pages in [0, MAX_DELTA_PAGES + 1] {
             let b = postcard::to_stdvec(&Msg::PageDeltas { id: 1, pages }).unwrap();
             assert!(decode(&b).is_err(), "{pages} pages");
+        }
+        assert_eq!(
+            encode(&Msg::PageLz4 {
+                id: 1,
+                addr: 4096,
+                pages: 3
+            })
+            .unwrap(),
+            [33, 1, 0x80, 0x20, 3]
+        );
+        for (addr, pages) in [
+            (4096, 0),
+            (4096, MAX_LZ4_PAGES + 1),
+            (4095, 1),
+            (u64::MAX - 4095, 2),
+        ] {
+            let b = postcard::to_stdvec(&Msg::PageLz4 { id: 1, addr, pages }).unwrap();
+            assert!(decode(&b).is_err(), "{pages} pages at {addr:#x}");
         }
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));

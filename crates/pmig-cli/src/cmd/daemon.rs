@@ -33,6 +33,11 @@ pub struct Args {
     /// waited in bursts every ten seconds (BENCHMARKS.md).
     #[arg(long, default_value = pmig_proto::congestion::DEFAULT, value_name = "NAME|system")]
     tcp_congestion: String,
+    /// Pages this node sends compressed (LZ4, to nodes of protocol 19 and
+    /// later): `auto` on links the kernel measures slower than 400 Mbit/s,
+    /// `always`, or `never`. Pages that do not compress go as they are.
+    #[arg(long, default_value = "auto", value_name = "auto|always|never")]
+    compress: pmig_proto::compress::Mode,
     /// Host selection: where the load comes from: `system` (/proc/loadavg and
     /// terminal input) or `netns` (runnable threads in this network namespace,
     /// owner activity only from `pmig owner active`; for local test clusters).
@@ -129,6 +134,7 @@ pub fn run(a: Args) -> Result<i32> {
         );
     }
     pmig_proto::congestion::set_default(cc);
+    pmig_proto::compress::set_mode(a.compress);
     if a.cipher != "auto" {
         let c: pmig_proto::Cipher = a.cipher.parse().map_err(anyhow::Error::msg)?;
         pmig_proto::Cipher::set_default(c);

@@ -1,6 +1,7 @@
 //! The message decoder must never panic, and whatever it accepts must re-encode to a
 //! message that decodes to the same value. A `PageDeltas`' records must parse or be
-//! refused, and apply or be refused, without a panic.
+//! refused, and apply or be refused, without a panic; so must a `PageLz4`'s block
+//! decompress or be refused.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -21,6 +22,12 @@ fuzz_target!(|data: &[u8]| {
             let mut page = [0u8; pmig_proto::page_delta::PAGE];
             for r in records {
                 let _ = r.apply(&mut page);
+            }
+        }
+        if let pmig_proto::Msg::PageLz4 { pages, .. } = m {
+            let mut out = Vec::new();
+            if pmig_proto::compress::unpack(rest, pages, &mut out).is_ok() {
+                assert_eq!(out.len(), pages as usize * 4096);
             }
         }
     }
