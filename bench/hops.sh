@@ -19,7 +19,8 @@
 # (default 2) after that process ends, once the rest of the pipeline has.
 # With KEEP=DIR, a run whose output differs, or one of whose hops failed,
 # leaves the daemons' state directories (their logs) and the program's
-# stderr in DIR. A program still
+# stderr in DIR. With DAEMON_ARGS="ARG …", every daemon gets those
+# arguments too (`--compress always`). A program still
 # running LIMIT_S seconds after its last hop (default 600) counts as hung.
 set -u
 cd "$(dirname "$0")/.."
@@ -69,8 +70,10 @@ printf '%q ' "$@" >"$tmp/cmd"
 (cd "$tmp" && bash -c "$(cat "$tmp/cmd")" >"$tmp/ref" 2>/dev/null </dev/null)
 [ -n "${TIMELINE:-}" ] && { mkdir -p "$TIMELINE"; export PMIG_LOG=info,pmig_timing=debug; }
 [ -n "${PIDFILE:-}" ] && rm -f "$tmp/$PIDFILE"
+daemon_args=()
+for a in ${DAEMON_ARGS:-}; do daemon_args+=("--daemon-arg=$a"); done
 "$B" cluster up --prefix "$prefix" --nodes 3 --link "${LINK:-unlimited}" --state-dir "$tmp/state" \
-    ${PIDNS:+--pid-ns} ${NO_PEERS:+--no-peer-list} >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
+    ${PIDNS:+--pid-ns} ${NO_PEERS:+--no-peer-list} "${daemon_args[@]}" >"$tmp/up.log" 2>&1 </dev/null || { cat "$tmp/up.log"; exit 1; }
 addr() { awk -v n="$1" '$1==n{print $2}' "$tmp/up.log"; }
 x() { "$B" cluster exec --prefix "$prefix" --state-dir "$tmp/state" "$@"; }
 pid=$(x n1 -- bash -c "cd $tmp; $(cat "$tmp/cmd") >$tmp/out 2>$tmp/err </dev/null 251>&- & echo \$!" \

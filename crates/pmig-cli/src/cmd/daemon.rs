@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long, default_value = pmig_proto::congestion::DEFAULT, value_name = "NAME|system")]
     tcp_congestion: String,
     /// Pages this node sends compressed (LZ4, to nodes of protocol 19 and
-    /// later): `auto` on links the kernel measures slower than 400 Mbit/s,
+    /// later): `auto` on links the kernel measures slower than 1.6 Gbit/s,
     /// `always`, or `never`. Pages that do not compress go as they are.
     #[arg(long, default_value = "auto", value_name = "auto|always|never")]
     compress: pmig_proto::compress::Mode,
