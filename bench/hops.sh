@@ -5,7 +5,8 @@
 # Usage: [PMIG=BINARY] [LINK=unlimited] [WARM=SECONDS] bench/hops.sh STRATEGY CMD [ARGS...]
 # The program starts on n1 with its output to a file, runs WARM seconds
 # (default 1), then moves n1 -> n2 -> n3 -> n1; each hop prints its down_ms,
-# its post_ms, the bytes per phase, the program's RssAnon before the hop and
+# its post_ms, the bytes per phase, the faults that waited for a page and
+# how long (lazy strategies), the program's RssAnon before the hop and
 # once it returned, and the program's output is compared with that of
 # the same command run unmigrated (before the cluster comes up). With
 # TIMELINE=DIR, the daemons' timing marks of each hop are written to
@@ -104,6 +105,9 @@ notes = d.get("notes", [])
 ids = [n for n in notes if "under new ids" in n]
 if ids:
     sk += f"  new ids (pid {d['new_pid']})"
+fw = d.get("fault_waits")
+if fw and sum(fw["counts"]):
+    sk += f"  {sum(fw['counts'])} faults waited {fw['mean_ms']:.2f} ms mean, {fw['max_ms']:.1f} max"
 if d.get("pages_as_changes"):
     sk += f"  {d['pages_as_changes']} pages as their changes"
 print(f"{sys.argv[2]} -> {sys.argv[3]}: down_ms {d['down_ms']:.1f}  post_ms {d['post_ms']:.0f}  bytes before/at/after the stop "
