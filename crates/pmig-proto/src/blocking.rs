@@ -545,6 +545,16 @@ impl<S: Stream> Channel<S> {
         self.tx.set_compression(mode);
     }
 
+    /// See [`Sender::queue_image_chunk`].
+    pub fn queue_image_chunk(
+        &mut self,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, ProtoError> {
+        self.tx.queue_image_chunk(id, offset, data)
+    }
+
     /// See [`Sender::queue_pages`].
     pub fn queue_pages(
         &mut self,
@@ -719,6 +729,52 @@ impl<S: Stream> Sender<S> {
         r
     }
 
+    /// Queues `data`, bytes of the current image file from `offset` on: as
+    /// one `ImageChunk`, or, to a version-19 peer while compression is
+    /// wanted ([`compress`]), in pieces of [`LZ4_RUN`] pages' size, each as
+    /// `ImageLz4` where it compresses. Returns about the bytes that went on
+    /// the wire.
+    pub fn queue_image_chunk(
+        &mut self,
+        id: u64,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<u64, ProtoError> {
+        const PIECE: usize = LZ4_RUN * 4096;
+        const OVERHEAD: u64 = 24;
+        let stream = &self.stream;
+        if self.peer.version < msg::PAGE_LZ4 || !self.packer.wanted(|| stream.link_sample()) {
+            self.queue(&Msg::ImageChunk { id, offset }, &[data])?;
+            return Ok(data.len() as u64 + OVERHEAD);
+        }
+        let mut packer = std::mem::take(&mut self.packer);
+        let mut wire = 0;
+        let r = data.chunks(PIECE).enumerate().try_for_each(|(k, piece)| {
+            let at = offset + (k * PIECE) as u64;
+            match packer.pack(piece) {
+                Some(block) => {
+                    let len = piece.len() as u32;
+                    self.queue(
+                        &Msg::ImageLz4 {
+                            id,
+                            offset: at,
+                            len,
+                        },
+                        &[block],
+                    )?;
+                    wire += block.len() as u64 + OVERHEAD;
+                }
+                None => {
+                    self.queue(&Msg::ImageChunk { id, offset: at }, &[piece])?;
+                    wire += piece.len() as u64 + OVERHEAD;
+                }
+            }
+            Ok(())
+        });
+        self.packer = packer;
+        r.map(|()| wire)
+    }
+
     /// Overrides this sender's compression mode (the process's
     /// [`compress::mode`] otherwise).
     pub fn set_compression(&mut self, mode: compress::Mode) {
@@ -802,31 +858,41 @@ impl<S: Stream> Receiver<S> {
     }
 
     /// Receives a message and its attachment. A `PageLz4` comes out as the
-    /// `PageData` it stands for, decompressed.
+    /// `PageData` it stands for, decompressed, and an `ImageLz4` as its
+    /// `ImageChunk`.
     pub fn recv_with(&mut self) -> Result<Incoming, ProtoError> {
         let f = self.recv_frame()?;
         self.inflate(Incoming::parse(f)?)
     }
 
-    /// Turns a `PageLz4` into its `PageData` (anything else is given back
-    /// as it is); a block that does not give its pages is refused.
+    /// Turns a `PageLz4` into its `PageData` and an `ImageLz4` into its
+    /// `ImageChunk` (anything else is given back as it is); a block that
+    /// does not give its bytes exactly is refused.
     fn inflate(&mut self, inc: Incoming) -> Result<Incoming, ProtoError> {
-        let Msg::PageLz4 { id, addr, pages } = inc.msg else {
-            return Ok(inc);
-        };
-        let mut body = self.opener.spare(pages as usize * 4096);
-        compress::unpack(inc.attachment(), pages, &mut body).map_err(|reason| {
-            ProtoError::BadFrame {
-                peer: self.peer.node.clone(),
-                reason,
+        let (msg, body) = match inc.msg {
+            Msg::PageLz4 { id, addr, pages } => {
+                let mut body = self.opener.spare(pages as usize * 4096);
+                compress::unpack(inc.attachment(), pages, &mut body)
+                    .map_err(|reason| self.bad_block(reason))?;
+                (Msg::PageData { id, addr }, body)
             }
-        })?;
+            Msg::ImageLz4 { id, offset, len } => {
+                let mut body = self.opener.spare(len as usize);
+                compress::unpack_image(inc.attachment(), len, &mut body)
+                    .map_err(|reason| self.bad_block(reason))?;
+                (Msg::ImageChunk { id, offset }, body)
+            }
+            _ => return Ok(inc),
+        };
         self.opener.recycle(inc.into_body());
-        Ok(Incoming {
-            msg: Msg::PageData { id, addr },
-            body,
-            att: 0,
-        })
+        Ok(Incoming { msg, body, att: 0 })
+    }
+
+    fn bad_block(&self, reason: String) -> ProtoError {
+        ProtoError::BadFrame {
+            peer: self.peer.node.clone(),
+            reason,
+        }
     }
 
     /// Hands back a received message the caller is done with: a later large

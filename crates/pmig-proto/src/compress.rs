@@ -261,15 +261,23 @@ impl Packer {
 /// exactly `pages * 4096` bytes). A block that is malformed or does not
 /// give exactly that many bytes is an error, named for the peer.
 pub fn unpack(block: &[u8], pages: u32, out: &mut Vec<u8>) -> Result<(), String> {
-    let n = pages as usize * 4096;
+    unpack_exact(block, pages as usize * 4096, out)
+        .map_err(|e| format!("PageLz4 of {pages} pages: {e}"))
+}
+
+/// Decompresses an `ImageLz4` block of `len` bytes into `out`, as
+/// [`unpack`] does a `PageLz4`'s.
+pub fn unpack_image(block: &[u8], len: u32, out: &mut Vec<u8>) -> Result<(), String> {
+    unpack_exact(block, len as usize, out).map_err(|e| format!("ImageLz4 of {len} bytes: {e}"))
+}
+
+fn unpack_exact(block: &[u8], n: usize, out: &mut Vec<u8>) -> Result<(), String> {
     out.clear();
     out.resize(n, 0);
     match lz4_flex::block::decompress_into(block, out) {
         Ok(got) if got == n => Ok(()),
-        Ok(got) => Err(format!(
-            "PageLz4 of {pages} pages decompressed to {got} bytes, not {n}"
-        )),
-        Err(e) => Err(format!("PageLz4 of {pages} pages: {e}")),
+        Ok(got) => Err(format!("decompressed to {got} bytes, not {n}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::ProtoError;
 
 /// The protocol version this build speaks. 19: a run of pages may travel
-/// as its LZ4 block (`PageLz4`) wherever pages travel as `PageData`, when
-/// the sender finds its link slow (§6.1, "Pages compressed"); only to a
-/// version-19 destination, so older versions are still spoken (their pages
-/// go as they are). 18: a page that an iterative
+/// as its LZ4 block (`PageLz4`) wherever pages travel as `PageData`, and a
+/// piece of an image file as its LZ4 block (`ImageLz4`) wherever it would
+/// travel as `ImageChunk`, when the sender finds its link slow (§6.1,
+/// "Pages compressed"); only to a version-19 destination, so older
+/// versions are still spoken (their pages and images go as they are). 18: a page that an iterative
 /// migration sends again may travel as what changed in it since the copy
 /// the destination holds (`PageDeltas`, §6.1, "Pages sent again as their
 /// changes"); only to a version-18 destination, so older versions are still
@@ -88,6 +89,8 @@ pub const PROTO_VERSION: u16 = 19;
 pub const PAGE_LZ4: u16 = 19;
 /// Most pages one `PageLz4` carries.
 pub const MAX_LZ4_PAGES: u32 = 256;
+/// Most bytes one `ImageLz4` stands for.
+pub const MAX_IMAGE_LZ4: u32 = 1 << 20;
 /// The first version that takes `PageDeltas`.
 pub const PAGE_DELTAS: u16 = 18;
 /// Most pages one `PageDeltas` carries.
@@ -441,6 +444,16 @@ pub enum Msg {
         addr: u64,
         pages: u32,
     },
+    /// 34, source → destination, within any image (version 19): the next
+    /// `len` bytes of the current file, at `offset`, as one LZ4 block (the
+    /// attachment). It stands for the `ImageChunk` of those bytes, and the
+    /// destination's receiver turns it into one before anything else sees
+    /// it. 1..=`MAX_IMAGE_LZ4` bytes.
+    ImageLz4 {
+        id: u64,
+        offset: u64,
+        len: u32,
+    },
 }
 
 /// `pages * 4096` zero bytes, for a `PageZeros` of at most
@@ -577,6 +590,7 @@ impl Msg {
             Msg::PageZeros { .. } => "PageZeros",
             Msg::PageDeltas { .. } => "PageDeltas",
             Msg::PageLz4 { .. } => "PageLz4",
+            Msg::ImageLz4 { .. } => "ImageLz4",
         }
     }
 
@@ -606,6 +620,11 @@ impl Msg {
             {
                 return Err(ProtoError::Malformed(format!(
                     "PageLz4: {pages} pages at {addr:#x}; 1..={MAX_LZ4_PAGES} pages at a page-aligned address"
+                )));
+            }
+            Msg::ImageLz4 { len, .. } if *len == 0 || *len > MAX_IMAGE_LZ4 => {
+                return Err(ProtoError::Malformed(format!(
+                    "ImageLz4: {len} bytes; 1..={MAX_IMAGE_LZ4}"
                 )));
             }
             Msg::PageDeltas { pages, .. } if *pages == 0 || *pages > MAX_DELTA_PAGES => {
@@ -1005,6 +1024,11 @@ mod tests {
                 addr: 0x7f00_0000_0000,
                 pages: MAX_LZ4_PAGES,
             },
+            Msg::ImageLz4 {
+                id: 9,
+                offset: 1 << 30,
+                len: MAX_IMAGE_LZ4,
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();
@@ -1137,6 +1161,24 @@ mod tests {
         ] {
             let b = postcard::to_stdvec(&Msg::PageLz4 { id: 1, addr, pages }).unwrap();
             assert!(decode(&b).is_err(), "{pages} pages at {addr:#x}");
+        }
+        assert_eq!(
+            encode(&Msg::ImageLz4 {
+                id: 1,
+                offset: 2,
+                len: 3
+            })
+            .unwrap(),
+            [34, 1, 2, 3]
+        );
+        for len in [0, MAX_IMAGE_LZ4 + 1] {
+            let b = postcard::to_stdvec(&Msg::ImageLz4 {
+                id: 1,
+                offset: 0,
+                len,
+            })
+            .unwrap();
+            assert!(decode(&b).is_err(), "{len} bytes");
         }
         let big = vec![0u8; MAX_MESSAGE_SIZE + 1];
         assert!(matches!(decode(&big), Err(ProtoError::TooLarge { .. })));

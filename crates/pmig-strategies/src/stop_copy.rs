@@ -168,14 +168,9 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
                 crate::delta::Piece::Send { at, len } => (at as usize, len as usize),
             };
             for (i, chunk) in map.bytes()[at..at + len].chunks(CHUNK).enumerate() {
-                m.ch.queue(
-                    &Msg::ImageChunk {
-                        id: m.id,
-                        offset: (at + i * CHUNK) as u64,
-                    },
-                    &[chunk],
-                )?;
-                m.count(chunk.len() as u64 + 24);
+                let wire =
+                    m.ch.queue_image_chunk(m.id, (at + i * CHUNK) as u64, chunk)?;
+                m.count(wire);
                 done += chunk.len() as u64;
                 (m.progress)(Progress {
                     phase: "transfer",

@@ -1,6 +1,6 @@
 //! The message decoder must never panic, and whatever it accepts must re-encode to a
 //! message that decodes to the same value. A `PageDeltas`' records must parse or be
-//! refused, and apply or be refused, without a panic; so must a `PageLz4`'s block
+//! refused, and apply or be refused, without a panic; so must a `PageLz4`'s or `ImageLz4`'s block
 //! decompress or be refused.
 #![no_main]
 
@@ -24,11 +24,19 @@ fuzz_target!(|data: &[u8]| {
                 let _ = r.apply(&mut page);
             }
         }
-        if let pmig_proto::Msg::PageLz4 { pages, .. } = m {
-            let mut out = Vec::new();
-            if pmig_proto::compress::unpack(rest, pages, &mut out).is_ok() {
-                assert_eq!(out.len(), pages as usize * 4096);
+        let mut out = Vec::new();
+        match m {
+            pmig_proto::Msg::PageLz4 { pages, .. } => {
+                if pmig_proto::compress::unpack(rest, pages, &mut out).is_ok() {
+                    assert_eq!(out.len(), pages as usize * 4096);
+                }
             }
+            pmig_proto::Msg::ImageLz4 { len, .. } => {
+                if pmig_proto::compress::unpack_image(rest, len, &mut out).is_ok() {
+                    assert_eq!(out.len(), len as usize);
+                }
+            }
+            _ => {}
         }
     }
 });
