@@ -695,38 +695,24 @@ impl<S: Stream> Sender<S> {
         data: &[u8],
         sent: &mut PagesSent,
     ) -> Result<(), ProtoError> {
-        const RUN: usize = LZ4_RUN * 4096;
-        let stream = &self.stream;
-        if self.peer.version < msg::PAGE_LZ4 || !self.packer.wanted(|| stream.link_sample()) {
-            self.queue(&Msg::PageData { id, addr }, &[data])?;
-            sent.add(data.len(), false);
-            return Ok(());
-        }
-        let mut packer = std::mem::take(&mut self.packer);
-        let r = data.chunks(RUN).enumerate().try_for_each(|(k, run)| {
-            let at = addr + (k * RUN) as u64;
-            match packer.pack(run) {
-                Some(block) => {
-                    let pages = (run.len() / 4096) as u32;
-                    self.queue(
-                        &Msg::PageLz4 {
-                            id,
-                            addr: at,
-                            pages,
-                        },
-                        &[block],
-                    )?;
-                    sent.add_packed(run.len(), block.len());
+        self.queue_packed(
+            data,
+            |at, packed| {
+                let addr = addr + at as u64;
+                match packed {
+                    Some(len) => Msg::PageLz4 {
+                        id,
+                        addr,
+                        pages: (len / 4096) as u32,
+                    },
+                    None => Msg::PageData { id, addr },
                 }
-                None => {
-                    self.queue(&Msg::PageData { id, addr: at }, &[run])?;
-                    sent.add(run.len(), false);
-                }
-            }
-            Ok(())
-        });
-        self.packer = packer;
-        r
+            },
+            |len, block| match block {
+                Some(b) => sent.add_packed(len, b),
+                None => sent.add(len, false),
+            },
+        )
     }
 
     /// Queues `data`, bytes of the current image file from `offset` on: as
@@ -740,39 +726,63 @@ impl<S: Stream> Sender<S> {
         offset: u64,
         data: &[u8],
     ) -> Result<u64, ProtoError> {
-        const PIECE: usize = LZ4_RUN * 4096;
         const OVERHEAD: u64 = 24;
+        let mut wire = 0;
+        self.queue_packed(
+            data,
+            |at, packed| {
+                let offset = offset + at as u64;
+                match packed {
+                    Some(len) => Msg::ImageLz4 {
+                        id,
+                        offset,
+                        len: len as u32,
+                    },
+                    None => Msg::ImageChunk { id, offset },
+                }
+            },
+            |len, block| wire += block.unwrap_or(len) as u64 + OVERHEAD,
+        )?;
+        Ok(wire)
+    }
+
+    /// Queues `data` as the messages `msg(at, packed)` make for its bytes
+    /// from `at` on: all of it in one plain message (`packed` `None`) to a
+    /// peer older than version 19 or while compression is not wanted;
+    /// otherwise in pieces of [`LZ4_RUN`] pages' size, each compressed
+    /// (`packed`: the piece's length; the block attached) where it
+    /// compresses and plain where it does not. `sent(len, block)` is told
+    /// each message's bytes and, if compressed, its block's.
+    fn queue_packed(
+        &mut self,
+        data: &[u8],
+        msg: impl Fn(usize, Option<usize>) -> Msg,
+        mut sent: impl FnMut(usize, Option<usize>),
+    ) -> Result<(), ProtoError> {
+        const PIECE: usize = LZ4_RUN * 4096;
         let stream = &self.stream;
         if self.peer.version < msg::PAGE_LZ4 || !self.packer.wanted(|| stream.link_sample()) {
-            self.queue(&Msg::ImageChunk { id, offset }, &[data])?;
-            return Ok(data.len() as u64 + OVERHEAD);
+            self.queue(&msg(0, None), &[data])?;
+            sent(data.len(), None);
+            return Ok(());
         }
         let mut packer = std::mem::take(&mut self.packer);
-        let mut wire = 0;
         let r = data.chunks(PIECE).enumerate().try_for_each(|(k, piece)| {
-            let at = offset + (k * PIECE) as u64;
+            let at = k * PIECE;
             match packer.pack(piece) {
                 Some(block) => {
-                    let len = piece.len() as u32;
-                    self.queue(
-                        &Msg::ImageLz4 {
-                            id,
-                            offset: at,
-                            len,
-                        },
-                        &[block],
-                    )?;
-                    wire += block.len() as u64 + OVERHEAD;
+                    self.queue(&msg(at, Some(piece.len())), &[block])?;
+                    sent(piece.len(), Some(block.len()));
                 }
                 None => {
-                    self.queue(&Msg::ImageChunk { id, offset: at }, &[piece])?;
-                    wire += piece.len() as u64 + OVERHEAD;
+                    self.queue(&msg(at, None), &[piece])?;
+                    sent(piece.len(), None);
                 }
             }
             Ok(())
         });
         self.packer = packer;
-        r.map(|()| wire)
+        r
     }
 
     /// Overrides this sender's compression mode (the process's
