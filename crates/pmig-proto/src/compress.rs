@@ -230,10 +230,6 @@ impl Packer {
         }
     }
 
-    pub fn rate(&self) -> Option<u64> {
-        self.rate
-    }
-
     /// Compresses `data` if this run is tried and its block is small
     /// enough: the block, or `None` to send `data` as it is.
     pub fn pack(&mut self, data: &[u8]) -> Option<&[u8]> {
