@@ -110,6 +110,33 @@ impl Manifest {
     pub fn part(&self, name: &str) -> Option<&PartEntry> {
         self.parts.iter().find(|p| p.name == name)
     }
+
+    /// Decodes part `name` from `bytes`, the whole of file `file` as this
+    /// manifest places parts in it (a file already mapped or read), as
+    /// [`Image::get`] would from the image's directory. Its checksums are
+    /// not verified (neither are `get`'s).
+    pub fn decode_part<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        file: &str,
+        bytes: &[u8],
+    ) -> Result<T> {
+        let p = self
+            .part(name)
+            .filter(|p| p.file == file)
+            .ok_or_else(|| ImageError::MissingPart(name.into()))?;
+        let raw = p
+            .offset
+            .checked_add(p.len)
+            .and_then(|end| bytes.get(p.offset as usize..end as usize))
+            .ok_or_else(|| ImageError::PartTruncated {
+                part: p.name.clone(),
+                file: p.file.clone(),
+                have: bytes.len() as u64,
+                need: p.offset.saturating_add(p.len),
+            })?;
+        postcard::from_bytes(raw).map_err(|e| ImageError::Decode(name.to_string(), e))
+    }
 }
 
 fn chunk_sums(data: &[u8], chunk: u64) -> Vec<u64> {
@@ -507,6 +534,33 @@ mod tests {
         assert!(matches!(
             img.get::<String>("nope"),
             Err(ImageError::MissingPart(_))
+        ));
+    }
+
+    #[test]
+    fn parts_decode_from_the_bytes_of_their_file() {
+        let d = tempfile::tempdir().unwrap();
+        let m = sample(d.path());
+        let parts = fs::read(d.path().join(PARTS_FILE)).unwrap();
+        assert_eq!(
+            m.decode_part::<Vec<u32>>("numbers", PARTS_FILE, &parts)
+                .unwrap(),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            m.decode_part::<String>("name", PARTS_FILE, &parts).unwrap(),
+            "hello"
+        );
+        // A part named in another file, or one the bytes do not hold whole.
+        assert!(matches!(
+            m.decode_part::<String>("name", PAGES_FILE, &parts),
+            Err(ImageError::MissingPart(_))
+        ));
+        let at = m.part("name").unwrap();
+        let short = &parts[..(at.offset + at.len - 1) as usize];
+        assert!(matches!(
+            m.decode_part::<String>("name", PARTS_FILE, short),
+            Err(ImageError::PartTruncated { .. })
         ));
     }
 

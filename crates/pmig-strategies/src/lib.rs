@@ -468,9 +468,9 @@ pub struct Source<'a> {
     pub fault_waits: Option<report::FaultWaits>,
     /// What became of the skeleton, if one was tried (see [`skeleton`]).
     pub skeleton: Option<report::SkeletonUse>,
-    /// The directory of the image of a skeleton the destination holds:
-    /// the images sent after it are sent against it ([`delta`]).
-    pub(crate) delta_base: Option<PathBuf>,
+    /// The image of a skeleton the destination holds, read: the images
+    /// sent after it are sent against it ([`delta`]).
+    pub(crate) delta_base: Option<std::sync::Arc<stop_copy::DeltaBase>>,
     /// When pre-copy rounds stop (from the request).
     pub precopy: PreCopyParams,
     /// The page store root (from the request).
@@ -689,9 +689,9 @@ pub struct Destination<'a> {
     /// A skeleton the source offered (see [`skeleton`]), held until the
     /// image of the stop comes.
     pub(crate) skeleton: Option<skeleton::Offered<'a>>,
-    /// The directory of the skeleton's image as it was received: the
-    /// files whose bytes `ImageCopy` takes ([`delta`]).
-    pub(crate) delta_base: Option<PathBuf>,
+    /// The skeleton's image as it was received: the files whose bytes
+    /// `ImageCopy` takes ([`delta`]).
+    pub(crate) delta_base: Option<stop_copy::SkeletonBase>,
 }
 
 impl Destination<'_> {

@@ -107,7 +107,12 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
         tracing::info!("{} holds no skeleton of process {}: {why}", m.peer, m.pid);
         let _ = std::fs::remove_dir_all(&dir);
     } else if m.ch.peer().version >= pmig_proto::msg::IMAGE_COPY {
-        m.delta_base = Some(dir);
+        match crate::stop_copy::DeltaBase::read(&dir) {
+            Ok(base) => m.delta_base = Some(std::sync::Arc::new(base)),
+            Err(e) => tracing::info!(
+                "the images after the skeleton go whole: its image cannot be read: {e}"
+            ),
+        }
     }
     m.skeleton = Some(SkeletonUse {
         used: false,
@@ -182,7 +187,7 @@ pub(crate) fn receive<'a>(
     mark("dst: skeleton received");
     // The files the image of the stop may take bytes from (`ImageCopy`):
     // as received, whatever composing makes of them.
-    d.delta_base = Some(dir.clone());
+    d.delta_base = Some(crate::stop_copy::SkeletonBase::read(&dir));
     let pre = match store {
         Some(store) => {
             // The skeleton's own page data stays in `dir`: the image of

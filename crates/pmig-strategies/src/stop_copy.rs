@@ -22,6 +22,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 const PAGE: u64 = pmig_image::PAGE_SIZE;
@@ -89,19 +90,63 @@ impl Drop for Map {
     }
 }
 
+// SAFETY: a `Map` is a private read-only mapping that nothing writes
+// through; reading it from any thread is as safe as reading a `&[u8]`, and
+// it is unmapped only when dropped.
+unsafe impl Send for Map {}
+// SAFETY: as above; `bytes` hands out shared, read-only views.
+unsafe impl Sync for Map {}
+
+/// The skeleton's image as the source holds it, for the images sent after
+/// it to be planned against ([`crate::delta`]): read when the destination
+/// says it holds the skeleton, so that the stop reads none of it. Its
+/// manifest, its state file and page data mapped, and where its pages lie.
+pub(crate) struct DeltaBase {
+    manifest: pmig_image::Manifest,
+    parts: Map,
+    runs: Vec<crate::delta::PageRun>,
+    pages: Map,
+}
+
+impl DeltaBase {
+    pub(crate) fn read(dir: &Path) -> Result<DeltaBase> {
+        let manifest = crate::delta::manifest_of(dir)?;
+        let parts = map_file(&dir.join(pmig_image::PARTS_FILE))?;
+        let runs = page_runs(&manifest, parts.bytes())?;
+        let pages = map_file(&dir.join(pmig_image::PAGES_FILE))?;
+        Ok(DeltaBase {
+            manifest,
+            parts,
+            runs,
+            pages,
+        })
+    }
+}
+
+/// Where the pages of an image's page data lie: the runs of its `memory`
+/// part, decoded from `parts`, its state file (placed by `manifest`).
+fn page_runs(manifest: &pmig_image::Manifest, parts: &[u8]) -> Result<Vec<crate::delta::PageRun>> {
+    let mem: <Memory as Resource>::State = manifest
+        .decode_part(Memory::PART, pmig_image::PARTS_FILE, parts)
+        .map_err(|e| StrategyError::Other(e.to_string()))?;
+    Ok(mem
+        .vmas
+        .iter()
+        .flat_map(|v| v.runs.iter().copied())
+        .collect())
+}
+
 /// Streams the image files of `dir` to the destination; after a skeleton
-/// it holds, the state file against the skeleton's ([`crate::delta`]); to
-/// a version-16 destination, runs of zeros as their length
-/// ([`crate::delta::without_zeros`]).
+/// it holds, the state file and page data against the skeleton's
+/// ([`crate::delta`], [`DeltaBase`]); to a version-16 destination, runs of
+/// zeros as their length ([`crate::delta::without_zeros`]).
 pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
-    let mut sizes = Vec::new();
+    let mut maps = Vec::new();
     for name in FILES {
         let p = dir.join(name);
-        let len = std::fs::metadata(&p)
-            .map_err(io_err(format!("stat {}", p.display())))?
-            .len();
-        sizes.push(len);
+        maps.push(map_file(&p)?);
     }
+    let sizes: Vec<u64> = maps.iter().map(|m| m.len as u64).collect();
     let total: u64 = sizes.iter().sum();
     let mut done = 0u64;
     (m.progress)(Progress {
@@ -109,16 +154,34 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
         done,
         total,
     });
-    for (name, &size) in FILES.iter().zip(&sizes) {
-        let p = dir.join(name);
-        let f = File::open(&p).map_err(io_err(format!("open {}", p.display())))?;
-        let map = Map::new(&f, size as usize).map_err(io_err(format!("map {}", p.display())))?;
-        let pieces = match (name, m.delta_base.clone()) {
-            (&pmig_image::PARTS_FILE, Some(base)) => against(&base, dir, map.bytes()),
-            (&pmig_image::PAGES_FILE, Some(base))
+    let of = |name: &str| {
+        maps[FILES
+            .iter()
+            .position(|f| *f == name)
+            .expect("an image file")]
+        .bytes()
+    };
+    let base = m.delta_base.clone();
+    // The image's own manifest, read once for both plans.
+    let fin_m = base.as_ref().map(|_| {
+        let p = dir.join(pmig_image::MANIFEST_FILE);
+        pmig_image::decode_manifest(&p, of(pmig_image::MANIFEST_FILE)).map_err(|e| e.to_string())
+    });
+    let parts = of(pmig_image::PARTS_FILE);
+    for ((name, &size), map) in FILES.iter().zip(&sizes).zip(&maps) {
+        let pieces = match (name, &base, &fin_m) {
+            (&pmig_image::PARTS_FILE, Some(base), Some(fin_m)) => planned(
+                "image",
+                "state bytes",
+                map.bytes(),
+                against(base, fin_m, map.bytes()),
+            ),
+            (&pmig_image::PAGES_FILE, Some(base), Some(fin_m))
                 if m.ch.peer().version >= pmig_proto::msg::PAGES_AGAINST_SKELETON =>
             {
-                pages_against(&base, dir, map.bytes())
+                let plan = manifest(fin_m)
+                    .and_then(|fin_m| pages_against(base, fin_m, parts, map.bytes()));
+                planned("page data", "bytes", map.bytes(), plan)
             }
             _ => vec![crate::delta::Piece::Send { at: 0, len: size }],
         };
@@ -189,23 +252,27 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
     Ok(total)
 }
 
-/// The pieces of the state file `fin` of the image in `dir` against the
-/// skeleton's image in `base`; the whole file, sent, if that cannot be
-/// read.
-fn against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
-    let read = || -> Result<Vec<crate::delta::Piece>> {
-        let base_m = crate::delta::manifest_of(base)?;
-        let fin_m = crate::delta::manifest_of(dir)?;
-        let map = map_file(&base.join(pmig_image::PARTS_FILE))?;
-        Ok(crate::delta::plan(
-            &base_m,
-            map.bytes(),
-            &fin_m,
-            fin,
-            pmig_image::PARTS_FILE,
-        ))
-    };
-    planned("image", "state bytes", fin, read())
+/// The pieces of the state file `fin` of an image (its manifest `fin_m`)
+/// against the skeleton's.
+fn against(
+    base: &DeltaBase,
+    fin_m: &std::result::Result<pmig_image::Manifest, String>,
+    fin: &[u8],
+) -> Result<Vec<crate::delta::Piece>> {
+    Ok(crate::delta::plan(
+        &base.manifest,
+        base.parts.bytes(),
+        manifest(fin_m)?,
+        fin,
+        pmig_image::PARTS_FILE,
+    ))
+}
+
+/// The manifest read, or why it could not be.
+fn manifest(
+    m: &std::result::Result<pmig_image::Manifest, String>,
+) -> Result<&pmig_image::Manifest> {
+    m.as_ref().map_err(|e| StrategyError::Other(e.clone()))
 }
 
 /// The file at `p`, mapped whole.
@@ -218,9 +285,9 @@ fn map_file(p: &Path) -> Result<Map> {
     Map::new(&f, len as usize).map_err(io_err(format!("map {}", p.display())))
 }
 
-/// The plan `read` made of `fin`, marked with how much of it the skeleton's
-/// file gives (`what`: the file, `unit`: its bytes); or, if it could not
-/// be made, the whole file, sent.
+/// The plan made of `fin`, marked with how much of it the skeleton's file
+/// gives (`what`: the file, `unit`: its bytes); or, if it could not be
+/// made, the whole file, sent.
 fn planned(
     what: &str,
     unit: &str,
@@ -247,37 +314,25 @@ fn planned(
     }
 }
 
-/// The pieces of the page data `fin` of the image in `dir` against the
-/// skeleton's page data in `base`, page by page at the same address
-/// ([`crate::delta::plan_pages`]); the whole file, sent, if either image's
-/// memory cannot be read.
-fn pages_against(base: &Path, dir: &Path, fin: &[u8]) -> Vec<crate::delta::Piece> {
+/// The pieces of the page data `fin` of an image (its manifest `fin_m`,
+/// its state file `parts`) against the skeleton's page data, page by page
+/// at the same address ([`crate::delta::plan_pages`]).
+fn pages_against(
+    base: &DeltaBase,
+    fin_m: &pmig_image::Manifest,
+    parts: &[u8],
+    fin: &[u8],
+) -> Result<Vec<crate::delta::Piece>> {
     if fin.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let runs_of = |dir: &Path| -> Result<Vec<crate::delta::PageRun>> {
-        let img = pmig_image::Image::open(dir).map_err(|e| StrategyError::Other(e.to_string()))?;
-        let mem: <Memory as Resource>::State = img
-            .get(Memory::PART)
-            .map_err(|e| StrategyError::Other(e.to_string()))?;
-        Ok(mem
-            .vmas
-            .iter()
-            .flat_map(|v| v.runs.iter().copied())
-            .collect())
-    };
-    let read = || -> Result<Vec<crate::delta::Piece>> {
-        let base_runs = runs_of(base)?;
-        let fin_runs = runs_of(dir)?;
-        let map = map_file(&base.join(pmig_image::PAGES_FILE))?;
-        Ok(crate::delta::plan_pages(
-            &base_runs,
-            map.bytes(),
-            &fin_runs,
-            fin,
-        ))
-    };
-    planned("page data", "bytes", fin, read())
+    let fin_runs = page_runs(fin_m, parts)?;
+    Ok(crate::delta::plan_pages(
+        &base.runs,
+        base.pages.bytes(),
+        &fin_runs,
+        fin,
+    ))
 }
 
 impl Strategy for StopCopy {
@@ -650,7 +705,7 @@ pub(crate) fn receive_image_after(
     mut first: Option<Incoming>,
 ) -> Result<u64> {
     let mut current: Option<FileIn> = None;
-    let mut base: Option<SkeletonFile> = None; // the skeleton's file of that name
+    let mut base: Option<Arc<SkeletonFile>> = None; // the skeleton's file of that name
     let mut files = 0u32;
     let mut total = 0u64;
     let bad = |what: String| StrategyError::Protocol {
@@ -699,13 +754,10 @@ pub(crate) fn receive_image_after(
                     )));
                 }
                 if base.is_none() {
-                    let Some(dir) = d.delta_base.as_ref() else {
+                    let Some(skeleton) = d.delta_base.as_ref() else {
                         return Err(bad("ImageCopy, but no skeleton's image is here".into()));
                     };
-                    let p = dir.join(&cur.name);
-                    base = Some(
-                        SkeletonFile::open(&p).map_err(io_err(format!("open {}", p.display())))?,
-                    );
+                    base = Some(skeleton.file(&cur.name)?);
                 }
                 let b = base.as_ref().expect("opened above");
                 if from.saturating_add(len) > b.len {
@@ -856,6 +908,42 @@ impl FileIn {
         }
         self.flush()
             .map_err(io_err(format!("write {}", dir.join(&self.name).display())))
+    }
+}
+
+/// The skeleton's image as the destination received it, whose files the
+/// images after it take bytes from (`ImageCopy`): its state file and page
+/// data are read as soon as it is received, so that the stop does not
+/// read them.
+pub(crate) struct SkeletonBase {
+    dir: PathBuf,
+    files: Vec<(&'static str, Arc<SkeletonFile>)>,
+}
+
+impl SkeletonBase {
+    /// The image in `dir`; a file that cannot be read now is tried again
+    /// when a copy is taken from it (and its error reported then).
+    pub(crate) fn read(dir: &Path) -> SkeletonBase {
+        let files = [pmig_image::PARTS_FILE, pmig_image::PAGES_FILE]
+            .into_iter()
+            .filter_map(|name| {
+                let f = SkeletonFile::open(&dir.join(name)).ok()?;
+                Some((name, Arc::new(f)))
+            })
+            .collect();
+        SkeletonBase {
+            dir: dir.to_path_buf(),
+            files,
+        }
+    }
+
+    fn file(&self, name: &str) -> Result<Arc<SkeletonFile>> {
+        if let Some((_, f)) = self.files.iter().find(|(n, _)| *n == name) {
+            return Ok(f.clone());
+        }
+        let p = self.dir.join(name);
+        let f = SkeletonFile::open(&p).map_err(io_err(format!("open {}", p.display())))?;
+        Ok(Arc::new(f))
     }
 }
 
