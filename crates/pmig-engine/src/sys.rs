@@ -305,15 +305,18 @@ pub fn fork_with_pid(pid: Option<pid_t>) -> std::io::Result<pid_t> {
     }
 }
 
+/// The kernel's release (one `uname` call: the capture of a stop names it
+/// in the image's manifest while the process is frozen).
 pub fn kernel_release() -> String {
-    crate::procfs::slurp("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
+    nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
         .unwrap_or_default()
 }
 
+/// This host's name in the caller's UTS namespace (one `uname` call).
 pub fn hostname() -> String {
-    crate::procfs::slurp("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
+    nix::sys::utsname::uname()
+        .map(|u| u.nodename().to_string_lossy().into_owned())
         .unwrap_or_default()
 }
 

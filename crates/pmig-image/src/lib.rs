@@ -13,7 +13,8 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::fs::{self, File};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -209,11 +210,18 @@ impl PagesWriter {
     }
 }
 
+/// How many bytes of parts [`ImageWriter`] gathers before it writes them.
+const PARTS_BUFFER: usize = 64 << 10;
+
 /// Builds an image directory. The manifest is written last, atomically, so a
 /// directory without a manifest is never mistaken for a complete image.
 pub struct ImageWriter {
     dir: PathBuf,
-    parts_file: File,
+    /// Parts are gathered and written in large pieces: an image has a few
+    /// dozen, most of them short, and a system call each costs more than
+    /// their bytes (the capture of a stop writes its image while the
+    /// process is frozen).
+    parts_file: io::BufWriter<File>,
     parts_len: u64,
     entries: Vec<PartEntry>,
     pages: Option<PagesWriter>,
@@ -232,7 +240,7 @@ impl ImageWriter {
         let pages = File::create(dir.join(PAGES_FILE)).map_err(io_err(dir))?;
         Ok(ImageWriter {
             dir: dir.to_path_buf(),
-            parts_file,
+            parts_file: io::BufWriter::with_capacity(PARTS_BUFFER, parts_file),
             parts_len: 0,
             entries: Vec::new(),
             pages: Some(PagesWriter {
@@ -330,6 +338,9 @@ impl ImageWriter {
 pub struct Image {
     pub dir: PathBuf,
     pub manifest: Manifest,
+    /// The files the manifest places parts in, each opened once (an
+    /// image has two): parts are read from them at their offsets.
+    files: Vec<(String, File)>,
 }
 
 /// Parse and check the fixed header and manifest body.
@@ -378,12 +389,19 @@ impl Image {
         let mpath = dir.join(MANIFEST_FILE);
         let raw = fs::read(&mpath).map_err(io_err(dir))?;
         let manifest = decode_manifest(&mpath, &raw)?;
-        let img = Image {
-            dir: dir.to_path_buf(),
-            manifest,
-        };
-        for p in &img.manifest.parts {
-            let have = fs::metadata(dir.join(&p.file)).map_err(io_err(dir))?.len();
+        let mut files: Vec<(String, File, u64)> = Vec::new();
+        for p in &manifest.parts {
+            if !files.iter().any(|(name, ..)| *name == p.file) {
+                let f = File::open(dir.join(&p.file)).map_err(io_err(dir))?;
+                let len = f.metadata().map_err(io_err(dir))?.len();
+                files.push((p.file.clone(), f, len));
+            }
+        }
+        for p in &manifest.parts {
+            let have = files
+                .iter()
+                .find(|(name, ..)| *name == p.file)
+                .map_or(0, |(_, _, len)| *len);
             let need = p.offset + p.len;
             if have < need {
                 return Err(ImageError::PartTruncated {
@@ -402,7 +420,21 @@ impl Image {
                 return Err(ImageError::ManifestChecksum(mpath));
             }
         }
-        Ok(img)
+        Ok(Image {
+            dir: dir.to_path_buf(),
+            manifest,
+            files: files.into_iter().map(|(name, f, _)| (name, f)).collect(),
+        })
+    }
+
+    /// The file `p` lies in, opened by `open`.
+    fn file_of(&self, p: &PartEntry) -> &File {
+        &self
+            .files
+            .iter()
+            .find(|(name, _)| *name == p.file)
+            .expect("open opened the file of every part")
+            .1
     }
 
     /// Open and verify every checksum of every part.
@@ -436,10 +468,7 @@ impl Image {
 
     fn verify_part(&self, p: &PartEntry, visit: &mut dyn FnMut(u64, &[u8])) -> Result<()> {
         const VERIFY_BUF: usize = 64 << 10;
-        let path = self.dir.join(&p.file);
-        let mut f = File::open(&path).map_err(io_err(&self.dir))?;
-        f.seek(SeekFrom::Start(p.offset))
-            .map_err(io_err(&self.dir))?;
+        let f = self.file_of(p);
         // Read in small pieces into one buffer, which stays in the heap
         // (a chunk-sized one would be fresh memory every time: on a VM that
         // costs more than the hashing).
@@ -452,7 +481,7 @@ impl Image {
             let mut got = 0;
             while got < n {
                 let k = (n - got).min(buf.len());
-                f.read_exact(&mut buf[..k])
+                f.read_exact_at(&mut buf[..k], p.offset + done + got as u64)
                     .map_err(|_| ImageError::PartTruncated {
                         part: p.name.clone(),
                         file: p.file.clone(),
@@ -482,11 +511,10 @@ impl Image {
             .manifest
             .part(name)
             .ok_or_else(|| ImageError::MissingPart(name.into()))?;
-        let mut f = File::open(self.dir.join(&p.file)).map_err(io_err(&self.dir))?;
-        f.seek(SeekFrom::Start(p.offset))
-            .map_err(io_err(&self.dir))?;
         let mut v = vec![0u8; p.len as usize];
-        f.read_exact(&mut v).map_err(io_err(&self.dir))?;
+        self.file_of(p)
+            .read_exact_at(&mut v, p.offset)
+            .map_err(io_err(&self.dir))?;
         Ok(v)
     }
 
