@@ -13,8 +13,8 @@
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use std::fs::{self, File};
-use std::os::unix::fs::FileExt;
 use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
