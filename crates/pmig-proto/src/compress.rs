@@ -214,7 +214,7 @@ impl Packer {
                     self.checked = Some(now);
                     if let Some((peer, rate, app_limited)) = sample() {
                         self.rate = observe(peer, (!app_limited).then_some(rate), now);
-                        let slow = self.rate.is_none_or(|r| r < AUTO_BELOW);
+                        let slow = self.slow();
                         if self.said != Some(slow) {
                             self.said = Some(slow);
                             tracing::debug!(
@@ -225,9 +225,15 @@ impl Packer {
                         }
                     }
                 }
-                self.rate.is_none_or(|r| r < AUTO_BELOW)
+                self.slow()
             }
         }
+    }
+
+    /// Whether the link last measured (or one not measured) is slower
+    /// than [`AUTO_BELOW`].
+    fn slow(&self) -> bool {
+        self.rate.is_none_or(|r| r < AUTO_BELOW)
     }
 
     /// Compresses `data` if this run is tried and its block is small

@@ -470,7 +470,7 @@ pub struct Source<'a> {
     pub skeleton: Option<report::SkeletonUse>,
     /// The image of a skeleton the destination holds, read: the images
     /// sent after it are sent against it ([`delta`]).
-    pub(crate) delta_base: Option<std::sync::Arc<stop_copy::DeltaBase>>,
+    pub(crate) delta_base: Option<std::rc::Rc<stop_copy::DeltaBase>>,
     /// When pre-copy rounds stop (from the request).
     pub precopy: PreCopyParams,
     /// The page store root (from the request).

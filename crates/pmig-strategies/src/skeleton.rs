@@ -108,7 +108,7 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     } else if m.ch.peer().version >= pmig_proto::msg::IMAGE_COPY {
         match crate::stop_copy::DeltaBase::read(&dir) {
-            Ok(base) => m.delta_base = Some(std::sync::Arc::new(base)),
+            Ok(base) => m.delta_base = Some(std::rc::Rc::new(base)),
             Err(e) => tracing::info!(
                 "the images after the skeleton go whole: its image cannot be read: {e}"
             ),

@@ -90,13 +90,6 @@ impl Drop for Map {
     }
 }
 
-// SAFETY: a `Map` is a private read-only mapping that nothing writes
-// through; reading it from any thread is as safe as reading a `&[u8]`, and
-// it is unmapped only when dropped.
-unsafe impl Send for Map {}
-// SAFETY: as above; `bytes` hands out shared, read-only views.
-unsafe impl Sync for Map {}
-
 /// The skeleton's image as the source holds it, for the images sent after
 /// it to be planned against ([`crate::delta`]): read when the destination
 /// says it holds the skeleton, so that the stop reads none of it. Its
@@ -146,8 +139,7 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
         let p = dir.join(name);
         maps.push(map_file(&p)?);
     }
-    let sizes: Vec<u64> = maps.iter().map(|m| m.len as u64).collect();
-    let total: u64 = sizes.iter().sum();
+    let total: u64 = maps.iter().map(|m| m.len as u64).sum();
     let mut done = 0u64;
     (m.progress)(Progress {
         phase: "transfer",
@@ -161,26 +153,32 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
             .expect("an image file")]
         .bytes()
     };
-    let base = m.delta_base.clone();
-    // The image's own manifest, read once for both plans.
-    let fin_m = base.as_ref().map(|_| {
+    // The skeleton's image, and this image's own manifest (read once for
+    // both plans); without that manifest, the files go whole.
+    let planning = m.delta_base.clone().and_then(|base| {
         let p = dir.join(pmig_image::MANIFEST_FILE);
-        pmig_image::decode_manifest(&p, of(pmig_image::MANIFEST_FILE)).map_err(|e| e.to_string())
+        match pmig_image::decode_manifest(&p, of(pmig_image::MANIFEST_FILE)) {
+            Ok(fin_m) => Some((base, fin_m)),
+            Err(e) => {
+                tracing::info!("the image goes whole, not against the skeleton's: {e}");
+                None
+            }
+        }
     });
     let parts = of(pmig_image::PARTS_FILE);
-    for ((name, &size), map) in FILES.iter().zip(&sizes).zip(&maps) {
-        let pieces = match (name, &base, &fin_m) {
-            (&pmig_image::PARTS_FILE, Some(base), Some(fin_m)) => planned(
+    for (name, map) in FILES.iter().zip(&maps) {
+        let size = map.len as u64;
+        let pieces = match (name, &planning) {
+            (&pmig_image::PARTS_FILE, Some((base, fin_m))) => planned(
                 "image",
                 "state bytes",
                 map.bytes(),
-                against(base, fin_m, map.bytes()),
+                Ok(against(base, fin_m, map.bytes())),
             ),
-            (&pmig_image::PAGES_FILE, Some(base), Some(fin_m))
+            (&pmig_image::PAGES_FILE, Some((base, fin_m)))
                 if m.ch.peer().version >= pmig_proto::msg::PAGES_AGAINST_SKELETON =>
             {
-                let plan = manifest(fin_m)
-                    .and_then(|fin_m| pages_against(base, fin_m, parts, map.bytes()));
+                let plan = pages_against(base, fin_m, parts, map.bytes());
                 planned("page data", "bytes", map.bytes(), plan)
             }
             _ => vec![crate::delta::Piece::Send { at: 0, len: size }],
@@ -254,25 +252,14 @@ pub(crate) fn send_image(m: &mut Source, dir: &Path) -> Result<u64> {
 
 /// The pieces of the state file `fin` of an image (its manifest `fin_m`)
 /// against the skeleton's.
-fn against(
-    base: &DeltaBase,
-    fin_m: &std::result::Result<pmig_image::Manifest, String>,
-    fin: &[u8],
-) -> Result<Vec<crate::delta::Piece>> {
-    Ok(crate::delta::plan(
+fn against(base: &DeltaBase, fin_m: &pmig_image::Manifest, fin: &[u8]) -> Vec<crate::delta::Piece> {
+    crate::delta::plan(
         &base.manifest,
         base.parts.bytes(),
-        manifest(fin_m)?,
+        fin_m,
         fin,
         pmig_image::PARTS_FILE,
-    ))
-}
-
-/// The manifest read, or why it could not be.
-fn manifest(
-    m: &std::result::Result<pmig_image::Manifest, String>,
-) -> Result<&pmig_image::Manifest> {
-    m.as_ref().map_err(|e| StrategyError::Other(e.clone()))
+    )
 }
 
 /// The file at `p`, mapped whole.
