@@ -59,6 +59,10 @@ pub struct Frozen {
     pub pid: pid_t,
     pub threads: Vec<Thread>,
     gadget: Option<u64>,
+    /// Whether the process ignores SIGTRAP, once known (see
+    /// [`Frozen::know_ignored`]): injected calls are single-stepped only
+    /// when it does not.
+    ignores_trap: Option<bool>,
     /// Where batches of injected calls run as code (see [`Frozen::use_stub`]).
     stub: Option<Stub>,
     detached: bool,
@@ -128,6 +132,10 @@ const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
 
 /// The `si_code` of a trap the kernel raised (x86's `int3`).
 const SI_KERNEL: i32 = 0x80;
+/// `si_code`s of a single step's SIGTRAP: the kernel's report at the end of
+/// a stepped system call, and the processor's debug trap.
+const TRAP_BRKPT: i32 = 1;
+const TRAP_TRACE: i32 = 2;
 
 /// x86-64 code that makes `calls` one after the other, stores the result of
 /// call `i` at `results + 8 * i`, and ends with `int3`.
@@ -364,6 +372,7 @@ impl Frozen {
             pid,
             threads: Vec::new(),
             gadget: None,
+            ignores_trap: None,
             stub: None,
             detached: false,
             stop_on_detach: false,
@@ -500,6 +509,7 @@ impl Frozen {
                 })
                 .collect(),
             gadget: None,
+            ignores_trap: None,
             stub: None,
             detached: false,
             stop_on_detach: false,
@@ -606,6 +616,16 @@ impl Frozen {
         self.gadget = Some(addr);
     }
 
+    /// Offers `addr`, found before the freeze by [`syscall_gadget`], for
+    /// injected calls: taken if it still holds a `syscall` instruction, so
+    /// that the stop need not read the mappings to find one.
+    pub fn offer_gadget(&mut self, addr: u64) {
+        let mut b = [0u8; 2];
+        if sys::process_vm_read(self.pid, addr, &mut b).is_ok_and(|n| n == 2) && b == SYSCALL_INSN {
+            self.gadget = Some(addr);
+        }
+    }
+
     /// Find a `syscall` instruction in the process to run injected calls at.
     fn gadget(&mut self) -> Result<u64> {
         if let Some(g) = self.gadget {
@@ -613,38 +633,25 @@ impl Frozen {
         }
         let maps = crate::procfs::slurp(&format!("/proc/{}/maps", self.pid))
             .ctx(|| format!("read maps of {}", self.pid))?;
-        // The vDSO first (always there, never changes), then any executable mapping.
-        let mut cands: Vec<(u64, u64)> = Vec::new();
-        for pass in 0..2 {
-            for l in maps.lines() {
-                let mut it = l.split_whitespace();
-                let (range, perms) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
-                let is_vdso = l.ends_with("[vdso]");
-                if (pass == 0 && is_vdso) || (pass == 1 && !is_vdso && perms.starts_with("r-x")) {
-                    if let Some((a, b)) = range.split_once('-') {
-                        if let (Ok(a), Ok(b)) =
-                            (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16))
-                        {
-                            cands.push((a, b));
-                        }
-                    }
-                }
-            }
-        }
-        for (a, b) in cands {
-            let mut buf = vec![0u8; (b - a).min(1 << 20) as usize];
-            if sys::process_vm_read(self.pid, a, &mut buf).is_err() {
-                continue;
-            }
-            if let Some(i) = buf.windows(2).position(|w| w == [0x0f, 0x05]) {
-                self.gadget = Some(a + i as u64);
-                return Ok(a + i as u64);
-            }
-        }
-        Err(EngineError::Other(format!(
-            "process {}: no syscall instruction found to inject at",
-            self.pid
-        )))
+        let ranges = maps.lines().filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (range, perms) = (it.next()?, it.next()?);
+            let (a, b) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+                perms.starts_with("r-x"),
+                l.ends_with("[vdso]"),
+            ))
+        });
+        let g = syscall_gadget(self.pid, ranges).ok_or_else(|| {
+            EngineError::Other(format!(
+                "process {}: no syscall instruction found to inject at",
+                self.pid
+            ))
+        })?;
+        self.gadget = Some(g);
+        Ok(g)
     }
 
     /// Run `nr(args)` in thread `idx` and return the raw result (negative errno).
@@ -663,10 +670,15 @@ impl Frozen {
     /// does one whose memory cannot be written through `/proc/PID/mem`.
     /// Says whether the code is used.
     pub fn use_stub(&mut self, code: u64, results: u64) -> bool {
-        let ignored = crate::procfs::status(self.pid)
-            .ok()
-            .and_then(|st| st.get("SigIgn").map(|v| crate::procfs::hex_u64(v)));
-        if ignored.is_none_or(|m| m & SIGTRAP_BIT != 0) {
+        if self.ignores_trap.is_none() {
+            let ignored = crate::procfs::status(self.pid)
+                .ok()
+                .and_then(|st| st.get("SigIgn").map(|v| crate::procfs::hex_u64(v)));
+            if let Some(m) = ignored {
+                self.know_ignored(m);
+            }
+        }
+        if self.ignores_trap != Some(false) {
             return false;
         }
         let mem = std::fs::OpenOptions::new()
@@ -681,6 +693,18 @@ impl Frozen {
         }
         self.stub = Some(Stub { code, results, mem });
         true
+    }
+
+    /// Tells which signals the process ignores (`SigIgn` of its status, read
+    /// while frozen): where SIGTRAP is not among them, a call injected one
+    /// by one takes one stop of the thread (a single step over the
+    /// `syscall` instruction, which the kernel reports as a SIGTRAP when
+    /// the call returns) instead of two (its syscall-enter and -exit
+    /// stops). A trap the kernel forces on a thread that ignores or blocks
+    /// SIGTRAP resets its action to the default, so SIGTRAP alone is
+    /// unblocked for the step, as for [`Frozen::use_stub`]'s code.
+    pub fn know_ignored(&mut self, sig_ign: u64) {
+        self.ignores_trap = Some(sig_ign & SIGTRAP_BIT != 0);
     }
 
     /// Injected calls go one by one again (before the stub's page goes).
@@ -698,6 +722,9 @@ impl Frozen {
                 .any(|(nr, _)| changes_mappings(*nr) || starts_thread(*nr))
         {
             return self.run_stub(idx, calls);
+        }
+        if self.ignores_trap == Some(false) && !calls.iter().any(|(nr, _)| starts_thread(*nr)) {
+            return self.step_calls(idx, calls);
         }
         let tid = self.threads[idx].tid;
         let saved = sys::get_regs(tid)?;
@@ -765,6 +792,73 @@ impl Frozen {
         Ok(out)
     }
 
+    /// [`Frozen::inject_many`] one call at a time, each a single step of
+    /// thread `idx` over the `syscall` instruction at the gadget, with every
+    /// signal but SIGTRAP blocked (see [`Frozen::know_ignored`]). Not for a
+    /// call that starts a thread (the new one would begin stepped). A
+    /// SIGTRAP from elsewhere that arrives meanwhile is queued again once
+    /// SIGTRAP is blocked again, as in [`Frozen::run_stub`].
+    fn step_calls(&mut self, idx: usize, calls: &[(i64, &[u64])]) -> Result<Vec<i64>> {
+        let tid = self.threads[idx].tid;
+        let saved = sys::get_regs(tid)?;
+        self.threads[idx].stop = StopKind::Injected;
+        let mut out = Vec::with_capacity(calls.len());
+        let mut foreign = 0;
+        let mut ran = sys::set_sigmask(tid, !SIGTRAP_BIT);
+        for (nr, args) in calls {
+            if ran.is_err() {
+                break;
+            }
+            ran = (|| {
+                // Looked for again only when a call needs it (one that
+                // unmapped the last one's memory may be the last call).
+                let gadget = self.gadget()?;
+                let mut r = saved;
+                r.rax = *nr as u64;
+                r.orig_rax = u64::MAX; // no syscall restart on the way out
+                let a = |i: usize| args.get(i).copied().unwrap_or(0);
+                (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a(0), a(1), a(2), a(3), a(4), a(5));
+                r.rip = gadget;
+                sys::set_regs(tid, &r)?;
+                run_to_trap(tid, gadget + SYSCALL_INSN.len() as u64, true, &mut foreign)?;
+                out.push(sys::get_regs(tid)?.rax as i64);
+                if *nr == libc::SYS_munmap && gadget >= a(0) && gadget - a(0) < a(1) {
+                    self.gadget = None;
+                }
+                Ok(())
+            })();
+        }
+        self.put_back(idx, &saved, foreign, ran)?;
+        Ok(out)
+    }
+
+    /// Ends calls injected with SIGTRAP unblocked in thread `idx`
+    /// ([`Frozen::step_calls`], [`Frozen::run_stub`]), which `ran` tells how
+    /// they went: every signal blocked again, the registers `saved` put
+    /// back, the `foreign` SIGTRAPs withheld meanwhile sent again; after a
+    /// failure the thread is parked at once (else before it runs).
+    fn put_back(
+        &mut self,
+        idx: usize,
+        saved: &UserRegs,
+        foreign: u32,
+        ran: Result<()>,
+    ) -> Result<()> {
+        let tid = self.threads[idx].tid;
+        let masked = sys::set_sigmask(tid, !0u64);
+        let put_back = sys::set_regs(tid, saved);
+        for _ in 0..foreign {
+            // SAFETY: sending a signal to a thread of the process we hold.
+            unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGTRAP) };
+        }
+        if ran.is_err() || masked.is_err() || put_back.is_err() {
+            let _ = self.park(idx);
+        }
+        ran?;
+        masked?;
+        put_back
+    }
+
     /// [`Frozen::inject_many`] with the [`Stub`]: the calls' code is written
     /// to its page and thread `idx` runs it from its current stop to the
     /// `int3`, with every signal but SIGTRAP blocked. A SIGTRAP from
@@ -787,21 +881,10 @@ impl Frozen {
         sys::set_regs(tid, &r)?;
         self.threads[idx].stop = StopKind::Injected;
         let mut foreign = 0;
-        let ran =
-            sys::set_sigmask(tid, !SIGTRAP_BIT).and_then(|()| run_to_trap(tid, end, &mut foreign));
+        let ran = sys::set_sigmask(tid, !SIGTRAP_BIT)
+            .and_then(|()| run_to_trap(tid, end, false, &mut foreign));
         // Put the thread back exactly as it was (parked before it runs).
-        let masked = sys::set_sigmask(tid, !0u64);
-        let put_back = sys::set_regs(tid, &saved);
-        for _ in 0..foreign {
-            // SAFETY: sending a signal to a thread of the process we hold.
-            unsafe { libc::syscall(libc::SYS_tgkill, self.pid, tid, libc::SIGTRAP) };
-        }
-        if ran.is_err() || masked.is_err() || put_back.is_err() {
-            let _ = self.park(idx);
-        }
-        ran?;
-        masked?;
-        put_back?;
+        self.put_back(idx, &saved, foreign, ran)?;
         let mut raw = vec![0u8; 8 * calls.len()];
         if sys::process_vm_read(self.pid, results, &mut raw)? != raw.len() {
             return Err(EngineError::Other(format!(
@@ -1088,23 +1171,43 @@ fn reap_exiting(tids: &[pid_t]) {
     tracing::warn!("threads {left:?} did not finish exiting");
 }
 
-/// Resumes `tid` and waits until it stops at the `int3` that ends a
-/// [`Stub`]'s code (`end` is the address after it). SIGTRAPs that are not
-/// that trap are counted in `foreign` and withheld.
-fn run_to_trap(tid: pid_t, end: u64, foreign: &mut u32) -> Result<()> {
+/// Resumes thread `tid` (single-stepped with `step`, else let run) until
+/// it stops with a SIGTRAP at `end`, the instruction after the injected
+/// code: the kernel's report of a stepped system call, or the code's
+/// closing `int3`. Other SIGTRAPs (sent from elsewhere while SIGTRAP is
+/// unblocked) are counted in `foreign`, to be sent again; one that comes at
+/// `end` took the place of the code's own (one SIGTRAP is pending at a
+/// time), which has run.
+fn run_to_trap(tid: pid_t, end: u64, step: bool, foreign: &mut u32) -> Result<()> {
     let t = Pid::from_raw(tid);
-    ptrace::cont(t, None).ctx(|| format!("resume thread {tid}"))?;
+    let go = || {
+        if step {
+            ptrace::step(t, None)
+        } else {
+            ptrace::cont(t, None)
+        }
+        .ctx(|| format!("resume thread {tid}"))
+    };
+    let ours = |code: i32| {
+        if step {
+            code == TRAP_BRKPT || code == TRAP_TRACE
+        } else {
+            code == SI_KERNEL
+        }
+    };
+    go()?;
     // Bounded: every stop but the trap's is a stray event or signal.
     for _ in 0..1024 {
         match wait_stop(tid)? {
             WaitStatus::Stopped(_, nix::sys::signal::Signal::SIGTRAP) => {
                 let at_end = sys::get_regs(tid)?.rip == end;
-                let raised = ptrace::getsiginfo(t).is_ok_and(|i| i.si_code == SI_KERNEL);
-                if at_end && raised {
+                if !(at_end && ptrace::getsiginfo(t).is_ok_and(|i| ours(i.si_code))) {
+                    *foreign += 1;
+                }
+                if at_end {
                     return Ok(());
                 }
-                *foreign += 1;
-                ptrace::cont(t, None).ctx(|| format!("resume thread {tid}"))?;
+                go()?;
             }
             WaitStatus::Stopped(_, sig) => {
                 return Err(EngineError::Other(format!(
@@ -1116,15 +1219,35 @@ fn run_to_trap(tid: pid_t, end: u64, foreign: &mut u32) -> Result<()> {
                     "thread {tid} died during injected system calls"
                 )))
             }
-            WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) => {
-                ptrace::cont(t, None).ctx(|| format!("resume thread {tid}"))?;
-            }
+            WaitStatus::PtraceEvent(..) | WaitStatus::PtraceSyscall(_) => go()?,
             _ => {}
         }
     }
     Err(EngineError::Other(format!(
         "thread {tid} did not finish its injected system calls"
     )))
+}
+
+/// The bytes of `syscall` on x86-64.
+const SYSCALL_INSN: [u8; 2] = [0x0f, 0x05];
+
+/// Where process `pid` holds a `syscall` instruction to run injected calls
+/// at, among its mappings `(start, end, readable and executable, is the
+/// vDSO)`: in the vDSO first (always there, never changing), else in any
+/// readable executable mapping. Reads the process's memory, which may run
+/// meanwhile (see [`Frozen::offer_gadget`]).
+pub fn syscall_gadget(
+    pid: pid_t,
+    maps: impl Iterator<Item = (u64, u64, bool, bool)>,
+) -> Option<u64> {
+    let (vdso, other): (Vec<_>, Vec<_>) = maps.filter(|m| m.2 || m.3).partition(|m| m.3);
+    vdso.into_iter().chain(other).find_map(|(a, b, _, _)| {
+        let mut buf = vec![0u8; (b - a).min(1 << 20) as usize];
+        sys::process_vm_read(pid, a, &mut buf).ok()?;
+        buf.windows(2)
+            .position(|w| w == SYSCALL_INSN)
+            .map(|i| a + i as u64)
+    })
 }
 
 pub fn regs_of(tid: pid_t) -> Result<UserRegs> {
@@ -1142,12 +1265,17 @@ mod tests {
 
     impl Child {
         fn start() -> Child {
+            Child::start_with(on_trap as extern "C" fn(libc::c_int) as usize)
+        }
+
+        /// With `action` (a handler, or SIG_IGN) for SIGTRAP.
+        fn start_with(action: usize) -> Child {
             // SAFETY: the child only calls async-signal-safe functions
             // (sigaction, sigprocmask, pause, _exit).
             match unsafe { libc::fork() } {
                 0 => unsafe {
                     let mut sa: libc::sigaction = std::mem::zeroed();
-                    sa.sa_sigaction = on_trap as extern "C" fn(libc::c_int) as usize;
+                    sa.sa_sigaction = action;
                     libc::sigaction(libc::SIGTRAP, &sa, std::ptr::null_mut());
                     let mut set: libc::sigset_t = std::mem::zeroed();
                     libc::sigemptyset(&mut set);
@@ -1168,6 +1296,83 @@ mod tests {
             let m = |k: &str| crate::procfs::hex_u64(&st[k]);
             (m("SigBlk"), m("SigCgt"))
         }
+
+        /// `key` of its status, a signal mask.
+        fn mask(&self, key: &str) -> u64 {
+            crate::procfs::hex_u64(&crate::procfs::status(self.0).unwrap()[key])
+        }
+
+        /// Waits (bounded) until it has blocked SIGTRAP.
+        fn settled(self) -> Child {
+            let blocked = (0..2000).any(|_| {
+                self.masks().0 & SIGTRAP_BIT != 0 || {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    false
+                }
+            });
+            assert!(blocked, "SIGTRAP never blocked: {:?}", self.masks());
+            self
+        }
+    }
+
+    /// Maps a page, asks for its pid and unmaps the page in `f`, whose
+    /// process is `pid`, and checks the results.
+    fn map_ask_unmap(f: &mut Frozen, pid: pid_t) {
+        let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let r = f
+            .inject_many(0, &[(libc::SYS_mmap, &[0, 4096, rw, anon, u64::MAX, 0])])
+            .unwrap();
+        assert!(r[0] > 0, "{r:?}");
+        let r = f
+            .inject_many(
+                0,
+                &[
+                    (libc::SYS_getpid, &[]),
+                    (libc::SYS_munmap, &[r[0] as u64, 4096]),
+                    (libc::SYS_close, &[9999]),
+                ],
+            )
+            .unwrap();
+        assert_eq!(r, vec![pid as i64, 0, -(libc::EBADF as i64)]);
+    }
+
+    #[test]
+    fn stepped_calls_leave_sigtrap_as_it_was_and_a_sigtrap_sent_meanwhile_pending() {
+        let child = Child::start().settled();
+        let before = child.masks();
+        assert_ne!(before.1 & SIGTRAP_BIT, 0, "SIGTRAP not caught: {before:?}");
+        let mut f = Frozen::freeze(child.0).unwrap();
+        f.know_ignored(child.mask("SigIgn"));
+        assert_eq!(f.ignores_trap, Some(false));
+        // A SIGTRAP from elsewhere, pending while every signal is blocked:
+        // the step unblocks it, and it must be handed back, not lost.
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(child.0, libc::SIGTRAP) };
+        map_ask_unmap(&mut f, child.0);
+        f.detach().unwrap();
+        assert_eq!(child.masks(), before, "SIGTRAP blocked/caught changed");
+        let pending = child.mask("SigPnd") | child.mask("ShdPnd");
+        assert_ne!(pending & SIGTRAP_BIT, 0, "the SIGTRAP sent was lost");
+        let asleep = within_ms(1000, || state_of(child.0) == Some('S'));
+        assert!(asleep, "the child is in state {:?}", state_of(child.0));
+    }
+
+    #[test]
+    fn calls_into_a_process_that_ignores_sigtrap_are_not_stepped() {
+        let child = Child::start_with(libc::SIG_IGN).settled();
+        assert_ne!(child.mask("SigIgn") & SIGTRAP_BIT, 0);
+        let mut f = Frozen::freeze(child.0).unwrap();
+        f.know_ignored(child.mask("SigIgn"));
+        assert_eq!(f.ignores_trap, Some(true));
+        map_ask_unmap(&mut f, child.0);
+        f.detach().unwrap();
+        // A trap forced on it would have reset SIGTRAP to its default.
+        assert_ne!(
+            child.mask("SigIgn") & SIGTRAP_BIT,
+            0,
+            "SIGTRAP no longer ignored"
+        );
     }
 
     impl Drop for Child {

@@ -807,6 +807,10 @@ fn restore_image_held(
             // calls; not before: reading and checking a large image goes
             // faster on every CPU.
             frozen.colocate();
+            // Its signal actions are the skeleton's (one of SIGTRAP that
+            // changed since makes it stale): calls injected one by one can
+            // be single-stepped if SIGTRAP is not ignored.
+            frozen.know_ignored(pi.signals.ignored());
             let area = (p.area.base, p.area.len);
             // Every mapping flag is followed with the mappings (the pattern
             // names each field, so a new one cannot be left out unseen).

@@ -235,6 +235,9 @@ struct Ready {
     also: HashSet<u64>,
     /// The bytes of page data to prepare a buffer for.
     expected: u64,
+    /// A `syscall` instruction in the process, for the calls injected at
+    /// the stop ([`Frozen::offer_gadget`]).
+    gadget: Option<u64>,
 }
 
 use std::collections::HashSet;
@@ -257,6 +260,7 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
         tracing::debug!("process {pid}: {flushed} files on network file systems written back");
     }
     let layout = Layout::read(pid)?;
+    let gadget = layout.syscall_gadget(pid);
     mark("hold: layout read");
     // A handover copies about the private pages outside writable anonymous
     // memory, or, when the file copies went before, little more than the
@@ -280,6 +284,7 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
         copy_buffer,
         also: HashSet::new(),
         expected,
+        gadget,
     })
 }
 
@@ -290,7 +295,14 @@ fn precapture(pid: i32, dir: &Path, mode: &CaptureMode, ready: &mut Ready) -> Re
     let mut writer = ImageWriter::create(dir)?;
     writer.pages().reserve(ready.expected);
     let buffer = pmig_engine::resources::memory::touched_copy_buffer(ready.expected as usize);
-    let (held, kept) = capture_once(pid, mode, ready.layout.clone(), writer, buffer, &ready.also)?;
+    let (held, kept) = capture_once(
+        pid,
+        mode,
+        (ready.layout.clone(), ready.gadget),
+        writer,
+        buffer,
+        &ready.also,
+    )?;
     let mut c = held.captured;
     held.frozen.detach()?;
     // The pause ends here, when the process runs again.
@@ -307,18 +319,20 @@ fn freeze_and_capture_prepared(pid: i32, mode: &CaptureMode, ready: Ready) -> Re
         writer,
         copy_buffer,
         also,
+        gadget,
         ..
     } = ready;
-    capture_once(pid, mode, layout, writer, copy_buffer, &also).map(|(held, _)| held)
+    capture_once(pid, mode, (layout, gadget), writer, copy_buffer, &also).map(|(held, _)| held)
 }
 
 /// Freezes `pid` and captures it into `writer`, keeping `also` besides the
 /// handover pages of a handover capture; returns the frozen process and
-/// the pages kept.
+/// the pages kept. `prepared`: the layout read before the freeze, and a
+/// `syscall` instruction found in it.
 fn capture_once(
     pid: i32,
     mode: &CaptureMode,
-    layout: Layout,
+    prepared: (Layout, Option<u64>),
     writer: ImageWriter,
     copy_buffer: Vec<u8>,
     also: &HashSet<u64>,
@@ -340,6 +354,10 @@ fn capture_once(
     // Checked again now that it is frozen: dropped, `frozen` lets a
     // process that reused the pid go.
     same_process(pid)?;
+    let (layout, gadget) = prepared;
+    if let Some(g) = gadget {
+        frozen.offer_gadget(g);
+    }
     mark("hold: frozen");
     // From here on any error drops `frozen`, which resumes the process.
     // Another thread scans the pages while the rest is captured (the

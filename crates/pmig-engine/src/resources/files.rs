@@ -554,7 +554,7 @@ impl Resource for Files {
                 kind,
             });
         }
-        let st = procfs::status(pid)?;
+        let st = cx.status()?;
         let umask = st
             .get("Umask")
             .and_then(|u| u32::from_str_radix(u, 8).ok())

@@ -52,9 +52,13 @@ fn ids(v: Option<&String>) -> [u32; 4] {
 }
 
 fn creds_of(pid: pid_t) -> Result<Creds> {
-    let st = procfs::status(pid)?;
+    Ok(creds_in(&procfs::status(pid)?))
+}
+
+/// The credentials of a status read.
+fn creds_in(st: &std::collections::HashMap<String, String>) -> Creds {
     let cap = |k: &str| procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
-    Ok(Creds {
+    Creds {
         uid: ids(st.get("Uid")),
         gid: ids(st.get("Gid")),
         groups: st
@@ -73,7 +77,7 @@ fn creds_of(pid: pid_t) -> Result<Creds> {
         ],
         securebits: 0,
         no_new_privs: st.get("NoNewPrivs").map(String::as_str) == Some("1"),
-    })
+    }
 }
 
 fn last_cap() -> u64 {
@@ -117,7 +121,13 @@ impl Resource for Identity {
     type State = IdentityState;
 
     fn capture(cx: &mut Capture) -> Result<IdentityState> {
-        let mut creds = creds_of(cx.frozen.threads[0].tid)?;
+        // The main thread's status is the process's (read once).
+        let main = cx.frozen.threads[0].tid;
+        let mut creds = if main == cx.pid {
+            creds_in(cx.status()?)
+        } else {
+            creds_of(main)?
+        };
         // Threads with different credentials are rare; refuse them rather
         // than restore them wrong.
         for t in &cx.frozen.threads[1..] {
@@ -129,6 +139,9 @@ impl Resource for Identity {
                 ));
             }
         }
+        // The scratch page brings the page of code that runs both calls
+        // with one stop of the process (they go one by one without it).
+        cx.scratch()?;
         let r = cx.frozen.inject_many(
             0,
             &[

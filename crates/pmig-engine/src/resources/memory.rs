@@ -586,6 +586,23 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// A `syscall` instruction of `pid` found in these mappings (see
+    /// [`crate::ptrace::syscall_gadget`]), to offer the freeze
+    /// ([`crate::ptrace::Frozen::offer_gadget`]).
+    pub fn syscall_gadget(&self, pid: pid_t) -> Option<u64> {
+        crate::ptrace::syscall_gadget(
+            pid,
+            self.maps.iter().map(|m| {
+                (
+                    m.start,
+                    m.end,
+                    m.read && m.exec && !m.write,
+                    m.path == "[vdso]",
+                )
+            }),
+        )
+    }
+
     /// About how many bytes of private pages a capture at the stop will
     /// copy, as smaps counted them when the layout was read: every private
     /// page no file holds, but, when `defer_population` (a post-copy
@@ -623,12 +640,15 @@ fn locked_kib_of(maps: &[MapLine]) -> u64 {
 
 /// `VmLck` of /proc/PID/status, in KiB.
 fn vm_locked_kib(pid: pid_t) -> Result<u64> {
-    let st = procfs::status(pid)?;
-    Ok(st
-        .get("VmLck")
+    Ok(locked_kib_in(&procfs::status(pid)?))
+}
+
+/// `VmLck` of a status read, in KiB.
+fn locked_kib_in(st: &std::collections::HashMap<String, String>) -> u64 {
+    st.get("VmLck")
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
+        .unwrap_or(0)
 }
 
 impl Layout {
@@ -659,8 +679,14 @@ impl Layout {
     /// they can be, else read again (then the flag is true: nothing to
     /// check afterwards).
     pub fn current(self, pid: pid_t) -> Result<(Layout, bool)> {
-        let now = procfs::maps(pid)?;
         let locked_kib = vm_locked_kib(pid)?;
+        self.current_locked(pid, locked_kib)
+    }
+
+    /// [`Layout::current`] with the locked total `locked_kib` (`VmLck`)
+    /// read already.
+    pub fn current_locked(self, pid: pid_t, locked_kib: u64) -> Result<(Layout, bool)> {
+        let now = procfs::maps(pid)?;
         if self.still_holds(&now, locked_kib) {
             return Ok((self, false));
         }
@@ -1808,7 +1834,12 @@ impl Resource for Memory {
         };
         crate::timing::mark("memory: pre-scan joined");
         let (layout, read) = match cx.layout.take() {
-            Some(l) => l.current(pid)?,
+            // The status read before the scratch page was mapped: the
+            // locked total of the process's own mappings.
+            Some(l) => {
+                let locked_kib = locked_kib_in(cx.status()?);
+                l.current_locked(pid, locked_kib)?
+            }
             None => (Layout::read_smaps(pid, 0)?, true),
         };
         let maps = &layout.maps;

@@ -137,6 +137,8 @@ pub struct Capture<'a> {
     /// Set by the memory capture: the inode of each file it maps by path.
     pub mapped_ids: memory::MappedIds,
     scratch: Option<u64>,
+    /// `/proc/PID/status`, read once while frozen (see [`Capture::status`]).
+    status: Option<std::collections::HashMap<String, String>>,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
 }
@@ -180,8 +182,21 @@ impl<'a> Capture<'a> {
             file_ids: Default::default(),
             mapped_ids: Default::default(),
             scratch: None,
+            status: None,
             code: None,
         }
+    }
+
+    /// `/proc/PID/status` of the frozen process, read at the first call.
+    /// For the fields nothing the capture does changes while the process
+    /// is frozen (its credentials, umask, signal actions, locked memory
+    /// once the scratch page is gone), not for those that do (its
+    /// pending signals, its memory's sizes).
+    pub fn status(&mut self) -> Result<&std::collections::HashMap<String, String>> {
+        if self.status.is_none() {
+            self.status = Some(crate::procfs::status(self.pid)?);
+        }
+        Ok(self.status.as_ref().expect("just read"))
     }
 
     /// A page of memory inside the target for injected calls to write into.
@@ -193,6 +208,13 @@ impl<'a> Capture<'a> {
         if let Some(s) = self.scratch {
             return Ok(s);
         }
+        // Which signals it ignores decides how calls can be injected.
+        let ignored = self
+            .status()?
+            .get("SigIgn")
+            .map(|v| crate::procfs::hex_u64(v))
+            .unwrap_or(0);
+        self.frozen.know_ignored(ignored);
         let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
         let r = self.frozen.inject_many(
             0,

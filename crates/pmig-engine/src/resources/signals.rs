@@ -25,6 +25,19 @@ pub struct SignalsState {
     pub shared_pending: Vec<Vec<u8>>,
 }
 
+impl SignalsState {
+    /// The signals whose action is to ignore them, as a mask (bit 0 is
+    /// signal 1), like `SigIgn` of a process's status.
+    pub fn ignored(&self) -> u64 {
+        self.actions
+            .iter()
+            .take(64)
+            .enumerate()
+            .filter(|(_, a)| a.handler == libc::SIG_IGN as u64)
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+}
+
 fn settable(sig: u64) -> bool {
     sig != libc::SIGKILL as u64 && sig != libc::SIGSTOP as u64
 }
@@ -39,33 +52,35 @@ impl Resource for Signals {
         // than the default (SigCgt/SigIgn); SIGCHLD is always asked, since
         // its flags matter even with the default action. Each question is a
         // system call injected into the process, so this keeps the stop short.
-        let st = crate::procfs::status(cx.pid)?;
+        let st = cx.status()?;
         let mask = |k: &str| crate::procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
         let interesting = mask("SigCgt") | mask("SigIgn") | 1 << (libc::SIGCHLD - 1);
-        // 64 actions x 32 bytes do not fit one page with room to spare, so two rounds.
+        // Each action asked for lands in its own 32 bytes of the scratch
+        // page, in the order asked: all of them fit (64 x 32 bytes), and
+        // all go in one batch of injected calls unless there are more than
+        // a batch holds.
+        const ACTION_BYTES: u64 = 32;
+        const _: () = assert!(64 * ACTION_BYTES <= super::SCRATCH_LEN);
         let mut actions = vec![Action::default(); 64];
-        for half in 0..2u64 {
-            let sigs: Vec<u64> = (1 + half * 32..=32 + half * 32)
-                .filter(|s| settable(*s) && interesting & (1 << (s - 1)) != 0)
-                .collect();
-            if sigs.is_empty() {
-                continue;
-            }
-            let args: Vec<[u64; 4]> = sigs
-                .iter()
-                .map(|&s| [s, 0, scratch + (s - 1 - half * 32) * 32, 8])
+        let sigs: Vec<u64> = (1..=64u64)
+            .filter(|s| settable(*s) && interesting & (1 << (s - 1)) != 0)
+            .collect();
+        for batch in sigs.chunks(crate::ptrace::STUB_CALLS) {
+            let args: Vec<[u64; 4]> = (0..batch.len() as u64)
+                .zip(batch)
+                .map(|(k, &s)| [s, 0, scratch + k * ACTION_BYTES, 8])
                 .collect();
             let calls: Vec<(i64, &[u64])> = args
                 .iter()
                 .map(|a| (libc::SYS_rt_sigaction, &a[..]))
                 .collect();
             let res = cx.frozen.inject_many(0, &calls)?;
-            let raw = cx.read_mem(scratch, 32 * 32)?;
-            for (k, &s) in sigs.iter().enumerate() {
-                if res[k] < 0 {
+            let raw = cx.read_mem(scratch, batch.len() * ACTION_BYTES as usize)?;
+            for (k, &s) in batch.iter().enumerate() {
+                let o = k * ACTION_BYTES as usize;
+                if res[k] < 0 || raw.len() < o + ACTION_BYTES as usize {
                     continue;
                 }
-                let o = ((s - 1 - half * 32) * 32) as usize;
                 let w = |i: usize| {
                     u64::from_le_bytes(raw[o + i * 8..o + i * 8 + 8].try_into().unwrap())
                 };
