@@ -127,6 +127,14 @@ fn capture_colocated(
     crate::resources::threads::refuse_32_bit_code(cx.frozen)?;
     let process = Process::capture(&mut cx)?;
     lap("process");
+    // What these captures ask the process goes to it in one batch of
+    // injected calls (one stop), at the first of them.
+    Identity::ask(&mut cx)?;
+    Signals::ask(&mut cx)?;
+    Timers::ask(&mut cx)?;
+    Threads::ask(&mut cx)?;
+    Prctl::ask(&mut cx)?;
+    Memory::ask(&mut cx)?;
     let identity = Identity::capture(&mut cx)?;
     // Only a restore that opens files with the process's own ids (a
     // filesystem uid other than root's) uses their inodes.

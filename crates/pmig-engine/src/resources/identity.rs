@@ -116,6 +116,18 @@ pub fn rlimits(pid: pid_t) -> Result<Vec<(u64, u64)>> {
     Ok(out)
 }
 
+impl Identity {
+    /// The calls its capture makes in the process (see [`Capture::ask`]).
+    pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
+        cx.ask(Self::PART, 0, |_| {
+            vec![
+                (libc::SYS_prctl, vec![PR_GET_SECUREBITS]),
+                (libc::SYS_prctl, vec![PR_GET_DUMPABLE]),
+            ]
+        })
+    }
+}
+
 impl Resource for Identity {
     const PART: &'static str = "identity";
     type State = IdentityState;
@@ -139,16 +151,7 @@ impl Resource for Identity {
                 ));
             }
         }
-        // The scratch page brings the page of code that runs both calls
-        // with one stop of the process (they go one by one without it).
-        cx.scratch()?;
-        let r = cx.frozen.inject_many(
-            0,
-            &[
-                (libc::SYS_prctl, &[PR_GET_SECUREBITS]),
-                (libc::SYS_prctl, &[PR_GET_DUMPABLE]),
-            ],
-        )?;
+        let (r, _) = cx.answers(Self::PART, Identity::ask)?;
         creds.securebits = r[0].max(0) as u64;
         let personality = procfs::hex_u64(&procfs::read(cx.pid, "personality")?);
         Ok(IdentityState {

@@ -1809,6 +1809,14 @@ pub fn filter_runs(runs: &[(u64, u64)], keep: &dyn PageFilter) -> Vec<(u64, u64)
     out
 }
 
+impl Memory {
+    /// The call its capture makes in the process (see [`Capture::ask`]):
+    /// where its heap ends.
+    pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
+        cx.ask(Self::PART, 0, |_| vec![(libc::SYS_brk, vec![0])])
+    }
+}
+
 impl Resource for Memory {
     const PART: &'static str = "memory";
     type State = MemoryState;
@@ -1824,7 +1832,17 @@ impl Resource for Memory {
 
     fn capture(cx: &mut Capture) -> Result<MemoryState> {
         let pid = cx.pid;
-        let brk = cx.call(0, libc::SYS_brk, &[0], "brk(0)")?;
+        let brk = match cx.answers(Self::PART, Memory::ask)?.0.first() {
+            Some(&b) if b >= 0 => b as u64,
+            other => {
+                return Err(EngineError::Sys {
+                    what: format!("brk(0) (inside process {pid})"),
+                    source: std::io::Error::from_raw_os_error(
+                        other.map_or(libc::EIO, |&e| (-e) as i32),
+                    ),
+                })
+            }
+        };
         cx.release_scratch()?;
         // Waits for the scan started at the freeze: an error there refuses
         // the capture.

@@ -139,6 +139,11 @@ pub struct Capture<'a> {
     scratch: Option<u64>,
     /// `/proc/PID/status`, read once while frozen (see [`Capture::status`]).
     status: Option<std::collections::HashMap<String, String>>,
+    /// Calls asked for ahead of the captures that take their answers (see
+    /// [`Capture::ask`]).
+    questions: Vec<Question>,
+    /// Bytes of the scratch page the questions not answered yet write in.
+    asked_out: u64,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
 }
@@ -148,6 +153,17 @@ pub const SCRATCH_LEN: u64 = 4096;
 const RESULTS_LEN: u64 = 4096;
 /// The code of batched injected calls.
 const CODE_LEN: u64 = 4096;
+
+/// Calls in thread 0 asked for one part's capture ahead of it (see
+/// [`Capture::ask`]).
+struct Question {
+    part: &'static str,
+    calls: Vec<(i64, Vec<u64>)>,
+    /// Where in the scratch page the calls write, and how many bytes.
+    out: (u64, usize),
+    /// Their results and the bytes they wrote, once run.
+    answers: Option<(Vec<i64>, Vec<u8>)>,
+}
 
 impl Drop for Capture<'_> {
     /// A capture that failed leaves no page of its own in the process, which
@@ -183,8 +199,99 @@ impl<'a> Capture<'a> {
             mapped_ids: Default::default(),
             scratch: None,
             status: None,
+            questions: Vec::new(),
+            asked_out: 0,
             code: None,
         }
+    }
+
+    /// Asks, for the capture of the part `part`, the calls in thread 0 that
+    /// `make(out)` lists, which write at most `out_len` bytes at `out` in
+    /// the scratch page. Questions of several parts asked before any is
+    /// answered go to the process together, in as few batches of injected
+    /// calls as they fit in: each batch is a stop of the process.
+    pub fn ask(
+        &mut self,
+        part: &'static str,
+        out_len: usize,
+        make: impl FnOnce(u64) -> Vec<(i64, Vec<u64>)>,
+    ) -> Result<()> {
+        let scratch = self.scratch()?;
+        let len = (out_len as u64).next_multiple_of(8);
+        if len > SCRATCH_LEN {
+            return Err(EngineError::Other(format!(
+                "internal error: the {part} capture asks for {out_len} bytes of scratch memory"
+            )));
+        }
+        if self.asked_out + len > SCRATCH_LEN {
+            self.run_questions()?;
+        }
+        let out = scratch + self.asked_out;
+        self.asked_out += len;
+        self.questions.push(Question {
+            part,
+            calls: make(out),
+            out: (out, out_len),
+            answers: None,
+        });
+        Ok(())
+    }
+
+    /// The results of the calls asked for `part` (negative errno on
+    /// failure) and the bytes they wrote, asked with `ask` if they were not
+    /// asked; every question not answered yet goes to the process with them.
+    pub fn answers(
+        &mut self,
+        part: &'static str,
+        ask: fn(&mut Capture<'a>) -> Result<()>,
+    ) -> Result<(Vec<i64>, Vec<u8>)> {
+        if !self.questions.iter().any(|q| q.part == part) {
+            ask(self)?;
+        }
+        if self.questions.iter().any(|q| q.answers.is_none()) {
+            self.run_questions()?;
+        }
+        let i = self
+            .questions
+            .iter()
+            .position(|q| q.part == part)
+            .ok_or_else(|| EngineError::Other(format!("internal error: {part} asked nothing")))?;
+        let q = self.questions.remove(i);
+        q.answers
+            .ok_or_else(|| EngineError::Other(format!("internal error: {part} not answered")))
+    }
+
+    /// Runs the questions not answered yet in thread 0 and keeps their
+    /// answers; their part of the scratch page is free again after.
+    fn run_questions(&mut self) -> Result<()> {
+        let pending: Vec<usize> = (0..self.questions.len())
+            .filter(|&i| self.questions[i].answers.is_none())
+            .collect();
+        let calls: Vec<(i64, &[u64])> = pending
+            .iter()
+            .flat_map(|&i| self.questions[i].calls.iter().map(|(n, a)| (*n, &a[..])))
+            .collect();
+        let mut results = Vec::with_capacity(calls.len());
+        for batch in calls.chunks(crate::ptrace::STUB_CALLS) {
+            results.extend(self.frozen.inject_many(0, batch)?);
+        }
+        let scratch = self.scratch.unwrap_or(0);
+        let written = if self.asked_out > 0 {
+            self.read_mem(scratch, self.asked_out as usize)?
+        } else {
+            Vec::new()
+        };
+        let mut next = 0;
+        for i in pending {
+            let q = &mut self.questions[i];
+            let n = q.calls.len();
+            let at = (q.out.0 - scratch) as usize;
+            let bytes = written.get(at..at + q.out.1).unwrap_or_default().to_vec();
+            q.answers = Some((results[next..next + n].to_vec(), bytes));
+            next += n;
+        }
+        self.asked_out = 0;
+        Ok(())
     }
 
     /// `/proc/PID/status` of the frozen process, read at the first call.
@@ -772,5 +879,59 @@ mod tests {
                 "{targets:?} lazy {lazy} room {room} limit {limit}"
             );
         }
+    }
+
+    #[test]
+    fn questions_of_several_parts_are_answered_together_each_with_its_own_bytes() {
+        // A child that sleeps until killed.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "exec sleep 600"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as pid_t;
+        // Bounded: until it runs sleep (its own program, not the shell).
+        for _ in 0..2000 {
+            if crate::procfs::read(pid, "comm").is_ok_and(|c| c.trim() == "sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let mut frozen = Frozen::freeze(pid).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let mut w = pmig_image::ImageWriter::create(d.path()).unwrap();
+        let mut cx = Capture::new(&mut frozen, w.pages());
+        cx.ask("first", 0, |_| vec![(libc::SYS_getpid, vec![])])
+            .unwrap();
+        // Writes its three interval timers (unarmed: zeros) where it was told.
+        cx.ask("second", 96, |out| {
+            (0..3u64)
+                .map(|w| (libc::SYS_getitimer, vec![w, out + w * 32]))
+                .collect()
+        })
+        .unwrap();
+        // The scratch page is filled with ones where the second writes, so
+        // that zeros read back came from its calls.
+        let scratch = cx.scratch().unwrap();
+        let mem = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&mem, &[0xffu8; 96], scratch).unwrap();
+        let (r2, out2) = cx.answers("second", |_| panic!("asked already")).unwrap();
+        assert_eq!(r2, vec![0, 0, 0]);
+        assert_eq!(out2, vec![0u8; 96]);
+        // Answered in the same batch: taken without running anything.
+        let (r1, out1) = cx.answers("first", |_| panic!("asked already")).unwrap();
+        assert_eq!((r1, out1), (vec![pid as i64], vec![]));
+        // A part not asked ahead is asked at its answers.
+        fn third(cx: &mut Capture) -> Result<()> {
+            cx.ask("third", 0, |_| vec![(libc::SYS_close, vec![9999])])
+        }
+        let (r3, _) = cx.answers("third", third).unwrap();
+        assert_eq!(r3, vec![-(libc::EBADF as i64)]);
+        drop(cx);
+        frozen.detach().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -152,28 +152,32 @@ impl PrctlState {
     }
 }
 
+impl Prctl {
+    /// The calls its capture makes in the process (see [`Capture::ask`]).
+    pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
+        cx.ask(Self::PART, 16, |s| {
+            vec![
+                (libc::SYS_prctl, vec![PR_GET_CHILD_SUBREAPER, s]),
+                (libc::SYS_prctl, vec![PR_GET_TSC, s + 8]),
+                (libc::SYS_prctl, vec![PR_GET_THP_DISABLE, 0, 0, 0, 0]),
+                (libc::SYS_prctl, vec![PR_MCE_KILL_GET, 0, 0, 0, 0]),
+                (libc::SYS_prctl, vec![PR_GET_MEMORY_MERGE, 0, 0, 0, 0]),
+                (libc::SYS_prctl, vec![PR_GET_MDWE, 0, 0, 0, 0]),
+            ]
+        })
+    }
+}
+
 impl Resource for Prctl {
     const PART: &'static str = "prctl";
     type State = PrctlState;
 
     fn capture(cx: &mut Capture) -> Result<PrctlState> {
-        let s = cx.scratch()?;
-        let r = cx.frozen.inject_many(
-            0,
-            &[
-                (libc::SYS_prctl, &[PR_GET_CHILD_SUBREAPER, s]),
-                (libc::SYS_prctl, &[PR_GET_TSC, s + 8]),
-                (libc::SYS_prctl, &[PR_GET_THP_DISABLE, 0, 0, 0, 0]),
-                (libc::SYS_prctl, &[PR_MCE_KILL_GET, 0, 0, 0, 0]),
-                (libc::SYS_prctl, &[PR_GET_MEMORY_MERGE, 0, 0, 0, 0]),
-                (libc::SYS_prctl, &[PR_GET_MDWE, 0, 0, 0, 0]),
-            ],
-        )?;
+        let (r, out) = cx.answers(Self::PART, Prctl::ask)?;
         // A kernel without MDWE (before 6.3) answers EINVAL: none is set.
         if r[5] > 0 {
             cx.mdwe = Some(MdweState { flags: r[5] as u64 });
         }
-        let out = cx.read_mem(s, 16)?;
         let int_at = |i: usize| {
             out.get(i..i + 4)
                 .map(|b| i32::from_le_bytes(b.try_into().unwrap()) as u64)

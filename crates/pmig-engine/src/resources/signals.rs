@@ -42,55 +42,63 @@ fn settable(sig: u64) -> bool {
     sig != libc::SIGKILL as u64 && sig != libc::SIGSTOP as u64
 }
 
+/// The bytes of one signal action as `rt_sigaction` writes it.
+const ACTION_BYTES: u64 = 32;
+const _: () = assert!(64 * ACTION_BYTES <= super::SCRATCH_LEN);
+
+/// The signals whose actions the capture asks for: only those caught or
+/// ignored can have an action other than the default (SigCgt/SigIgn), and
+/// SIGCHLD, whose flags matter even with the default action. Each is a
+/// system call injected into the process.
+fn asked(cx: &mut Capture) -> Result<Vec<u64>> {
+    let st = cx.status()?;
+    let mask = |k: &str| crate::procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
+    let interesting = mask("SigCgt") | mask("SigIgn") | 1 << (libc::SIGCHLD - 1);
+    Ok((1..=64u64)
+        .filter(|s| settable(*s) && interesting & (1 << (s - 1)) != 0)
+        .collect())
+}
+
+impl Signals {
+    /// The calls its capture makes in the process (see [`Capture::ask`]):
+    /// each action asked for lands in its own 32 bytes, in the order asked.
+    pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
+        let sigs = asked(cx)?;
+        cx.ask(Self::PART, sigs.len() * ACTION_BYTES as usize, |out| {
+            (0..sigs.len() as u64)
+                .zip(&sigs)
+                .map(|(k, &s)| {
+                    (
+                        libc::SYS_rt_sigaction,
+                        vec![s, 0, out + k * ACTION_BYTES, 8],
+                    )
+                })
+                .collect()
+        })
+    }
+}
+
 impl Resource for Signals {
     const PART: &'static str = "signals";
     type State = SignalsState;
 
     fn capture(cx: &mut Capture) -> Result<SignalsState> {
-        let scratch = cx.scratch()?;
-        // Only signals that are caught or ignored can have an action other
-        // than the default (SigCgt/SigIgn); SIGCHLD is always asked, since
-        // its flags matter even with the default action. Each question is a
-        // system call injected into the process, so this keeps the stop short.
-        let st = cx.status()?;
-        let mask = |k: &str| crate::procfs::hex_u64(st.get(k).map(String::as_str).unwrap_or("0"));
-        let interesting = mask("SigCgt") | mask("SigIgn") | 1 << (libc::SIGCHLD - 1);
-        // Each action asked for lands in its own 32 bytes of the scratch
-        // page, in the order asked: all of them fit (64 x 32 bytes), and
-        // all go in one batch of injected calls unless there are more than
-        // a batch holds.
-        const ACTION_BYTES: u64 = 32;
-        const _: () = assert!(64 * ACTION_BYTES <= super::SCRATCH_LEN);
+        let sigs = asked(cx)?;
+        let (res, raw) = cx.answers(Self::PART, Signals::ask)?;
         let mut actions = vec![Action::default(); 64];
-        let sigs: Vec<u64> = (1..=64u64)
-            .filter(|s| settable(*s) && interesting & (1 << (s - 1)) != 0)
-            .collect();
-        for batch in sigs.chunks(crate::ptrace::STUB_CALLS) {
-            let args: Vec<[u64; 4]> = (0..batch.len() as u64)
-                .zip(batch)
-                .map(|(k, &s)| [s, 0, scratch + k * ACTION_BYTES, 8])
-                .collect();
-            let calls: Vec<(i64, &[u64])> = args
-                .iter()
-                .map(|a| (libc::SYS_rt_sigaction, &a[..]))
-                .collect();
-            let res = cx.frozen.inject_many(0, &calls)?;
-            let raw = cx.read_mem(scratch, batch.len() * ACTION_BYTES as usize)?;
-            for (k, &s) in batch.iter().enumerate() {
-                let o = k * ACTION_BYTES as usize;
-                if res[k] < 0 || raw.len() < o + ACTION_BYTES as usize {
-                    continue;
-                }
-                let w = |i: usize| {
-                    u64::from_le_bytes(raw[o + i * 8..o + i * 8 + 8].try_into().unwrap())
-                };
-                actions[(s - 1) as usize] = Action {
-                    handler: w(0),
-                    flags: w(1),
-                    restorer: w(2),
-                    mask: w(3),
-                };
+        for (k, &s) in sigs.iter().enumerate() {
+            let o = k * ACTION_BYTES as usize;
+            if res.get(k).is_none_or(|&r| r < 0) || raw.len() < o + ACTION_BYTES as usize {
+                continue;
             }
+            let w =
+                |i: usize| u64::from_le_bytes(raw[o + i * 8..o + i * 8 + 8].try_into().unwrap());
+            actions[(s - 1) as usize] = Action {
+                handler: w(0),
+                flags: w(1),
+                restorer: w(2),
+                mask: w(3),
+            };
         }
         let main = cx.frozen.threads[0].tid;
         Ok(SignalsState {

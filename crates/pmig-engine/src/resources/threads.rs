@@ -449,23 +449,46 @@ pub fn register_rseq_of_new(fin: &ThreadsState, cx: &mut super::Update) -> Resul
     Ok(())
 }
 
+/// The calls that read a thread's attributes no other interface gives,
+/// writing 32 bytes at `out`: its clear-child-tid address, its signal
+/// stack, its timer slack.
+fn thread_calls(out: u64) -> Vec<(i64, Vec<u64>)> {
+    vec![
+        (libc::SYS_prctl, vec![PR_GET_TID_ADDRESS, out]),
+        (libc::SYS_sigaltstack, vec![0, out + 8]),
+        (libc::SYS_prctl, vec![PR_GET_TIMERSLACK]),
+    ]
+}
+
+impl Threads {
+    /// The calls its capture makes in the main thread (see
+    /// [`Capture::ask`]).
+    pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
+        cx.ask(Self::PART, 32, thread_calls)
+    }
+}
+
 impl Resource for Threads {
     const PART: &'static str = "threads";
     type State = ThreadsState;
 
     fn capture(cx: &mut Capture) -> Result<ThreadsState> {
-        let scratch = cx.scratch()?;
         let mut threads = Vec::new();
         for i in 0..cx.n_threads() {
             let tid = cx.frozen.threads[i].tid;
-            let calls: [(i64, &[u64]); 3] = [
-                (libc::SYS_prctl, &[PR_GET_TID_ADDRESS, scratch]),
-                (libc::SYS_sigaltstack, &[0, scratch + 8]),
-                (libc::SYS_prctl, &[PR_GET_TIMERSLACK]),
-            ];
-            let res = cx.frozen.inject_many(i, &calls)?;
-            let raw = cx.read_mem(scratch, 32)?;
-            let w = |o: usize| u64::from_le_bytes(raw[o..o + 8].try_into().unwrap());
+            // The main thread's were asked with the other parts' questions.
+            let (res, raw) = if i == 0 {
+                cx.answers(Self::PART, Threads::ask)?
+            } else {
+                let scratch = cx.scratch()?;
+                let calls = thread_calls(scratch);
+                let calls: Vec<(i64, &[u64])> = calls.iter().map(|(n, a)| (*n, &a[..])).collect();
+                (cx.frozen.inject_many(i, &calls)?, cx.read_mem(scratch, 32)?)
+            };
+            let w = |o: usize| {
+                raw.get(o..o + 8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+            };
             let clear_child_tid = if res[0] >= 0 { w(0) } else { 0 };
             let sigaltstack = if res[1] >= 0 {
                 (w(8), w(16) as i32, w(24))

@@ -92,6 +92,18 @@ fn rearmed_real(t: [u64; 4]) -> [u64; 4] {
     }
 }
 
+impl Timers {
+    /// The calls its capture makes in the process (see [`Capture::ask`]):
+    /// the three interval timers, 32 bytes each.
+    pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
+        cx.ask(Self::PART, 96, |out| {
+            (0..3u64)
+                .map(|w| (libc::SYS_getitimer, vec![w, out + w * 32]))
+                .collect()
+        })
+    }
+}
+
 impl Resource for Timers {
     const PART: &'static str = "timers";
     type State = TimersState;
@@ -114,18 +126,15 @@ impl Resource for Timers {
     }
 
     fn capture(cx: &mut Capture) -> Result<TimersState> {
+        let (res, raw) = cx.answers(Self::PART, Timers::ask)?;
         let scratch = cx.scratch()?;
-        let args: Vec<[u64; 2]> = (0..3u64).map(|w| [w, scratch + w * 32]).collect();
-        let calls: Vec<(i64, &[u64])> =
-            args.iter().map(|a| (libc::SYS_getitimer, &a[..])).collect();
-        let res = cx.frozen.inject_many(0, &calls)?;
-        let raw = cx.read_mem(scratch, 96)?;
         let mut itimers = Vec::new();
         for w in 0..3usize {
             let v = |i: usize| {
-                u64::from_le_bytes(raw[w * 32 + i * 8..w * 32 + i * 8 + 8].try_into().unwrap())
+                raw.get(w * 32 + i * 8..w * 32 + i * 8 + 8)
+                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
             };
-            itimers.push(if res[w] >= 0 {
+            itimers.push(if res.get(w).is_some_and(|&r| r >= 0) {
                 [v(0), v(1), v(2), v(3)]
             } else {
                 [0; 4]
