@@ -133,13 +133,8 @@ impl Resource for Identity {
     type State = IdentityState;
 
     fn capture(cx: &mut Capture) -> Result<IdentityState> {
-        // The main thread's status is the process's (read once).
-        let main = cx.frozen.threads[0].tid;
-        let mut creds = if main == cx.pid {
-            creds_in(cx.status()?)
-        } else {
-            creds_of(main)?
-        };
+        // Thread 0 is the main thread, whose status is the process's.
+        let mut creds = creds_in(cx.status()?);
         // Threads with different credentials are rare; refuse them rather
         // than restore them wrong.
         for t in &cx.frozen.threads[1..] {

@@ -677,15 +677,9 @@ impl Layout {
     /// The mappings of the (frozen) process `pid` with their flags: this
     /// layout if it still holds, carried over to the mappings of now if
     /// they can be, else read again (then the flag is true: nothing to
-    /// check afterwards).
-    pub fn current(self, pid: pid_t) -> Result<(Layout, bool)> {
-        let locked_kib = vm_locked_kib(pid)?;
-        self.current_locked(pid, locked_kib)
-    }
-
-    /// [`Layout::current`] with the locked total `locked_kib` (`VmLck`)
-    /// read already.
-    pub fn current_locked(self, pid: pid_t, locked_kib: u64) -> Result<(Layout, bool)> {
+    /// check afterwards). `locked_kib`: its locked total (`VmLck`), read
+    /// while no page of the capture's own was mapped.
+    pub fn current(self, pid: pid_t, locked_kib: u64) -> Result<(Layout, bool)> {
         let now = procfs::maps(pid)?;
         if self.still_holds(&now, locked_kib) {
             return Ok((self, false));
@@ -1832,17 +1826,8 @@ impl Resource for Memory {
 
     fn capture(cx: &mut Capture) -> Result<MemoryState> {
         let pid = cx.pid;
-        let brk = match cx.answers(Self::PART, Memory::ask)?.0.first() {
-            Some(&b) if b >= 0 => b as u64,
-            other => {
-                return Err(EngineError::Sys {
-                    what: format!("brk(0) (inside process {pid})"),
-                    source: std::io::Error::from_raw_os_error(
-                        other.map_or(libc::EIO, |&e| (-e) as i32),
-                    ),
-                })
-            }
-        };
+        let (r, _) = cx.answers(Self::PART, Memory::ask)?;
+        let brk = cx.checked(r[0], "brk(0)")?;
         cx.release_scratch()?;
         // Waits for the scan started at the freeze: an error there refuses
         // the capture.
@@ -1856,7 +1841,7 @@ impl Resource for Memory {
             // locked total of the process's own mappings.
             Some(l) => {
                 let locked_kib = locked_kib_in(cx.status()?);
-                l.current_locked(pid, locked_kib)?
+                l.current(pid, locked_kib)?
             }
             None => (Layout::read_smaps(pid, 0)?, true),
         };
@@ -3074,7 +3059,7 @@ mod layout_tests {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         let l = Layout::read(pid).unwrap();
-        let (used, read) = l.clone().current(pid).unwrap();
+        let (used, read) = l.clone().current(pid, vm_locked_kib(pid).unwrap()).unwrap();
         assert!(!read);
         assert_eq!(used.maps, l.maps);
         assert!(used.maps.iter().any(|m| !m.flags.is_empty()));
@@ -3083,7 +3068,10 @@ mod layout_tests {
         // are carried over to the mappings of now, and check out.
         let mut stale = l.clone();
         stale.maps[0].end += PAGE;
-        let (used, read) = stale.clone().current(pid).unwrap();
+        let (used, read) = stale
+            .clone()
+            .current(pid, vm_locked_kib(pid).unwrap())
+            .unwrap();
         assert!(!read);
         let bounds = |v: &[MapLine]| v.iter().map(|m| (m.start, m.end)).collect::<Vec<_>>();
         assert_eq!(bounds(&used.maps), bounds(&l.maps));
@@ -3095,7 +3083,7 @@ mod layout_tests {
         // mapped since is read again, with every flag.
         let exe = l.maps.iter().position(|m| m.inode != 0).unwrap();
         stale.maps.remove(exe);
-        let (used, read) = stale.current(pid).unwrap();
+        let (used, read) = stale.current(pid, vm_locked_kib(pid).unwrap()).unwrap();
         assert!(read);
         assert_eq!(used.maps, l.maps);
 

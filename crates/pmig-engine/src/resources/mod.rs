@@ -390,6 +390,12 @@ impl<'a> Capture<'a> {
     /// Run a call in thread `idx`; a negative result becomes an error.
     pub fn call(&mut self, idx: usize, nr: i64, args: &[u64], what: &str) -> Result<u64> {
         let r = self.frozen.inject(idx, nr, args)?;
+        self.checked(r, what)
+    }
+
+    /// The raw result `r` of the injected call `what`: a negative one (an
+    /// errno) becomes an error.
+    pub fn checked(&self, r: i64, what: &str) -> Result<u64> {
         if r < 0 {
             return Err(EngineError::Sys {
                 what: format!("{what} (inside process {})", self.pid),
