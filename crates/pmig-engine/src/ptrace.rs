@@ -1080,6 +1080,10 @@ impl Frozen {
             }
         }
         reap_exiting(&exiting);
+        if self.stop_on_detach && stopped.is_ok() && first.is_none() {
+            let tids: Vec<pid_t> = self.threads.iter().map(|t| t.tid).collect();
+            wait_group_stopped(self.pid, &tids);
+        }
         match first {
             Some(e) => Err(e).ctx(|| format!("detach from process {}", self.pid)),
             None => parked.and(stopped),
@@ -1153,6 +1157,29 @@ impl Drop for Frozen {
 
 /// Reaps the traced threads `tids`, which are exiting (bounded: about 2 s
 /// in all).
+/// Waits (bounded) until every thread in `tids`, let go with a SIGSTOP
+/// queued, has taken it and is in the group stop: a thread is running (state
+/// R) from its detach until it is scheduled and takes the signal, and whoever
+/// let the process go expects to find it stopped as it was. A thread that is
+/// gone or exiting no longer counts; a SIGCONT from elsewhere in the
+/// meantime ends the wait at its bound, with a warning, not an error.
+fn wait_group_stopped(pid: pid_t, tids: &[pid_t]) {
+    let mut left: Vec<pid_t> = tids.to_vec();
+    for _ in 0..2000 {
+        left.retain(|&tid| {
+            crate::procfs::stat_fields(tid)
+                .ok()
+                .and_then(|f| f.into_iter().next())
+                .is_some_and(|st| !matches!(st.as_str(), "T" | "Z" | "X"))
+        });
+        if left.is_empty() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(500));
+    }
+    tracing::warn!("process {pid}: threads {left:?} did not stop again after the detach");
+}
+
 fn reap_exiting(tids: &[pid_t]) {
     let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
     let mut left: Vec<pid_t> = tids.to_vec();
@@ -1602,6 +1629,41 @@ mod tests {
             "thread {other} is in state {:?}",
             thread_state_of(p, other)
         );
+        drop(guard);
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn a_process_stopped_again_on_detach_is_stopped_when_the_detach_returns() {
+        let (_dir, mut child) = spawn_c(
+            "#include <pthread.h>\n#include <unistd.h>\n\
+             static void *run(void *a) { (void)a; for (;;) pause(); return 0; }\n\
+             int main(void) { pthread_t t; for (int i = 0; i < 15; i++) pthread_create(&t, 0, run, 0);\n\
+               for (;;) pause(); }\n",
+        );
+        let p = child.id() as pid_t;
+        let guard = Child(p);
+        // Bounded: until all 16 threads exist.
+        assert!(
+            within_ms(5000, || list_tids(p).is_ok_and(|t| t.len() == 16)),
+            "the threads were not started"
+        );
+        // SAFETY: signalling the child this test started.
+        unsafe { libc::kill(p, libc::SIGSTOP) };
+        let tids = list_tids(p).unwrap();
+        let all_stopped = || tids.iter().all(|&t| thread_state_of(p, t) == Some('T'));
+        assert!(within_ms(5000, all_stopped), "SIGSTOP did not stop it");
+        for _ in 0..5 {
+            let mut f = Frozen::freeze(p).unwrap();
+            f.stop_on_detach();
+            f.detach().unwrap();
+            // Read once, at once: the detach's caller may look right away.
+            let states: Vec<_> = tids.iter().map(|&t| thread_state_of(p, t)).collect();
+            assert!(
+                states.iter().all(|&s| s == Some('T')),
+                "thread states right after the detach: {states:?}"
+            );
+        }
         drop(guard);
         let _ = child.wait();
     }
