@@ -146,6 +146,8 @@ pub struct Capture<'a> {
     asked_out: u64,
     /// The page of code for batched injected calls, if it could be mapped.
     code: Option<u64>,
+    /// The scratch, results and code pages are one mapping.
+    joined: bool,
 }
 
 pub const SCRATCH_LEN: u64 = 4096;
@@ -202,6 +204,7 @@ impl<'a> Capture<'a> {
             questions: Vec::new(),
             asked_out: 0,
             code: None,
+            joined: false,
         }
     }
 
@@ -308,9 +311,9 @@ impl<'a> Capture<'a> {
 
     /// A page of memory inside the target for injected calls to write into.
     /// Mapped at the first use, with a page for the results of batched
-    /// calls after it and, in a mapping of its own, a page of executable
-    /// memory for their code (see [`Frozen::use_stub`]); without that
-    /// mapping, calls are injected one by one.
+    /// calls after it and a page of executable memory for their code (see
+    /// [`Frozen::use_stub`]); without that page, calls are injected one by
+    /// one.
     pub fn scratch(&mut self) -> Result<u64> {
         if let Some(s) = self.scratch {
             return Ok(s);
@@ -323,36 +326,31 @@ impl<'a> Capture<'a> {
             .unwrap_or(0);
         self.frozen.know_ignored(ignored);
         let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-        let r = self.frozen.inject_many(
-            0,
-            &[
-                (
-                    libc::SYS_mmap,
-                    &[
-                        0,
-                        SCRATCH_LEN + RESULTS_LEN,
-                        (libc::PROT_READ | libc::PROT_WRITE) as u64,
-                        anon,
-                        u64::MAX,
-                        0,
-                    ],
-                ),
-                (
-                    libc::SYS_mmap,
-                    &[
-                        0,
-                        CODE_LEN,
-                        (libc::PROT_READ | libc::PROT_EXEC) as u64,
-                        anon,
-                        u64::MAX,
-                        0,
-                    ],
-                ),
-            ],
-        )?;
-        if r[1] >= 0 {
-            self.code = Some(r[1] as u64);
-        }
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let mmap = |len: u64, prot: u64| (libc::SYS_mmap, [0, len, prot, anon, u64::MAX, 0]);
+        // One mapping for the three pages, code last, where the process may
+        // map memory both writable and executable: one stop of the process
+        // to map and one to unmap, where two mappings take two of each. The
+        // process runs none of its own code while it is there. Refused
+        // (memory-deny-write-execute, a security module's policy): two
+        // mappings, the code's not writable.
+        let joined = mmap(SCRATCH_LEN + RESULTS_LEN + CODE_LEN, rw | rx);
+        let one = self.frozen.inject_many(0, &[(joined.0, &joined.1[..])])?;
+        let r = if one[0] >= 0 {
+            self.code = Some(one[0] as u64 + SCRATCH_LEN + RESULTS_LEN);
+            self.joined = true;
+            one
+        } else {
+            let (data, code) = (mmap(SCRATCH_LEN + RESULTS_LEN, rw), mmap(CODE_LEN, rx));
+            let r = self
+                .frozen
+                .inject_many(0, &[(data.0, &data.1[..]), (code.0, &code.1[..])])?;
+            if r[1] >= 0 {
+                self.code = Some(r[1] as u64);
+            }
+            r
+        };
         if r[0] < 0 {
             return Err(EngineError::Other(format!(
                 "map a scratch page in process {}: errno {}",
@@ -374,6 +372,12 @@ impl<'a> Capture<'a> {
     pub fn release_scratch(&mut self) -> Result<()> {
         self.frozen.drop_stub();
         let mut calls: Vec<(i64, [u64; 2])> = Vec::new();
+        if std::mem::take(&mut self.joined) {
+            self.code = None;
+            if let Some(s) = self.scratch.take() {
+                calls.push((libc::SYS_munmap, [s, SCRATCH_LEN + RESULTS_LEN + CODE_LEN]));
+            }
+        }
         if let Some(s) = self.scratch.take() {
             calls.push((libc::SYS_munmap, [s, SCRATCH_LEN + RESULTS_LEN]));
         }
@@ -939,5 +943,60 @@ mod tests {
         frozen.detach().unwrap();
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn the_scratch_pages_run_batches_and_leave_the_mappings_as_they_were() {
+        use std::os::unix::process::CommandExt;
+        // Twice: a plain process (one mapping for the three pages), then one
+        // that denies write+execute memory (two mappings).
+        for mdwe in [false, true] {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", "exec sleep 600"]);
+            if mdwe {
+                // SAFETY: prctl with integer arguments, between fork and exec;
+                // async-signal-safe.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        if libc::prctl(libc::PR_SET_MDWE, libc::PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0)
+                            != 0
+                        {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    })
+                };
+            }
+            let mut child = cmd.spawn().unwrap();
+            let pid = child.id() as pid_t;
+            for _ in 0..2000 {
+                if crate::procfs::read(pid, "comm").is_ok_and(|c| c.trim() == "sleep") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            let maps = || crate::procfs::read(pid, "maps").unwrap();
+            let mut frozen = Frozen::freeze(pid).unwrap();
+            let before = maps();
+            let d = tempfile::tempdir().unwrap();
+            let mut w = pmig_image::ImageWriter::create(d.path()).unwrap();
+            let mut cx = Capture::new(&mut frozen, w.pages());
+            cx.scratch().unwrap();
+            assert_eq!(cx.joined, !mdwe, "mdwe {mdwe}");
+            assert_ne!(maps(), before, "mdwe {mdwe}: nothing mapped");
+            // Two calls: run as one batch from the code page.
+            cx.ask("ids", 0, |_| {
+                vec![(libc::SYS_getpid, vec![]), (libc::SYS_close, vec![9999])]
+            })
+            .unwrap();
+            let (r, _) = cx.answers("ids", |_| panic!("asked already")).unwrap();
+            assert_eq!(r, vec![pid as i64, -(libc::EBADF as i64)], "mdwe {mdwe}");
+            cx.release_scratch().unwrap();
+            assert_eq!(maps(), before, "mdwe {mdwe}");
+            drop(cx);
+            frozen.detach().unwrap();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
