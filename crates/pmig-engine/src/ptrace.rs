@@ -1155,8 +1155,6 @@ impl Drop for Frozen {
     }
 }
 
-/// Reaps the traced threads `tids`, which are exiting (bounded: about 2 s
-/// in all).
 /// Waits (bounded) until every thread in `tids`, let go with a SIGSTOP
 /// queued, has taken it and is in the group stop: a thread is running (state
 /// R) from its detach until it is scheduled and takes the signal, and whoever
@@ -1180,6 +1178,8 @@ fn wait_group_stopped(pid: pid_t, tids: &[pid_t]) {
     tracing::warn!("process {pid}: threads {left:?} did not stop again after the detach");
 }
 
+/// Reaps the traced threads `tids`, which are exiting (bounded: about 2 s
+/// in all).
 fn reap_exiting(tids: &[pid_t]) {
     let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
     let mut left: Vec<pid_t> = tids.to_vec();
