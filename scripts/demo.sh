@@ -65,19 +65,16 @@ for s in $ALL_STRATEGIES; do
         IMPLEMENTED+=("$s")
     fi
 done
-# Deterministic mode: a fixed number of iterations gives a checksum that an
-# unmigrated reference run must reproduce. The workload must outlive every hop:
-# 5 s of work per strategy (3 hops).
-ITER=$(( ${#IMPLEMENTED[@]} * 20000 ))
-ARGS=(--mib "$MIB" --dirty-rate 4000 --iterations "$ITER" --report-ms 0)
-echo "== workload: dirtier ${ARGS[*]} (fills $MIB MiB, rewrites 4000 pages/s, verifies itself)"
-( only_stdio ip netns exec "$PREFIX-n1" "$STATE/dirtier" "${ARGS[@]}" </dev/null >"$STATE/migrated.out" 2>&1 ) &
+# The workload rewrites its memory until the demo is done moving it (however
+# long the hops take on this machine), then is told to stop; it reports how
+# many pages it wrote and a checksum of its memory, which an unmigrated run of
+# exactly as many writes must reproduce.
+ARGS=(--mib "$MIB" --dirty-rate 4000 --report-ms 0)
+echo "== workload: dirtier ${ARGS[*]} (fills $MIB MiB, rewrites 4000 pages/s until told to stop, verifies itself)"
+( only_stdio ip netns exec "$PREFIX-n1" "$STATE/dirtier" "${ARGS[@]}" --seconds 0 </dev/null >"$STATE/migrated.out" 2>&1 ) &
 WPID=$!
 PIDS+=("$WPID")
 disown "$WPID"  # it is killed by the migration: no job-control message
-( only_stdio "$STATE/dirtier" "${ARGS[@]}" </dev/null >"$STATE/reference.out" 2>&1 ) &
-PIDS+=($!)
-REFPID=$!
 for _ in $(seq 1 300); do
     grep -q READY "$STATE/migrated.out" 2>/dev/null && break
     sleep 0.1
@@ -114,13 +111,17 @@ for s, hop, j in rows:
                      r["remote_faults"], r["residual"]["what"]))
 EOF
 
-echo "== waiting for the workload to finish (on $node, pid $pid) and for the reference run"
+echo "== stopping the workload (on $node, pid $pid), then an unmigrated run of as many writes"
+kill -TERM "$pid" 2>/dev/null || { echo "demo: the workload (pid $pid) ended before it was told to stop" >&2; exit 1; }
 for _ in $(seq 1 1200); do
     grep -q '^DONE' "$STATE/migrated.out" 2>/dev/null && break
     sleep 0.1
 done
-wait "$REFPID" || true
 m=$(grep '^DONE' "$STATE/migrated.out" || true)
+iter=$(sed -n 's/^DONE iter=\([0-9]*\).*/\1/p' <<<"$m")
+[ -n "$iter" ] || { echo "demo: the migrated workload did not report (${m:-no DONE line})" >&2; exit 1; }
+( only_stdio timeout 600 "$STATE/dirtier" --mib "$MIB" --dirty-rate 0 --iterations "$iter" --report-ms 0 \
+    </dev/null >"$STATE/reference.out" 2>&1 ) || true
 r=$(grep '^DONE' "$STATE/reference.out" || true)
 echo "   migrated:  $m"
 echo "   reference: $r"
