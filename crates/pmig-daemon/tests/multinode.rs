@@ -1547,6 +1547,7 @@ fn assisted_report(rep: &serde_json::Value) {
             .contains("all pages moved"),
         "residual not reported: {rep}"
     );
+    skeleton_ran(rep);
 }
 
 #[test]
@@ -4452,18 +4453,19 @@ while True:
 "#;
 
 /// Starts python `script` (as `name`) on n1 and moves it to n2 with
-/// post-copy, telling it `change` (it answers `CHANGED`) between the
+/// `strategy`, telling it `change` (it answers `CHANGED`) between the
 /// skeleton's capture and the stop (test hook `hold-skeleton`): the child,
 /// its command and output files, and the migration's report.
 fn changed_between_the_captures(
     env: &mut Env,
     name: &str,
     script: &str,
+    strategy: &str,
 ) -> (Child, PathBuf, PathBuf, serde_json::Value) {
     std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
     let (child, cmds, out) = env.python(name, script);
     let pid = child.id() as i32;
-    let rep = migrate_while_held(env, pid, "post-copy", 1, "release-skeleton", || {
+    let rep = migrate_while_held(env, pid, strategy, 1, "release-skeleton", || {
         command(&cmds, "change");
         wait_output(&out, "CHANGED", &format!("{name} did not change"));
     });
@@ -4482,9 +4484,32 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("sp");
+    stale_skeleton_gives_way(&mut env, "post-copy");
+}
+
+/// [`a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop`]
+/// with assisted-post-copy (protocol 20), whose stale skeleton gives way to
+/// the image of the stop restored with its local copy of round 0.
+#[test]
+fn a_stale_skeleton_of_assisted_post_copy_gives_way_to_the_image_of_the_stop() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("sa");
+    stale_skeleton_gives_way(&mut env, "assisted-post-copy");
+}
+
+fn stale_skeleton_gives_way(env: &mut Env, strategy: &str) {
     let (mut child, cmds, out, rep) =
-        changed_between_the_captures(&mut env, "flipper", PAGE_FLIPPER);
+        changed_between_the_captures(env, "flipper", PAGE_FLIPPER, strategy);
     assert_eq!(rep["skeleton"]["used"], false, "{rep}");
+    assert!(
+        rep["skeleton"]["why_not"]
+            .as_str()
+            .is_some_and(|w| !w.is_empty()),
+        "a skeleton not used says why: {rep}"
+    );
     let pid = rep["new_pid"].as_i64().unwrap() as i32;
     env.pids.push(pid);
     command(&cmds, "done");
@@ -4495,6 +4520,86 @@ fn a_stale_skeleton_lends_none_of_its_pages_to_the_image_of_the_stop() {
         text.contains("PAGES 120:120 0:0 67:67 68:68"),
         "pages after the move: {text}\n{rep}"
     );
+}
+
+/// python3 rewriting pages of 32 MiB of private anonymous memory all the
+/// time (four pages, then a pause of 2 ms), each page with content derived
+/// from its index and how often it was written; `done` checks every page.
+const PAGE_WRITER: &str = r#"
+import hashlib, mmap, random, sys, time
+P = 4096
+N = 8192
+m = mmap.mmap(-1, N * P, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+gen = [0] * N
+def page(i):
+    return hashlib.sha256(b"%d:%d" % (i, gen[i])).digest() * (P // 32)
+for i in range(N):
+    m[i * P:(i + 1) * P] = page(i)
+rng = random.Random(7)
+print("READY", flush=True)
+while True:
+    for _ in range(4):
+        i = rng.randrange(N)
+        gen[i] += 1
+        m[i * P:(i + 1) * P] = page(i)
+    line = sys.stdin.readline()
+    if not line:
+        time.sleep(0.002)
+        continue
+    if line.split()[0] == "done":
+        bad = sum(1 for i in range(N) if m[i * P:(i + 1) * P] != page(i))
+        print("SAME" if bad == 0 else "DIFFERENT %d" % bad, flush=True)
+        break
+"#;
+
+/// assisted-post-copy restores a skeleton after round 0 (protocol 20) and
+/// its stop brings it up, while the program keeps writing: n1 → n2 → n3
+/// with skeletons; then on to n1 speaking protocol 19, which gets none and
+/// restores at the stop. Every page is the program's own after the moves.
+#[test]
+fn assisted_post_copy_runs_a_skeleton_and_moves_to_an_older_node_without() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("ak");
+    let (child, cmds, out) = env.python("writer", PAGE_WRITER);
+    let mut pid = child.id() as i32;
+    let mut reps = Vec::new();
+    for (from, to) in [("n1", "n2"), ("n2", "n3")] {
+        let rep = env
+            .migrate_with(from, pid, to, "assisted-post-copy")
+            .unwrap_or_else(|e| {
+                panic!(
+                    "assisted-post-copy {from} → {to}: {e}\n{from}:\n{}\n{to}:\n{}",
+                    env.log(from),
+                    env.log(to)
+                )
+            });
+        skeleton_ran(&rep);
+        assert_eq!(rep["rounds"], 1, "{rep}");
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        reps.push(rep);
+    }
+    std::fs::write(env.node_dir("n1").join("test-hook"), "speak-version 19\n").unwrap();
+    let old = env
+        .migrate_with("n3", pid, "n1", "assisted-post-copy")
+        .unwrap_or_else(|e| {
+            panic!(
+                "assisted-post-copy n3 → n1 at protocol 19: {e}\nn1:\n{}\nn3:\n{}",
+                env.log("n1"),
+                env.log("n3")
+            )
+        });
+    assert!(
+        old["skeleton"].is_null(),
+        "a skeleton offered to a version-19 node: {old}"
+    );
+    env.pids.push(old["new_pid"].as_i64().unwrap() as i32);
+    reps.push(old);
+    eprintln!("assisted-post-copy, three moves: {}", figures(&reps));
+    said_same(child, &cmds, &out, &reps[2], "the written pages", &reps[0]);
 }
 
 /// python3 holding a 16 MiB memfd, mapped shared, one word on every page;
@@ -4541,7 +4646,8 @@ fn the_image_of_the_stop_carries_only_what_changed_since_the_skeleton() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("dl");
-    let (child, cmds, out, rep) = changed_between_the_captures(&mut env, "bigmemfd", BIG_MEMFD);
+    let (child, cmds, out, rep) =
+        changed_between_the_captures(&mut env, "bigmemfd", BIG_MEMFD, "post-copy");
     skeleton_ran(&rep);
     let down = rep["bytes_per_phase"]["down"].as_u64().unwrap();
     assert!(

@@ -71,6 +71,33 @@ impl PageStore {
         Ok(true)
     }
 
+    /// Copies the newest copies this store holds of the pages of `ranges`
+    /// (sorted, disjoint) into `to`; returns the bytes copied.
+    pub fn copy_within(&mut self, ranges: &[(u64, u64)], to: &mut PageStore) -> Result<u64> {
+        let runs = self.runs_within(ranges);
+        if runs.is_empty() {
+            return Ok(0);
+        }
+        let f = match &mut self.reader {
+            Some(f) => f,
+            None => {
+                let f = std::fs::File::open(&self.path)
+                    .ctx(|| format!("open {}", self.path.display()))?;
+                self.reader.insert(f)
+            }
+        };
+        let mut buf = Vec::new();
+        let mut n = 0;
+        for r in runs {
+            buf.resize(r.len as usize, 0);
+            f.read_exact_at(&mut buf, r.offset)
+                .ctx(|| format!("read the stored pages at {:#x}", r.addr))?;
+            to.put(r.addr, &buf)?;
+            n += r.len;
+        }
+        Ok(n)
+    }
+
     /// Store the pages of [addr, addr + data.len()) (page aligned).
     pub fn put(&mut self, addr: u64, data: &[u8]) -> Result<()> {
         if !addr.is_multiple_of(PAGE) || !(data.len() as u64).is_multiple_of(PAGE) {
@@ -278,6 +305,33 @@ mod tests {
         assert!(!s.get(0xf000, &mut p).unwrap());
         s.forget(0x10000, 4096);
         assert!(!s.get(0x10000, &mut p).unwrap());
+    }
+
+    #[test]
+    fn copy_within_copies_the_newest_copies_inside_the_ranges_only() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut s = PageStore::create(a.path()).unwrap();
+        s.put(0x10000, &[1u8; 4 * 4096]).unwrap(); // 0x10000..0x14000
+        s.put(0x12000, &[2u8; 4096]).unwrap(); // newer copy of 0x12000
+        s.put(0x30000, &[3u8; 4096]).unwrap();
+        let mut t = PageStore::create(b.path()).unwrap();
+        let n = s
+            .copy_within(&[(0x11000, 0x2000), (0x13000, 0x10000)], &mut t)
+            .unwrap();
+        assert_eq!(n, 3 * 4096);
+        assert_eq!(t.pages_held(), 3);
+        let mut p = [0u8; 4096];
+        for (addr, want) in [(0x11000, Some(1)), (0x12000, Some(2)), (0x13000, Some(1))] {
+            assert!(t.get(addr, &mut p).unwrap(), "{addr:#x}");
+            assert_eq!(Some(p[0]), want, "{addr:#x}");
+            assert!(p.iter().all(|&x| x == p[0]), "{addr:#x}");
+        }
+        for addr in [0x10000, 0x30000] {
+            assert!(!t.get(addr, &mut p).unwrap(), "{addr:#x} copied");
+        }
+        // The source store keeps its pages.
+        assert!(s.get(0x10000, &mut p).unwrap());
+        assert_eq!(s.copy_within(&[(0x50000, 0x1000)], &mut t).unwrap(), 0);
     }
 
     #[test]

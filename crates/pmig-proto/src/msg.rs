@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 19: a run of pages may travel
+/// The protocol version this build speaks. 20: assisted-post-copy's source
+/// offers a skeleton after round 0 (`Skeleton`, §6.3e), so that its stop
+/// only brings that skeleton up; only to a version-20 destination, so older
+/// versions are still spoken (they restore at the stop). 19: a run of pages may travel
 /// as its LZ4 block (`PageLz4`) wherever pages travel as `PageData`, and a
 /// piece of an image file as its LZ4 block (`ImageLz4`) wherever it would
 /// travel as `ImageChunk`, when the sender finds its link slow (§6.1,
@@ -84,7 +87,10 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 19;
+pub const PROTO_VERSION: u16 = 20;
+/// The first version that takes a `Skeleton` after assisted-post-copy's
+/// round 0.
+pub const ASSISTED_SKELETON: u16 = 20;
 /// The first version that takes `PageLz4`.
 pub const PAGE_LZ4: u16 = 19;
 /// Most pages one `PageLz4` carries.

@@ -160,6 +160,12 @@ pub enum CaptureMode {
     /// write-tracked ranges listed in this file, only the pages written
     /// since.
     HandoverDeferredWritten(std::path::PathBuf),
+    /// [`CaptureMode::Handover`] after round 0 sent the memory while the
+    /// process ran (assisted-post-copy): writable private anonymous memory
+    /// scanned, and of its pages only those the restore touches; in the
+    /// write-tracked ranges listed in this file, only the pages written
+    /// since (round 0's copies of the others are on the destination).
+    HandoverWritten(std::path::PathBuf),
 }
 
 impl CaptureMode {
@@ -173,6 +179,7 @@ impl CaptureMode {
             CaptureMode::HandoverDeferredWritten(p) => {
                 format!("handover-deferred-written:{}", p.display())
             }
+            CaptureMode::HandoverWritten(p) => format!("handover-written:{}", p.display()),
         }
     }
 
@@ -183,6 +190,9 @@ impl CaptureMode {
             "handover-deferred" => Some(CaptureMode::HandoverDeferred),
             _ => match s.strip_prefix("handover-deferred-written:") {
                 Some(p) => Some(CaptureMode::HandoverDeferredWritten(p.into())),
+                None if s.starts_with("handover-written:") => s
+                    .strip_prefix("handover-written:")
+                    .map(|p| CaptureMode::HandoverWritten(p.into())),
                 None if s.starts_with("written-apart:") => s
                     .strip_prefix("written-apart:")
                     .map(|p| CaptureMode::WrittenApart(p.into())),
@@ -270,7 +280,7 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
         CaptureMode::Handover | CaptureMode::HandoverDeferred => {
             layout.private_bytes(true) + (256 << 10)
         }
-        CaptureMode::HandoverDeferredWritten(_) => 512 << 10,
+        CaptureMode::HandoverDeferredWritten(_) | CaptureMode::HandoverWritten(_) => 512 << 10,
         _ => PREPARED_PAGES,
     }
     .min(PREPARED_PAGES);
@@ -340,7 +350,8 @@ fn capture_once(
     let tracked = match mode {
         CaptureMode::WrittenSince(list)
         | CaptureMode::WrittenApart(list)
-        | CaptureMode::HandoverDeferredWritten(list) => Some(read_tracked(list)?),
+        | CaptureMode::HandoverDeferredWritten(list)
+        | CaptureMode::HandoverWritten(list) => Some(read_tracked(list)?),
         _ => None,
     };
     // Frozen at a moment it holds no file lock; the stop begins at the
@@ -368,7 +379,9 @@ fn capture_once(
         CaptureMode::HandoverDeferred | CaptureMode::HandoverDeferredWritten(_)
     );
     let what = match mode {
-        CaptureMode::WrittenSince(_) | CaptureMode::HandoverDeferredWritten(_) => ScanFor::Written,
+        CaptureMode::WrittenSince(_)
+        | CaptureMode::HandoverDeferredWritten(_)
+        | CaptureMode::HandoverWritten(_) => ScanFor::Written,
         _ => ScanFor::Populated,
     };
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -422,7 +435,8 @@ fn capture_frozen(
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
         CaptureMode::Handover
         | CaptureMode::HandoverDeferred
-        | CaptureMode::HandoverDeferredWritten(_) => {
+        | CaptureMode::HandoverDeferredWritten(_)
+        | CaptureMode::HandoverWritten(_) => {
             kept = pmig_engine::lazy::handover_pages(frozen)?;
             kept.extend(also);
             let keep = RangeFilter::of_pages(kept.clone());
@@ -1289,6 +1303,7 @@ mod tests {
             CaptureMode::WrittenSince("/tmp/a b/written-since.ranges".into()),
             CaptureMode::WrittenApart("/tmp/a b/written-since.ranges".into()),
             CaptureMode::HandoverDeferredWritten("/tmp/x/written-since.ranges".into()),
+            CaptureMode::HandoverWritten("/tmp/y z/written-since.ranges".into()),
         ] {
             assert_eq!(CaptureMode::parse(&m.arg()), Some(m.clone()), "{}", m.arg());
         }

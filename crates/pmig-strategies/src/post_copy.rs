@@ -673,7 +673,11 @@ pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
         // What runs is the skeleton, or the image of the stop restored
         // from another directory than the one the helper waits for.
         drop(d.restorer.take());
-        let offered = crate::skeleton::receive(d, store)?;
+        let copies = match store {
+            Some(s) => crate::skeleton::Copies::Store(Box::new(s)),
+            None => crate::skeleton::Copies::None,
+        };
+        let offered = crate::skeleton::receive(d, copies)?;
         d.skeleton = Some(offered);
         let dir = crate::skeleton::final_dir(d);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;

@@ -112,8 +112,10 @@ pub(crate) struct Iterative {
     /// How the holder captures the process at the stop: with nothing of
     /// the tracked ranges (pre-copy, [`CaptureMode::WrittenApart`]), or
     /// with nothing of writable private anonymous memory beyond the pages
-    /// the restore touches (assisted-post-copy, [`CaptureMode::Handover`]:
-    /// its pages written or mapped since round 0 are owed).
+    /// the restore touches and, of the other tracked ranges, only the pages
+    /// written since round 0 (assisted-post-copy,
+    /// [`CaptureMode::HandoverWritten`]: its anonymous pages written or
+    /// mapped since round 0 are owed).
     handover: bool,
 }
 
@@ -143,7 +145,7 @@ impl Iterative {
     /// `list`.
     pub(crate) fn stop_mode(&self, list: &Path) -> CaptureMode {
         if self.handover {
-            CaptureMode::Handover
+            CaptureMode::HandoverWritten(list.into())
         } else {
             CaptureMode::WrittenApart(list.into())
         }
@@ -494,7 +496,8 @@ fn restore_lazily_from_local(
     d: &mut Destination,
     composed: (ProcessImage, pmig_image::Manifest),
 ) -> Result<i32> {
-    let (store, pages) = set_aside_small(d, composed)?;
+    let staging = d.staging.clone();
+    let (store, pages) = set_aside_small(d, composed, &staging, true)?;
     let (pid, st) = restore_and_fill(d, true, &store, &pages)?;
     d.ch.send(&Msg::PagesDone {
         id: d.offer.id,
@@ -507,15 +510,19 @@ fn restore_lazily_from_local(
     Ok(pid)
 }
 
-/// The destination's local copy: the complete image `composed` in the
-/// staging directory is set aside as a local page store
-/// (`<staging root>/pmig-<node>-store-<id>`), and the small image to restore
-/// lazily (the state, every page outside writable private anonymous memory,
-/// the pages the restore touches) is composed from it in the staging
-/// directory. Returns the store's directory and its pages.
+/// The destination's local copy: the complete image `composed` in
+/// directory `from` (the staging directory or one inside it) is set aside
+/// as a local page store (`<staging root>/pmig-<node>-store-<id>`), and,
+/// with `small`, the small image to restore lazily (the state, every page
+/// outside writable private anonymous memory, the pages the restore
+/// touches) is composed from it in the staging directory. Without, what
+/// runs is a skeleton brought up to the image of the stop. Returns the
+/// store's directory and its pages.
 pub(crate) fn set_aside_small(
     d: &mut Destination,
     composed: (ProcessImage, pmig_image::Manifest),
+    from: &Path,
+    small: bool,
 ) -> Result<(std::path::PathBuf, crate::flushing::StorePages)> {
     let store = d
         .host
@@ -530,9 +537,11 @@ pub(crate) fn set_aside_small(
         StrategyError::Other(text)
     };
     let _ = std::fs::remove_dir_all(&store);
-    if let Err(e) =
-        std::fs::rename(&d.staging, &store).and_then(|_| std::fs::create_dir(&d.staging))
-    {
+    let moved = std::fs::rename(from, &store).and_then(|_| match from == d.staging {
+        true => std::fs::create_dir(&d.staging),
+        false => Ok(()),
+    });
+    if let Err(e) = moved {
         let _ = std::fs::remove_dir_all(&store);
         return Err(refuse(
             d,
@@ -540,13 +549,16 @@ pub(crate) fn set_aside_small(
         ));
     }
     // The restore started with the rounds (or, if it is gone, a new one).
-    if d.restorer.is_none() {
+    if small && d.restorer.is_none() {
         let staging = d.staging.clone();
         crate::stop_copy::prespawn_restore(d, &staging, true);
     }
     let (pi, manifest) = composed;
     let data = store.join(pmig_image::PAGES_FILE);
     let pages = crate::flushing::StorePages::of(&pi, &data).and_then(|pages| {
+        if !small {
+            return Ok(pages);
+        }
         let set = kept_pages(&pi, &pages);
         let staging = d.staging.clone();
         compose_small_from(
@@ -568,8 +580,10 @@ pub(crate) fn set_aside_small(
             ));
         }
     };
-    mark("dst: small image composed");
-    d.composed = Some(d.staging.clone());
+    if small {
+        mark("dst: small image composed");
+        d.composed = Some(d.staging.clone());
+    }
     Ok((store, pages))
 }
 

@@ -54,7 +54,8 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_waits: Option<FaultWaits>,
     /// Whether the destination restored the process ahead of the stop
-    /// (post-copy, ampom, demand-paging, freeze-free; version-11 peers;
+    /// (post-copy, ampom, demand-paging, freeze-free with version-11 peers,
+    /// assisted-post-copy with version-20 peers;
     /// see `pmig_engine::skeleton`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skeleton: Option<SkeletonUse>,

@@ -1,5 +1,5 @@
 //! Skeletons: the process restored at the destination before it stops
-//! (post-copy, ampom, demand-paging, freeze-free; protocol 11,
+//! (post-copy, ampom, demand-paging, freeze-free; protocol 11; assisted-post-copy, protocol 20,
 //! docs/protocol.md §6.3i). See
 //! `pmig_engine::skeleton` for what a skeleton is and how it is brought up.
 //!
@@ -64,8 +64,26 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
     }
     std::fs::create_dir_all(&m.staging)
         .map_err(io_err(format!("create {}", m.staging.display())))?;
+    let primed = Primed::start(m.host, m.pid, m.started, &m.staging, mode)?;
+    offer_from(m, primed)
+}
+
+/// Source, at the end of assisted-post-copy's round 0 (version 20): as
+/// [`offer`], with the holder the rounds primed for the stop (`m.primed`,
+/// which captures into its own directory in its own mode). Without one (it
+/// could not be started) no skeleton is offered, and the stop starts a
+/// holder itself as before.
+pub(crate) fn offer_primed(m: &mut Source) -> Result<()> {
+    match m.primed.take() {
+        Some(primed) => offer_from(m, primed),
+        None => Ok(()),
+    }
+}
+
+/// Captures the process into a skeleton with `primed`, sends it and waits
+/// for `SkeletonReady`; `primed` goes to `m.primed` for the stop.
+fn offer_from<'a>(m: &mut Source<'a>, mut primed: Primed<'a>) -> Result<()> {
     let dir = m.staging.join(SKELETON_DIR);
-    let mut primed = Primed::start(m.host, m.pid, m.started, &m.staging, mode)?;
     let c = match primed.precapture(&dir) {
         Ok(c) => c,
         Err(e) => {
@@ -166,17 +184,27 @@ pub(crate) struct Offered<'a> {
     fallback: Option<PageStore>,
 }
 
+/// The pages received before a skeleton, which its image is composed with.
+pub(crate) enum Copies<'s> {
+    /// None (the skeleton's image is restored as it is).
+    None,
+    /// Post-copy's private copies of file mappings: all of them.
+    Store(Box<PageStore>),
+    /// Assisted-post-copy's round 0: of its pages, those of the private
+    /// file mappings of the skeleton's image (the captures leave out the
+    /// pages of the ranges round 0 sent that were not written since; its
+    /// anonymous pages stay out of the skeleton, which faults them in).
+    Round0(&'s mut PageStore),
+}
+
 /// Destination, on `Skeleton`: receives the image that follows, composes
-/// it with `store` (the private copies of file mappings received before,
-/// if any), restores it as a skeleton, and answers `SkeletonReady`. A
-/// skeleton that cannot be built is no error of the migration: the answer
-/// says why, and the process is then restored from the image of the stop.
-pub(crate) fn receive<'a>(
-    d: &mut Destination<'a>,
-    store: Option<PageStore>,
-) -> Result<Offered<'a>> {
+/// it with `copies` (pages received before, if any), restores it as a
+/// skeleton, and answers `SkeletonReady`. A skeleton that cannot be built
+/// is no error of the migration: the answer says why, and the process is
+/// then restored from the image of the stop.
+pub(crate) fn receive<'a>(d: &mut Destination<'a>, copies: Copies) -> Result<Offered<'a>> {
     let staging = d.staging.clone();
-    let composed = store.is_some();
+    let composed = !matches!(copies, Copies::None);
     let dir = staging.join(if composed {
         SKELETON_IN_DIR
     } else {
@@ -188,6 +216,11 @@ pub(crate) fn receive<'a>(
     // The files the image of the stop may take bytes from (`ImageCopy`):
     // as received, whatever composing makes of them.
     d.delta_base = Some(crate::stop_copy::SkeletonBase::read(&dir));
+    let store = match copies {
+        Copies::None => None,
+        Copies::Store(s) => Some(*s),
+        Copies::Round0(round0) => Some(file_copies(round0, &dir, &staging)?),
+    };
     let pre = match store {
         Some(store) => {
             // The skeleton's own page data stays in `dir`: the image of
@@ -242,6 +275,26 @@ pub(crate) fn receive<'a>(
         why: why.chars().take(pmig_proto::msg::MAX_ERROR_TEXT).collect(),
     })?;
     Ok(Offered { held, fallback })
+}
+
+/// A page store in `to` that holds the pages `round0` holds of the private
+/// file mappings of the image in `dir`.
+fn file_copies(round0: &mut PageStore, dir: &Path, to: &Path) -> Result<PageStore> {
+    let pi = read_image(dir)?;
+    let ranges: Vec<(u64, u64)> = pi
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::PrivateFile)
+        .flat_map(|v| v.present.iter().copied())
+        .collect();
+    let mut store = PageStore::create(to)?;
+    let n = round0.copy_within(&ranges, &mut store)?;
+    tracing::debug!(
+        "skeleton: {:.1} KiB of round 0's private file pages composed in",
+        n as f64 / 1024.0
+    );
+    Ok(store)
 }
 
 /// A page store in the staging directory's fallback directory that holds
