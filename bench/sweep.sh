@@ -18,7 +18,7 @@ status=0
 while IFS='|' read -r strategy link cmd; do
     case "$strategy" in ''|'#'*) continue ;; esac
     echo "=== $strategy [$link] $cmd"
-    LINK=$link timeout 900 bench/hops.sh "$strategy" bash -c "$cmd" 2>&1 | tail -6
+    LINK=$link timeout 900 bench/hops.sh "$strategy" bash -c "$cmd" 2>&1 | tail -${TAIL:-6}
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done <"$1"
 exit $status
