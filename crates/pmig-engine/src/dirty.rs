@@ -47,6 +47,10 @@ pub enum Scope {
     /// copies (a library's data) are what a post-copy handover would
     /// otherwise copy at the stop; anonymous memory moves after the resume.
     PrivateFiles,
+    /// Both: writable private memory, and the private copies in read-only
+    /// mappings of files (assisted-post-copy: its round 0 sends those too,
+    /// so that the stop need not copy a library's relocated data).
+    WritableAndPrivateFiles,
 }
 
 /// `userfaultfd` flag: only faults from user mode are handled (what an
@@ -63,6 +67,7 @@ fn trackable(scope: Scope, m: &MapLine) -> bool {
     let ours = match scope {
         Scope::Writable => m.write,
         Scope::PrivateFiles => file,
+        Scope::WritableAndPrivateFiles => m.write || file,
     };
     ours && !m.shared && !m.path.starts_with("[v")
 }
@@ -153,14 +158,20 @@ impl DirtyTracker {
         Ok(new)
     }
 
-    /// Write-protects a registered mapping. [`Scope::PrivateFiles`]: only
-    /// its private copies, read first. Protecting the rest of a file mapping
+    /// Write-protects a registered mapping. [`Scope::PrivateFiles`], and a
+    /// read-only mapping with [`Scope::WritableAndPrivateFiles`]: only its
+    /// private copies, read first. Protecting the rest of a file mapping
     /// would leave a marker in every empty entry, which the page scans
     /// count as a swapped page, so that every page of the file would look
     /// like a private copy. A page copied after the read is not protected,
     /// so it shows as written, and is saved at the stop.
     fn protect(&self, m: &MapLine) -> Result<()> {
-        if self.scope == Scope::Writable {
+        let whole = match self.scope {
+            Scope::Writable => true,
+            Scope::PrivateFiles => false,
+            Scope::WritableAndPrivateFiles => m.write,
+        };
+        if whole {
             return uffd::write_protect(&self.uffd, m.start, m.end - m.start);
         }
         let copies =
@@ -563,6 +574,73 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
             .ok()
+    }
+
+    /// assisted-post-copy's scope: the python heap (writable anonymous
+    /// memory) and a read-only private file mapping's copies are both
+    /// tracked, and a write to the file mapping after `mprotect` is
+    /// reported while its unwritten copies are not.
+    #[test]
+    fn writable_memory_and_read_only_file_copies_are_tracked_together() {
+        if !root() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("data");
+        std::fs::write(&file, vec![7u8; 8 * 4096]).unwrap();
+        let mut c = python_file_writer(&file).expect("python3");
+        let pid = c.id() as i32;
+        let mut out = BufReader::new(c.stdout.take().unwrap());
+        let mut stdin = c.stdin.take().unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+        let mut say = |what: &str| {
+            writeln!(stdin, "{what}").unwrap();
+            let mut l = String::new();
+            out.read_line(&mut l).unwrap();
+            assert_eq!(l.trim(), "ok");
+        };
+        for i in 0..4 {
+            say(&format!("w {i}"));
+        }
+        say("p ro");
+        let mut t = DirtyTracker::attach_scoped(pid, Scope::WritableAndPrivateFiles).unwrap();
+        let tracked = t.tracked();
+        assert!(
+            tracked.contains(&(base, 8 * 4096)),
+            "{base:#x} (read-only, of a file) not tracked: {tracked:x?}"
+        );
+        let maps = procfs::maps(pid).unwrap();
+        let anon = maps
+            .iter()
+            .filter(|m| m.write && !m.shared && m.inode == 0 && !m.path.starts_with("[v"))
+            .collect::<Vec<_>>();
+        assert!(!anon.is_empty());
+        for m in anon {
+            assert!(
+                tracked.contains(&(m.start, m.end - m.start)),
+                "writable anonymous {m:?} not tracked: {tracked:x?}"
+            );
+        }
+        // Of its private copies (pages 0-3; the scan also reports pages
+        // never populated, which hold no protection), none written since
+        // the attach; then page 1, once the mapping is writable again.
+        let copies = |w: &[(u64, u64)]| -> Vec<u64> {
+            w.iter()
+                .flat_map(|&(a, l)| (0..l / 4096).map(move |k| a + k * 4096))
+                .filter(|a| (base..base + 4 * 4096).contains(a))
+                .map(|a| (a - base) / 4096)
+                .collect()
+        };
+        let first = t.scan().unwrap();
+        assert_eq!(copies(&first), Vec::<u64>::new(), "{first:x?}");
+        say("p rw");
+        say("w 1");
+        let written = t.scan().unwrap();
+        assert_eq!(copies(&written), vec![1], "{written:x?}");
+        drop(stdin);
+        let _ = c.wait();
     }
 
     /// Post-copy's private file copies: a tracker scoped to file mappings

@@ -54,7 +54,7 @@ use crate::holder::{CaptureMode, Holder};
 use crate::sent_copies::SentCopies;
 use crate::stop_copy::{await_commit, receive_image_after, send_image};
 use crate::{Destination, Progress, Source, Strategy, StrategyKind};
-use pmig_engine::dirty::DirtyTracker;
+use pmig_engine::dirty::{DirtyTracker, Scope};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::{read_ranges, PageStore};
 use pmig_engine::resources::memory::{saveable_ranges, RangeFilter, TASK_END};
@@ -189,7 +189,16 @@ impl Iterative {
         let p = m.precopy;
         let pid = m.pid;
         let t = mono_ns();
-        let tracker = self.tracker.insert(DirtyTracker::attach(pid)?);
+        // assisted-post-copy also tracks, and sends in round 0, the private
+        // copies in read-only mappings of files (a library's relocated
+        // data), which its stop then leaves out unless written since.
+        let scope = match self.handover {
+            true => Scope::WritableAndPrivateFiles,
+            false => Scope::Writable,
+        };
+        let tracker = self
+            .tracker
+            .insert(DirtyTracker::attach_scoped(pid, scope)?);
         tracing::info!(
             "tracking writes of process {pid} ({:.1} MiB tracked, attached in {:.2} ms)",
             tracker.tracked_bytes() as f64 / (1 << 20) as f64,
