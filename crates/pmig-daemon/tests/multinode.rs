@@ -4525,32 +4525,7 @@ fn stale_skeleton_gives_way(env: &mut Env, strategy: &str) {
 /// python3 rewriting pages of 32 MiB of private anonymous memory all the
 /// time (four pages, then a pause of 2 ms), each page with content derived
 /// from its index and how often it was written; `done` checks every page.
-const PAGE_WRITER: &str = r#"
-import hashlib, mmap, random, sys, time
-P = 4096
-N = 8192
-m = mmap.mmap(-1, N * P, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-gen = [0] * N
-def page(i):
-    return hashlib.sha256(b"%d:%d" % (i, gen[i])).digest() * (P // 32)
-for i in range(N):
-    m[i * P:(i + 1) * P] = page(i)
-rng = random.Random(7)
-print("READY", flush=True)
-while True:
-    for _ in range(4):
-        i = rng.randrange(N)
-        gen[i] += 1
-        m[i * P:(i + 1) * P] = page(i)
-    line = sys.stdin.readline()
-    if not line:
-        time.sleep(0.002)
-        continue
-    if line.split()[0] == "done":
-        bad = sum(1 for i in range(N) if m[i * P:(i + 1) * P] != page(i))
-        print("SAME" if bad == 0 else "DIFFERENT %d" % bad, flush=True)
-        break
-"#;
+const PAGE_WRITER: &str = include_str!("../../../bench/workloads/pagewriter.py");
 
 /// assisted-post-copy restores a skeleton after round 0 (protocol 20) and
 /// its stop brings it up, while the program keeps writing: n1 → n2 → n3

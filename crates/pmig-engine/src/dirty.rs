@@ -576,6 +576,48 @@ mod tests {
             .ok()
     }
 
+    /// [`python_file_writer`] on an 8-page file of 7s in a directory: its
+    /// pid, the mapping's address, and its commands answered `ok`.
+    struct FileWriter {
+        c: std::process::Child,
+        pid: i32,
+        base: u64,
+        stdin: std::process::ChildStdin,
+        out: BufReader<std::process::ChildStdout>,
+    }
+
+    impl FileWriter {
+        fn start(dir: &std::path::Path) -> FileWriter {
+            let file = dir.join("data");
+            std::fs::write(&file, vec![7u8; 8 * 4096]).unwrap();
+            let mut c = python_file_writer(&file).expect("python3");
+            let mut out = BufReader::new(c.stdout.take().unwrap());
+            let stdin = c.stdin.take().unwrap();
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
+            FileWriter {
+                pid: c.id() as i32,
+                c,
+                base,
+                stdin,
+                out,
+            }
+        }
+
+        fn say(&mut self, what: &str) {
+            writeln!(self.stdin, "{what}").unwrap();
+            let mut l = String::new();
+            self.out.read_line(&mut l).unwrap();
+            assert_eq!(l.trim(), "ok");
+        }
+
+        fn end(mut self) {
+            let _ = self.c.kill();
+            let _ = self.c.wait();
+        }
+    }
+
     /// assisted-post-copy's scope: the python heap (writable anonymous
     /// memory) and a read-only private file mapping's copies are both
     /// tracked, and a write to the file mapping after `mprotect` is
@@ -586,21 +628,9 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("data");
-        std::fs::write(&file, vec![7u8; 8 * 4096]).unwrap();
-        let mut c = python_file_writer(&file).expect("python3");
-        let pid = c.id() as i32;
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        let mut stdin = c.stdin.take().unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
-        let mut say = |what: &str| {
-            writeln!(stdin, "{what}").unwrap();
-            let mut l = String::new();
-            out.read_line(&mut l).unwrap();
-            assert_eq!(l.trim(), "ok");
-        };
+        let mut writer = FileWriter::start(dir.path());
+        let (pid, base) = (writer.pid, writer.base);
+        let mut say = |what: &str| writer.say(what);
         for i in 0..4 {
             say(&format!("w {i}"));
         }
@@ -639,8 +669,7 @@ mod tests {
         say("w 1");
         let written = t.scan().unwrap();
         assert_eq!(copies(&written), vec![1], "{written:x?}");
-        drop(stdin);
-        let _ = c.wait();
+        writer.end();
     }
 
     /// Post-copy's private file copies: a tracker scoped to file mappings
@@ -654,21 +683,9 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("data");
-        std::fs::write(&file, vec![7u8; 8 * 4096]).unwrap();
-        let mut c = python_file_writer(&file).expect("python3");
-        let pid = c.id() as i32;
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        let mut stdin = c.stdin.take().unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let base = u64::from_str_radix(line.trim().trim_start_matches("0x"), 16).unwrap();
-        let mut say = |what: &str| {
-            writeln!(stdin, "{what}").unwrap();
-            let mut l = String::new();
-            out.read_line(&mut l).unwrap();
-            assert_eq!(l.trim(), "ok");
-        };
+        let mut writer = FileWriter::start(dir.path());
+        let (pid, base) = (writer.pid, writer.base);
+        let mut say = |what: &str| writer.say(what);
         for i in 0..4 {
             say(&format!("w {i}"));
         }
@@ -784,8 +801,7 @@ mod tests {
         .collect();
         assert_eq!(to_send, vec![2, 6], "written since the tracker attached");
         drop(t);
-        let _ = c.kill();
-        let _ = c.wait();
+        writer.end();
     }
 
     /// A page the process releases (`MADV_DONTNEED`) after a round sent it

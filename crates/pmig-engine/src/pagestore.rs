@@ -58,14 +58,7 @@ impl PageStore {
         if addr >= s + l {
             return Ok(false);
         }
-        let f = match &mut self.reader {
-            Some(f) => f,
-            None => {
-                let f = std::fs::File::open(&self.path)
-                    .ctx(|| format!("open {}", self.path.display()))?;
-                self.reader.insert(f)
-            }
-        };
+        let f = self.reader()?;
         f.read_exact_at(page, off + (addr - s))
             .ctx(|| format!("read the stored page at {addr:#x}"))?;
         Ok(true)
@@ -78,14 +71,7 @@ impl PageStore {
         if runs.is_empty() {
             return Ok(0);
         }
-        let f = match &mut self.reader {
-            Some(f) => f,
-            None => {
-                let f = std::fs::File::open(&self.path)
-                    .ctx(|| format!("open {}", self.path.display()))?;
-                self.reader.insert(f)
-            }
-        };
+        let f = self.reader()?;
         let mut buf = Vec::new();
         let mut n = 0;
         for r in runs {
@@ -96,6 +82,18 @@ impl PageStore {
             n += r.len;
         }
         Ok(n)
+    }
+
+    /// `pages.pmig`, opened for reading the first time.
+    fn reader(&mut self) -> Result<&std::fs::File> {
+        match self.reader {
+            Some(ref f) => Ok(f),
+            None => {
+                let f = std::fs::File::open(&self.path)
+                    .ctx(|| format!("open {}", self.path.display()))?;
+                Ok(self.reader.insert(f))
+            }
+        }
     }
 
     /// Store the pages of [addr, addr + data.len()) (page aligned).
