@@ -611,8 +611,11 @@ mod tests {
             self.out.read_line(&mut l).unwrap();
             assert_eq!(l.trim(), "ok");
         }
+    }
 
-        fn end(mut self) {
+    /// Killed and reaped however the test ends.
+    impl Drop for FileWriter {
+        fn drop(&mut self) {
             let _ = self.c.kill();
             let _ = self.c.wait();
         }
@@ -669,7 +672,7 @@ mod tests {
         say("w 1");
         let written = t.scan().unwrap();
         assert_eq!(copies(&written), vec![1], "{written:x?}");
-        writer.end();
+        drop(writer);
     }
 
     /// Post-copy's private file copies: a tracker scoped to file mappings
@@ -801,7 +804,7 @@ mod tests {
         .collect();
         assert_eq!(to_send, vec![2, 6], "written since the tracker attached");
         drop(t);
-        writer.end();
+        drop(writer);
     }
 
     /// A page the process releases (`MADV_DONTNEED`) after a round sent it

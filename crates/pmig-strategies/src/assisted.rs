@@ -30,9 +30,10 @@
 //!
 //! With a version-20 destination, a skeleton follows round 0
 //! ([`crate::skeleton::offer_primed`], captured by the holder primed for
-//! the stop): the destination restores it ahead of the stop, lazily and
-//! with none of round 0's pages, and at the stop brings it up to the image
-//! of the stop instead of restoring a small image.
+//! the stop): the destination restores it ahead of the stop, lazily, with
+//! round 0's copies of its private file mappings and none of its anonymous
+//! pages, and at the stop brings it up to the image of the stop instead of
+//! restoring a small image.
 
 use crate::clock::mark;
 use crate::error::{io_err, Result, StrategyError};
