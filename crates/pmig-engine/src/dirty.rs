@@ -53,6 +53,10 @@ pub enum Scope {
     WritableAndPrivateFiles,
 }
 
+/// The memory one page table maps (512 entries of 4 KiB on x86-64): the
+/// unit [`DirtyTracker`] protects a mapping in (see `table_spans`).
+const TABLE_SPAN: u64 = 2 << 20;
+
 /// `userfaultfd` flag: only faults from user mode are handled (what an
 /// unprivileged process may create when `vm.unprivileged_userfaultfd` is 0).
 const UFFD_USER_MODE_ONLY: u64 = 1;
@@ -172,7 +176,14 @@ impl DirtyTracker {
             Scope::WritableAndPrivateFiles => m.write,
         };
         if whole {
-            return uffd::write_protect(&self.uffd, m.start, m.end - m.start);
+            for (a, l) in self.table_spans(m) {
+                if uffd::write_protect(&self.uffd, a, l).is_err() {
+                    // (A span the kernel refuses, such as part of a huge
+                    // page of a larger size: the whole mapping.)
+                    return uffd::write_protect(&self.uffd, m.start, m.end - m.start);
+                }
+            }
+            return Ok(());
         }
         let copies =
             crate::resources::memory::private_file_copies(self.pid, &[(m.start, m.end - m.start)])?;
@@ -180,6 +191,33 @@ impl DirtyTracker {
             uffd::write_protect(&self.uffd, a, l)?;
         }
         Ok(())
+    }
+
+    /// The parts of mapping `m` to protect whole: its populated pages, each
+    /// rounded out to the [`TABLE_SPAN`] around it (within `m`), merged.
+    /// Protecting a whole mapping puts a marker into every empty entry of
+    /// it, and so allocates page tables for all of it: a program that
+    /// reserves far more than it uses (GNU sort's 9 GiB buffer, of which it
+    /// filled 550 MB) then got 18 MiB of page tables, and every scan of its
+    /// memory walked them all (20 ms at the stop). An empty entry outside
+    /// these spans stays empty: a page the process populates there later
+    /// has no protection, and is reported written by the next scan, which
+    /// protects it. If the scan fails, all of `m`.
+    fn table_spans(&self, m: &MapLine) -> Vec<(u64, u64)> {
+        let mut populated = Vec::new();
+        if uffd::scan_populated(&self.pagemap, m.start, m.end, &mut populated).is_err() {
+            return vec![(m.start, m.end - m.start)];
+        }
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (a, l) in populated {
+            let lo = (a & !(TABLE_SPAN - 1)).max(m.start);
+            let hi = (a + l).next_multiple_of(TABLE_SPAN).min(m.end);
+            match out.last_mut() {
+                Some((s, n)) if *s + *n >= lo => *n = (*n).max(hi - *s),
+                _ => out.push((lo, hi - lo)),
+            }
+        }
+        out
     }
 
     /// Pages written since the last scan (or since attach), as ranges; they
@@ -521,6 +559,61 @@ mod tests {
         drop(t);
         let _ = c.kill();
         let _ = c.wait();
+    }
+
+    /// The page tables of `pid`, in KiB (`VmPTE`).
+    fn page_table_kib(pid: i32) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmPTE:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// A mapping far larger than what the process uses (a reserved buffer):
+    /// the tracker gives it no page tables beyond those of its populated
+    /// pages, and a first touch far from them is seen, alone, once.
+    #[test]
+    fn a_large_sparse_mapping_gets_no_page_tables_and_its_first_touches_are_seen() {
+        if !root() {
+            return;
+        }
+        // 1 GiB reserved (no huge pages: a first touch then populates one
+        // page), pages 0-3 touched; each line i writes into page i.
+        let prog = "import ctypes,mmap,sys\nn=262144\nm=mmap.mmap(-1,n*4096,flags=mmap.MAP_PRIVATE|mmap.MAP_ANONYMOUS)\nm.madvise(mmap.MADV_NOHUGEPAGE)\nfor i in range(4):\n    m[i*4096]=1\nprint(hex(ctypes.addressof(ctypes.c_char.from_buffer(m))),flush=True)\nfor line in sys.stdin:\n    m[int(line)*4096]=2\n    print('ok',flush=True)\n";
+        let mut py = Driven::start(prog);
+        let (pid, base) = (py.pid(), py.base);
+        let end = base + (1 << 30);
+        let in_map = |r: &[(u64, u64)]| -> Vec<u64> {
+            let mut pages = Vec::new();
+            for &(s, l) in r {
+                let (a, e) = (s.max(base), (s + l).min(end));
+                pages.extend((a..e).step_by(4096).map(|p| (p - base) / 4096));
+            }
+            pages
+        };
+        let before = page_table_kib(pid);
+        let mut t = DirtyTracker::attach(pid).unwrap();
+        assert!(t.is_tracked(end - 4096));
+        // Protecting all of it would take 2 MiB of page tables (a marker
+        // in each of its 262,144 entries).
+        let grown = page_table_kib(pid).saturating_sub(before);
+        assert!(grown < 256, "page tables grew by {grown} KiB");
+        let populated = crate::resources::memory::saveable_ranges(pid).unwrap();
+        assert_eq!(in_map(&populated), vec![0, 1, 2, 3]);
+        assert!(in_map(&t.scan().unwrap()).is_empty());
+        // A first touch 300 MiB in, where nothing was protected, and a
+        // write to page 2, which was: both seen, and nothing else of the
+        // new page table's empty entries.
+        let far = 300 * 256;
+        py.say(&far.to_string());
+        py.say("2");
+        assert_eq!(in_map(&t.scan().unwrap()), vec![2, far]);
+        // Protected now: seen again only when written again.
+        assert!(in_map(&t.scan().unwrap()).is_empty());
+        py.say(&far.to_string());
+        assert_eq!(in_map(&t.scan().unwrap()), vec![far]);
+        let populated = crate::resources::memory::saveable_ranges(pid).unwrap();
+        assert_eq!(in_map(&populated), vec![0, 1, 2, 3, far]);
+        drop(t);
     }
 
     #[test]
