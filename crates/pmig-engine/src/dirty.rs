@@ -53,10 +53,6 @@ pub enum Scope {
     WritableAndPrivateFiles,
 }
 
-/// The memory one page table maps (512 entries of 4 KiB on x86-64): the
-/// unit [`DirtyTracker`] protects a mapping in (see `table_spans`).
-const TABLE_SPAN: u64 = 2 << 20;
-
 /// `userfaultfd` flag: only faults from user mode are handled (what an
 /// unprivileged process may create when `vm.unprivileged_userfaultfd` is 0).
 const UFFD_USER_MODE_ONLY: u64 = 1;
@@ -176,14 +172,9 @@ impl DirtyTracker {
             Scope::WritableAndPrivateFiles => m.write,
         };
         if whole {
-            for (a, l) in self.table_spans(m) {
-                if uffd::write_protect(&self.uffd, a, l).is_err() {
-                    // (A span the kernel refuses, such as part of a huge
-                    // page of a larger size: the whole mapping.)
-                    return uffd::write_protect(&self.uffd, m.start, m.end - m.start);
-                }
-            }
-            return Ok(());
+            // The populated pages, protected by the scan that finds them,
+            // and no empty entry (see `protect_populated`).
+            return self.protect_populated(m);
         }
         let copies =
             crate::resources::memory::private_file_copies(self.pid, &[(m.start, m.end - m.start)])?;
@@ -193,31 +184,24 @@ impl DirtyTracker {
         Ok(())
     }
 
-    /// The parts of mapping `m` to protect whole: its populated pages, each
-    /// rounded out to the [`TABLE_SPAN`] around it (within `m`), merged.
-    /// Protecting a whole mapping puts a marker into every empty entry of
-    /// it, and so allocates page tables for all of it: a program that
-    /// reserves far more than it uses (GNU sort's 9 GiB buffer, of which it
-    /// filled 550 MB) then got 18 MiB of page tables, and every scan of its
-    /// memory walked them all (20 ms at the stop). An empty entry outside
-    /// these spans stays empty: a page the process populates there later
-    /// has no protection, and is reported written by the next scan, which
-    /// protects it. If the scan fails, all of `m`.
-    fn table_spans(&self, m: &MapLine) -> Vec<(u64, u64)> {
+    /// Protects the populated pages (present or swapped) of mapping `m`,
+    /// and leaves its empty entries as they are: one `PAGEMAP_SCAN` that
+    /// protects the written pages it finds, which, in memory registered
+    /// just now, are all the populated ones. Protecting the whole mapping
+    /// (`UFFDIO_WRITEPROTECT`) would put a marker into each empty entry,
+    /// allocating page tables for all of it: a program that reserves far
+    /// more than it uses (GNU sort's 9 GiB buffer, of which it filled
+    /// 550 MB) got 18 MiB of page tables, and every later scan of its
+    /// memory walked their markers (25 ms inside assisted-post-copy's
+    /// stop). A page populated later, where nothing was protected, has no
+    /// protection, and the next scan reports it written and protects it.
+    /// If the scan fails, the whole mapping.
+    fn protect_populated(&self, m: &MapLine) -> Result<()> {
         let mut populated = Vec::new();
-        if uffd::scan_populated(&self.pagemap, m.start, m.end, &mut populated).is_err() {
-            return vec![(m.start, m.end - m.start)];
+        if uffd::scan_written(&self.pagemap, m.start, m.end, &mut populated).is_err() {
+            return uffd::write_protect(&self.uffd, m.start, m.end - m.start);
         }
-        let mut out: Vec<(u64, u64)> = Vec::new();
-        for (a, l) in populated {
-            let lo = (a & !(TABLE_SPAN - 1)).max(m.start);
-            let hi = (a + l).next_multiple_of(TABLE_SPAN).min(m.end);
-            match out.last_mut() {
-                Some((s, n)) if *s + *n >= lo => *n = (*n).max(hi - *s),
-                _ => out.push((lo, hi - lo)),
-            }
-        }
-        out
+        Ok(())
     }
 
     /// Pages written since the last scan (or since attach), as ranges; they

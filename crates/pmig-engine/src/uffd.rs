@@ -373,8 +373,8 @@ pub fn write_protect(uffd: &OwnedFd, start: u64, len: u64) -> Result<()> {
 /// An empty entry is neither reported nor protected. Asked for written
 /// pages alone, the kernel would report, and fill with a marker, every
 /// empty entry of every page table the range has that was never protected
-/// (the tracker protects only the parts of a mapping with pages in them,
-/// see [`crate::dirty`]).
+/// (the tracker protects only the populated pages of a mapping, with this
+/// same scan, see [`crate::dirty`]).
 pub fn scan_written(
     pagemap: &std::fs::File,
     start: u64,
@@ -391,29 +391,6 @@ pub fn scan_written(
             mask: PAGE_IS_WRITTEN,
             anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
             ret: PAGE_IS_WRITTEN,
-        },
-        out,
-    )
-}
-
-/// The populated pages (present or swapped, markers included) of
-/// [start, end), as ranges appended to `out`; nothing is protected.
-pub fn scan_populated(
-    pagemap: &std::fs::File,
-    start: u64,
-    end: u64,
-    out: &mut Vec<(u64, u64)>,
-) -> Result<()> {
-    pagemap_scan(
-        pagemap,
-        0,
-        start,
-        end,
-        ScanMasks {
-            inverted: 0,
-            mask: 0,
-            anyof: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-            ret: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
         },
         out,
     )
