@@ -73,8 +73,10 @@ fn trackable(scope: Scope, m: &MapLine) -> bool {
 }
 
 impl DirtyTracker {
-    /// Create the userfaultfd inside `pid` and protect all its writable
-    /// private memory. Every write from now on is seen by [`scan`](Self::scan).
+    /// Create the userfaultfd inside `pid`, register all its writable
+    /// private memory and protect its populated pages (a page populated
+    /// later counts as written). Every write from now on is seen by
+    /// [`scan`](Self::scan).
     pub fn attach(pid: pid_t) -> Result<DirtyTracker> {
         Self::attach_scoped(pid, Scope::Writable)
     }
