@@ -684,6 +684,28 @@ mod tests {
             }
         }
 
+        /// [`Self::start`], then private copies of pages 0-3 made and the
+        /// mapping made read-only (like a library's relocated data), and a
+        /// tracker of `scope` attached, which must cover the mapping.
+        fn with_read_only_copies(
+            dir: &std::path::Path,
+            scope: Scope,
+        ) -> (FileWriter, DirtyTracker) {
+            let mut w = FileWriter::start(dir);
+            for i in 0..4 {
+                w.say(&format!("w {i}"));
+            }
+            w.say("p ro");
+            let t = DirtyTracker::attach_scoped(w.pid, scope).unwrap();
+            let tracked = t.tracked();
+            assert!(
+                tracked.contains(&(w.base, 8 * 4096)),
+                "{:#x} (read-only, of a file) not tracked: {tracked:x?}",
+                w.base
+            );
+            (w, t)
+        }
+
         fn say(&mut self, what: &str) {
             writeln!(self.stdin, "{what}").unwrap();
             let mut l = String::new();
@@ -710,19 +732,11 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let mut writer = FileWriter::start(dir.path());
+        let (mut writer, mut t) =
+            FileWriter::with_read_only_copies(dir.path(), Scope::WritableAndPrivateFiles);
         let (pid, base) = (writer.pid, writer.base);
         let mut say = |what: &str| writer.say(what);
-        for i in 0..4 {
-            say(&format!("w {i}"));
-        }
-        say("p ro");
-        let mut t = DirtyTracker::attach_scoped(pid, Scope::WritableAndPrivateFiles).unwrap();
         let tracked = t.tracked();
-        assert!(
-            tracked.contains(&(base, 8 * 4096)),
-            "{base:#x} (read-only, of a file) not tracked: {tracked:x?}"
-        );
         let maps = procfs::maps(pid).unwrap();
         let anon = maps
             .iter()
@@ -735,9 +749,8 @@ mod tests {
                 "writable anonymous {m:?} not tracked: {tracked:x?}"
             );
         }
-        // Of its private copies (pages 0-3; the scan also reports pages
-        // never populated, which hold no protection), none written since
-        // the attach; then page 1, once the mapping is writable again.
+        // Of its private copies (pages 0-3), none written since the
+        // attach; then page 1, once the mapping is writable again.
         let copies = |w: &[(u64, u64)]| -> Vec<u64> {
             w.iter()
                 .flat_map(|&(a, l)| (0..l / 4096).map(move |k| a + k * 4096))
@@ -765,21 +778,11 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        let mut writer = FileWriter::start(dir.path());
+        // Read-only while tracking starts, writable again later.
+        let (mut writer, t) = FileWriter::with_read_only_copies(dir.path(), Scope::PrivateFiles);
         let (pid, base) = (writer.pid, writer.base);
         let mut say = |what: &str| writer.say(what);
-        for i in 0..4 {
-            say(&format!("w {i}"));
-        }
-        // Read-only while tracking starts (like a library's relocated
-        // data), writable again later.
-        say("p ro");
-        let t = DirtyTracker::attach_scoped(pid, Scope::PrivateFiles).unwrap();
         let tracked = t.tracked();
-        assert!(
-            tracked.contains(&(base, 8 * 4096)),
-            "{base:#x} not tracked: {tracked:x?}"
-        );
         // No anonymous memory: the python heap is not tracked.
         for (s, l) in &tracked {
             let m = procfs::maps(pid)

@@ -390,10 +390,9 @@ impl Iterative {
 
     /// At the stop, once the holder captured the process into `dir` (in
     /// [`Iterative::stop_mode`]): the pages of the tracked ranges `listed`
-    /// written since the last round, and the image. The scan also reports
-    /// pages never populated (no page table entry, no protection marker):
-    /// only those the image lists as present (its populated pages at the
-    /// freeze) count.
+    /// written since the last round, and the image. Of what the scan
+    /// reports, only the pages the image lists as present (its populated
+    /// pages at the freeze, the shared zero page left out) count.
     ///
     /// A listed range that the scan no longer covers (made read-only since,
     /// or unmapped and mapped again as memory it does not track) counts as
