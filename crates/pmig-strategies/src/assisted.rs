@@ -12,7 +12,7 @@
 //! memory but the pages the restore touches, and of the other ranges
 //! round 0 sent (private copies of file mappings) only the pages written
 //! since ([`crate::holder::CaptureMode::HandoverWritten`]; everything else
-//! whole); the tracker's scan of the frozen process
+//! whole); the holder's page scan at the freeze
 //! names the pages written since round 0. Those, and the pages round 0 did
 //! not send (memory mapped or first touched since), are *not* sent: the
 //! image goes over, then their list (`Owed`). So the stop neither copies
@@ -96,7 +96,7 @@ impl AssistedPostCopy {
         // since round 0, and those round 0 did not send (mapped or first
         // touched since, or missed), are owed; the destination has the
         // others from round 0. The pages the image holds are not owed.
-        let (written, pi) = self.it.written_at_stop(&dir, &tracked)?;
+        let (written, pi) = self.it.written_at_stop(&dir, &list, &tracked)?;
         let lazy: Vec<(u64, u64)> = pi
             .memory
             .vmas
@@ -206,6 +206,7 @@ impl Strategy for AssistedPostCopy {
         let dir = d.staging.join(FINAL_DIR);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         receive_image_after(d, &dir, first)?;
+        mark("dst: image of the stop received");
         let mut owed = Vec::new();
         let mut last = false;
         for _ in 0..MAX_OWED_MESSAGES {
@@ -230,6 +231,7 @@ impl Strategy for AssistedPostCopy {
                 what: "the list of owed pages does not end".into(),
             });
         }
+        mark("dst: owed pages received");
         let composed = compose(store, &dir, &owed).map_err(|e| cannot_compose(d, e))?;
         // The skeleton is brought up to the image of the stop itself.
         let skeleton = d.skeleton.is_some();
@@ -273,10 +275,12 @@ fn compose(
 ) -> Result<(ProcessImage, pmig_image::Manifest)> {
     let img = pmig_image::Image::open_verified(dir)?;
     let pi = ProcessImage::read(&img)?;
+    mark("dst: image of the stop decoded");
     store.absorb(&img, &pi)?;
     for &(s, l) in owed {
         store.forget(s, l);
     }
+    mark("dst: owed pages forgotten");
     let mut manifest = img.manifest.clone();
     manifest.parts.clear();
     let (manifest, pi) = store.finish_image(pi, manifest)?;

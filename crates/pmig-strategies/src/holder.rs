@@ -50,6 +50,13 @@
 //! besides its own handover pages, so that the skeleton holds no page the
 //! image of the stop does not replace.
 //!
+//! A capture in a mode with a list of write-tracked ranges (pre-copy,
+//! queued-pre-copy, assisted-post-copy, post-copy's private file copies)
+//! also leaves, next to that list, the pages of those ranges written since
+//! they were last protected, as its page scan at the freeze found them
+//! ([`written_at_freeze_file`]): the source then need not scan the frozen
+//! process again.
+//!
 //! Pre-copy primes its holder during the rounds: the pages written between
 //! its decision to stop and the freeze are then not those of a smaps read.
 
@@ -347,13 +354,19 @@ fn capture_once(
     copy_buffer: Vec<u8>,
     also: &HashSet<u64>,
 ) -> Result<(Held, HashSet<u64>)> {
-    let tracked = match mode {
+    let list = match mode {
         CaptureMode::WrittenSince(list)
         | CaptureMode::WrittenApart(list)
         | CaptureMode::HandoverDeferredWritten(list)
-        | CaptureMode::HandoverWritten(list) => Some(read_tracked(list)?),
+        | CaptureMode::HandoverWritten(list) => Some(list),
         _ => None,
     };
+    let tracked = list.map(|l| read_tracked(l)).transpose()?;
+    // What an earlier capture found written is not this one's.
+    let written_out = list.map(|l| written_at_freeze_file(l));
+    if let Some(f) = &written_out {
+        let _ = std::fs::remove_file(f);
+    }
     // Frozen at a moment it holds no file lock; the stop begins at the
     // freeze that finds none.
     let mut frozen_ns = 0;
@@ -380,18 +393,29 @@ fn capture_once(
     );
     let what = match mode {
         CaptureMode::WrittenSince(_)
+        | CaptureMode::WrittenApart(_)
         | CaptureMode::HandoverDeferredWritten(_)
         | CaptureMode::HandoverWritten(_) => ScanFor::Written,
         _ => ScanFor::Populated,
     };
+    let listed = tracked.clone();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|sc| {
         let checks = sc.spawn(move || {
-            let _ = tx.send(PreScan::scan(pid, defer_population, what));
+            let scan = PreScan::scan(pid, defer_population, what);
+            // The listed ranges' pages written since they were last
+            // protected, as this scan of the frozen process found them.
+            let written = match (&scan, &listed) {
+                (Ok(p), Some(listed)) => p
+                    .written()
+                    .map(|w| written_in(listed, w, p.written_scope())),
+                _ => None,
+            };
+            let _ = tx.send(scan);
             mark("hold: pages scanned");
             let checked = precheck_all(pid);
             mark("hold: prechecked again");
-            checked
+            (checked, written)
         });
         let aids = Aids {
             layout: Some(layout),
@@ -402,10 +426,18 @@ fn capture_once(
             copy_buffer: Some(copy_buffer),
         };
         let captured = capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also);
-        let checked = checks
+        let (checked, written) = checks
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        checked.map_err(Into::into).and(captured)
+        let captured = checked.map_err(Into::into).and(captured)?;
+        // Only for a capture that succeeded; without the file the source
+        // scans the frozen process again itself.
+        if let (Some(f), Some(w)) = (&written_out, written) {
+            if let Err(e) = write_ranges_atomically(f, &w) {
+                tracing::debug!("process {pid}: the pages written at the freeze not listed: {e}");
+            }
+        }
+        Ok(captured)
     })
     .map(|(captured, used, late, kept)| {
         (
@@ -485,6 +517,53 @@ fn read_tracked(list: &Path) -> Result<Vec<(u64, u64)>> {
         .collect();
     tracked.sort();
     Ok(tracked)
+}
+
+/// The file in which the capture of a mode with a list of write-tracked
+/// ranges (`list`) leaves the pages of those ranges written since they
+/// were last protected, as its scan at the freeze found them (same
+/// format): next to the list. The source reads it with
+/// [`read_written_at_freeze`].
+pub(crate) fn written_at_freeze_file(list: &Path) -> std::path::PathBuf {
+    list.with_file_name("written-at-freeze.ranges")
+}
+
+/// The pages of `listed` written since they were protected: those of
+/// `written` (a scan's written pages) inside `listed`, and whole every part
+/// of `listed` the scan did not look at (`scope`: a tracked range that is
+/// no longer a private mapping), as the tracker's own scan counts a range
+/// whose mapping changed.
+fn written_in(
+    listed: &[(u64, u64)],
+    written: &[(u64, u64)],
+    scope: &[(u64, u64)],
+) -> Vec<(u64, u64)> {
+    let mut w = crate::pre_copy::intersect(written, listed);
+    w.extend(crate::pre_copy::subtract(listed, scope));
+    crate::pre_copy::intersect(&w, listed)
+}
+
+/// Writes `ranges` to `path` in the list format, under another name first:
+/// a reader finds the whole list or none.
+fn write_ranges_atomically(path: &Path, ranges: &[(u64, u64)]) -> std::io::Result<()> {
+    use std::fmt::Write as _;
+    let mut text = String::with_capacity(ranges.len() * 24);
+    for (s, l) in ranges {
+        let _ = writeln!(text, "{s:x} {l:x}");
+    }
+    let tmp = path.with_extension("part");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The pages the holder's capture found written at the freeze
+/// ([`written_at_freeze_file`] of `list`), if it left them; the file is
+/// removed.
+pub(crate) fn read_written_at_freeze(list: &Path) -> Option<Vec<(u64, u64)>> {
+    let f = written_at_freeze_file(list);
+    let w = read_tracked(&f).ok();
+    let _ = std::fs::remove_file(&f);
+    w
 }
 
 /// After the handover, once the original is to be killed (still frozen): names the mappings
@@ -1293,6 +1372,34 @@ impl Drop for Holder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_at_the_freeze_covers_the_listed_ranges_the_scan_did_not() {
+        const P: u64 = 4096;
+        // Listed: two tracked ranges. The scan looked at the first and at
+        // part of the second (the rest is no longer a private mapping), and
+        // at memory outside the list, where it found pages written too.
+        let listed = [(0x10 * P, 8 * P), (0x40 * P, 8 * P)];
+        let scope = [(0x10 * P, 8 * P), (0x40 * P, 4 * P), (0x80 * P, 4 * P)];
+        let written = [(0x12 * P, 2 * P), (0x41 * P, P), (0x80 * P, 2 * P)];
+        assert_eq!(
+            written_in(&listed, &written, &scope),
+            vec![(0x12 * P, 2 * P), (0x41 * P, P), (0x44 * P, 4 * P)]
+        );
+        // Nothing written, everything looked at: nothing.
+        assert!(written_in(&listed, &[], &listed).is_empty());
+        // The file goes next to the list, and is read back as written.
+        let d = tempfile::tempdir().unwrap();
+        let list = d.path().join("written-since.ranges");
+        let f = written_at_freeze_file(&list);
+        assert_eq!(f.parent(), list.parent());
+        assert_ne!(f, list);
+        let w = written_in(&listed, &written, &scope);
+        write_ranges_atomically(&f, &w).unwrap();
+        assert_eq!(read_written_at_freeze(&list), Some(w));
+        // Read once: a later stop does not find an earlier capture's list.
+        assert_eq!(read_written_at_freeze(&list), None);
+    }
 
     #[test]
     fn capture_modes_survive_the_command_line() {

@@ -28,8 +28,10 @@
 //! Source, handover: the tracked ranges go to a file in the staging directory;
 //! the holder freezes the process and captures the state and all untracked
 //! memory, but no page of the tracked ranges ([`CaptureMode::WrittenApart`]).
-//! The source then scans the pages written since the last round and sends
-//! them from the frozen process as one more round ([`send_frozen_round`]):
+//! The holder's page scan at the freeze found the pages written since the
+//! last round ([`crate::holder::read_written_at_freeze`]; without its list
+//! the tracker scans the frozen process again); the source sends them
+//! from the frozen process as one more round ([`send_frozen_round`]):
 //! once through the stream into the destination's store, not into the image,
 //! a second copy of it and then the store. The partial image follows,
 //! streamed like a stop-copy image. The tracker lives until `Restored`, then
@@ -351,7 +353,7 @@ impl Iterative {
             mib(holder.captured.page_bytes)
         );
         m.holder = Some(holder);
-        self.send_written_apart(m, &dir, &listed)?;
+        self.send_written_apart(m, &dir, &list, &listed)?;
         send_image(m, &dir)?;
         await_restored(m)
     }
@@ -361,13 +363,14 @@ impl Iterative {
         &mut self,
         m: &mut Source,
         dir: &Path,
+        list: &Path,
         listed: &[(u64, u64)],
     ) -> Result<()> {
         // The pages written since the last round: read from the frozen
         // process and sent once, as the rounds' pages are (the image holds
         // none of the tracked ranges), instead of being copied into the
         // image, received into a second copy and put into the store.
-        let (written, _) = self.written_at_stop(dir, listed)?;
+        let (written, _) = self.written_at_stop(dir, list, listed)?;
         let before = self.copies.as_ref().map(|c| (c.as_changes, c.change_bytes));
         let sent = send_frozen_round(m, self.round + 1, &written, self.copies.as_mut())?;
         mark("src: written pages sent");
@@ -389,8 +392,10 @@ impl Iterative {
     }
 
     /// At the stop, once the holder captured the process into `dir` (in
-    /// [`Iterative::stop_mode`]): the pages of the tracked ranges `listed`
-    /// written since the last round, and the image. Of what the scan
+    /// [`Iterative::stop_mode`], with the ranges `listed` in the file
+    /// `list`): the pages of those ranges written since the last round, as
+    /// the holder's scan at the freeze found them (or, without its list,
+    /// the tracker's scan of the frozen process), and the image. Of what the scan
     /// reports, only the pages the image lists as present (its populated
     /// pages at the freeze, the shared zero page left out) count.
     ///
@@ -402,9 +407,11 @@ impl Iterative {
     pub(crate) fn written_at_stop(
         &mut self,
         dir: &Path,
+        list: &Path,
         listed: &[(u64, u64)],
     ) -> Result<(Vec<(u64, u64)>, ProcessImage)> {
         let pi = crate::post_copy::read_image(dir)?;
+        mark("src: image of the stop read");
         let present: Vec<(u64, u64)> = pi
             .memory
             .vmas
@@ -412,12 +419,18 @@ impl Iterative {
             .flat_map(|v| v.present.iter().copied())
             .collect();
         let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
-        let scanned = intersect(&tracker.scan()?, listed);
-        let untracked = subtract(listed, &tracker.tracked());
-        let written = subtract(
-            &intersect(&[scanned, untracked].concat(), &present),
-            &in_image(&pi),
-        );
+        // The holder's scan at the freeze found them already (the process
+        // has not run since); without its list, the tracker scans again.
+        let found = match crate::holder::read_written_at_freeze(list) {
+            Some(w) => w,
+            None => {
+                let scanned = intersect(&tracker.scan()?, listed);
+                let untracked = subtract(listed, &tracker.tracked());
+                [scanned, untracked].concat()
+            }
+        };
+        mark("src: written pages listed");
+        let written = subtract(&intersect(&found, &present), &in_image(&pi));
         mark("src: written pages scanned");
         Ok((written, pi))
     }

@@ -769,6 +769,10 @@ pub struct PreScan {
     /// write-protected by an asynchronous userfaultfd, i.e. written since
     /// pre-copy's last round protected them (or never protected at all).
     written: Option<Vec<(u64, u64)>>,
+    /// With [`ScanFor::Written`]: the mappings whose written pages were
+    /// looked for (private anonymous and private file mappings), as
+    /// (start, len), sorted.
+    written_scope: Vec<(u64, u64)>,
 }
 
 /// What a [`PreScan`] looks for besides the populated pages.
@@ -858,7 +862,19 @@ impl PreScan {
             }
             w
         });
-        Ok(PreScan { runs, written })
+        let written_scope = match what {
+            ScanFor::Written => jobs
+                .iter()
+                .filter(|(_, _, b)| matches!(b, Backing::Anon | Backing::PrivateFile))
+                .map(|&(a, e, _)| (a, e - a))
+                .collect(),
+            ScanFor::Populated => Vec::new(),
+        };
+        Ok(PreScan {
+            runs,
+            written,
+            written_scope,
+        })
     }
 
     fn take(&mut self, start: u64, end: u64, b: Backing) -> Option<Vec<(u64, u64)>> {
@@ -868,6 +884,12 @@ impl PreScan {
     /// With [`ScanFor::Written`], the written pages (sorted runs).
     pub fn written(&self) -> Option<&[(u64, u64)]> {
         self.written.as_deref()
+    }
+
+    /// With [`ScanFor::Written`], the mappings [`Self::written`] covers
+    /// (sorted (start, len)); outside them nothing was looked for.
+    pub fn written_scope(&self) -> &[(u64, u64)] {
+        &self.written_scope
     }
 }
 
