@@ -50,9 +50,10 @@
 //! besides its own handover pages, so that the skeleton holds no page the
 //! image of the stop does not replace.
 //!
-//! A capture in a mode with a list of write-tracked ranges (pre-copy,
-//! queued-pre-copy, assisted-post-copy, post-copy's private file copies)
-//! also leaves, next to that list, the pages of those ranges written since
+//! The capture at the stop of pre-copy, queued-pre-copy
+//! ([`CaptureMode::WrittenApart`]) and assisted-post-copy
+//! ([`CaptureMode::HandoverWritten`]) also leaves, next to its list of
+//! write-tracked ranges, the pages of those ranges written since
 //! they were last protected, as its page scan at the freeze found them
 //! ([`written_at_freeze_file`]): the source then need not scan the frozen
 //! process again.
@@ -362,8 +363,15 @@ fn capture_once(
         _ => None,
     };
     let tracked = list.map(|l| read_tracked(l)).transpose()?;
-    // What an earlier capture found written is not this one's.
-    let written_out = list.map(|l| written_at_freeze_file(l));
+    // The modes whose source reads the pages found written (pre-copy's,
+    // assisted-post-copy's stop: `written_at_stop`). What an earlier
+    // capture found written is not this one's.
+    let written_out = match mode {
+        CaptureMode::WrittenApart(l) | CaptureMode::HandoverWritten(l) => {
+            Some(written_at_freeze_file(l))
+        }
+        _ => None,
+    };
     if let Some(f) = &written_out {
         let _ = std::fs::remove_file(f);
     }
@@ -398,7 +406,7 @@ fn capture_once(
         | CaptureMode::HandoverWritten(_) => ScanFor::Written,
         _ => ScanFor::Populated,
     };
-    let listed = tracked.clone();
+    let listed = tracked.clone().filter(|_| written_out.is_some());
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|sc| {
         let checks = sc.spawn(move || {
@@ -519,8 +527,8 @@ fn read_tracked(list: &Path) -> Result<Vec<(u64, u64)>> {
     Ok(tracked)
 }
 
-/// The file in which the capture of a mode with a list of write-tracked
-/// ranges (`list`) leaves the pages of those ranges written since they
+/// The file in which the capture at pre-copy's and assisted-post-copy's
+/// stop, with the list of write-tracked ranges `list`, leaves the pages of those ranges written since they
 /// were last protected, as its scan at the freeze found them (same
 /// format): next to the list. The source reads it with
 /// [`read_written_at_freeze`].
