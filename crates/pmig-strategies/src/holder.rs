@@ -528,10 +528,10 @@ fn read_tracked(list: &Path) -> Result<Vec<(u64, u64)>> {
 }
 
 /// The file in which the capture at pre-copy's and assisted-post-copy's
-/// stop, with the list of write-tracked ranges `list`, leaves the pages of those ranges written since they
-/// were last protected, as its scan at the freeze found them (same
-/// format): next to the list. The source reads it with
-/// [`read_written_at_freeze`].
+/// stop, with the list of write-tracked ranges `list`, leaves the pages of
+/// those ranges written since they were last protected, as its scan at the
+/// freeze found them (same format): next to the list. The source reads it
+/// with [`read_written_at_freeze`].
 pub(crate) fn written_at_freeze_file(list: &Path) -> std::path::PathBuf {
     list.with_file_name("written-at-freeze.ranges")
 }

@@ -395,9 +395,9 @@ impl Iterative {
     /// [`Iterative::stop_mode`], with the ranges `listed` in the file
     /// `list`): the pages of those ranges written since the last round, as
     /// the holder's scan at the freeze found them (or, without its list,
-    /// the tracker's scan of the frozen process), and the image. Of what the scan
-    /// reports, only the pages the image lists as present (its populated
-    /// pages at the freeze, the shared zero page left out) count.
+    /// the tracker's scan of the frozen process), and the image. Of what
+    /// the scan reports, only the pages the image lists as present (its
+    /// populated pages at the freeze, the shared zero page left out) count.
     ///
     /// A listed range that the scan no longer covers (made read-only since,
     /// or unmapped and mapped again as memory it does not track) counts as
