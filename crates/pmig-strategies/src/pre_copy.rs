@@ -81,6 +81,9 @@ pub const MAX_ROUNDS_LIMIT: u32 = 1000;
 const MAX_ROUND_MESSAGES: u64 = 1 << 32;
 /// File in the source's staging directory listing the tracked ranges.
 pub(crate) const TRACKED_FILE: &str = "written-since.ranges";
+/// Pages per `PageDeltas` message in the round read from the frozen
+/// process ([`send_frozen_round`]).
+const FROZEN_DELTA_BATCH: u32 = 64;
 /// Subdirectory of the staging directory for the final image (both sides).
 pub(crate) const FINAL_DIR: &str = "final";
 
@@ -842,6 +845,12 @@ fn send_frozen_round(
     copies: Option<&mut SentCopies>,
 ) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
+    // The pages' changes in small batches, each on its way at once: the
+    // destination applies one while the next is read and compared here.
+    let mut copies = copies;
+    if let Some(c) = copies.as_deref_mut() {
+        c.stream(FROZEN_DELTA_BATCH);
+    }
     let (mut sent, skipped) = stream_pages(m, ranges, None, None, copies)?;
     if !skipped.is_empty() {
         use std::os::unix::fs::FileExt;

@@ -45,6 +45,10 @@ pub struct SentCopies {
     /// Records not sent yet, and how many.
     records: Vec<u8>,
     in_records: u32,
+    /// Most pages per `PageDeltas`, and whether each is flushed at once
+    /// ([`SentCopies::stream`]).
+    batch_pages: u32,
+    flush_each: bool,
     /// Pages sent as their changes so far, and their records' bytes.
     pub as_changes: u64,
     pub change_bytes: u64,
@@ -58,8 +62,28 @@ impl SentCopies {
             cap: (budget.min(MAX_BUDGET) / PAGE as u64) as usize,
             records: Vec::new(),
             in_records: 0,
+            batch_pages: msg::MAX_DELTA_PAGES,
+            flush_each: false,
             as_changes: 0,
             change_bytes: 0,
+        }
+    }
+
+    /// From now on the records go in batches of at most `pages` pages,
+    /// each flushed once queued (`pages` 0: as before, large batches sent
+    /// with the other messages). At the stop the destination then applies
+    /// each batch while the next is read from the frozen process, where
+    /// one message at the end made the two wait for each other.
+    pub fn stream(&mut self, pages: u32) {
+        match pages {
+            0 => {
+                self.batch_pages = msg::MAX_DELTA_PAGES;
+                self.flush_each = false;
+            }
+            n => {
+                self.batch_pages = n.min(msg::MAX_DELTA_PAGES);
+                self.flush_each = true;
+            }
         }
     }
 
@@ -109,8 +133,11 @@ impl SentCopies {
                 sent.wire += whole(ch, id, addr, data, run, i)?;
             }
             run = i + 1;
-            if self.records.len() >= BATCH_BYTES || self.in_records == msg::MAX_DELTA_PAGES {
+            if self.records.len() >= BATCH_BYTES || self.in_records >= self.batch_pages {
                 sent.wire += self.queue_records(ch, id)?;
+                if self.flush_each {
+                    ch.flush()?;
+                }
             }
         }
         if run < pages {
@@ -244,6 +271,64 @@ mod tests {
             assert!(held[&at] == data[i * PAGE..(i + 1) * PAGE], "page {i}");
         }
         assert_eq!(copies.as_changes, 3);
+    }
+
+    /// Streamed (the stop's round): the changes go in batches of the size
+    /// asked, each on the wire before `finish`, and arrive as sent.
+    #[test]
+    fn streamed_changes_go_in_small_batches_each_flushed() {
+        let (mut src, mut dst) = pair();
+        let base = 0x7f00_0000_0000u64;
+        let mut data: Vec<u8> = (0..5 * PAGE).map(|i| (i * 13 % 249) as u8 + 1).collect();
+        let mut copies = SentCopies::new(64 << 20);
+        let mut held = HashMap::new();
+        copies.send(&mut src, 1, base, &data).unwrap();
+        copies.finish(&mut src, 1).unwrap();
+        src.send(&Msg::Commit { id: 1 }).unwrap();
+        receive(&mut dst, &mut held);
+        for i in 0..5 {
+            data[i * PAGE + 8] ^= 0x5a;
+        }
+        copies.stream(2);
+        // A batch not flushed would leave the reads below waiting: fail
+        // instead.
+        dst.stream()
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let s = copies.send(&mut src, 1, base, &data).unwrap();
+        assert_eq!(s.as_changes, 5);
+        // Before `finish`: two batches of two pages, already flushed.
+        for _ in 0..2 {
+            let inc = dst.recv_with().unwrap();
+            assert!(
+                matches!(inc.msg, Msg::PageDeltas { pages: 2, .. }),
+                "{:?}",
+                inc.msg
+            );
+            for r in pmig_proto::page_delta::records(inc.attachment()).unwrap() {
+                r.apply(held.get_mut(&r.addr).unwrap()).unwrap();
+            }
+        }
+        copies.finish(&mut src, 1).unwrap();
+        src.send(&Msg::Commit { id: 1 }).unwrap();
+        assert_eq!(receive(&mut dst, &mut held), 1, "the last page");
+        for i in 0..5 {
+            let at = base + (i * PAGE) as u64;
+            assert!(held[&at] == data[i * PAGE..(i + 1) * PAGE], "page {i}");
+        }
+        // Back to large batches: the five changes go as one message.
+        copies.stream(0);
+        for i in 0..5 {
+            data[i * PAGE + 9] ^= 0x33;
+        }
+        copies.send(&mut src, 1, base, &data).unwrap();
+        copies.finish(&mut src, 1).unwrap();
+        let inc = dst.recv_with().unwrap();
+        assert!(
+            matches!(inc.msg, Msg::PageDeltas { pages: 5, .. }),
+            "{:?}",
+            inc.msg
+        );
     }
 
     #[test]
