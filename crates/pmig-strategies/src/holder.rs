@@ -441,7 +441,7 @@ fn capture_once(
         // Only for a capture that succeeded; without the file the source
         // scans the frozen process again itself.
         if let (Some(f), Some(w)) = (&written_out, written) {
-            if let Err(e) = write_ranges_atomically(f, &w) {
+            if let Err(e) = crate::pre_copy::write_ranges(f, &w) {
                 tracing::debug!("process {pid}: the pages written at the freeze not listed: {e}");
             }
         }
@@ -549,19 +549,6 @@ fn written_in(
     let mut w = crate::pre_copy::intersect(written, listed);
     w.extend(crate::pre_copy::subtract(listed, scope));
     crate::pre_copy::intersect(&w, listed)
-}
-
-/// Writes `ranges` to `path` in the list format, under another name first:
-/// a reader finds the whole list or none.
-fn write_ranges_atomically(path: &Path, ranges: &[(u64, u64)]) -> std::io::Result<()> {
-    use std::fmt::Write as _;
-    let mut text = String::with_capacity(ranges.len() * 24);
-    for (s, l) in ranges {
-        let _ = writeln!(text, "{s:x} {l:x}");
-    }
-    let tmp = path.with_extension("part");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
 }
 
 /// The pages the holder's capture found written at the freeze
@@ -1403,7 +1390,7 @@ mod tests {
         assert_eq!(f.parent(), list.parent());
         assert_ne!(f, list);
         let w = written_in(&listed, &written, &scope);
-        write_ranges_atomically(&f, &w).unwrap();
+        crate::pre_copy::write_ranges(&f, &w).unwrap();
         assert_eq!(read_written_at_freeze(&list), Some(w));
         // Read once: a later stop does not find an earlier capture's list.
         assert_eq!(read_written_at_freeze(&list), None);

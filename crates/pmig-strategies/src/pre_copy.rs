@@ -63,7 +63,6 @@ use pmig_engine::resources::memory::{saveable_ranges, RangeFilter, TASK_END};
 use pmig_engine::EngineError;
 use pmig_proto::blocking::Incoming;
 use pmig_proto::{code, Msg};
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -421,12 +420,12 @@ impl Iterative {
             .iter()
             .flat_map(|v| v.present.iter().copied())
             .collect();
-        let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
         // The holder's scan at the freeze found them already (the process
         // has not run since); without its list, the tracker scans again.
         let found = match crate::holder::read_written_at_freeze(list) {
             Some(w) => w,
             None => {
+                let tracker = self.tracker.as_mut().ok_or_else(lost_tracker)?;
                 let scanned = intersect(&tracker.scan()?, listed);
                 let untracked = subtract(listed, &tracker.tracked());
                 [scanned, untracked].concat()
@@ -842,12 +841,11 @@ fn send_frozen_round(
     m: &mut Source,
     round: u32,
     ranges: &[(u64, u64)],
-    copies: Option<&mut SentCopies>,
+    mut copies: Option<&mut SentCopies>,
 ) -> Result<u64> {
     let (id, pid) = (m.id, m.pid);
     // The pages' changes in small batches, each on its way at once: the
     // destination applies one while the next is read and compared here.
-    let mut copies = copies;
     if let Some(c) = copies.as_deref_mut() {
         c.stream(FROZEN_DELTA_BATCH);
     }
@@ -1068,16 +1066,18 @@ pub(crate) fn cannot_compose(d: &mut Destination, e: StrategyError) -> StrategyE
     StrategyError::Other(text)
 }
 
-/// Writes `start len` (hex) lines, the format of [`CaptureMode::WrittenSince`].
+/// Writes `start len` (hex) lines, the format of [`CaptureMode::WrittenSince`],
+/// under another name first: a reader finds the whole list or none.
 pub(crate) fn write_ranges(path: &Path, ranges: &[(u64, u64)]) -> Result<()> {
+    use std::fmt::Write as _;
     let mut text = String::with_capacity(ranges.len() * 24);
     for (s, l) in ranges {
-        text.push_str(&format!("{s:x} {l:x}\n"));
+        let _ = writeln!(text, "{s:x} {l:x}");
     }
-    let mut f =
-        std::fs::File::create(path).map_err(io_err(format!("create {}", path.display())))?;
-    f.write_all(text.as_bytes())
-        .map_err(io_err(format!("write {}", path.display())))
+    // Under another name first: a reader finds the whole list or none.
+    let tmp = path.with_extension("part");
+    std::fs::write(&tmp, text).map_err(io_err(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(io_err(format!("rename {}", tmp.display())))
 }
 
 /// The pages an image holds itself, as (address, length) runs.

@@ -45,10 +45,9 @@ pub struct SentCopies {
     /// Records not sent yet, and how many.
     records: Vec<u8>,
     in_records: u32,
-    /// Most pages per `PageDeltas`, and whether each is flushed at once
-    /// ([`SentCopies::stream`]).
-    batch_pages: u32,
-    flush_each: bool,
+    /// Streamed ([`SentCopies::stream`]): most pages per `PageDeltas`, each
+    /// flushed at once.
+    streamed: Option<u32>,
     /// Pages sent as their changes so far, and their records' bytes.
     pub as_changes: u64,
     pub change_bytes: u64,
@@ -62,8 +61,7 @@ impl SentCopies {
             cap: (budget.min(MAX_BUDGET) / PAGE as u64) as usize,
             records: Vec::new(),
             in_records: 0,
-            batch_pages: msg::MAX_DELTA_PAGES,
-            flush_each: false,
+            streamed: None,
             as_changes: 0,
             change_bytes: 0,
         }
@@ -75,16 +73,7 @@ impl SentCopies {
     /// each batch while the next is read from the frozen process, where
     /// one message at the end made the two wait for each other.
     pub fn stream(&mut self, pages: u32) {
-        match pages {
-            0 => {
-                self.batch_pages = msg::MAX_DELTA_PAGES;
-                self.flush_each = false;
-            }
-            n => {
-                self.batch_pages = n.min(msg::MAX_DELTA_PAGES);
-                self.flush_each = true;
-            }
-        }
+        self.streamed = (pages > 0).then(|| pages.min(msg::MAX_DELTA_PAGES));
     }
 
     /// Bytes the copies take.
@@ -133,9 +122,10 @@ impl SentCopies {
                 sent.wire += whole(ch, id, addr, data, run, i)?;
             }
             run = i + 1;
-            if self.records.len() >= BATCH_BYTES || self.in_records >= self.batch_pages {
+            let batch = self.streamed.unwrap_or(msg::MAX_DELTA_PAGES);
+            if self.records.len() >= BATCH_BYTES || self.in_records >= batch {
                 sent.wire += self.queue_records(ch, id)?;
-                if self.flush_each {
+                if self.streamed.is_some() {
                     ch.flush()?;
                 }
             }
