@@ -115,6 +115,17 @@ impl PageStore {
         Ok(())
     }
 
+    /// Writes zeros where the next `bytes` of pages will be stored, past
+    /// what is there already ([`pmig_image::PagesWriter::touch_ahead`]), so
+    /// that storing them later allocates and touches no new memory. Returns
+    /// the bytes written now.
+    pub fn touch_ahead(&mut self, bytes: u64) -> Result<u64> {
+        self.w
+            .pages()
+            .touch_ahead(bytes)
+            .ctx(|| "write the room ahead of the stored pages".into())
+    }
+
     /// Drops [a, a + len) from the index, cutting the extents across its
     /// ends.
     fn carve(&mut self, a: u64, len: u64) {

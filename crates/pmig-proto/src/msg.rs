@@ -13,7 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 20: assisted-post-copy's source
+/// The protocol version this build speaks. 21: the destination of
+/// iterative rounds answers each `RoundDone` with `RoundStored` once it has
+/// stored the round and made room for the next one, and the source waits
+/// for it before it goes on (or stops the process), so that a stop never
+/// waits behind pages the destination has yet to store (§6.3b); only to a
+/// version-21 source, and a source waits for it only from a version-21
+/// destination, so older versions are still spoken (their sources wait for
+/// the link to carry the round). 20: assisted-post-copy's source
 /// offers a skeleton after round 0 (`Skeleton`, §6.3e), so that its stop
 /// only brings that skeleton up; only to a version-20 destination, so older
 /// versions are still spoken (they restore at the stop). 19: a run of pages may travel
@@ -87,7 +94,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 20;
+pub const PROTO_VERSION: u16 = 21;
+/// The first version that answers `RoundDone` with `RoundStored`.
+pub const ROUND_STORED: u16 = 21;
 /// The first version that takes a `Skeleton` after assisted-post-copy's
 /// round 0.
 pub const ASSISTED_SKELETON: u16 = 20;
@@ -460,6 +469,13 @@ pub enum Msg {
         offset: u64,
         len: u32,
     },
+    /// 35, destination → source, after each `RoundDone` (version 21): every
+    /// page of round `round` is stored, and the destination has made room
+    /// for the next round. The source sends nothing more until it has it.
+    RoundStored {
+        id: u64,
+        round: u32,
+    },
 }
 
 /// `pages * 4096` zero bytes, for a `PageZeros` of at most
@@ -597,6 +613,7 @@ impl Msg {
             Msg::PageDeltas { .. } => "PageDeltas",
             Msg::PageLz4 { .. } => "PageLz4",
             Msg::ImageLz4 { .. } => "ImageLz4",
+            Msg::RoundStored { .. } => "RoundStored",
         }
     }
 
@@ -1035,6 +1052,7 @@ mod tests {
                 offset: 1 << 30,
                 len: MAX_IMAGE_LZ4,
             },
+            Msg::RoundStored { id: 9, round: 6 },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();

@@ -191,7 +191,7 @@ impl Strategy for AssistedPostCopy {
         // `Prespawned`).
         let staging = d.staging.clone();
         crate::stop_copy::prespawn_restore(d, &staging, true);
-        let first = receive_rounds(d, &mut store, None)?;
+        let first = receive_rounds(d, &mut store, None, false)?;
         // A skeleton after round 0 (version 20): restored now, lazily, with
         // round 0's copies of its private file mappings and none of its
         // anonymous pages; the image of the stop brings it up.

@@ -666,7 +666,7 @@ pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
     let mut store = None;
     if !matches!(first.msg, Msg::ImageFile { .. } | Msg::Skeleton { .. }) {
         let mut s = PageStore::create(&staging)?;
-        first = receive_rounds(d, &mut s, Some(first))?;
+        first = receive_rounds(d, &mut s, Some(first), false)?;
         store = Some(s);
     }
     if matches!(first.msg, Msg::Skeleton { .. }) {

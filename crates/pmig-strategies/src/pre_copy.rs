@@ -83,6 +83,24 @@ pub(crate) const TRACKED_FILE: &str = "written-since.ranges";
 /// Pages per `PageDeltas` message in the round read from the frozen
 /// process ([`send_frozen_round`]).
 const FROZEN_DELTA_BATCH: u32 = 64;
+/// Room a destination keeps touched past its store's pages after each
+/// round ([`PageStore::touch_ahead`]), so that the next round's pages, and
+/// above all those of the stop, are written into memory already there,
+/// not into memory the machine has to supply while the process is frozen.
+/// A rerun sends what was written during the round before it, and the
+/// stop what was written during the last rerun, which rounds that converge
+/// make less: after a rerun, as much as it stored, at least [`ROOM_MIN`]
+/// and at most [`ROOM_MAX`]. After round 0, whose size says nothing about
+/// the next, only [`ROOM_MIN`]: the stop follows a rerun (with
+/// `--max-rounds 0`, round 0).
+fn room_after(round: u32, stored: u64) -> u64 {
+    match round {
+        0 => ROOM_MIN,
+        _ => stored.clamp(ROOM_MIN, ROOM_MAX),
+    }
+}
+const ROOM_MIN: u64 = 1 << 20;
+const ROOM_MAX: u64 = 64 << 20;
 /// Subdirectory of the staging directory for the final image (both sides).
 pub(crate) const FINAL_DIR: &str = "final";
 
@@ -485,7 +503,7 @@ impl Iterative {
         let staging = d.staging.clone();
         crate::stop_copy::prespawn_restore(d, &staging, true);
         let mut store = PageStore::create(&d.staging)?;
-        let first = receive_rounds(d, &mut store, None)?;
+        let first = receive_rounds(d, &mut store, None, true)?;
         let dir = d.staging.join(FINAL_DIR);
         std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         receive_image_after(d, &dir, Some(first))?;
@@ -712,8 +730,34 @@ pub(crate) fn send_round(
     m.count(24);
     m.rounds += 1;
     m.pages_sent += pages;
-    drain(m)?;
+    if m.ch.peer().version >= pmig_proto::msg::ROUND_STORED {
+        await_round_stored(m, round)?;
+    } else {
+        drain(m)?;
+    }
     Ok(sent)
+}
+
+/// Source: waits for the destination's `RoundStored` of `round` (version
+/// 21): the round is stored and the room for the next one made. Until then
+/// the process runs on; a stop decided now does not wait behind pages the
+/// destination still has to store.
+fn await_round_stored(m: &mut Source, round: u32) -> Result<()> {
+    match m.recv("RoundStored")? {
+        Msg::RoundStored { id, round: r } if id == m.id && r == round => {
+            mark("src: round stored");
+            Ok(())
+        }
+        other => Err(StrategyError::Protocol {
+            node: m.peer.clone(),
+            what: match other {
+                Msg::RoundStored { round: r, .. } => {
+                    format!("RoundStored of round {r}, expected round {round}")
+                }
+                other => format!("expected RoundStored, got {}", other.kind()),
+            },
+        }),
+    }
 }
 
 /// The bytes of a round read after one protection of their pages
@@ -869,8 +913,15 @@ fn send_frozen_round(
         }
     }
     let pages = sent / PAGE;
-    m.ch.send(&Msg::RoundDone { id, round, pages })?;
-    m.count(24);
+    // A version-21 destination answers every `RoundDone` once it has made
+    // room for the next round: there is none, and the image follows now,
+    // which ends the rounds as well.
+    if m.ch.peer().version < pmig_proto::msg::ROUND_STORED {
+        m.ch.send(&Msg::RoundDone { id, round, pages })?;
+        m.count(24);
+    } else {
+        m.ch.flush()?;
+    }
     m.pages_sent += pages;
     Ok(sent)
 }
@@ -909,10 +960,15 @@ pub(crate) fn await_restored(m: &mut Source) -> Result<()> {
 
 /// Destination: stores `PageData` until the final image starts; returns its
 /// first message (`ImageFile`). `first` is a message already received.
+/// Each `RoundDone` is answered with `RoundStored` (version 21); before
+/// that, with `touch_room` (more rounds and the stop's pages will come to
+/// this store), room for the next round is touched ahead of the stored
+/// pages (see [`room_after`]).
 pub(crate) fn receive_rounds(
     d: &mut Destination,
     store: &mut PageStore,
     mut first: Option<Incoming>,
+    touch_room: bool,
 ) -> Result<Incoming> {
     let bad = |d: &mut Destination, code: u32, what: String| {
         let _ = d.ch.send(&Msg::Error {
@@ -925,6 +981,7 @@ pub(crate) fn receive_rounds(
         }
     };
     let mut rounds = 0u32;
+    let mut stored_before = store.bytes_received();
     for _ in 0..MAX_ROUND_MESSAGES {
         let inc = match first.take() {
             Some(inc) => inc,
@@ -964,6 +1021,21 @@ pub(crate) fn receive_rounds(
             Msg::RoundDone { id, round, pages } if id == d.offer.id => {
                 mark("dst: round received");
                 rounds += 1;
+                let stored = store.bytes_received() - stored_before;
+                stored_before = store.bytes_received();
+                // Only an optimisation: the pages are stored either way.
+                if touch_room {
+                    match store.touch_ahead(room_after(round, stored)) {
+                        Ok(n) if n > 0 => mark("dst: room for the next round touched"),
+                        Ok(_) => {}
+                        Err(e) => {
+                            tracing::debug!("no room touched ahead of the stored pages: {e}")
+                        }
+                    }
+                }
+                if d.ch.peer().version >= pmig_proto::msg::ROUND_STORED {
+                    d.ch.send(&Msg::RoundStored { id, round })?;
+                }
                 tracing::debug!(
                     "pre-copy round {round} from {}: {pages} pages; {:.1} MiB held",
                     d.peer,
