@@ -156,7 +156,7 @@ pub struct PagesWriter {
     file: File,
     len: u64,
     /// The end of what the file holds: past `len`, zeros written ahead by
-    /// [`PagesWriter::touch_ahead`], cut off at the finish.
+    /// [`PagesWriter::touch_ahead`].
     end: u64,
     sums: Vec<u64>,
     hasher: xxhash_rust::xxh3::Xxh3,
@@ -192,9 +192,12 @@ impl PagesWriter {
     /// is touched then: where the memory of a virtual machine has to be
     /// backed again by its host, the first write to a page costs tens of
     /// microseconds, and the writes made while a process is frozen should
-    /// not pay that. Unlike [`PagesWriter::reserve`], the file grows; the
-    /// zeros never written over are cut off at the finish. Returns the
-    /// bytes written.
+    /// not pay that. Unlike [`PagesWriter::reserve`], the file grows. The
+    /// zeros never written over stay past the page data, which the
+    /// manifest bounds (readers go by the parts' offsets and lengths), until
+    /// the file is removed: cutting them off at the finish would free their
+    /// memory while the process is frozen (about 80 µs per MiB on tmpfs
+    /// here). Returns the bytes written.
     pub fn touch_ahead(&mut self, bytes: u64) -> io::Result<u64> {
         use std::os::unix::fs::FileExt;
         const PIECE: usize = 256 << 10;
@@ -238,9 +241,6 @@ impl PagesWriter {
     fn finish(mut self) -> io::Result<(u64, Vec<u64>)> {
         if self.in_chunk > 0 || self.sums.is_empty() {
             self.sums.push(self.hasher.digest());
-        }
-        if self.end > self.len {
-            self.file.set_len(self.len)?;
         }
         self.file.flush()?;
         Ok((self.len, self.sums))
@@ -604,7 +604,7 @@ mod tests {
     }
 
     #[test]
-    fn zeros_written_ahead_are_written_over_in_order_and_the_rest_cut_off() {
+    fn zeros_written_ahead_are_written_over_in_order_and_the_rest_left_past_the_part() {
         let d = tempfile::tempdir().unwrap();
         let mut w = ImageWriter::create(d.path()).unwrap();
         let page = PAGE_SIZE as usize;
@@ -634,10 +634,13 @@ mod tests {
         let mut want = vec![1u8; page];
         want.extend(vec![2u8; 2 * page]);
         want.extend(vec![3u8; 3 * page]);
+        want.extend(vec![0u8; page]);
         assert!(
             bytes == want,
-            "the data in order, the zeros not written over cut off"
+            "the data in order, then the zeros not written over"
         );
+        // The part ends where the data does, and the image reads and
+        // verifies as one without the zeros.
         let img = Image::open_verified(d.path()).unwrap();
         assert_eq!(img.manifest.part(PAGES_PART).unwrap().len, 6 * PAGE_SIZE);
     }
