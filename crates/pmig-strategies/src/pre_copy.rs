@@ -181,6 +181,17 @@ impl Iterative {
         Some(subtract(&subtract(&t, &self.delayed), &self.missed))
     }
 
+    /// The tracked ranges whose pages the stop reads from the frozen
+    /// process (pre-copy's [`CaptureMode::WrittenApart`] list): all but the
+    /// pages a round missed, which the holder saves whole. Queued pages,
+    /// never sent, go whole with that last round ([`Self::written_at_stop`]),
+    /// once into the destination's store, not into the image, a second
+    /// copy of it and then the store.
+    fn read_at_stop(&self) -> Option<Vec<(u64, u64)>> {
+        let t = self.tracker.as_ref()?.tracked();
+        Some(subtract(&t, &self.missed))
+    }
+
     /// Drops the tracker: the kernel removes every registration and write
     /// protection from the process.
     pub(crate) fn untrack(&mut self) {
@@ -354,9 +365,8 @@ impl Iterative {
 
     fn stop_and_send(&mut self, m: &mut Source) -> Result<()> {
         mark("src: stop decided");
-        // Queued and missed pages are left out of the list: the holder saves
-        // them whole.
-        let listed = self.tracked_and_sent().ok_or_else(lost_tracker)?;
+        // Missed pages are left out of the list: the holder saves them whole.
+        let listed = self.read_at_stop().ok_or_else(lost_tracker)?;
         std::fs::create_dir_all(&m.staging)
             .map_err(io_err(format!("create {}", m.staging.display())))?;
         let list = m.staging.join(TRACKED_FILE);
@@ -415,7 +425,8 @@ impl Iterative {
     /// [`Iterative::stop_mode`], with the ranges `listed` in the file
     /// `list`): the pages of those ranges written since the last round, as
     /// the holder's scan at the freeze found them (or, without its list,
-    /// the tracker's scan of the frozen process), and the image. Of what
+    /// the tracker's scan of the frozen process), with the queued pages
+    /// among them, and the image. Of what
     /// the scan reports, only the pages the image lists as present (its
     /// populated pages at the freeze, the shared zero page left out) count.
     ///
@@ -450,6 +461,8 @@ impl Iterative {
             }
         };
         mark("src: written pages listed");
+        // Queued pages (queued-pre-copy) were never sent: all of them go.
+        let found = normalize(&[found, intersect(&self.delayed, listed)].concat());
         let written = subtract(&intersect(&found, &present), &in_image(&pi));
         mark("src: written pages scanned");
         Ok((written, pi))

@@ -15,8 +15,9 @@
 //!     send the delayed pages that were not written in this interval
 //!     delayed = written                                    (queued, not sent)
 //!     stop rerunning once the delayed bytes ≤ max_dirty_fraction · address space
-//! stop: the holder saves the delayed pages whole, plus every page written
-//!       since the last scan, plus untracked memory
+//! stop: the holder saves the state and untracked memory; the last round,
+//!       read from the frozen process, sends the delayed pages whole and
+//!       every page written since the last scan
 //! ```
 //!
 //! A page written in every interval is therefore sent once, at the stop,
