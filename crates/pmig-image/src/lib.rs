@@ -571,6 +571,17 @@ impl Image {
 mod tests {
     use super::*;
 
+    fn test_manifest() -> Manifest {
+        Manifest {
+            pmig_version: "t".into(),
+            kernel_release: "k".into(),
+            hostname: "h".into(),
+            pid: 1,
+            created_unix_ms: 0,
+            parts: vec![],
+        }
+    }
+
     fn sample(dir: &Path) -> Manifest {
         let mut w = ImageWriter::create(dir).unwrap();
         w.put("numbers", &vec![1u32, 2, 3]).unwrap();
@@ -578,15 +589,7 @@ mod tests {
         w.pages()
             .write_all(&vec![7u8; 3 * PAGE_SIZE as usize])
             .unwrap();
-        w.finish(Manifest {
-            pmig_version: "t".into(),
-            kernel_release: "k".into(),
-            hostname: "h".into(),
-            pid: 1,
-            created_unix_ms: 0,
-            parts: vec![],
-        })
-        .unwrap()
+        w.finish(test_manifest()).unwrap()
     }
 
     #[test]
@@ -621,15 +624,7 @@ mod tests {
         w.pages().write_all(&vec![3u8; 3 * page]).unwrap();
         assert_eq!(w.pages().ahead(), 0);
         assert_eq!(w.pages().touch_ahead(PAGE_SIZE).unwrap(), PAGE_SIZE);
-        w.finish(Manifest {
-            pmig_version: "t".into(),
-            kernel_release: "k".into(),
-            hostname: "h".into(),
-            pid: 1,
-            created_unix_ms: 0,
-            parts: vec![],
-        })
-        .unwrap();
+        w.finish(test_manifest()).unwrap();
         let bytes = fs::read(d.path().join(PAGES_FILE)).unwrap();
         let mut want = vec![1u8; page];
         want.extend(vec![2u8; 2 * page]);
