@@ -99,7 +99,9 @@ fn room_after(round: u32, stored: u64) -> u64 {
         _ => stored.clamp(ROOM_MIN, ROOM_MAX),
     }
 }
+/// The least room touched after a round ([`room_after`]).
 const ROOM_MIN: u64 = 1 << 20;
+/// The most room touched after a round ([`room_after`]).
 const ROOM_MAX: u64 = 64 << 20;
 /// Subdirectory of the staging directory for the final image (both sides).
 pub(crate) const FINAL_DIR: &str = "final";
@@ -173,9 +175,9 @@ impl Iterative {
         }
     }
 
-    /// The tracked ranges whose pages a round sent, less those the stop
-    /// must save whole (queued, or missed by a round), sorted: the holder's
-    /// `written:` list.
+    /// The tracked ranges whose pages a round sent (less the queued pages
+    /// and those a round missed), sorted: assisted-post-copy's list for the
+    /// holder at its stop (pre-copy's is [`Self::read_at_stop`]).
     pub(crate) fn tracked_and_sent(&self) -> Option<Vec<(u64, u64)>> {
         let t = self.tracker.as_ref()?.tracked();
         Some(subtract(&subtract(&t, &self.delayed), &self.missed))
