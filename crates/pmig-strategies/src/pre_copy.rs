@@ -930,12 +930,10 @@ fn send_frozen_round(
     let pages = sent / PAGE;
     // A version-21 destination answers every `RoundDone` once it has made
     // room for the next round: there is none, and the image follows now,
-    // which ends the rounds as well.
+    // which ends the rounds as well. (The pages went out flushed.)
     if m.ch.peer().version < pmig_proto::msg::ROUND_STORED {
         m.ch.send(&Msg::RoundDone { id, round, pages })?;
         m.count(24);
-    } else {
-        m.ch.flush()?;
     }
     m.pages_sent += pages;
     Ok(sent)

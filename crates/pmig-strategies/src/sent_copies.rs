@@ -225,6 +225,23 @@ mod tests {
         }
     }
 
+    /// One round through `copies`: `data` at `base` sent and finished,
+    /// then `Commit`, received into `held` ([`receive`]). Returns what
+    /// `send` reported, the bytes `finish` sent, and the pages received as
+    /// their changes.
+    fn round(
+        copies: &mut SentCopies,
+        (src, dst): (&mut Channel<TcpStream>, &mut Channel<TcpStream>),
+        held: &mut HashMap<u64, Vec<u8>>,
+        base: u64,
+        data: &[u8],
+    ) -> (Sent, u64, u64) {
+        let s = copies.send(src, 1, base, data).unwrap();
+        let finished = copies.finish(src, 1).unwrap();
+        src.send(&Msg::Commit { id: 1 }).unwrap();
+        (s, finished, receive(dst, held))
+    }
+
     #[test]
     fn pages_sent_again_go_as_their_changes_and_arrive_whole() {
         let (mut src, mut dst) = pair();
@@ -233,10 +250,10 @@ mod tests {
         let mut copies = SentCopies::new(64 << 20);
         let mut held = HashMap::new();
         // First time: every page whole, each kept.
-        let s = copies.send(&mut src, 1, base, &data).unwrap();
-        assert_eq!(copies.finish(&mut src, 1).unwrap(), 0);
-        src.send(&Msg::Commit { id: 1 }).unwrap();
-        assert_eq!((s.as_changes, receive(&mut dst, &mut held)), (0, 0));
+        let (s, finished, changes) =
+            round(&mut copies, (&mut src, &mut dst), &mut held, base, &data);
+        assert_eq!(finished, 0);
+        assert_eq!((s.as_changes, changes), (0, 0));
         assert_eq!(copies.bytes(), 5 * PAGE as u64);
         // Again: page 0 with one word changed, page 1 unchanged, page 2
         // rewritten whole, page 3 zeroed, page 4 with two bytes apart.
@@ -247,11 +264,10 @@ mod tests {
         data[3 * PAGE..4 * PAGE].fill(0);
         data[4 * PAGE] = 0;
         data[5 * PAGE - 1] = 0;
-        let s = copies.send(&mut src, 1, base, &data).unwrap();
-        let records = copies.finish(&mut src, 1).unwrap();
-        src.send(&Msg::Commit { id: 1 }).unwrap();
+        let (s, records, changes) =
+            round(&mut copies, (&mut src, &mut dst), &mut held, base, &data);
         assert_eq!(s.as_changes, 3, "pages 0, 1 and 4");
-        assert_eq!(receive(&mut dst, &mut held), 3);
+        assert_eq!(changes, 3);
         assert!(
             s.wire + records < 2 * PAGE as u64 + 1024,
             "{s:?}, {records}"
@@ -272,10 +288,7 @@ mod tests {
         let mut data: Vec<u8> = (0..5 * PAGE).map(|i| (i * 13 % 249) as u8 + 1).collect();
         let mut copies = SentCopies::new(64 << 20);
         let mut held = HashMap::new();
-        copies.send(&mut src, 1, base, &data).unwrap();
-        copies.finish(&mut src, 1).unwrap();
-        src.send(&Msg::Commit { id: 1 }).unwrap();
-        receive(&mut dst, &mut held);
+        round(&mut copies, (&mut src, &mut dst), &mut held, base, &data);
         for i in 0..5 {
             data[i * PAGE + 8] ^= 0x5a;
         }
