@@ -65,16 +65,17 @@ impl FreezeFree {
 /// says the store is complete. Returns the bytes written.
 fn flush(pid: i32, owed: &[(u64, u64)], store: &Path) -> Result<u64> {
     use crate::flushing::StorePages;
-    use std::io::Write;
     let path = store.join(StorePages::FLAT_PAGES);
     let file =
         std::fs::File::create(&path).map_err(io_err(format!("create {}", path.display())))?;
-    let mut out = std::io::BufWriter::with_capacity(4 << 20, file);
+    // Small runs gathered, large ones written a piece at a time
+    // (`pmig_image::WRITE_PIECE`).
+    let mut out = std::io::BufWriter::with_capacity(pmig_image::WRITE_PIECE, file);
     let mut runs: Vec<(u64, u64, u64)> = Vec::new();
     let mut offset = 0u64;
     let (_, skipped) =
         pmig_engine::pagestore::read_ranges(pid, owed, 4 << 20, &mut |addr, bytes| {
-            out.write_all(bytes).map_err(|e| {
+            pmig_image::write_in_pieces(&mut out, bytes).map_err(|e| {
                 pmig_engine::EngineError::Other(format!("write {}: {e}", path.display()))
             })?;
             let len = bytes.len() as u64;
