@@ -836,7 +836,10 @@ const SKELETON_IN_MEMORY: u64 = 16 << 20;
 /// A file of an image being received. Its bytes are gathered and written
 /// in large pieces: an image of the stop planned against a skeleton's
 /// arrives as many short runs, sent or taken from the skeleton's file, and
-/// a system call each would cost more than the bytes they save.
+/// a system call each would cost more than the bytes they save. Not larger
+/// than [`pmig_image::WRITE_PIECE`] each, though: the page cache would
+/// take the folios of a larger write from memory a VM's host may have to
+/// back again.
 struct FileIn {
     name: String,
     file: File,
@@ -849,7 +852,7 @@ struct FileIn {
 impl FileIn {
     fn put(&mut self, data: &[u8]) -> std::io::Result<()> {
         if self.pending.is_empty() && data.len() >= GATHER {
-            self.file.write_all(data)?;
+            pmig_image::write_in_pieces(&mut self.file, data)?;
         } else {
             self.pending.extend_from_slice(data);
             if self.pending.len() >= GATHER {
@@ -876,7 +879,7 @@ impl FileIn {
 
     fn flush(&mut self) -> std::io::Result<()> {
         if !self.pending.is_empty() {
-            self.file.write_all(&self.pending)?;
+            pmig_image::write_in_pieces(&mut self.file, &self.pending)?;
             self.pending.clear();
         }
         Ok(())
