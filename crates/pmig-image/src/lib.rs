@@ -217,12 +217,12 @@ impl PagesWriter {
     /// here). Returns the bytes written.
     pub fn touch_ahead(&mut self, bytes: u64) -> io::Result<u64> {
         use std::os::unix::fs::FileExt;
-        const PIECE: usize = 256 << 10;
-        static ZEROS: [u8; PIECE] = [0; PIECE];
+        // Zeros too go a piece at a time (see [`WRITE_PIECE`]).
+        static ZEROS: [u8; WRITE_PIECE] = [0; WRITE_PIECE];
         let (from, to) = (self.end.max(self.len), self.len.saturating_add(bytes));
         let mut at = from;
         while at < to {
-            let n = ((to - at) as usize).min(PIECE);
+            let n = ((to - at) as usize).min(WRITE_PIECE);
             self.file.write_all_at(&ZEROS[..n], at)?;
             at += n as u64;
             self.end = at;
