@@ -3041,6 +3041,108 @@ fn post_copy_with_a_version_11_peer_both_ways() {
     );
 }
 
+/// python3 sweeping 48 MiB of private anonymous memory page by page, in
+/// order, over and over (each page's first byte read and incremented):
+/// AMPoM predicts the pages ahead of each fault. `done` says whether every
+/// page holds what the passes made of it, and how many passes ran.
+const SWEEPER: &str = r#"
+import sys
+N = 48 << 20
+P = 4096
+b = bytearray(N)
+for i in range(0, N, P):
+    b[i] = (i // P) & 0xff
+print("READY", flush=True)
+passes = 0
+while True:
+    for i in range(0, N, P):
+        b[i] = (b[i] + 1) & 0xff
+    passes += 1
+    line = sys.stdin.readline()
+    if line and line.split()[0] == "done":
+        ok = all(b[i] == (i // P + passes) & 0xff for i in range(0, N, P))
+        print("SAME" if ok else "DIFFERENT", passes, flush=True)
+        break
+"#;
+
+/// ampom with a peer that speaks protocol 21 (test hook on n1), both ways,
+/// then between two nodes of this build, on 100 Mbit: at version 21 the
+/// pages AMPoM predicts are asked for with the faults' (`PageRequest`), from
+/// version 22 apart from them (`PrefetchRequest`). Each move speaks the
+/// version it should, predicts pages, and its source reads predictions
+/// apart only from version 22; the memory is the program's own after the
+/// three moves.
+#[test]
+fn ampom_with_a_version_21_peer_both_ways() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_link("pw", pmig_cluster::Link::Mbit100);
+    let hook = env.node_dir("n1").join("test-hook");
+    std::fs::write(&hook, "speak-version 21\n").unwrap();
+    let (child, cmds, out) = env.python("sweeper", SWEEPER);
+    let mut pid = child.id() as i32;
+    let mut reps = Vec::new();
+    let current = pmig_proto::PROTO_VERSION;
+    for (from, to, version) in [("n1", "n2", 21), ("n2", "n1", 21), ("n1", "n2", current)] {
+        if version == current {
+            std::fs::remove_file(&hook).unwrap();
+        }
+        let m = env.migrate_cmd(from, pid, to, "ampom", 60).spawn().unwrap();
+        let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
+            panic!(
+                "ampom {from} → {to} at protocol {version}: {e}\nn1:\n{}\nn2:\n{}",
+                env.log("n1"),
+                env.log("n2")
+            )
+        });
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        let log = env.log(to);
+        let spoken = format!("protocol version {version})");
+        assert!(
+            log.lines().any(|l| l.contains("accepted ampom")
+                && l.contains(&format!("from {from} ("))
+                && l.contains(&spoken)),
+            "{to} did not speak protocol {version} with {from}\n{to}:\n{log}"
+        );
+        assert!(
+            rep["prefetched_pages"].as_u64().unwrap() > 0,
+            "no page predicted {from} → {to}: the test proves nothing\n{}",
+            figures(&[rep])
+        );
+        // The source's last line on its pages: "… P pages asked for as
+        // predictions, A of them answered after the faults)".
+        let src = env.log(from);
+        let asked: Option<u64> = src
+            .lines()
+            .rev()
+            .find_map(|l| l.find(" pages asked for as predictions").map(|i| &l[..i]))
+            .and_then(|h| h.rsplit(' ').next()?.parse().ok());
+        let Some(asked) = asked else {
+            panic!("no count of {from}'s predictions\n{from}:\n{src}");
+        };
+        assert_eq!(
+            asked > 0,
+            version >= pmig_proto::msg::PREFETCH_REQUEST,
+            "{asked} pages asked for as predictions at protocol {version}\n{from}:\n{src}"
+        );
+        reps.push(rep);
+    }
+    command(&cmds, "done");
+    wait_gone(pid);
+    let mut child = child;
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("SAME"),
+        "the swept memory after three ampom moves: {text}\n{}",
+        figures(&reps)
+    );
+    eprintln!("ampom with a version-21 peer: {}; {text}", figures(&reps));
+}
+
 /// The page store's strategies need no link after the handover: the process
 /// runs on, served from the store, across the cut.
 #[test]

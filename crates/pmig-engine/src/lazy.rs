@@ -55,6 +55,9 @@ pub struct LazyStats {
     /// for its event to be read, each followed by a read of the events and
     /// a retry ([`uffd::Fill::Busy`]).
     pub busy_fills: u64,
+    /// Pages asked for again because a fault had waited for them too long
+    /// ([`LazyMemory::overdue`]).
+    pub asked_again: u64,
 }
 
 /// The upper bounds of [`LazyStats::fault_wait_hist`]'s buckets but the last.
@@ -79,6 +82,10 @@ pub struct Handled {
     pub ask: Vec<u64>,
     /// Source pages of the remote faults, in order.
     pub faults: Vec<u64>,
+    /// Source pages asked for as predictions ([`LazyMemory::prefetch`])
+    /// that a fault now waits for, each once: a source that answers
+    /// predictions after faults should be asked for them again, as faults.
+    pub promote: Vec<u64>,
 }
 
 /// One range of owed pages still at their own address.
@@ -433,6 +440,9 @@ struct State {
     asked_at: HashMap<u64, std::time::Instant>,
     /// when the first fault on each owed page was read (for the wait stats).
     faulted_at: HashMap<u64, std::time::Instant>,
+    /// when a page a fault waits for was last asked for again
+    /// ([`LazyMemory::overdue`]).
+    asked_again_at: HashMap<u64, std::time::Instant>,
     /// smoothed request-to-install latency, seconds.
     latency: Option<f64>,
     first_install: Option<std::time::Instant>,
@@ -540,6 +550,7 @@ impl State {
         for (_, s) in self.owed.take_dst_range(start, end) {
             self.requested.remove(&s);
             self.faulted_at.remove(&s);
+            self.asked_again_at.remove(&s);
             self.stats.dropped_pages += 1;
         }
     }
@@ -1004,6 +1015,7 @@ impl LazyMemory {
                 }
             }
             if let Some(t) = st.faulted_at.remove(&s) {
+                st.asked_again_at.remove(&s);
                 let us = now.duration_since(t).as_micros() as u64;
                 st.stats.fault_waited(us);
                 slow(us, 2_000, || format!("slow fault: page {s:#x} waited"));
@@ -1222,6 +1234,43 @@ impl LazyMemory {
         out
     }
 
+    /// Source pages a fault has waited for at least `after` since they were
+    /// last asked for (or, if prefetched, since the fault): to ask for
+    /// again. An answer can be held up where nothing here can see it (a
+    /// pushed copy the source counted on, stuck behind a stream of answers
+    /// in a link's queue that serves them first); asking again bounds what
+    /// such a fault waits. Marks them asked for now.
+    pub fn overdue(&self, after: std::time::Duration) -> Vec<u64> {
+        let mut st = self.state.lock();
+        if st.faulted_at.is_empty() {
+            return Vec::new();
+        }
+        let now = std::time::Instant::now();
+        let st = &mut *st;
+        let mut out = Vec::new();
+        for (&p, &t) in &st.faulted_at {
+            let last = st
+                .asked_again_at
+                .get(&p)
+                .or_else(|| st.asked_at.get(&p))
+                .copied()
+                .unwrap_or(t)
+                .max(t);
+            if now.duration_since(last) >= after
+                && st.requested.contains(&p)
+                && st.owed.dst_of(p).is_some()
+            {
+                out.push(p);
+            }
+        }
+        for &p in &out {
+            st.asked_again_at.insert(p, now);
+        }
+        st.stats.asked_again += out.len() as u64;
+        out.sort_unstable();
+        out
+    }
+
     /// Measured (latency of a fault request in seconds, seconds per page
     /// installed), once known.
     pub fn measured(&self) -> (Option<f64>, Option<f64>) {
@@ -1262,12 +1311,16 @@ impl LazyMemory {
                     h.faults.push(src);
                     let now = std::time::Instant::now();
                     st.faulted_at.entry(src).or_insert(now);
-                    if let Some(f) = st.prefetched.get_mut(&src) {
-                        *f = true; // prefetched, but too late
-                    }
+                    // Prefetched, but too late (the first fault on it).
+                    let late = st
+                        .prefetched
+                        .get_mut(&src)
+                        .is_some_and(|f| !std::mem::replace(f, true));
                     if st.requested.insert(src) {
                         st.asked_at.insert(src, now);
                         h.ask.push(src);
+                    } else if late {
+                        h.promote.push(src);
                     }
                 }
                 // Never populated at the source (or released since): what

@@ -13,7 +13,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 21: the destination of
+/// The protocol version this build speaks. 22: an ampom destination asks
+/// for the pages it predicts in `PrefetchRequest`, apart from the pages its
+/// faults wait for (`PageRequest`), and asks again in a `PageRequest` for a
+/// predicted page a fault then waits for; the source answers faults first
+/// and lets only a bounded amount of predicted pages be on their way ahead
+/// of the next fault's answer (§6.3a); only to a version-22 source, so
+/// older versions are still spoken (their predictions are page requests).
+/// 21: the destination of
 /// iterative rounds answers each `RoundDone` with `RoundStored` once it has
 /// stored the round and made room for the next one, and the source waits
 /// for it before it goes on (or stops the process), so that a stop never
@@ -94,7 +101,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 21;
+pub const PROTO_VERSION: u16 = 22;
+/// The first version that takes `PrefetchRequest`.
+pub const PREFETCH_REQUEST: u16 = 22;
 /// The first version that answers `RoundDone` with `RoundStored`.
 pub const ROUND_STORED: u16 = 21;
 /// The first version that takes a `Skeleton` after assisted-post-copy's
@@ -476,6 +485,13 @@ pub enum Msg {
         id: u64,
         round: u32,
     },
+    /// 36, destination → source (version 22): pages predicted to be needed
+    /// soon (ampom's prefetch), to send behind any `PageRequest`'s pages.
+    /// At most `MAX_PAGE_REQUEST` pages.
+    PrefetchRequest {
+        id: u64,
+        pages: Vec<u64>,
+    },
 }
 
 /// `pages * 4096` zero bytes, for a `PageZeros` of at most
@@ -614,6 +630,7 @@ impl Msg {
             Msg::PageLz4 { .. } => "PageLz4",
             Msg::ImageLz4 { .. } => "ImageLz4",
             Msg::RoundStored { .. } => "RoundStored",
+            Msg::PrefetchRequest { .. } => "PrefetchRequest",
         }
     }
 
@@ -655,11 +672,12 @@ impl Msg {
                     "PageDeltas: {pages} pages; 1..={MAX_DELTA_PAGES}"
                 )));
             }
-            Msg::PageRequest { pages, .. }
+            Msg::PageRequest { pages, .. } | Msg::PrefetchRequest { pages, .. }
                 if pages.len() > MAX_PAGE_REQUEST || pages.iter().any(|p| p % 4096 != 0) =>
             {
                 return Err(ProtoError::Malformed(format!(
-                    "PageRequest: at most {MAX_PAGE_REQUEST} page-aligned addresses, got {}",
+                    "{}: at most {MAX_PAGE_REQUEST} page-aligned addresses, got {}",
+                    self.kind(),
                     pages.len()
                 )));
             }
@@ -924,6 +942,14 @@ mod tests {
         assert!(!ok(not_owed(vec![(0x1000, 0x10)])));
         assert!(!ok(not_owed(vec![(!0xfff, 0x2000)])));
         assert!(!ok(not_owed(vec![(0, 4096); MAX_PAGE_REQUEST + 1])));
+        for ask in [
+            |pages| Msg::PageRequest { id: 1, pages },
+            |pages| Msg::PrefetchRequest { id: 1, pages },
+        ] {
+            assert!(ok(ask(vec![0x1000; MAX_PAGE_REQUEST])));
+            assert!(!ok(ask(vec![0x1000; MAX_PAGE_REQUEST + 1])));
+            assert!(!ok(ask(vec![0x1000, 0x1800])));
+        }
         let m = store("/var/tmp/pmig-pagestore/42");
         assert_eq!(decode(&encode(&m).unwrap()).unwrap(), m);
         let signals = |n: usize, len: usize, tid: i32| Msg::Signals {
@@ -1053,6 +1079,10 @@ mod tests {
                 len: MAX_IMAGE_LZ4,
             },
             Msg::RoundStored { id: 9, round: 6 },
+            Msg::PrefetchRequest {
+                id: 9,
+                pages: vec![0x1000, 0x7f00_0000_0000],
+            },
         ];
         for m in msgs {
             let b = encode(&m).unwrap();

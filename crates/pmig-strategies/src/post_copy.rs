@@ -41,7 +41,7 @@ use pmig_engine::pagestore::PageStore;
 use pmig_engine::resources::memory::private_file_copies;
 use pmig_engine::resources::memory::Backing;
 use pmig_proto::{code, Msg};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -389,6 +389,21 @@ impl PushOrder {
     fn pushed_end(&self, page: u64) -> Option<u64> {
         let i = self.pages.binary_search(&page).ok()?;
         (self.sent[i] && self.pushed_end[i] > 0).then_some(self.pushed_end[i])
+    }
+
+    /// Page `page` is about to be sent apart from the push (a predicted
+    /// page): whether it is still unsent (or not one of the pushed pages).
+    /// Marks it sent; the push goes on where it was.
+    fn claim(&mut self, page: u64) -> bool {
+        match self.pages.binary_search(&page) {
+            Ok(i) if self.sent[i] => false,
+            Ok(i) => {
+                self.sent[i] = true;
+                self.left -= 1;
+                true
+            }
+            Err(_) => true,
+        }
     }
 
     /// Page `page` went out already (an answer sent before this order was
@@ -847,10 +862,13 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
             _ => Vec::new(),
         }),
         tcp: None,
+        acked_at_ns: 0,
+        acked_rate: 0.0,
+        rate_from: (0, 0),
         early: Vec::new(),
         scan_pending: known.is_none(),
     });
-    let requests: Mutex<VecDeque<u64>> = Mutex::new(VecDeque::new());
+    let requests: Mutex<Requests> = Mutex::new(Requests::default());
     // Wakes the push loop and the answering thread when a request arrives,
     // the peer is done, or the answers' connection fails.
     let wake = Condvar::new();
@@ -945,16 +963,23 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
             loop {
                 match rx.recv() {
                     Ok(Msg::PageRequest { id: i, pages }) if i == id => {
-                        requests.lock().unwrap().extend(pages);
+                        requests.lock().unwrap().add_faults(pages);
+                        wake.notify_all();
+                    }
+                    Ok(Msg::PrefetchRequest { id: i, pages }) if i == id => {
+                        let mut q = requests.lock().unwrap();
+                        let up = side_up.load(Ordering::Acquire);
+                        q.add_predicted(pages, up);
                         wake.notify_all();
                     }
                     Ok(Msg::Answers { id: i }) if i == id => {
                         // The destination lost the answers' connection:
                         // answer here from now on (the requests it asks
                         // again follow on this connection).
-                        let _q = requests.lock().unwrap();
+                        let mut q = requests.lock().unwrap();
                         side_up.store(false, Ordering::Release);
                         side_failed.store(true, Ordering::Release);
+                        q.side_down();
                         if let Some(st) = side_stream.lock().unwrap().take() {
                             let _ = st.shutdown(std::net::Shutdown::Both);
                         }
@@ -1050,18 +1075,18 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                     let scan_ended = awaiting_scan(&found) && !scanning.load(Ordering::Acquire);
                     let side = side_up.load(Ordering::Acquire);
                     let push_done = push.lock().unwrap().order.is_done();
-                    if (q.is_empty() || side) && push_done && !scan_ended {
+                    if (q.faults.is_empty() || side) && push_done && !scan_ended {
                         // Nothing to push: wait for a request.
                         let (mut q2, _) = wake.wait_timeout(q, Duration::from_millis(50)).unwrap();
                         if side_up.load(Ordering::Acquire) {
                             None
                         } else {
-                            q2.pop_front()
+                            q2.faults.pop_front()
                         }
                     } else if side {
                         None
                     } else {
-                        q.pop_front()
+                        q.faults.pop_front()
                     }
                 };
                 if let Some(p) = req {
@@ -1087,12 +1112,12 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                         window = None;
                         continue;
                     };
-                    push.lock().unwrap().tcp = Some(t);
+                    push.lock().unwrap().saw(t);
                     w.update(mono_ns(), &t);
                     if !w.may_send(t.in_network) {
                         let wait = Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns));
                         let q = requests.lock().unwrap();
-                        if (q.is_empty() || side_up.load(Ordering::Acquire))
+                        if (q.faults.is_empty() || side_up.load(Ordering::Acquire))
                             && !done.load(Ordering::Acquire)
                         {
                             let _ = wake.wait_timeout(q, wait).unwrap();
@@ -1113,7 +1138,7 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
                 if let Some(t) = TcpState::of(&stream) {
                     let mut ps = push.lock().unwrap();
                     ps.order.pushed(start, n, t.written());
-                    ps.tcp = Some(t);
+                    ps.saw(t);
                 }
                 progress(Progress {
                     phase: "push",
@@ -1159,7 +1184,11 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     if let Some(w) = waits.lock().unwrap().take() {
         m.fault_waits = Some(w);
     }
-    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request, {} requests read on the answers' connection, {left_to_push} requests left to the pushed copy on its way); nothing is owed any more", asked_on_side.load(Ordering::Relaxed));
+    let (predicted, predicted_sent) = {
+        let q = requests.lock().unwrap();
+        (q.predicted_asked, q.predicted_answered)
+    };
+    tracing::info!("post-copy of {pid}: {sent_pages} pages sent ({answered} on request, {} requests read on the answers' connection, {left_to_push} requests left to the pushed copy on its way, {predicted} pages asked for as predictions, {predicted_sent} of them answered after the faults); nothing is owed any more", asked_on_side.load(Ordering::Relaxed));
     m.residual.until = format!(
         "{:.1} ms after the resume (all pages moved)",
         (mono_ns().saturating_sub(m.resumed_ns.unwrap_or(0))) as f64 / 1e6
@@ -1167,16 +1196,125 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     m.commit()
 }
 
+/// The pages the destination asked for and the source has not answered
+/// yet (under one lock, with the condition variable that wakes the threads
+/// that answer them).
+#[derive(Debug, Default)]
+struct Requests {
+    /// Pages faults wait for (`PageRequest`), in the order asked.
+    faults: VecDeque<u64>,
+    /// Pages predicted (`PrefetchRequest`, version 22), answered on the
+    /// answers' connection when no fault waits, and only while few of them
+    /// are on their way there: a fault's answer written after them waits
+    /// behind them, on the link and in its queue.
+    predicted: VecDeque<u64>,
+    /// Predicted pages written on the answers' connection: a fault's
+    /// request for one is not answered again, the copy being ahead of any
+    /// answer on that connection.
+    predicted_sent: HashSet<u64>,
+    /// Pages asked for and not answered, a copy being on its way (pushed,
+    /// or sent as a prediction): one asked for again is answered.
+    skipped: HashSet<u64>,
+    /// Predicted pages asked for (`PrefetchRequest`), and answered as
+    /// predictions on the answers' connection, in all.
+    predicted_asked: u64,
+    predicted_answered: u64,
+}
+
+impl Requests {
+    /// `pages` asked for by a `PageRequest`.
+    fn add_faults(&mut self, pages: Vec<u64>) {
+        if !self.predicted.is_empty() {
+            // Asked again for a fault: answered as one, not as a prediction.
+            let asked: HashSet<u64> = pages.iter().copied().collect();
+            self.predicted.retain(|p| !asked.contains(p));
+        }
+        self.faults.extend(pages);
+    }
+
+    /// `pages` asked for by a `PrefetchRequest`: predictions while the
+    /// answers' connection is `up`, else answered as faults are (the push
+    /// loop answers those on the first connection).
+    fn add_predicted(&mut self, pages: Vec<u64>, up: bool) {
+        self.predicted_asked += pages.len() as u64;
+        if up {
+            self.predicted.extend(pages);
+        } else {
+            self.faults.extend(pages);
+        }
+    }
+
+    /// The answers' connection is down: every prediction not answered is
+    /// answered as a fault, and those sent there may be lost.
+    fn side_down(&mut self) {
+        let p = std::mem::take(&mut self.predicted);
+        self.faults.extend(p);
+        self.predicted_sent.clear();
+        self.skipped.clear();
+    }
+}
+
 /// The push's state, shared by the push loop and the answering thread.
 struct PushState {
     order: PushOrder,
     /// What the push loop last read of its socket (after its last message).
     tcp: Option<TcpState>,
+    /// When the push loop last saw more of the push acknowledged (mono ns).
+    acked_at_ns: u64,
+    /// The push's acknowledged rate (bytes per ns) over its last period of
+    /// at least [`RATE_PERIOD_NS`], and where that period started (mono
+    /// ns, bytes acknowledged).
+    acked_rate: f64,
+    rate_from: (u64, u64),
     /// Pages answered while the pages to push were not known yet.
     early: Vec<u64>,
     /// The scan that tells which pages to push has not ended.
     scan_pending: bool,
 }
+
+impl PushState {
+    /// The push loop read its socket: `t`.
+    fn saw(&mut self, t: TcpState) {
+        self.saw_at(t, mono_ns());
+    }
+
+    fn saw_at(&mut self, t: TcpState, now: u64) {
+        if self.tcp.is_none_or(|old| t.acked > old.acked) {
+            self.acked_at_ns = now;
+        }
+        if self.tcp.is_none() {
+            self.rate_from = (now, t.acked);
+        }
+        let (t0, a0) = self.rate_from;
+        if now.saturating_sub(t0) >= RATE_PERIOD_NS {
+            self.acked_rate = t.acked.saturating_sub(a0) as f64 / (now - t0) as f64;
+            self.rate_from = (now, t.acked);
+        }
+        self.tcp = Some(t);
+    }
+
+    /// Whether a pushed copy ending at stream offset `end`, on the wire,
+    /// will likely be acknowledged soon: the bytes up to it, at the rate
+    /// the push was acknowledged over its last period, take less than two
+    /// round trips (at least [`PUSH_SOON_NS`]), and something of the push
+    /// was acknowledged within twice that. A link's queue that serves the
+    /// answers first can starve the push while a program faults all the
+    /// time.
+    fn arrives_soon(&self, end: u64, now: u64) -> bool {
+        let Some(t) = self.tcp else {
+            return false;
+        };
+        let soon = (2 * t.srtt_ns).max(PUSH_SOON_NS);
+        if now.saturating_sub(self.acked_at_ns) >= 2 * soon || self.acked_rate <= 0.0 {
+            return false;
+        }
+        (end.saturating_sub(t.acked) as f64 / self.acked_rate) < soon as f64
+    }
+}
+
+/// A pushed copy is left to arrive when it should be acknowledged within
+/// this long (or two round trips, if longer).
+const PUSH_SOON_NS: u64 = 5_000_000;
 
 /// The threads on a fault's path (asking, reading requests, answering,
 /// installing answers) run at a higher priority than the push and the
@@ -1278,6 +1416,17 @@ fn nice_of(tid: libc::id_t) -> Option<i32> {
 /// Most pages per answer message on the answers' connection.
 const ANSWER_PAGES: usize = 64;
 
+/// A page a fault has waited for this long since it was asked for (or
+/// eight times the measured latency of a request, if longer) is asked for
+/// again ([`LazyMemory::overdue`]); the source answers a page asked for a
+/// second time whatever it counted on before.
+const ASK_AGAIN_AFTER: Duration = Duration::from_millis(30);
+/// Predicted pages may always have this much on their way on the answers'
+/// connection, whatever its window (a fault's answer may wait behind it).
+const PREDICTED_AT_LEAST: u64 = 4 * PAGE;
+/// How often the destination looks for such pages.
+const OVERDUE_LOOK: Duration = Duration::from_millis(10);
+
 /// Source: answers page requests on the destination's second connection
 /// (`Answers`), apart from the push, for as long as that connection works.
 /// Should it fail, the requests not answered go back to the queue, and the
@@ -1285,7 +1434,7 @@ const ANSWER_PAGES: usize = 64;
 struct Answering<'a, F: Fn(u64, &mut [u8]) -> Result<()>> {
     id: u64,
     side: std::sync::mpsc::Receiver<pmig_proto::blocking::Channel<std::net::TcpStream>>,
-    requests: &'a Mutex<VecDeque<u64>>,
+    requests: &'a Mutex<Requests>,
     wake: &'a Condvar,
     done: &'a AtomicBool,
     /// Answers go on the second connection (set here, cleared on failure,
@@ -1323,21 +1472,32 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
     /// been acknowledged since (its copy then waits in the destination's
     /// receive queue, bounded, and comes soon), and one pushed after it is
     /// answered (sent twice, as before the window existed).
-    fn skip_pushed(&self, batch: &mut Vec<u64>) -> u64 {
-        let before = batch.len();
+    ///
+    /// A link's queue that serves the answers first (as this cluster's
+    /// does) can hold that pushed copy back for as long as answers keep
+    /// the link busy: seconds, when a program faults all the time on a
+    /// slow link. So a copy is left to arrive only if, at the rate the
+    /// push has been acknowledged lately, it should be within a couple of
+    /// round trips ([`PushState::arrives_soon`]); and the destination asks
+    /// again for a page a fault has waited for too long, which is then
+    /// answered whatever the push's state.
+    fn skip_pushed(&self, batch: &mut Vec<u64>) -> Vec<u64> {
+        let mut skipped = Vec::new();
         let mut ps = self.push.lock().unwrap();
         let Some(t) = ps.tcp else {
-            return 0;
+            return skipped;
         };
+        let now = mono_ns();
         batch.retain(|&p| match ps.order.pushed_end(p) {
-            Some(end) if t.on_the_wire(end) => {
+            Some(end) if t.on_the_wire(end) && ps.arrives_soon(end, now) => {
                 // Marks nothing new; the push goes on after the fault.
                 ps.order.answer(p);
+                skipped.push(p);
                 false
             }
             _ => true,
         });
-        (before - batch.len()) as u64
+        skipped
     }
 
     /// Returns the bytes and pages sent, the requests answered, and the
@@ -1391,7 +1551,14 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                         Ok(None) => continue,
                         Ok(Some(inc)) => match inc.into_parts().0 {
                             Msg::PageRequest { id: i, pages } if i == id => {
-                                requests.lock().unwrap().extend(pages);
+                                requests.lock().unwrap().add_faults(pages);
+                                wake.notify_all();
+                                asked_here.fetch_add(1, Ordering::Relaxed);
+                                continue;
+                            }
+                            Msg::PrefetchRequest { id: i, pages } if i == id => {
+                                let mut q = requests.lock().unwrap();
+                                q.add_predicted(pages, up.load(Ordering::Acquire));
                                 wake.notify_all();
                                 asked_here.fetch_add(1, Ordering::Relaxed);
                                 continue;
@@ -1411,6 +1578,56 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
         })
     }
 
+    /// Whether predicted pages may be written on the answers' connection
+    /// `s` now: Ok(how many, at most), or Err(how long to wait before
+    /// looking again). Without `TCP_INFO` they go as they come.
+    fn predictions_may_go(
+        &self,
+        s: &std::net::TcpStream,
+        window: &mut Option<PushWindow>,
+    ) -> std::result::Result<usize, Duration> {
+        let Some(w) = window else {
+            return Ok(ANSWER_PAGES);
+        };
+        let Some(t) = TcpState::of(s) else {
+            *window = None;
+            return Ok(ANSWER_PAGES);
+        };
+        w.update(mono_ns(), &t);
+        if w.may_send(t.in_network) {
+            Ok(w.chunk().min(ANSWER_PAGES))
+        } else if t.in_network + PAGE <= PREDICTED_AT_LEAST {
+            // On a slow link the window holds about one page.
+            Ok(((PREDICTED_AT_LEAST - t.in_network) / PAGE) as usize)
+        } else {
+            Err(Duration::from_nanos(w.wait_ns(t.in_network, t.srtt_ns)))
+        }
+    }
+
+    /// Takes up to `n` predicted pages off the queue to answer now, in the
+    /// order predicted; those already sent (pushed, or answered) are
+    /// dropped, and those taken are marked sent, so the push skips them.
+    fn claim_predicted(&self, q: &mut Requests, n: usize) -> Vec<u64> {
+        let mut ps = self.push.lock().unwrap();
+        let mut b = Vec::with_capacity(n);
+        while b.len() < n {
+            let Some(p) = q.predicted.pop_front() else {
+                break;
+            };
+            if q.predicted_sent.contains(&p) || !ps.order.claim(p) {
+                continue;
+            }
+            if ps.scan_pending {
+                ps.early.push(p);
+            }
+            b.push(p);
+        }
+        // Runs of consecutive pages go in one message each.
+        b.sort_unstable();
+        b.dedup();
+        b
+    }
+
     /// Answers the queued requests on `ch` until the migration ends or the
     /// connection fails; returns what [`Self::run`] does.
     fn answer(
@@ -1420,8 +1637,11 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
         let mut sent = (0, 0, 0, 0);
         let mut buf = vec![0u8; ANSWER_PAGES * PAGE as usize];
         let mut messages = 0u64;
+        // What predicted pages may have on their way on this connection:
+        // about 2 ms of its rate beyond its round trip, as for the push.
+        let mut window = TcpState::of(ch.stream()).map(|t| PushWindow::new(mono_ns(), t.acked));
         loop {
-            let mut batch: Vec<u64> = {
+            let (mut batch, again, predicted): (Vec<u64>, Vec<u64>, bool) = {
                 let mut q = self.requests.lock().unwrap();
                 loop {
                     // `up` is cleared under this lock: a request taken here
@@ -1429,17 +1649,46 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                     if self.done.load(Ordering::Acquire) || !self.up.load(Ordering::Acquire) {
                         return sent;
                     }
-                    if !q.is_empty() {
-                        break q.drain(..).collect();
+                    if !q.faults.is_empty() {
+                        let asked: Vec<u64> = q.faults.drain(..).collect();
+                        let (mut b, mut again) = (Vec::new(), Vec::new());
+                        for p in asked {
+                            if q.skipped.remove(&p) {
+                                again.push(p);
+                            } else if q.predicted_sent.contains(&p) {
+                                q.skipped.insert(p);
+                                sent.3 += 1;
+                            } else {
+                                b.push(p);
+                            }
+                        }
+                        break (b, again, false);
                     }
-                    q = self
-                        .wake
-                        .wait_timeout(q, Duration::from_millis(50))
-                        .unwrap()
-                        .0;
+                    let mut wait = Duration::from_millis(50);
+                    if !q.predicted.is_empty() {
+                        match self.predictions_may_go(ch.stream(), &mut window) {
+                            Ok(n) => {
+                                let b = self.claim_predicted(&mut q, n);
+                                if b.is_empty() {
+                                    continue;
+                                }
+                                break (b, Vec::new(), true);
+                            }
+                            Err(w) => wait = w,
+                        }
+                    }
+                    q = self.wake.wait_timeout(q, wait).unwrap().0;
                 }
             };
-            sent.3 += self.skip_pushed(&mut batch);
+            if !predicted {
+                let skipped = self.skip_pushed(&mut batch);
+                sent.3 += skipped.len() as u64;
+                self.requests.lock().unwrap().skipped.extend(skipped);
+                // Asked for again: answered first.
+                if !again.is_empty() {
+                    batch.splice(0..0, again);
+                }
+            }
             let mut i = 0;
             while i < batch.len() {
                 // A run of consecutive pages, answered in one message.
@@ -1479,15 +1728,21 @@ impl<F: Fn(u64, &mut [u8]) -> Result<()>> Answering<'_, F> {
                         let _ = ch.stream().shutdown(std::net::Shutdown::Both);
                         let mut q = self.requests.lock().unwrap();
                         for &p in batch[i..].iter().rev() {
-                            q.push_front(p);
+                            q.faults.push_front(p);
                         }
+                        q.side_down();
                         self.up.store(false, Ordering::Release);
                         self.failed.store(true, Ordering::Release);
                         self.wake.notify_all();
                         return sent;
                     }
                 };
-                {
+                if predicted {
+                    // Claimed before they went (`claim_predicted`).
+                    let mut q = self.requests.lock().unwrap();
+                    q.predicted_sent.extend(&batch[i..i + n]);
+                    q.predicted_answered += n as u64;
+                } else {
                     // Not pushed again (a copy already pushed may still be
                     // on its way: the first to arrive is installed).
                     let mut ps = self.push.lock().unwrap();
@@ -1865,6 +2120,8 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
     // source that reads them there (version 12): on the first, they wait
     // for its socket's lock, which the push's receiving holds.
     let requests_on_side = ch.peer().version >= pmig_proto::msg::REQUESTS_ON_ANSWERS;
+    // ampom's predictions go apart from the faults' pages (version 22).
+    let predict_apart = prefetch && ch.peer().version >= pmig_proto::msg::PREFETCH_REQUEST;
     let side_tx: Mutex<Option<pmig_proto::blocking::Sender<std::net::TcpStream>>> =
         Mutex::new(None);
     // Something came on the first connection (see `answers_after_resume`).
@@ -1885,6 +2142,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
             let mut cpu = CpuShare { pid, last: None };
             let t_start = std::time::Instant::now();
             let mut looked = std::time::Instant::now();
+            let mut looked_overdue = std::time::Instant::now();
             while !done.load(Ordering::Acquire) {
                 if let Some(dir) = store.as_deref() {
                     if looked.elapsed() >= STORE_LOOK {
@@ -1929,10 +2187,33 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                         }
                         crate::demand_paging::Step::Ask(all) => {
                             for chunk in all.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
-                                let _ = ask_for(tx, &side_tx, &side_lost, id, chunk);
+                                let _ = ask_for(tx, &side_tx, &side_lost, id, chunk, false);
                             }
                         }
                         crate::demand_paging::Step::Run => {}
+                    }
+                }
+                if looked_overdue.elapsed() >= OVERDUE_LOOK {
+                    looked_overdue = std::time::Instant::now();
+                    let after = lm
+                        .measured()
+                        .0
+                        .map(|l| Duration::from_secs_f64(l * 8.0))
+                        .unwrap_or_default()
+                        .max(ASK_AGAIN_AFTER);
+                    let again = lm.overdue(after);
+                    if !again.is_empty() {
+                        tracing::debug!(
+                            "migration {id}: {} pages asked for again, faults waited over {after:?} for them",
+                            again.len()
+                        );
+                    }
+                    for chunk in again.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
+                        if let Err(e) = ask_for(tx, &side_tx, &side_lost, id, chunk, false) {
+                            *failed.lock().unwrap() = Some(format!("ask the source for pages: {e}"));
+                            done.store(true, Ordering::Release);
+                            return;
+                        }
                     }
                 }
                 if !lm.wait(10) {
@@ -1941,6 +2222,13 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                 match lm.handle_events() {
                     Ok(h) => {
                         let mut ask = h.ask;
+                        // Predictions: asked for apart from the faults'
+                        // pages, from a source that answers them after
+                        // those; a fault on one asks for it again.
+                        let mut predicted = Vec::new();
+                        if predict_apart {
+                            ask.extend(h.promote);
+                        }
                         if prefetch && !h.faults.is_empty() {
                             // Latency and per-page time as measured so far
                             // (one-way latency: half the request round trip).
@@ -1955,7 +2243,12 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                                     want.push(p * PAGE);
                                 }
                             }
-                            ask.extend(lm.prefetch(&want));
+                            let p = lm.prefetch(&want);
+                            if predict_apart {
+                                predicted = p;
+                            } else {
+                                ask.extend(p);
+                            }
                         }
                         if let Some(lp) = local {
                             // Pages of the local copy are installed here.
@@ -1977,8 +2270,18 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
                                 }
                             }
                         }
-                        for chunk in ask.chunks(pmig_proto::msg::MAX_PAGE_REQUEST) {
-                            if let Err(e) = ask_for(tx, &side_tx, &side_lost, id, chunk) {
+                        let asks = ask
+                            .chunks(pmig_proto::msg::MAX_PAGE_REQUEST)
+                            .map(|c| (c, false))
+                            .chain(
+                                predicted
+                                    .chunks(pmig_proto::msg::MAX_PAGE_REQUEST)
+                                    .map(|c| (c, true)),
+                            );
+                        for (chunk, predicted) in asks {
+                            if let Err(e) =
+                                ask_for(tx, &side_tx, &side_lost, id, chunk, predicted)
+                            {
                                 *failed.lock().unwrap() =
                                     Some(format!("ask the source for pages: {e}"));
                                 done.store(true, Ordering::Release);
@@ -2240,10 +2543,13 @@ fn ask_for(
     side_lost: &AtomicBool,
     id: u64,
     pages: &[u64],
+    predicted: bool,
 ) -> std::result::Result<(), pmig_proto::ProtoError> {
-    let msg = Msg::PageRequest {
-        id,
-        pages: pages.to_vec(),
+    let pages = pages.to_vec();
+    let msg = if predicted {
+        Msg::PrefetchRequest { id, pages }
+    } else {
+        Msg::PageRequest { id, pages }
     };
     {
         let mut side = side.lock().unwrap();
@@ -2592,6 +2898,75 @@ mod tests {
             ..tcp(60_000, MS, MS)
         };
         assert!(!all_unsent.on_the_wire(80_000));
+    }
+
+    #[test]
+    fn a_predicted_page_is_claimed_once_and_leaves_the_push_where_it_was() {
+        let p = |i: u64| 0x10000 + i * PAGE;
+        let mut o = PushOrder::new((0..8).map(p).collect());
+        assert_eq!(o.next_run(2), Some((p(0), 2)));
+        // Pushed already: not sent again. Not pushed yet: claimed once.
+        assert!(!o.claim(p(1)));
+        assert!(o.claim(p(6)));
+        assert!(!o.claim(p(6)));
+        // Never owed: sent.
+        assert!(o.claim(p(100)));
+        // The push goes on from where it was, around the claimed page.
+        assert_eq!(o.next_run(8), Some((p(2), 4)));
+        assert_eq!(o.next_run(8), Some((p(7), 1)));
+        assert!(o.is_done());
+    }
+
+    #[test]
+    fn faults_take_their_pages_out_of_the_predictions() {
+        let mut q = Requests::default();
+        q.add_predicted(vec![0x1000, 0x2000, 0x3000], true);
+        assert_eq!(q.predicted_asked, 3);
+        // A fault on a predicted page: answered as a fault, once.
+        q.add_faults(vec![0x2000]);
+        assert_eq!(q.faults, [0x2000]);
+        assert_eq!(q.predicted, [0x1000, 0x3000]);
+        // Without the answers' connection, predictions are answered as
+        // faults are (by the push loop).
+        q.add_predicted(vec![0x4000], false);
+        assert_eq!(q.faults, [0x2000, 0x4000]);
+        // The connection lost: every prediction left is a fault's page, and
+        // nothing sent there is counted on.
+        q.predicted_sent.insert(0x5000);
+        q.skipped.insert(0x6000);
+        q.side_down();
+        assert_eq!(q.faults, [0x2000, 0x4000, 0x1000, 0x3000]);
+        assert!(q.predicted.is_empty() && q.predicted_sent.is_empty() && q.skipped.is_empty());
+        assert_eq!(q.predicted_asked, 4);
+    }
+
+    #[test]
+    fn a_pushed_copy_is_counted_on_only_while_the_push_moves_fast_enough() {
+        let mut ps = PushState {
+            order: PushOrder::new(Vec::new()),
+            tcp: None,
+            acked_at_ns: 0,
+            acked_rate: 0.0,
+            rate_from: (0, 0),
+            early: Vec::new(),
+            scan_pending: false,
+        };
+        let t0 = 1_000 * MS;
+        assert!(!ps.arrives_soon(1, t0), "nothing read of the socket yet");
+        ps.saw_at(tcp(0, MS, MS), t0);
+        assert!(!ps.arrives_soon(1, t0), "no rate yet");
+        // 1 MB acknowledged in 10 ms: 100 bytes per µs. A copy 100 KB
+        // ahead comes in 1 ms; one 1 MB ahead would take 10 ms.
+        ps.saw_at(tcp(1_000_000, MS, MS), t0 + 10 * MS);
+        assert!(ps.arrives_soon(1_100_000, t0 + 10 * MS));
+        assert!(!ps.arrives_soon(2_000_000, t0 + 10 * MS));
+        // Starved: 1 KB more in the next 10 ms.
+        ps.saw_at(tcp(1_001_000, MS, MS), t0 + 20 * MS);
+        assert!(!ps.arrives_soon(1_005_000, t0 + 20 * MS));
+        // The rate back up; then nothing acknowledged for 10 ms.
+        ps.saw_at(tcp(2_001_000, MS, MS), t0 + 30 * MS);
+        assert!(ps.arrives_soon(2_005_000, t0 + 30 * MS));
+        assert!(!ps.arrives_soon(2_005_000, t0 + 40 * MS));
     }
 
     #[test]

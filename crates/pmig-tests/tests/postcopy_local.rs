@@ -151,6 +151,172 @@ fn postcopy_resumes_first_then_pages_follow() {
     eprintln!("post-copy: {stats:?}");
 }
 
+/// ampom's predictions: a page asked for as a prediction and then faulted
+/// on is handed back once, as a page to ask for again (a source answers
+/// predictions after faults), never as a new request.
+#[test]
+fn a_fault_on_a_predicted_page_asks_for_it_again_once() {
+    let _g = serial(&HEAVY);
+    let mut guard = Guard::new();
+    let mut child = start_dirtier(40000, &mut guard);
+    let src = child.id() as i32;
+    let (frozen, pi, stage) = capture_handover(src);
+    let outdir = tempfile::tempdir().unwrap();
+    let outfile = outdir.path().join("out.txt");
+    let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone())).expect("lazy restore");
+    guard.track_pid(r.pid);
+    let (owed, registered) = owed_and_registered(&pi);
+    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    // Every owed page predicted, none answered yet.
+    let list = lm.owed_list();
+    assert_eq!(lm.prefetch(&list).len(), list.len());
+    assert!(lm.prefetch(&list).is_empty(), "a page predicted twice");
+
+    let stop = AtomicBool::new(false);
+    let promoted = std::sync::Mutex::new(Vec::new());
+    let asked = std::sync::Mutex::new(Vec::<u64>::new());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if lm.wait(20) {
+                    let h = lm.handle_events().unwrap();
+                    asked.lock().unwrap().extend(&h.ask);
+                    for &p in &h.promote {
+                        lm.install(p, &read_src(src, p, 4096)).unwrap();
+                    }
+                    promoted.lock().unwrap().extend(h.promote);
+                }
+            }
+        });
+        // Faults only, until a few dozen pages have been asked for again.
+        for _ in 0..10_000 {
+            if promoted.lock().unwrap().len() >= 64 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Then the rest, as a push would.
+        for p in lm.owed_list() {
+            lm.install(p, &read_src(src, p, 4096)).unwrap();
+        }
+        for _ in 0..10_000 {
+            if lm.owed_pages() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(lm.owed_pages(), 0, "pages still owed after the push");
+    let promoted = promoted.into_inner().unwrap();
+    assert!(
+        promoted.len() >= 64,
+        "faults on predicted pages asked again for {} pages",
+        promoted.len()
+    );
+    let once: std::collections::HashSet<u64> = promoted.iter().copied().collect();
+    assert_eq!(once.len(), promoted.len(), "a page asked for again twice");
+    let asked = asked.into_inner().unwrap();
+    assert!(
+        asked.is_empty(),
+        "predicted pages asked for as new requests: {asked:x?}"
+    );
+    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
+        .unwrap();
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    let status = exit_status(r.pid, 30_000).expect("the restored program did not finish");
+    let text = std::fs::read_to_string(&outfile).unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 && text.contains("verify=ok"),
+        "status {status:#x}, output {text:?}"
+    );
+}
+
+/// A page a fault waits for is handed back to ask for again once it has
+/// waited the time given since it was last asked for, and no longer once
+/// it is here.
+#[test]
+fn a_page_a_fault_waits_for_too_long_is_asked_for_again() {
+    let _g = serial(&HEAVY);
+    let mut guard = Guard::new();
+    let mut child = start_dirtier(40000, &mut guard);
+    let src = child.id() as i32;
+    let (frozen, pi, stage) = capture_handover(src);
+    let outdir = tempfile::tempdir().unwrap();
+    let outfile = outdir.path().join("out.txt");
+    let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone())).expect("lazy restore");
+    guard.track_pid(r.pid);
+    let (owed, registered) = owed_and_registered(&pi);
+    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    let hour = std::time::Duration::from_secs(3600);
+    assert!(
+        lm.overdue(std::time::Duration::ZERO).is_empty(),
+        "no fault yet"
+    );
+
+    let stop = AtomicBool::new(false);
+    // The first page asked for is withheld; every other is answered.
+    let withheld = std::sync::Mutex::new(None::<u64>);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                if lm.wait(20) {
+                    for p in lm.handle_events().unwrap().ask {
+                        let mut w = withheld.lock().unwrap();
+                        if w.is_none() {
+                            *w = Some(p);
+                            continue;
+                        }
+                        lm.install(p, &read_src(src, p, 4096)).unwrap();
+                    }
+                }
+            }
+        });
+        let mut page = None;
+        for _ in 0..10_000 {
+            page = *withheld.lock().unwrap();
+            if page.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let page = page.expect("no fault in 10 s");
+        assert!(lm.overdue(hour).is_empty());
+        assert!(lm.overdue(std::time::Duration::ZERO).contains(&page));
+        // Just asked for again: due only once the time has passed again.
+        assert!(lm.overdue(hour).is_empty());
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        assert!(lm
+            .overdue(std::time::Duration::from_millis(50))
+            .contains(&page));
+        lm.install(page, &read_src(src, page, 4096)).unwrap();
+        assert!(!lm.overdue(std::time::Duration::ZERO).contains(&page));
+        for p in lm.owed_list() {
+            lm.install(p, &read_src(src, p, 4096)).unwrap();
+        }
+        for _ in 0..10_000 {
+            if lm.owed_pages() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(lm.owed_pages(), 0, "pages still owed");
+    assert!(lm.stats().asked_again >= 2, "{:?}", lm.stats());
+    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
+        .unwrap();
+    frozen.kill().unwrap();
+    let _ = child.wait();
+    let status = exit_status(r.pid, 30_000).expect("the restored program did not finish");
+    let text = std::fs::read_to_string(&outfile).unwrap();
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 && text.contains("verify=ok"),
+        "status {status:#x}, output {text:?}"
+    );
+}
+
 /// Builds the C program `source` as `name` in a new directory and starts
 /// it, tracked by `guard`, reading its stdout up to its READY line; returns
 /// the directory, the child and its pid.
