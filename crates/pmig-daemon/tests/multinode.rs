@@ -2950,6 +2950,40 @@ fn a_failed_answers_connection_falls_back_to_the_push() {
     );
 }
 
+/// Migrates `pid` from `from` to `to` with `strategy`, and checks that
+/// `to` spoke protocol `version` with `from` (its log says). The report.
+fn migrate_speaking(
+    env: &mut Env,
+    from: &str,
+    pid: i32,
+    to: &str,
+    strategy: &str,
+    version: u16,
+) -> serde_json::Value {
+    let m = env
+        .migrate_cmd(from, pid, to, strategy, 60)
+        .spawn()
+        .unwrap();
+    let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
+        panic!(
+            "{strategy} {from} → {to} at protocol {version}: {e}\nn1:\n{}\nn2:\n{}",
+            env.log("n1"),
+            env.log("n2")
+        )
+    });
+    env.pids.push(rep["new_pid"].as_i64().unwrap() as i32);
+    let log = env.log(to);
+    let spoken = format!("protocol version {version})");
+    assert!(
+        log.lines()
+            .any(|l| l.contains(&format!("accepted {strategy}"))
+                && l.contains(&format!("from {from} ("))
+                && l.contains(&spoken)),
+        "{to} did not speak protocol {version} with {from}\n{to}:\n{log}"
+    );
+    rep
+}
+
 /// Post-copy with a peer that speaks protocol 11 (test hook on n1), both
 /// ways, then between two nodes of this build: with a version-11 peer the
 /// page requests stay on the first connection (a version-11 source never
@@ -2976,27 +3010,8 @@ fn post_copy_with_a_version_11_peer_both_ways() {
         if version == current {
             std::fs::remove_file(&hook).unwrap();
         }
-        let m = env
-            .migrate_cmd(from, pid, to, "post-copy", 60)
-            .spawn()
-            .unwrap();
-        let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
-            panic!(
-                "post-copy {from} → {to} at protocol {version}: {e}\nn1:\n{}\nn2:\n{}",
-                env.log("n1"),
-                env.log("n2")
-            )
-        });
+        let rep = migrate_speaking(&mut env, from, pid, to, "post-copy", version);
         pid = rep["new_pid"].as_i64().unwrap() as i32;
-        env.pids.push(pid);
-        let log = env.log(to);
-        let spoken = format!("protocol version {version})");
-        assert!(
-            log.lines().any(|l| l.contains("accepted post-copy")
-                && l.contains(&format!("from {from} ("))
-                && l.contains(&spoken)),
-            "{to} did not speak protocol {version} with {from}\n{to}:\n{log}"
-        );
         assert!(
             rep["remote_faults"].as_u64().unwrap() > 0,
             "no remote fault {from} → {to}: the test proves nothing\n{}",
@@ -3089,24 +3104,8 @@ fn ampom_with_a_version_21_peer_both_ways() {
         if version == current {
             std::fs::remove_file(&hook).unwrap();
         }
-        let m = env.migrate_cmd(from, pid, to, "ampom", 60).spawn().unwrap();
-        let rep = migrate_result(m.wait_with_output().unwrap()).unwrap_or_else(|e| {
-            panic!(
-                "ampom {from} → {to} at protocol {version}: {e}\nn1:\n{}\nn2:\n{}",
-                env.log("n1"),
-                env.log("n2")
-            )
-        });
+        let rep = migrate_speaking(&mut env, from, pid, to, "ampom", version);
         pid = rep["new_pid"].as_i64().unwrap() as i32;
-        env.pids.push(pid);
-        let log = env.log(to);
-        let spoken = format!("protocol version {version})");
-        assert!(
-            log.lines().any(|l| l.contains("accepted ampom")
-                && l.contains(&format!("from {from} ("))
-                && l.contains(&spoken)),
-            "{to} did not speak protocol {version} with {from}\n{to}:\n{log}"
-        );
         assert!(
             rep["prefetched_pages"].as_u64().unwrap() > 0,
             "no page predicted {from} → {to}: the test proves nothing\n{}",

@@ -151,22 +151,71 @@ fn postcopy_resumes_first_then_pages_follow() {
     eprintln!("post-copy: {stats:?}");
 }
 
+/// The dirtier, frozen after a handover capture and restored lazily here:
+/// nothing is installed yet.
+struct LazyDirtier {
+    child: std::process::Child,
+    src: i32,
+    frozen: Frozen,
+    pid: i32,
+    uffd_in_process: i32,
+    lm: LazyMemory,
+    outfile: std::path::PathBuf,
+    _outdir: tempfile::TempDir,
+    _guard: Guard,
+}
+
+impl LazyDirtier {
+    fn new() -> LazyDirtier {
+        let mut guard = Guard::new();
+        let child = start_dirtier(40000, &mut guard);
+        let src = child.id() as i32;
+        let (frozen, pi, stage) = capture_handover(src);
+        let outdir = tempfile::tempdir().unwrap();
+        let outfile = outdir.path().join("out.txt");
+        let r =
+            pmig_engine::restore(stage.path(), &lazy_to(outfile.clone())).expect("lazy restore");
+        guard.track_pid(r.pid);
+        let (owed, registered) = owed_and_registered(&pi);
+        let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+        LazyDirtier {
+            child,
+            src,
+            frozen,
+            pid: r.pid,
+            uffd_in_process: r.uffd_fd_in_process.unwrap(),
+            lm,
+            outfile,
+            _outdir: outdir,
+            _guard: guard,
+        }
+    }
+
+    /// Once every page is installed: ends the lazy restore and the frozen
+    /// original; the restored dirtier must finish and verify its memory.
+    fn finish(mut self) {
+        self.lm
+            .finish_in_process(self.pid, self.uffd_in_process)
+            .unwrap();
+        self.frozen.kill().unwrap();
+        let _ = self.child.wait();
+        let status = exit_status(self.pid, 30_000).expect("the restored program did not finish");
+        let text = std::fs::read_to_string(&self.outfile).unwrap();
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 && text.contains("verify=ok"),
+            "status {status:#x}, output {text:?}"
+        );
+    }
+}
+
 /// ampom's predictions: a page asked for as a prediction and then faulted
 /// on is handed back once, as a page to ask for again (a source answers
 /// predictions after faults), never as a new request.
 #[test]
 fn a_fault_on_a_predicted_page_asks_for_it_again_once() {
     let _g = serial(&HEAVY);
-    let mut guard = Guard::new();
-    let mut child = start_dirtier(40000, &mut guard);
-    let src = child.id() as i32;
-    let (frozen, pi, stage) = capture_handover(src);
-    let outdir = tempfile::tempdir().unwrap();
-    let outfile = outdir.path().join("out.txt");
-    let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone())).expect("lazy restore");
-    guard.track_pid(r.pid);
-    let (owed, registered) = owed_and_registered(&pi);
-    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    let d = LazyDirtier::new();
+    let (src, lm) = (d.src, &d.lm);
     // Every owed page predicted, none answered yet.
     let list = lm.owed_list();
     assert_eq!(lm.prefetch(&list).len(), list.len());
@@ -221,16 +270,7 @@ fn a_fault_on_a_predicted_page_asks_for_it_again_once() {
         asked.is_empty(),
         "predicted pages asked for as new requests: {asked:x?}"
     );
-    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
-        .unwrap();
-    frozen.kill().unwrap();
-    let _ = child.wait();
-    let status = exit_status(r.pid, 30_000).expect("the restored program did not finish");
-    let text = std::fs::read_to_string(&outfile).unwrap();
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 && text.contains("verify=ok"),
-        "status {status:#x}, output {text:?}"
-    );
+    d.finish();
 }
 
 /// A page a fault waits for is handed back to ask for again once it has
@@ -239,16 +279,8 @@ fn a_fault_on_a_predicted_page_asks_for_it_again_once() {
 #[test]
 fn a_page_a_fault_waits_for_too_long_is_asked_for_again() {
     let _g = serial(&HEAVY);
-    let mut guard = Guard::new();
-    let mut child = start_dirtier(40000, &mut guard);
-    let src = child.id() as i32;
-    let (frozen, pi, stage) = capture_handover(src);
-    let outdir = tempfile::tempdir().unwrap();
-    let outfile = outdir.path().join("out.txt");
-    let r = pmig_engine::restore(stage.path(), &lazy_to(outfile.clone())).expect("lazy restore");
-    guard.track_pid(r.pid);
-    let (owed, registered) = owed_and_registered(&pi);
-    let lm = LazyMemory::new(r.uffd.expect("a userfaultfd"), &owed, registered);
+    let d = LazyDirtier::new();
+    let (src, lm) = (d.src, &d.lm);
     let hour = std::time::Duration::from_secs(3600);
     assert!(
         lm.overdue(std::time::Duration::ZERO).is_empty(),
@@ -305,16 +337,7 @@ fn a_page_a_fault_waits_for_too_long_is_asked_for_again() {
     });
     assert_eq!(lm.owed_pages(), 0, "pages still owed");
     assert!(lm.stats().asked_again >= 2, "{:?}", lm.stats());
-    lm.finish_in_process(r.pid, r.uffd_fd_in_process.unwrap())
-        .unwrap();
-    frozen.kill().unwrap();
-    let _ = child.wait();
-    let status = exit_status(r.pid, 30_000).expect("the restored program did not finish");
-    let text = std::fs::read_to_string(&outfile).unwrap();
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 && text.contains("verify=ok"),
-        "status {status:#x}, output {text:?}"
-    );
+    d.finish();
 }
 
 /// Builds the C program `source` as `name` in a new directory and starts
