@@ -3205,6 +3205,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "topfds",
     "novdso",
     "memfd",
+    "sysvshm",
     "delexe",
     "locks",
 ];

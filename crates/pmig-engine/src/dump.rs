@@ -16,6 +16,7 @@ use crate::resources::{
     sched::Sched,
     session::Session,
     signals::Signals,
+    sysvshm::SysvShm,
     threads::Threads,
     timers::Timers,
     Capture, Resource,
@@ -155,6 +156,8 @@ fn capture_colocated(
     lap("prctl");
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
+    // After memory, which finds the segments' mappings.
+    let sysv = SysvShm::capture(&mut cx)?;
     // After both files and memory, which list the deleted files and memfds
     // the process holds and maps.
     let ghosts = Ghosts::capture(&mut cx)?;
@@ -202,6 +205,8 @@ fn capture_colocated(
             ghosts: (!ghosts.files.is_empty()).then_some(ghosts),
             // Only images with a memfd or a mapped deleted file need 1.10.
             ghost_maps,
+            // Only images with System V shared memory need format 1.12.
+            sysv: (!sysv.segments.is_empty()).then_some(sysv),
         },
         used,
     ))

@@ -15,6 +15,7 @@ use crate::resources::{
     sched::Sched,
     session::Session,
     signals::Signals,
+    sysvshm::{SysvShm, SysvState},
     threads::Threads,
     timers::Timers,
     Resource,
@@ -74,6 +75,10 @@ pub struct ProcessImage {
     /// are neither, and in images written before this part existed (format
     /// 1.9 and older).
     pub ghost_maps: Option<GhostMaps>,
+    /// The System V shared memory segments the process has attached; None
+    /// when it has none, and in images written before this part existed
+    /// (format 1.11 and older).
+    pub sysv: Option<SysvState>,
 }
 
 impl ProcessImage {
@@ -97,6 +102,7 @@ impl ProcessImage {
         put_optional(w, MappedIds::PART, &self.mapped_ids)?;
         SparseGhosts::put(&self.ghosts, w)?;
         put_optional(w, GhostMaps::PART, &self.ghost_maps)?;
+        put_optional(w, SysvShm::PART, &self.sysv)?;
         Ok(())
     }
 
@@ -124,6 +130,7 @@ impl ProcessImage {
                 optional(img, SparseGhosts::PART)?,
             ),
             ghost_maps: optional(img, GhostMaps::PART)?,
+            sysv: optional(img, SysvShm::PART)?,
         })
     }
 }
@@ -159,6 +166,7 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     Timers::precheck(pid)?;
     mark("precheck: timers");
     Memory::precheck(pid)?;
+    SysvShm::precheck(pid)?;
     mark("precheck: memory");
     Identity::precheck(pid)?;
     Signals::precheck(pid)?;
@@ -314,6 +322,7 @@ pub mod tests_support {
             mapped_ids: None,
             ghosts: None,
             ghost_maps: None,
+            sysv: None,
         }
     }
 }

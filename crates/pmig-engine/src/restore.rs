@@ -21,8 +21,9 @@ use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
     memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session,
-    session::Session, signals::Signals, threads::Threads, threads::THREAD_CLONE_FLAGS,
-    timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions, Update,
+    session::Session, signals::Signals, sysvshm::SysvShm, threads::Threads,
+    threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
+    RestoreOptions, Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -531,6 +532,19 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     Threads::preflight(&pi.threads, &mut pf)?;
     mark("restore: preflight session..threads");
     pf.mapped_ids = pi.mapped_ids.clone();
+    if let Some(x) = &pi.sysv {
+        // A skeleton is made while the process still runs at the source:
+        // on a node that shares its IPC namespace it would write the
+        // segment's old pages over the live ones.
+        if opts.skeleton {
+            return Err(EngineError::Incompatible(
+                "System V shared memory is attached at the stop only, not in a skeleton".into(),
+            ));
+        }
+        SysvShm::preflight(x, &mut pf)?;
+        pf.sysv = x.clone();
+        mark("restore: preflight sysvshm");
+    }
     Memory::preflight(&pi.memory, &mut pf)?;
     mark("restore: preflight memory");
     let pages_fd = pf.open_keep(&pages.to_string_lossy(), libc::O_RDONLY)?;
@@ -726,6 +740,9 @@ fn restore_image_held(
                 Memory::finish(&pi.memory, &mut fin)?;
             }
             mark("restore: finish memory");
+            if let Some(x) = &pi.sysv {
+                SysvShm::finish(x, &mut fin)?;
+            }
             Threads::finish(&pi.threads, &mut fin)?;
             let lazy = p.pf.uffd_fd.is_some();
             ids = crate::resources::tcb::rewrite_tids(pi, fin.frozen, lazy, found)?;
@@ -861,7 +878,10 @@ fn restore_image_held(
             ..r
         })
     })();
-    if result.is_err() {
+    if result.is_ok() {
+        // The segments made for it are the process's now.
+        p.pf.sysv_made.keep();
+    } else {
         kill_and_reap(pid);
         // A pid file names a process that never ran and is gone.
         if let Some(pf) = &opts.pidfile {

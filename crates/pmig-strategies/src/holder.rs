@@ -681,7 +681,7 @@ pub fn holder_main(
         captured = freeze_and_capture(pid, dir, mode, &also);
     }
     let Held {
-        frozen,
+        mut frozen,
         captured: c,
         layout,
         mut late,
@@ -712,6 +712,18 @@ pub fn holder_main(
             Got::End => break String::new(),
         };
         let mut words = line.split_whitespace();
+        if line.trim() == SYSV_DETACH && handed_over {
+            // Always answered: the daemon waits for it.
+            let said = match pmig_engine::resources::sysvshm::detach_frozen(&mut frozen) {
+                Ok(n) => format!("{n} System V shared memory attaches let go"),
+                Err(e) => {
+                    tracing::warn!("holder of {pid}: {e}");
+                    format!("System V shared memory not let go: {e}")
+                }
+            };
+            say(&HolderMsg::Done(said));
+            continue;
+        }
         if words.next() != Some("handover") {
             break line;
         }
@@ -774,6 +786,11 @@ pub fn holder_main(
 /// How often a holder looks for signals sent to the frozen original once
 /// the copy runs (see `Forward`).
 pub const LATE_SIGNAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The daemon's instruction, after the handover, to let the original's
+/// System V shared memory go (see [`Holder::handed_over`]); answered with
+/// `Done`.
+const SYSV_DETACH: &str = "sysv-detach";
 
 /// What [`Input::next`] got.
 enum Got {
@@ -1310,6 +1327,27 @@ impl<'h> Holder<'h> {
             }
         }
         self.handed = true;
+        // The copy shares the original's System V segments where both
+        // nodes share an IPC namespace: the original lets go of them before
+        // the copy is reported running, so that its attach counts are
+        // right from the start.
+        if pmig_engine::resources::sysvshm::attached(self.pid) {
+            let sent = self
+                .stdin
+                .as_mut()
+                .map(|s| s.write_all(format!("{SYSV_DETACH}\n").as_bytes()));
+            match sent.map(|r| r.map_err(|e| e.to_string()).map(|_| self.read())) {
+                Some(Ok(Ok(HolderMsg::Done(said)))) => {
+                    tracing::debug!("holder of {}: {said}", self.pid)
+                }
+                Some(Ok(Ok(_))) => {
+                    tracing::warn!("holder of {}: unexpected reply to {SYSV_DETACH}", self.pid)
+                }
+                Some(Ok(Err(e))) => tracing::warn!("{e}"),
+                Some(Err(e)) => tracing::warn!("tell the holder of {}: {e}", self.pid),
+                None => {}
+            }
+        }
     }
 
     /// The destination runs the process: kill the frozen original.

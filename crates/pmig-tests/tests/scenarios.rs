@@ -309,6 +309,7 @@ scenario!(pipes, "pipes", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(ghost, "ghost", false);
 scenario!(memfd, "memfd", false);
+scenario!(sysvshm, "sysvshm", false);
 scenario!(delexe, "delexe", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
@@ -477,6 +478,7 @@ fn scenarios_pass_without_migration() {
         ("eventfd", &[]),
         ("ghost", &[]),
         ("memfd", &[]),
+        ("sysvshm", &[]),
         ("delexe", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),

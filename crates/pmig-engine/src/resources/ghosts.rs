@@ -693,7 +693,7 @@ fn in_skeleton(
 /// The data extents of `f`, `size` bytes long, as `(offset, length)`:
 /// everything between them is a hole. A file system that does not tell
 /// holes makes it one extent.
-fn extents_of(f: &std::fs::File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
+pub(crate) fn extents_of(f: &std::fs::File, size: u64) -> std::io::Result<Vec<(u64, u64)>> {
     use nix::unistd::{lseek, Whence};
     let mut out = Vec::new();
     let mut at = 0i64;

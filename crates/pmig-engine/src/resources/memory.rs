@@ -31,6 +31,9 @@ pub enum Backing {
     PrivateFile,
     /// A file mapped shared; its contents stay in the file.
     SharedFile,
+    /// System V shared memory (`shmat`), attached by this process only;
+    /// its segments are in the `sysvshm` part (format 1.12).
+    SysV,
 }
 
 /// A run of consecutive pages stored in the image's page data.
@@ -391,11 +394,9 @@ fn classify(pid: pid_t, m: &MapLine) -> Result<Option<Backing>> {
     if is_special(p) {
         return Ok(None);
     }
-    if p.starts_with("/SYSV") {
-        return Err(unsupported(
-            pid,
-            format!("System V shared memory at {:#x}", m.start),
-        ));
+    if super::sysvshm::is_sysv(p) {
+        // Checked as a whole by the sysvshm part.
+        return Ok(Some(Backing::SysV));
     }
     if p.starts_with("anon_inode:") {
         return Err(unsupported(pid, format!("a mapping of {p}")));
@@ -486,7 +487,7 @@ fn page_runs(
 fn populated_masks(backing: Backing, ret: u64) -> Option<crate::uffd::ScanMasks> {
     use crate::uffd::{ScanMasks, PAGE_IS_FILE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PAGE_IS_SWAPPED};
     let not = match backing {
-        Backing::Anon | Backing::SharedAnon => PAGE_IS_PFNZERO,
+        Backing::Anon | Backing::SharedAnon | Backing::SysV => PAGE_IS_PFNZERO,
         Backing::PrivateFile => PAGE_IS_PFNZERO | PAGE_IS_FILE,
         Backing::SharedFile => return None,
     };
@@ -537,7 +538,9 @@ fn page_runs_read(
         for k in 0..cnt {
             let e = u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap());
             let keep = match backing {
-                Backing::Anon | Backing::SharedAnon => e & (PM_PRESENT | PM_SWAP) != 0,
+                Backing::Anon | Backing::SharedAnon | Backing::SysV => {
+                    e & (PM_PRESENT | PM_SWAP) != 0
+                }
                 // Present and not the file's own page (so a private copy), or swapped.
                 Backing::PrivateFile => {
                     (e & PM_PRESENT != 0 && e & PM_FILE == 0) || e & PM_SWAP != 0
@@ -1472,6 +1475,117 @@ fn follow_layout(
 
 /// Whether a range has the same attributes in both captures but perhaps
 /// its protection.
+/// Plan: writes the image's pages of mapping `v` (mapped writable).
+fn fill_from_image(b: &mut pmig_restorer::PlanBuilder, pages_fd: i32, v: &Vma) {
+    for r in &v.runs {
+        b.pread_full(
+            0,
+            pages_fd,
+            r.addr,
+            r.len,
+            r.offset,
+            format!("fill {:#x}-{:#x} from the image", r.addr, r.addr + r.len),
+        );
+    }
+}
+
+/// Plan: gives mapping `v`, mapped with protection `mapped`, its own
+/// protection, advice and lock. `later`: its pages come after the restore,
+/// through the userfaultfd.
+fn finish_mapping(b: &mut pmig_restorer::PlanBuilder, v: &Vma, mapped: i32, later: bool) {
+    if mapped != v.prot {
+        b.syscall(
+            0,
+            libc::SYS_mprotect,
+            &[v.start.into(), v.len().into(), v.prot.into()],
+            Check::NonNeg,
+            format!("protect {:#x}-{:#x}", v.start, v.end),
+        );
+    }
+    for a in &v.advice {
+        b.syscall(
+            0,
+            libc::SYS_madvise,
+            &[v.start.into(), v.len().into(), (*a).into()],
+            Check::None,
+            format!("madvise({a}) {:#x}", v.start),
+        );
+    }
+    if v.locked {
+        // Memory whose pages come later, through the userfaultfd, is
+        // locked as they arrive: mlock would populate it with zero pages
+        // now, which no fault would ever replace.
+        let (nr, args): (_, &[u64]) = if later {
+            (
+                libc::SYS_mlock2,
+                &[v.start, v.len(), libc::MLOCK_ONFAULT as u64],
+            )
+        } else {
+            (libc::SYS_mlock, &[v.start, v.len()])
+        };
+        let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
+        b.syscall(0, nr, &args, Check::None, format!("mlock {:#x}", v.start));
+    }
+}
+
+/// Plan of a mapping of System V shared memory (see
+/// [`super::sysvshm`]): the first mapping of an attach attaches the
+/// segment where it was, writable (`SHM_REMAP`: nothing is mapped there
+/// yet); each mapping writes its pages; the last attaches it again
+/// read-only if none of its mappings was writable (`shmat` cannot make a
+/// read-only attach writable, nor `mprotect` one); each then gets its own
+/// protection, advice and lock.
+fn plan_sysv(
+    s: &MemoryState,
+    v: &Vma,
+    b: &mut pmig_restorer::PlanBuilder,
+    pf: &super::Preflight,
+    pages_fd: i32,
+) -> Result<()> {
+    use super::sysvshm::{SHM_EXEC, SHM_RDONLY, SHM_REMAP};
+    let Some((seg, (base, end))) = pf.sysv.attach_of(v.start) else {
+        return Err(EngineError::Incompatible(format!(
+            "the image maps System V shared memory at {:#x} that its sysvshm part does not list",
+            v.start
+        )));
+    };
+    let pieces: Vec<&Vma> = s
+        .vmas
+        .iter()
+        .filter(|p| p.start >= base && p.end <= end)
+        .collect();
+    let exec = pieces.iter().any(|p| p.prot & libc::PROT_EXEC != 0);
+    let writable = pieces.iter().any(|p| p.prot & libc::PROT_WRITE != 0);
+    let x = if exec { libc::PROT_EXEC } else { 0 };
+    let xf = if exec { SHM_EXEC } else { 0 };
+    let attach = |b: &mut pmig_restorer::PlanBuilder, flags: u64, how: &str| {
+        b.syscall(
+            0,
+            libc::SYS_shmat,
+            &[(seg.shmid as u64).into(), base.into(), flags.into()],
+            Check::Eq(base),
+            format!(
+                "attach System V shared memory {} at {base:#x} ({how})",
+                seg.shmid
+            ),
+        );
+    };
+    if v.start == base {
+        attach(b, SHM_REMAP | xf, "to fill it");
+    }
+    fill_from_image(b, pages_fd, v);
+    let rw = libc::PROT_READ | libc::PROT_WRITE | x;
+    if writable {
+        finish_mapping(b, v, rw, false);
+    } else if v.end == end {
+        attach(b, SHM_RDONLY | SHM_REMAP | xf, "read-only");
+        for p in &pieces {
+            finish_mapping(b, p, libc::PROT_READ | x, false);
+        }
+    }
+    Ok(())
+}
+
 fn same_kind(a: &Attrs, b: &Attrs) -> bool {
     a.backing == b.backing
         && a.growsdown == b.growsdown
@@ -1989,7 +2103,19 @@ impl Resource for Memory {
             // Whether the scan made at the freeze covered this
             // mapping: only then does it say which pages were
             // written since.
-            let (present, scanned) = if defer && vma.deferrable() {
+            let (present, scanned) = if backing == Backing::SysV {
+                cx.sysv_maps.push(super::sysvshm::FoundMap {
+                    start: m.start,
+                    end: m.end,
+                    offset: m.offset,
+                    shmid: m.inode as i32,
+                });
+                // Every page of the segment with data, mapped here or not.
+                (
+                    super::sysvshm::data_runs(pid, m.start, m.end, m.offset)?,
+                    false,
+                )
+            } else if defer && vma.deferrable() {
                 // Not scanned at the stop: the source scans its
                 // frozen copy after the handover.
                 (vec![(m.start, m.end - m.start)], false)
@@ -2201,6 +2327,10 @@ impl Resource for Memory {
             "unmap the old address space above the restorer",
         );
         for v in &s.vmas {
+            if v.backing == Backing::SysV {
+                plan_sysv(s, v, b, cx.pf, cx.pages_fd)?;
+                continue;
+            }
             let has_pages = !v.runs.is_empty();
             let map_prot = if has_pages {
                 v.prot | libc::PROT_READ | libc::PROT_WRITE
@@ -2212,6 +2342,7 @@ impl Resource for Memory {
             match v.backing {
                 Backing::Anon => flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
                 Backing::SharedAnon => flags |= libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                Backing::SysV => unreachable!("planned by plan_sysv"),
                 Backing::PrivateFile | Backing::SharedFile => {
                     fd = match cx.pf.ghost_maps.get(&v.start) {
                         Some(&ghost) => ghost as i64,
@@ -2259,50 +2390,8 @@ impl Resource for Memory {
                 Check::Eq(v.start),
                 what.clone(),
             );
-            for r in &v.runs {
-                b.pread_full(
-                    0,
-                    cx.pages_fd,
-                    r.addr,
-                    r.len,
-                    r.offset,
-                    format!("fill {:#x}-{:#x} from the image", r.addr, r.addr + r.len),
-                );
-            }
-            if map_prot != v.prot {
-                b.syscall(
-                    0,
-                    libc::SYS_mprotect,
-                    &[v.start.into(), v.len().into(), v.prot.into()],
-                    Check::NonNeg,
-                    format!("protect {:#x}-{:#x}", v.start, v.end),
-                );
-            }
-            for a in &v.advice {
-                b.syscall(
-                    0,
-                    libc::SYS_madvise,
-                    &[v.start.into(), v.len().into(), (*a).into()],
-                    Check::None,
-                    format!("madvise({a}) {:#x}", v.start),
-                );
-            }
-            if v.locked {
-                // Memory whose pages come later, through the userfaultfd,
-                // is locked as they arrive: mlock would populate it with
-                // zero pages now, which no fault would ever replace.
-                let later = cx.pf.uffd_fd.is_some() && v.comes_later();
-                let (nr, args): (_, &[u64]) = if later {
-                    (
-                        libc::SYS_mlock2,
-                        &[v.start, v.len(), libc::MLOCK_ONFAULT as u64],
-                    )
-                } else {
-                    (libc::SYS_mlock, &[v.start, v.len()])
-                };
-                let args: Vec<_> = args.iter().map(|&a| a.into()).collect();
-                b.syscall(0, nr, &args, Check::None, format!("mlock {:#x}", v.start));
-            }
+            fill_from_image(b, cx.pages_fd, v);
+            finish_mapping(b, v, map_prot, cx.pf.uffd_fd.is_some() && v.comes_later());
         }
         if let Some(ufd) = cx.pf.uffd_fd {
             // Post-copy: the pages of private anonymous memory that are not
@@ -2414,6 +2503,11 @@ impl Resource for Memory {
         cx: &mut super::Update,
     ) -> Result<()> {
         use crate::skeleton::covers;
+        if fin.vmas.iter().any(|v| v.backing == Backing::SysV) {
+            return Err(crate::error::stale(
+                "System V shared memory is attached at the stop only",
+            ));
+        }
         let lazy = cx.uffd.is_some();
         // A mapping made again where one was, alike but for MAP_NORESERVE,
         // changes no layout key: the flags' lists are compared too. So are

@@ -33,6 +33,7 @@ pub mod sched;
 pub mod session;
 pub mod signalfd;
 pub mod signals;
+pub mod sysvshm;
 pub mod tcb;
 pub mod threads;
 pub mod timerfd;
@@ -119,6 +120,8 @@ pub struct Capture<'a> {
     pub ghost_fds: Vec<ghosts::GhostFd>,
     /// The mappings of deleted files and memfds `memory` found, for `ghosts`.
     pub ghost_maps: Vec<ghosts::FoundMap>,
+    /// The mappings of System V shared memory `memory` found, for `sysvshm`.
+    pub sysv_maps: Vec<sysvshm::FoundMap>,
     /// Set by the memory capture: the device and inode of the executable
     /// when it was deleted (one of `ghost_maps`).
     pub ghost_exe: Option<(u64, u64)>,
@@ -192,6 +195,7 @@ impl<'a> Capture<'a> {
             pipe_ends: Vec::new(),
             ghost_fds: Vec::new(),
             ghost_maps: Vec::new(),
+            sysv_maps: Vec::new(),
             ghost_exe: None,
             ghost_extra: None,
             memory_flags: Default::default(),
@@ -501,6 +505,11 @@ pub struct Preflight {
     /// The inodes of its mapped files and executable, likewise (see
     /// [`memory::MappedIds`]).
     pub mapped_ids: Option<memory::MappedIds>,
+    /// The System V shared memory segments this restore made (removed
+    /// again if it fails).
+    pub sysv_made: sysvshm::Made,
+    /// The image's segments and their attaches, for `memory`'s plan.
+    pub sysv: sysvshm::SysvState,
 }
 
 impl Preflight {
@@ -527,6 +536,8 @@ impl Preflight {
             owner: None,
             file_ids: None,
             mapped_ids: None,
+            sysv_made: Default::default(),
+            sysv: Default::default(),
         }
     }
 
