@@ -85,6 +85,10 @@ pub struct Captured {
     pub captured_ns: u64,
     pub page_bytes: u64,
     pub threads: usize,
+    /// The process has System V shared memory attached (see
+    /// [`Holder::handed_over`]).
+    #[serde(default)]
+    pub sysv: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -497,6 +501,7 @@ fn capture_frozen(
         captured_ns: mono_ns(),
         page_bytes: img.memory.image_bytes(),
         threads: img.threads.threads.len(),
+        sysv: img.sysv.is_some(),
     };
     let late = LateSignals::after(
         img.signals.shared_pending.len(),
@@ -1331,7 +1336,7 @@ impl<'h> Holder<'h> {
         // nodes share an IPC namespace: the original lets go of them before
         // the copy is reported running, so that its attach counts are
         // right from the start.
-        if pmig_engine::resources::sysvshm::attached(self.pid) {
+        if self.captured.sysv {
             let sent = self
                 .stdin
                 .as_mut()

@@ -266,12 +266,6 @@ fn found_in_maps(pid: pid_t) -> Result<Vec<FoundMap>> {
         .collect())
 }
 
-/// Whether process `pid` has System V shared memory attached (false if
-/// its mappings cannot be read).
-pub fn attached(pid: pid_t) -> bool {
-    found_in_maps(pid).is_ok_and(|m| !m.is_empty())
-}
-
 /// After the handover: the frozen original lets go of every segment it has
 /// attached (`shmdt`, injected), so that the copy, where it shares the
 /// segment (the nodes of one machine share an IPC namespace), sees the

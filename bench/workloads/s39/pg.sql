@@ -1,0 +1,18 @@
+create table t(i int, s text);
+insert into t select g, md5(g::text) from generate_series(1,3000000) g;
+select count(*), sum(length(s)), max(i) from t where i % 2 = 0;
+select sum(hashtext(s)::bigint) from t where i % 3 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 3 = 0;
+select sum(hashtext(s)::bigint) from t where i % 4 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 4 = 0;
+select sum(hashtext(s)::bigint) from t where i % 5 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 5 = 0;
+select sum(hashtext(s)::bigint) from t where i % 6 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 6 = 0;
+select sum(hashtext(s)::bigint) from t where i % 7 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 7 = 0;
+select sum(hashtext(s)::bigint) from t where i % 8 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 8 = 0;
+select sum(hashtext(s)::bigint) from t where i % 9 = 1;
+select count(*), sum(length(s)), max(i) from t where i % 9 = 0;
+select sum(hashtext(s)::bigint) from t where i % 10 = 1;
