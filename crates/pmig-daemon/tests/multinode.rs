@@ -3206,6 +3206,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "novdso",
     "memfd",
     "sysvshm",
+    "sharedanon",
     "delexe",
     "locks",
 ];

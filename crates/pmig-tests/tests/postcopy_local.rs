@@ -191,6 +191,20 @@ impl LazyDirtier {
         }
     }
 
+    /// Installs every page still owed, as a push would, and waits (bounded)
+    /// until nothing is owed.
+    fn install_the_rest(&self) {
+        for p in self.lm.owed_list() {
+            self.lm.install(p, &read_src(self.src, p, 4096)).unwrap();
+        }
+        for _ in 0..10_000 {
+            if self.lm.owed_pages() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Once every page is installed: ends the lazy restore and the frozen
     /// original; the restored dirtier must finish and verify its memory.
     fn finish(mut self) {
@@ -245,15 +259,7 @@ fn a_fault_on_a_predicted_page_asks_for_it_again_once() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // Then the rest, as a push would.
-        for p in lm.owed_list() {
-            lm.install(p, &read_src(src, p, 4096)).unwrap();
-        }
-        for _ in 0..10_000 {
-            if lm.owed_pages() == 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        d.install_the_rest();
         stop.store(true, Ordering::Relaxed);
     });
     assert_eq!(lm.owed_pages(), 0, "pages still owed after the push");
@@ -324,15 +330,7 @@ fn a_page_a_fault_waits_for_too_long_is_asked_for_again() {
             .contains(&page));
         lm.install(page, &read_src(src, page, 4096)).unwrap();
         assert!(!lm.overdue(std::time::Duration::ZERO).contains(&page));
-        for p in lm.owed_list() {
-            lm.install(p, &read_src(src, p, 4096)).unwrap();
-        }
-        for _ in 0..10_000 {
-            if lm.owed_pages() == 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        d.install_the_rest();
         stop.store(true, Ordering::Relaxed);
     });
     assert_eq!(lm.owed_pages(), 0, "pages still owed");

@@ -38,6 +38,7 @@ fn migrate_twice(name: &str, args: &[&str]) {
     let mut orig = spawn_scenario(name, args, &d.work());
     orig.expect_ready();
     let pid = orig.pid();
+    guard.track_scenario_shm(pid);
 
     dump_ok(pid, &d.path("img1"), false);
     let st = orig.wait(EXIT_TIMEOUT);
@@ -186,6 +187,7 @@ fn leave_running(name: &str, args: &[&str]) {
     let mut orig = spawn_scenario(name, args, &d.work());
     orig.expect_ready();
     let pid = orig.pid();
+    guard.track_scenario_shm(pid);
 
     dump_ok(pid, &d.path("img"), true);
     assert_running_untraced(&format!("{name} after dump --leave-running"), pid);
@@ -310,6 +312,7 @@ scenario!(eventfd, "eventfd", false);
 scenario!(ghost, "ghost", false);
 scenario!(memfd, "memfd", false);
 scenario!(sysvshm, "sysvshm", false);
+scenario!(sharedanon, "sharedanon", false);
 scenario!(delexe, "delexe", false);
 scenario!(epoll, "epoll", false);
 scenario!(signalfd, "signalfd", false);
@@ -479,6 +482,7 @@ fn scenarios_pass_without_migration() {
         ("ghost", &[]),
         ("memfd", &[]),
         ("sysvshm", &[]),
+        ("sharedanon", &[]),
         ("delexe", &[]),
         ("epoll", &[]),
         ("signalfd", &[]),

@@ -517,6 +517,38 @@ fn scan_populated(
     Ok(Some(cat))
 }
 
+/// The pages of the shared memory mapping `[start, end)` of `pid` (shared
+/// anonymous or System V), at `offset` in its shmem object, that hold data,
+/// as address ranges: the object's data extents, read through the mapping
+/// (`SEEK_DATA` on `/proc/PID/map_files/START-END`). Unlike the page
+/// tables, these count a page swapped out, or released from the mapping
+/// (`MADV_DONTNEED` keeps a shared page's data) and not touched since.
+pub(crate) fn shmem_data_runs(
+    pid: pid_t,
+    start: u64,
+    end: u64,
+    offset: u64,
+) -> std::io::Result<Vec<(u64, u64)>> {
+    let via = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
+    let f = std::fs::File::open(&via)?;
+    let len = end - start;
+    let ext = super::ghosts::extents_of(&f, offset + len)?;
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (o, n) in ext {
+        let (lo, hi) = (o.max(offset), (o + n).min(offset + len));
+        if lo < hi {
+            let a = start + (lo / PAGE * PAGE - offset);
+            let e = start + (hi.div_ceil(PAGE) * PAGE - offset);
+            // Extents are whole pages in shmem; rounding never overlaps.
+            let a = out.last().map_or(a, |&(s, n)| a.max(s + n));
+            if a < e {
+                push_run(&mut out, a, e - a);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// [`page_runs`] by reading the pagemap of [start, end).
 fn page_runs_read(
     pagemap: &std::fs::File,
@@ -2111,10 +2143,18 @@ impl Resource for Memory {
                     shmid: m.inode as i32,
                 });
                 // Every page of the segment with data, mapped here or not.
-                (
-                    super::sysvshm::data_runs(pid, m.start, m.end, m.offset)?,
-                    false,
-                )
+                let runs = shmem_data_runs(pid, m.start, m.end, m.offset)
+                    .ctx(|| format!("find the data of System V shared memory at {:#x}", m.start))?;
+                (runs, false)
+            } else if backing == Backing::SharedAnon {
+                // Every page of the object with data, mapped here or not;
+                // from the page tables where map_files cannot be opened
+                // (without CAP_SYS_ADMIN).
+                let runs = match shmem_data_runs(pid, m.start, m.end, m.offset) {
+                    Ok(r) => r,
+                    Err(_) => page_runs(&pagemap, m.start, m.end, backing)?,
+                };
+                (runs, false)
             } else if defer && vma.deferrable() {
                 // Not scanned at the stop: the source scans its
                 // frozen copy after the handover.

@@ -5,8 +5,8 @@
 //! Capture: `memory` lists each mapping of a segment (`/SYSV<key>
 //! (deleted)` in the maps, whose inode column is the segment's id) as
 //! [`Backing::SysV`](super::memory::Backing::SysV), with its pages (the
-//! segment's data extents, `SEEK_DATA` on its file through
-//! `/proc/PID/map_files`, so pages this process never touched count too),
+//! segment's data extents, [`super::memory::shmem_data_runs`], so pages
+//! this process has not mapped count too),
 //! and hands the mappings to this part in `cx.sysv_maps`. This part groups
 //! them into attaches (one `shmat` each: mappings that follow each other
 //! from offset 0 to the segment's end, split only by `mprotect`) and reads
@@ -289,37 +289,6 @@ pub fn detach_frozen(frozen: &mut crate::ptrace::Frozen) -> Result<usize> {
         }
     }
     Ok(bases.len())
-}
-
-/// The pages of the segment mapping `[start, end)` at `offset` that hold
-/// data, as address ranges: the segment file's data extents, read through
-/// the mapping (`SEEK_DATA`; a page swapped out counts, one never written
-/// does not).
-pub fn data_runs(pid: pid_t, start: u64, end: u64, offset: u64) -> Result<Vec<(u64, u64)>> {
-    let via = format!("/proc/{pid}/map_files/{start:x}-{end:x}");
-    let f = std::fs::File::open(&via).map_err(|e| EngineError::Sys {
-        what: format!("open {via}"),
-        source: e,
-    })?;
-    let len = end - start;
-    let ext = super::ghosts::extents_of(&f, offset + len).map_err(|e| EngineError::Sys {
-        what: format!("find the data of {via}"),
-        source: e,
-    })?;
-    let mut out: Vec<(u64, u64)> = Vec::new();
-    for (o, n) in ext {
-        let (lo, hi) = (o.max(offset), (o + n).min(offset + len));
-        if lo < hi {
-            let lo = lo / PAGE * PAGE;
-            let hi = hi.div_ceil(PAGE) * PAGE;
-            let a = start + (lo - offset);
-            match out.last_mut() {
-                Some((s, l)) if *s + *l >= a => *l = (a + (hi - lo)) - *s,
-                _ => out.push((a, hi - lo)),
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// Whether `ds` describes `s` itself (seen from another node of the same
