@@ -115,6 +115,22 @@ SCN_FN int scn_status_field(const char *path, const char *field, char *out, size
     }
     return -1;
 }
+/* The permissions ("rw-s", ...) /proc/self/maps gives the mapping that
+ * starts at p, in out: 0, or -1 if there is none. */
+SCN_FN int scn_map_perms(const void *p, char out[5]) {
+    static char maps[65536];
+    if (scn_read_file("/proc/self/maps", maps, sizeof maps) < 0) return -1;
+    for (char *l = maps; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strtoul(l, NULL, 16) != (unsigned long)p) continue;
+        char *sp = strchr(l, ' ');
+        if (!sp) return -1;
+        memcpy(out, sp + 1, 4);
+        out[4] = 0;
+        return 0;
+    }
+    return -1;
+}
+
 /* Whether the smaps entry of the mapping starting at `start` lists the
  * VmFlags flag `flag` (two letters): 1 or 0, -1 if there is no such entry.
  * The mapping's length goes to `len_out` if not NULL. */

@@ -14,21 +14,6 @@
 #define PG 4096
 static char *obj, *zero;
 
-/* The permissions /proc/self/maps gives the mapping that starts at p. */
-static int perms_of(const void *p, char out[5]) {
-    static char maps[65536];
-    if (scn_read_file("/proc/self/maps", maps, sizeof maps) < 0) return -1;
-    for (char *l = maps; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        if (strtoul(l, NULL, 16) != (unsigned long)p) continue;
-        char *sp = strchr(l, ' ');
-        if (!sp) return -1;
-        memcpy(out, sp + 1, 4);
-        out[4] = 0;
-        return 0;
-    }
-    return -1;
-}
-
 static int check(void) {
     char p[5];
     for (int i = 0; i < 8; i++) {
@@ -39,8 +24,8 @@ static int check(void) {
     for (int k = 0; k < PG; k++) CHECK(obj[5 * PG + k] == 0, "the untouched page has %d at %d", obj[5 * PG + k], k);
     long bad = scn_verify(zero, 2 * PG, 68);
     CHECK(bad < 0, "word %ld of the /dev/zero mapping differs", bad);
-    CHECK(perms_of(obj, p) == 0 && !strcmp(p, "rw-s"), "pages 0-5 are %s", p);
-    CHECK(perms_of(obj + 6 * PG, p) == 0 && !strcmp(p, "r--s"), "pages 6-7 are %s", p);
+    CHECK(scn_map_perms(obj, p) == 0 && !strcmp(p, "rw-s"), "pages 0-5 are %s", p);
+    CHECK(scn_map_perms(obj + 6 * PG, p) == 0 && !strcmp(p, "r--s"), "pages 6-7 are %s", p);
     CHECK(madvise(obj + 2 * PG, PG, MADV_DONTNEED) == 0, "release page 2: %s", strerror(errno));
     return 1;
 }

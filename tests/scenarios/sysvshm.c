@@ -35,21 +35,6 @@ static unsigned long nattch[4];
 
 static int ids[4];
 
-/* The permissions /proc/self/maps gives the mapping that starts at p. */
-static int perms_of(const void *p, char out[5]) {
-    static char maps[65536];
-    if (scn_read_file("/proc/self/maps", maps, sizeof maps) < 0) return -1;
-    for (char *l = maps; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        if (strtoul(l, NULL, 16) != (unsigned long)p) continue;
-        char *sp1 = strchr(l, ' ');
-        if (!sp1) return -1;
-        memcpy(out, sp1 + 1, 4);
-        out[4] = 0;
-        return 0;
-    }
-    return -1;
-}
-
 static int check_seg(int i, size_t size, unsigned want_mode) {
     struct shmid_ds ds;
     CHECK(shmctl(ids[i], IPC_STAT, &ds) == 0, "IPC_STAT of segment %d: %s", ids[i], strerror(errno));
@@ -72,9 +57,9 @@ static int check(void) {
     CHECK(bad < 0, "word %ld of keyed differs", bad);
     bad = scn_verify(keyed + 3 * PG, 96, 52);
     CHECK(bad < 0, "word %ld of keyed's last bytes differs", bad);
-    CHECK(perms_of(keyed, p) == 0 && !strcmp(p, "rw-s"), "keyed's first page is %s", p);
-    CHECK(perms_of(keyed + PG, p) == 0 && !strcmp(p, "r--s"), "keyed's middle page is %s", p);
-    CHECK(perms_of(keyed + 2 * PG, p) == 0 && !strcmp(p, "rw-s"), "keyed's last pages are %s", p);
+    CHECK(scn_map_perms(keyed, p) == 0 && !strcmp(p, "rw-s"), "keyed's first page is %s", p);
+    CHECK(scn_map_perms(keyed + PG, p) == 0 && !strcmp(p, "r--s"), "keyed's middle page is %s", p);
+    CHECK(scn_map_perms(keyed + 2 * PG, p) == 0 && !strcmp(p, "rw-s"), "keyed's last pages are %s", p);
     keyed[2 * PG] ^= 1;
     keyed[2 * PG] ^= 1;
     bad = scn_verify(w, 2 * PG, 53);
@@ -84,7 +69,7 @@ static int check(void) {
     w[5000] = z;
     CHECK(r[5000] == z, "a write through W is not read through R");
     w[5000] = was;
-    CHECK(perms_of(r, p) == 0 && !strcmp(p, "r--s"), "R is %s", p);
+    CHECK(scn_map_perms(r, p) == 0 && !strcmp(p, "r--s"), "R is %s", p);
     CHECK(mprotect(r, PG, PROT_READ | PROT_WRITE) < 0 && errno == EACCES,
           "the read-only attach R could be made writable");
     bad = scn_verify(doomed, PG, 54);

@@ -1505,8 +1505,6 @@ fn follow_layout(
         .collect())
 }
 
-/// Whether a range has the same attributes in both captures but perhaps
-/// its protection.
 /// Plan: writes the image's pages of mapping `v` (mapped writable).
 fn fill_from_image(b: &mut pmig_restorer::PlanBuilder, pages_fd: i32, v: &Vma) {
     for r in &v.runs {
@@ -1618,6 +1616,8 @@ fn plan_sysv(
     Ok(())
 }
 
+/// Whether a range has the same attributes in both captures but perhaps
+/// its protection.
 fn same_kind(a: &Attrs, b: &Attrs) -> bool {
     a.backing == b.backing
         && a.growsdown == b.growsdown
