@@ -153,7 +153,8 @@ pub struct ClusterOpts {
     /// Give every node its own pid namespace (needs `daemon_bin`), as separate
     /// machines have: a process moved to another node can keep its pid and
     /// thread ids there, since the frozen original holds them only in its own
-    /// node's namespace. Node k's pids start above k × 10000.
+    /// node's namespace. Node k's pids start above k × 10000. Every node then
+    /// has its own IPC namespace too (System V IPC, POSIX message queues).
     pub pid_ns: bool,
     /// Start every daemon with `--peer NAME=ADDR:PORT` for every node (the
     /// default). Without it the daemons know no other node, as daemons
@@ -642,6 +643,7 @@ impl Cluster {
                 &ns,
                 "unshare",
                 "--pid",
+                "--ipc",
                 "--fork",
                 "--mount-proc",
             ])
@@ -653,7 +655,7 @@ impl Cluster {
             .stderr(log)
             .process_group(0);
             let mut child = cmd.spawn().map_err(|e| ClusterError::Spawn {
-                cmd: format!("ip netns exec {ns} unshare --pid --fork --mount-proc …"),
+                cmd: format!("ip netns exec {ns} unshare --pid --ipc --fork --mount-proc …"),
                 source: e,
                 hint: " (unshare is part of util-linux)",
             })?;

@@ -2,11 +2,12 @@
 //! the init that is pid 1 of a node's namespace (`pmig cluster init`), and
 //! running a command inside a node (`pmig cluster enter`).
 //!
-//! A node's init is started by `ip netns exec NS unshare --pid --fork
-//! --mount-proc`, so it has the node's network namespace, a new pid namespace
-//! and a mount namespace with that namespace's `/proc`. Commands join all
-//! three from the init (`setns`) and fork, since a new pid namespace applies
-//! to children only.
+//! A node's init is started by `ip netns exec NS unshare --pid --ipc --fork
+//! --mount-proc`, so it has the node's network namespace, a new pid namespace,
+//! a new IPC namespace (System V IPC and POSIX message queues of its own, as
+//! a separate machine has) and a mount namespace with that namespace's
+//! `/proc`. Commands join all four from the init (`setns`) and fork, since a
+//! new pid namespace applies to children only.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Write};
@@ -57,6 +58,7 @@ pub fn enter(init: i32, wd: &Path, argv: &[OsString]) -> io::Result<i32> {
     for (ns, flag) in [
         ("net", CloneFlags::CLONE_NEWNET),
         ("pid", CloneFlags::CLONE_NEWPID),
+        ("ipc", CloneFlags::CLONE_NEWIPC),
         ("mnt", CloneFlags::CLONE_NEWNS),
     ] {
         let f = std::fs::File::open(format!("/proc/{init}/ns/{ns}"))?;

@@ -3644,11 +3644,14 @@ fn scenarios_bc_gzip_move_around_with_auto() {
 /// in a robust mutex; signals: a signal aimed at a tid; identity: the pid,
 /// cwd, cmdline, environment and the rest) run as `pmig run` jobs with their
 /// home on n1, move n2 → n3 → n1 → n2 and pass their checks on every node.
+/// Each node has its own IPC namespace too: sysvshm's segments are made
+/// again under their ids and keys on every node (and removed from the one
+/// left, or the move back to n2 would find its ids taken).
 fn ids_kept_with_pid_namespaces(strategy: &str, tag: &str) {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let env = Env::up_opts(tag, pmig_cluster::Link::Unlimited, true);
     let hops = [("n2", "n3"), ("n3", "n1"), ("n1", "n2")];
-    for name in ["threads", "robust", "signals", "identity"] {
+    for name in ["threads", "robust", "signals", "identity", "sysvshm"] {
         let bin = pmig_tests::scenario(name);
         let bin = bin.to_str().unwrap();
         let mut cmd = env.c().command_in("n1", pmig_bin(), &env.dir).unwrap();

@@ -720,7 +720,9 @@ pub fn holder_main(
         if line.trim() == SYSV_DETACH && handed_over {
             // Always answered: the daemon waits for it.
             let said = match pmig_engine::resources::sysvshm::detach_frozen(&mut frozen) {
-                Ok(n) => format!("{n} System V shared memory attaches let go"),
+                Ok((n, gone)) => format!(
+                    "{n} System V shared memory attaches let go, {gone} segments removed (attached on the destination only)"
+                ),
                 Err(e) => {
                     tracing::warn!("holder of {pid}: {e}");
                     format!("System V shared memory not let go: {e}")

@@ -66,8 +66,9 @@ struct UpArgs {
     /// Only create the network; start no daemons.
     #[arg(long)]
     no_daemons: bool,
-    /// Give every node its own pid namespace, as separate machines have: a
-    /// process moved to another node keeps its pid and thread ids there.
+    /// Give every node its own pid and IPC namespaces, as separate machines
+    /// have: a process moved to another node keeps its pid and thread ids
+    /// there, and its System V shared memory is made again there.
     #[arg(long, conflicts_with = "no_daemons")]
     pid_ns: bool,
     /// Start the daemons without `--peer` for the other nodes, as daemons

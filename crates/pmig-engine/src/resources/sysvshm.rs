@@ -267,14 +267,19 @@ fn found_in_maps(pid: pid_t) -> Result<Vec<FoundMap>> {
 }
 
 /// After the handover: the frozen original lets go of every segment it has
-/// attached (`shmdt`, injected), so that the copy, where it shares the
-/// segment (the nodes of one machine share an IPC namespace), sees the
-/// attach count it had while the original is kept for its other pages.
-/// The original never runs again, and no page of a segment is served from
-/// it (they all move at the stop). Returns how many attaches were let go.
-pub fn detach_frozen(frozen: &mut crate::ptrace::Frozen) -> Result<usize> {
+/// attached (`shmdt`, injected). Where the copy shares the segment (the
+/// nodes of one machine may share an IPC namespace) it then sees the
+/// attach count it had, while the original is kept for its other pages.
+/// Where it does not, the copy has the segment made again on its node,
+/// and one that nothing here attaches any more is removed: it moved (a
+/// segment left behind would also take the id the process would need to
+/// come back). The original never runs again, and no page of a segment is
+/// served from it (they all move at the stop). Returns how many attaches
+/// were let go and how many segments removed.
+pub fn detach_frozen(frozen: &mut crate::ptrace::Frozen) -> Result<(usize, usize)> {
     let pid = frozen.pid;
-    let bases: Vec<u64> = found_in_maps(pid)?
+    let maps = found_in_maps(pid)?;
+    let bases: Vec<u64> = maps
         .iter()
         .filter(|m| m.offset == 0)
         .map(|m| m.start)
@@ -288,7 +293,20 @@ pub fn detach_frozen(frozen: &mut crate::ptrace::Frozen) -> Result<usize> {
             });
         }
     }
-    Ok(bases.len())
+    let mut ids: Vec<i32> = maps.iter().map(|m| m.shmid).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut removed = 0;
+    for id in ids {
+        if stat(id).is_ok_and(|ds| ds.shm_nattch == 0) {
+            rmid(id).map_err(|e| EngineError::Sys {
+                what: format!("remove System V shared memory {id}, which moved"),
+                source: e,
+            })?;
+            removed += 1;
+        }
+    }
+    Ok((bases.len(), removed))
 }
 
 /// Whether `ds` describes `s` itself (seen from another node of the same
