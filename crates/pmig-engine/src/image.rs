@@ -165,8 +165,8 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     mark("precheck: files");
     Timers::precheck(pid)?;
     mark("precheck: timers");
+    // With System V shared memory's (sysvshm::precheck_maps).
     Memory::precheck(pid)?;
-    SysvShm::precheck(pid)?;
     mark("precheck: memory");
     Identity::precheck(pid)?;
     Signals::precheck(pid)?;

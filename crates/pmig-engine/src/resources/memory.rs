@@ -1989,7 +1989,8 @@ impl Resource for Memory {
             classify(pid, m)?;
         }
         check_aliases(pid, &maps)?;
-        check_ghost_maps(pid, &maps)
+        check_ghost_maps(pid, &maps)?;
+        super::sysvshm::precheck_maps(pid, &maps)
     }
 
     fn capture(cx: &mut Capture) -> Result<MemoryState> {

@@ -252,10 +252,9 @@ fn segments(pid: pid_t, maps: &[FoundMap]) -> Result<Vec<Segment>> {
     Ok(out)
 }
 
-/// The mappings of segments in `/proc/PID/maps`.
-fn found_in_maps(pid: pid_t) -> Result<Vec<FoundMap>> {
-    Ok(crate::procfs::maps(pid)?
-        .into_iter()
+/// The mappings of segments among `maps`.
+fn found(maps: &[crate::procfs::MapLine]) -> Vec<FoundMap> {
+    maps.iter()
         .filter(|m| is_sysv(&m.path))
         .map(|m| FoundMap {
             start: m.start,
@@ -263,7 +262,18 @@ fn found_in_maps(pid: pid_t) -> Result<Vec<FoundMap>> {
             offset: m.offset,
             shmid: m.inode as i32,
         })
-        .collect())
+        .collect()
+}
+
+/// The mappings of segments in `/proc/PID/maps`.
+fn found_in_maps(pid: pid_t) -> Result<Vec<FoundMap>> {
+    Ok(found(&crate::procfs::maps(pid)?))
+}
+
+/// The precheck of `pid`'s segments, on the mappings `memory`'s precheck
+/// read (one read of the maps for both, before and after the freeze).
+pub fn precheck_maps(pid: pid_t, maps: &[crate::procfs::MapLine]) -> Result<()> {
+    segments(pid, &found(maps)).map(|_| ())
 }
 
 /// After the handover: the frozen original lets go of every segment it has
@@ -374,8 +384,9 @@ impl Resource for SysvShm {
     const PART: &'static str = "sysvshm";
     type State = SysvState;
 
+    /// Done by `memory`'s precheck ([`precheck_maps`]).
     fn precheck(pid: pid_t) -> Result<()> {
-        segments(pid, &found_in_maps(pid)?).map(|_| ())
+        precheck_maps(pid, &crate::procfs::maps(pid)?)
     }
 
     fn capture(cx: &mut Capture) -> Result<SysvState> {
