@@ -28,7 +28,14 @@
 //! plan attaches it where it was (`shmat` with `SHM_REMAP`), writes its
 //! pages, attaches it read-only again if no mapping of it was writable,
 //! and gives each mapping its protection. A segment marked for removal
-//! (`SHM_DEST`) is marked again once attached (`finish`).
+//! (`SHM_DEST`) is marked again once attached (`finish`). No skeleton is
+//! built for such a process: one is restored while the process still runs
+//! at the source, and on a node that shares the segment it would write old
+//! pages over the live ones.
+//!
+//! After the handover the source's holder lets go of the frozen original's
+//! attaches ([`detach_frozen`]) and removes a segment nothing on the source
+//! attaches any more: it moved with the process.
 //!
 //! Not seen, so not moved: a segment the process made or knows by id but
 //! has not attached.
