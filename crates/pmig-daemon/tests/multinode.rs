@@ -2984,6 +2984,33 @@ fn migrate_speaking(
     rep
 }
 
+/// Moves `pid` n1 → n2 → n1 with n1 speaking protocol `old` (test hook),
+/// then n1 → n2 with both at this build's version, each move with
+/// [`migrate_speaking`]; `each` checks a move (from, to, version, report).
+/// Returns the pid at the end and the reports.
+fn moves_with_an_old_peer(
+    env: &mut Env,
+    mut pid: i32,
+    strategy: &str,
+    old: u16,
+    mut each: impl FnMut(&Env, &str, &str, u16, &serde_json::Value),
+) -> (i32, Vec<serde_json::Value>) {
+    let hook = env.node_dir("n1").join("test-hook");
+    std::fs::write(&hook, format!("speak-version {old}\n")).unwrap();
+    let current = pmig_proto::PROTO_VERSION;
+    let mut reps = Vec::new();
+    for (from, to, version) in [("n1", "n2", old), ("n2", "n1", old), ("n1", "n2", current)] {
+        if version == current {
+            std::fs::remove_file(&hook).unwrap();
+        }
+        let rep = migrate_speaking(env, from, pid, to, strategy, version);
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        each(env, from, to, version, &rep);
+        reps.push(rep);
+    }
+    (pid, reps)
+}
+
 /// Post-copy with a peer that speaks protocol 11 (test hook on n1), both
 /// ways, then between two nodes of this build: with a version-11 peer the
 /// page requests stay on the first connection (a version-11 source never
@@ -2999,23 +3026,13 @@ fn post_copy_with_a_version_11_peer_both_ways() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_link("pv", pmig_cluster::Link::Gbit1);
-    let hook = env.node_dir("n1").join("test-hook");
-    std::fs::write(&hook, "speak-version 11\n").unwrap();
     // About 20 s of work: it still runs at the third move.
     let run = DirtierPair::start(&mut env, 100_000);
-    let mut pid = run.pid;
-    let mut reps = Vec::new();
-    let current = pmig_proto::PROTO_VERSION;
-    for (from, to, version) in [("n1", "n2", 11), ("n2", "n1", 11), ("n1", "n2", current)] {
-        if version == current {
-            std::fs::remove_file(&hook).unwrap();
-        }
-        let rep = migrate_speaking(&mut env, from, pid, to, "post-copy", version);
-        pid = rep["new_pid"].as_i64().unwrap() as i32;
+    let each = |env: &Env, from: &str, to: &str, version: u16, rep: &serde_json::Value| {
         assert!(
             rep["remote_faults"].as_u64().unwrap() > 0,
             "no remote fault {from} → {to}: the test proves nothing\n{}",
-            figures(&[rep])
+            figures(std::slice::from_ref(rep))
         );
         // The source's last line on its pages: "N pages sent (A on
         // request, R requests read on the answers' connection, …".
@@ -3046,8 +3063,8 @@ fn post_copy_with_a_version_11_peer_both_ways() {
             "requests on the answers' connection at protocol {version}: {}\n{from}:\n{src}",
             counts[1]
         );
-        reps.push(rep);
-    }
+    };
+    let (pid, reps) = moves_with_an_old_peer(&mut env, run.pid, "post-copy", 11, each);
     wait_gone(pid);
     let got = run.same_result("post-copy with a version-11 peer");
     eprintln!(
@@ -3094,22 +3111,12 @@ fn ampom_with_a_version_21_peer_both_ways() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_link("pw", pmig_cluster::Link::Mbit100);
-    let hook = env.node_dir("n1").join("test-hook");
-    std::fs::write(&hook, "speak-version 21\n").unwrap();
     let (child, cmds, out) = env.python("sweeper", SWEEPER);
-    let mut pid = child.id() as i32;
-    let mut reps = Vec::new();
-    let current = pmig_proto::PROTO_VERSION;
-    for (from, to, version) in [("n1", "n2", 21), ("n2", "n1", 21), ("n1", "n2", current)] {
-        if version == current {
-            std::fs::remove_file(&hook).unwrap();
-        }
-        let rep = migrate_speaking(&mut env, from, pid, to, "ampom", version);
-        pid = rep["new_pid"].as_i64().unwrap() as i32;
+    let each = |env: &Env, from: &str, to: &str, version: u16, rep: &serde_json::Value| {
         assert!(
             rep["prefetched_pages"].as_u64().unwrap() > 0,
             "no page predicted {from} → {to}: the test proves nothing\n{}",
-            figures(&[rep])
+            figures(std::slice::from_ref(rep))
         );
         // The source's last line on its pages: "… P pages asked for as
         // predictions, A of them answered after the faults)".
@@ -3127,8 +3134,8 @@ fn ampom_with_a_version_21_peer_both_ways() {
             version >= pmig_proto::msg::PREFETCH_REQUEST,
             "{asked} pages asked for as predictions at protocol {version}\n{from}:\n{src}"
         );
-        reps.push(rep);
-    }
+    };
+    let (pid, reps) = moves_with_an_old_peer(&mut env, child.id() as i32, "ampom", 21, each);
     command(&cmds, "done");
     wait_gone(pid);
     let mut child = child;

@@ -689,7 +689,8 @@ impl Drop for Guard {
 
 /// The `sysvshm` scenario's key is this ORed with the low 16 bits of its pid.
 const SCENARIO_SHM_KEY: i32 = 0x504d_0000;
-/// Keys of the System V segment the `sysvshm` scenario makes (0x504dXXXX).
+/// Keys of the System V segment the `sysvshm` scenario makes (0x504d0000 to
+/// 0x504dffff).
 const SCENARIO_SHM_KEYS: std::ops::RangeInclusive<i64> =
     SCENARIO_SHM_KEY as i64..=(SCENARIO_SHM_KEY | 0xffff) as i64;
 
