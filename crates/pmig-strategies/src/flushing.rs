@@ -4,10 +4,24 @@
 //! same kind of store after the resume: [`crate::freeze_free`], which uses
 //! this module's store reading.)
 //!
-//! Source: the holder freezes the process and writes its FULL image into
-//! `<page store>/<id>/` (the store is a directory on a file system every node
+//! Source, preparation (the process runs): the pre-flush. Sprite's
+//! backing store holds a process's clean pages already, and its migration
+//! flushes only the dirty ones. Here a tracker of the process's writes
+//! ([`DirtyTracker`], as pre-copy's) is attached, and every populated page
+//! of its writable private memory is written into the page store
+//! `<page store>/<id>/` (a [`PageStore`]) while the process runs. Passes over
+//! the pages written meanwhile follow while they shrink, at most
+//! [`PRE_FLUSH_RERUNS`]. A process whose writes cannot be tracked skips
+//! the pre-flush, and its stop flushes everything.
+//!
+//! Source, handover: the holder freezes the process and writes into the
+//! store's `final/` an image with, of the tracked ranges, only the pages
+//! written since their last pass ([`CaptureMode::WrittenSince`]), and all
+//! other memory. The store absorbs it and becomes a complete image
+//! (without a pre-flush, the holder writes the FULL image into the store).
+//! The store is a directory on a file system every node
 //! shares; the local test cluster's nodes share the root file system, so the
-//! default `/var/tmp/pmig-pagestore` works there). From that image a small
+//! default `/var/tmp/pmig-pagestore` works there. From that image a small
 //! one is composed in the staging directory: the state, every page outside
 //! private anonymous memory, and only the anonymous pages the restore
 //! touches (`kept_pages`); the other anonymous pages are owed. `PageStore` (the store
@@ -21,19 +35,23 @@
 //! installs every other owed page from the store; when nothing is owed the
 //! store directory is removed.
 //!
-//! Nothing lost: before `Restored` every failure resumes the source (the
-//! store directory is removed); after it, a store that cannot be read makes
-//! the destination kill the process and report it lost.
+//! Nothing lost: a failed pre-flush removes the tracker and the store, and
+//! the process runs on; before `Restored` every failure resumes the source
+//! (the tracker is dropped, the store directory removed); after it, a store
+//! that cannot be read makes the destination kill the process and report it
+//! lost.
 
 use crate::clock::mono_ns;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
-use crate::post_copy::{fail_lost, install_filled, read_image, start_lazy, Lazy, Resumable};
+use crate::post_copy::{fail_lost, install_filled, start_lazy, Lazy, Resumable};
+use crate::pre_copy::{intersect, normalize, read_protected, subtract, total, write_ranges};
 use crate::stop_copy::{await_commit, send_image};
-use crate::{Destination, Residual, Source, Strategy, StrategyKind};
+use crate::{Destination, Progress, Residual, Source, Strategy, StrategyKind};
+use pmig_engine::dirty::{DirtyTracker, Scope};
 use pmig_engine::image::ProcessImage;
 use pmig_engine::pagestore::PageStore;
-use pmig_engine::resources::memory::{Backing, PageFilter, RangeFilter};
+use pmig_engine::resources::memory::{saveable_ranges, Backing, PageFilter, RangeFilter};
 use pmig_proto::{code, Msg};
 use std::collections::HashSet;
 use std::os::unix::fs::FileExt;
@@ -45,6 +63,16 @@ const PAGE: u64 = 4096;
 /// Pages per background fill step.
 const FILL_PAGES: usize = 256;
 
+/// Passes of the pre-flush after the first, each over the pages written
+/// during the one before; the pass after one whose written pages are few
+/// or did not halve is the last.
+pub const PRE_FLUSH_RERUNS: u32 = 3;
+/// Written bytes below which the pre-flush needs no further pass: the stop
+/// flushes them in well under a millisecond.
+const PRE_FLUSH_ENOUGH: u64 = 256 << 10;
+/// The store's subdirectory for the image of the stop, after a pre-flush.
+const FINAL_DIR: &str = "final";
+
 /// `flushing`.
 #[derive(Default)]
 pub struct Flushing {
@@ -52,40 +80,193 @@ pub struct Flushing {
     store: Option<PathBuf>,
     /// Pages left in the store (owed).
     owed_pages: u64,
+    /// The pages written into the store while the process ran, from
+    /// the preparation to the handover.
+    pre: Option<PreFlush>,
+}
+
+/// The pre-flush: the tracker of the process's writes, and the store with
+/// the pages written into it.
+struct PreFlush {
+    tracker: DirtyTracker,
+    pages: PageStore,
+    /// Pages a pass could not read (made inaccessible or unmapped
+    /// meanwhile): the stop saves them whole.
+    missed: Vec<(u64, u64)>,
 }
 
 impl Flushing {
     pub fn new() -> Flushing {
-        Flushing {
-            store: None,
-            owed_pages: 0,
-        }
+        Flushing::default()
     }
 
-    fn handover_inner(&mut self, m: &mut Source, store: &Path) -> Result<()> {
+    /// The pre-flush into `store`: `None` (and nothing in the store) if the
+    /// process's writes cannot be tracked.
+    fn pre_flush(m: &mut Source, store: &Path) -> Result<Option<PreFlush>> {
+        let pid = m.pid;
+        let t0 = mono_ns();
+        let tracker = match DirtyTracker::attach_scoped(pid, Scope::Writable) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::info!(
+                    "process {pid}: no pre-flush, its writes cannot be tracked ({e}); the stop flushes every page"
+                );
+                return Ok(None);
+            }
+        };
         std::fs::create_dir_all(store).map_err(io_err(format!(
             "create {} in the page store (--page-store)",
             store.display()
         )))?;
-        std::fs::create_dir_all(&m.staging)
-            .map_err(io_err(format!("create {}", m.staging.display())))?;
+        let mut pre = PreFlush {
+            pages: PageStore::create(store)?,
+            tracker,
+            missed: Vec::new(),
+        };
+        let mut ranges = intersect(&saveable_ranges(pid)?, &pre.tracker.tracked());
+        let mut previous = u64::MAX;
+        let mut last = false;
+        for pass in 0..=PRE_FLUSH_RERUNS {
+            let want = total(&ranges);
+            let phase = if pass == 0 {
+                "pre-flush"
+            } else {
+                "pre-flush again"
+            };
+            let mut done = 0u64;
+            let (pages, progress) = (&mut pre.pages, &mut *m.progress);
+            let mut sink = |a: u64, data: &[u8]| {
+                pages.put(a, data)?;
+                done += data.len() as u64;
+                progress(Progress {
+                    phase,
+                    done,
+                    total: want,
+                });
+                Ok(())
+            };
+            let (n, skipped) = read_protected(pid, &ranges, Some(&pre.tracker), &mut sink)?;
+            pre.missed = normalize(&[pre.missed.as_slice(), &skipped].concat());
+            m.rounds += 1;
+            tracing::info!(
+                "process {pid}: pre-flush pass {pass}: {:.1} MiB written into {}",
+                n as f64 / (1 << 20) as f64,
+                store.display()
+            );
+            if last || pass == PRE_FLUSH_RERUNS {
+                break;
+            }
+            // What was written during the pass. The scan protects those
+            // pages again, so that the stop no longer sees them written:
+            // the next pass must read them. It is the last one once they
+            // are few or no longer halve.
+            let written = intersect(&pre.tracker.scan()?, &saveable_ranges(pid)?);
+            let w = total(&written);
+            last = w <= PRE_FLUSH_ENOUGH || w > previous.min(n) / 2;
+            previous = w;
+            ranges = written;
+        }
+        tracing::info!(
+            "process {pid}: pre-flushed in {:.1} ms ({} pages could not be read)",
+            (mono_ns() - t0) as f64 / 1e6,
+            total(&pre.missed) / PAGE
+        );
+        Ok(Some(pre))
+    }
+
+    /// The handover without a pre-flush: the whole image goes into the
+    /// store at the stop.
+    fn flush_all(m: &mut Source, store: &Path) -> Result<(ProcessImage, pmig_image::Manifest)> {
+        std::fs::create_dir_all(store).map_err(io_err(format!(
+            "create {} in the page store (--page-store)",
+            store.display()
+        )))?;
         let holder = Holder::start_with(m.host, m.pid, m.started, store, &CaptureMode::Full)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.holder = Some(holder);
-        let image = read_image(store).map_err(|e| {
+        let img = pmig_image::Image::open(store)
+            .map_err(StrategyError::from)
+            .and_then(|img| Ok((ProcessImage::read(&img)?, img.manifest.clone())));
+        img.map_err(|e| {
             StrategyError::Other(format!(
                 "the page store {} does not hold the image written into it: {e} (the page \
                  store must be one directory that every node, and the process's own mount \
                  namespace, see)",
                 m.page_store.display()
             ))
-        })?;
-        let set = kept_pages(
-            &image,
-            &StorePages::of(&image, &store.join(pmig_image::PAGES_FILE))?,
+        })
+    }
+
+    /// The handover after the pre-flush `pre`: the holder's image of the
+    /// stop holds the pages written since their last pass (and all other
+    /// memory), and the store absorbs it into a complete image.
+    fn flush_written(
+        m: &mut Source,
+        store: &Path,
+        tracker: &DirtyTracker,
+        pages: PageStore,
+        missed: &[(u64, u64)],
+    ) -> Result<(ProcessImage, pmig_image::Manifest)> {
+        // Missed pages are left out of the list: the holder saves them whole.
+        let listed = subtract(&tracker.tracked(), missed);
+        let list = m.staging.join(crate::pre_copy::TRACKED_FILE);
+        write_ranges(&list, &listed)?;
+        let dir = store.join(FINAL_DIR);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        let holder = Holder::start_with(
+            m.host,
+            m.pid,
+            m.started,
+            &dir,
+            &CaptureMode::WrittenSince(list),
+        )?;
+        m.stopped_ns = Some(holder.captured.frozen_ns);
+        tracing::info!(
+            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages written since the pre-flush or untracked)",
+            m.pid,
+            (holder.captured.captured_ns - holder.captured.frozen_ns) as f64 / 1e6,
+            holder.captured.page_bytes as f64 / (1 << 20) as f64
         );
+        m.holder = Some(holder);
+        let (pi, manifest) = crate::pre_copy::compose(pages, &dir)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        // Every page the process had must be in the store: one the
+        // destination reads from it and finds missing would read as zeros.
+        for v in &pi.memory.vmas {
+            let present: u64 = v.present.iter().map(|r| r.1).sum();
+            if v.bytes_in_image() != present {
+                return Err(StrategyError::Other(format!(
+                    "the page store lacks {} pages of the mapping at {:#x} after the pre-flush",
+                    (present - v.bytes_in_image().min(present)) / PAGE,
+                    v.start
+                )));
+            }
+        }
+        Ok((pi, manifest))
+    }
+
+    fn handover_inner(&mut self, m: &mut Source, store: &Path) -> Result<()> {
+        std::fs::create_dir_all(&m.staging)
+            .map_err(io_err(format!("create {}", m.staging.display())))?;
+        // The tracker lives until `Restored`, or a failure: dropped at the
+        // end of this function, before the caller resumes the process, it
+        // removes its protections then, not during the stop.
+        let (tracker, flushed) = match self.pre.take() {
+            Some(PreFlush {
+                tracker,
+                pages,
+                missed,
+            }) => {
+                let r = Self::flush_written(m, store, &tracker, pages, &missed);
+                (Some(tracker), r)
+            }
+            None => (None, Self::flush_all(m, store)),
+        };
+        let (image, manifest) = flushed?;
+        let data = store.join(pmig_image::PAGES_FILE);
+        let set = kept_pages(&image, &StorePages::of(&image, &data)?);
         let keep = RangeFilter::of_pages(set.iter().copied());
-        let (kept, owed) = compose_small(store, &m.staging, &keep)?;
+        let (kept, owed) = compose_small_from(image, manifest, &data, &m.staging, &keep)?;
         self.owed_pages = owed.iter().map(|(_, l)| l / PAGE).sum();
         m.pages_sent = kept;
         let path = store
@@ -97,7 +278,9 @@ impl Flushing {
         })?;
         m.count(32 + path.len() as u64);
         send_image(m, &m.staging.clone())?;
-        crate::pre_copy::await_restored(m)
+        let restored = crate::pre_copy::await_restored(m);
+        drop(tracker);
+        restored
     }
 }
 
@@ -106,14 +289,36 @@ impl Strategy for Flushing {
         StrategyKind::Flushing
     }
 
-    fn prepare(&mut self, _m: &mut Source) -> Result<()> {
-        Ok(())
+    fn prepare(&mut self, m: &mut Source) -> Result<()> {
+        let store = m.page_store.join(m.id.to_string());
+        self.store = Some(store.clone());
+        match Self::pre_flush(m, &store) {
+            Ok(pre) => {
+                self.pre = pre;
+                Ok(())
+            }
+            Err(e) => {
+                // The tracker is gone with the pre-flush: the process runs
+                // on untouched.
+                let _ = std::fs::remove_dir_all(&store);
+                Err(StrategyError::During {
+                    what: format!(
+                        "the pre-flush into the page store {} (write tracking removed)",
+                        store.display()
+                    ),
+                    source: Box::new(e),
+                })
+            }
+        }
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
         let store = m.page_store.join(m.id.to_string());
         self.store = Some(store.clone());
         let r = self.handover_inner(m, &store);
+        // A tracker left (an error before the stop) goes before the
+        // process resumes.
+        self.pre = None;
         if r.is_err() {
             // Not restored: the source resumes, the store is not needed.
             let _ = std::fs::remove_dir_all(&store);
@@ -134,6 +339,10 @@ impl Strategy for Flushing {
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
+        // The restore starts while the source pre-flushes (see
+        // `Prespawned`): the stop does not wait for it to start.
+        let staging = d.staging.clone();
+        crate::stop_copy::prespawn_restore(d, &staging, true);
         let store = recv_page_store(d)?;
         let pages = match StorePages::open(&store) {
             Ok(p) => p,
@@ -451,21 +660,10 @@ pub(crate) fn kept_pages(pi: &ProcessImage, store: &StorePages) -> HashSet<u64> 
     keep
 }
 
-/// Writes into `out` the image `store` with, of its writable private
-/// anonymous pages, only those `keep` accepts (the restored process will
-/// fault on the others). Returns (pages kept, the other pages as runs).
-pub(crate) fn compose_small(
-    store: &Path,
-    out: &Path,
-    keep: &RangeFilter,
-) -> Result<(u64, Vec<(u64, u64)>)> {
-    let img = pmig_image::Image::open(store)?;
-    let pi = ProcessImage::read(&img)?;
-    compose_small_from(pi, img.manifest.clone(), &img.pages_path(), out, keep)
-}
-
-/// [`compose_small`] from the store's image `pi` (with its `manifest`),
-/// whose page data is the file `pages`.
+/// Writes into `out` the store's image `pi` (with its `manifest`), whose
+/// page data is the file `pages`, with, of its writable private anonymous
+/// pages, only those `keep` accepts (the restored process will fault on the
+/// others). Returns (pages kept, the other pages as runs).
 pub(crate) fn compose_small_from(
     pi: ProcessImage,
     manifest: pmig_image::Manifest,

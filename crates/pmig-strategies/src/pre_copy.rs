@@ -850,33 +850,11 @@ fn stream_pages(
         }
         Ok(())
     };
-    let parts = match tracker {
-        Some(_) => pieces(ranges, PROTECT_PIECE),
-        None => vec![ranges.to_vec()],
-    };
-    let (mut sent, mut skipped) = (0, Vec::new());
-    let mut read_failed = None;
-    for part in &parts {
-        if let Some(t) = tracker {
-            t.protect_before_read(part);
-        }
-        match read_ranges(pid, part, PAGE_CHUNK, &mut sink) {
-            Ok((n, k)) => {
-                sent += n;
-                skipped.extend(k);
-            }
-            Err(e) => {
-                read_failed = Some(e);
-                break;
-            }
-        }
-    }
+    let read = read_protected(pid, ranges, tracker, &mut sink);
     if let Some(e) = failed {
         return Err(e);
     }
-    if let Some(e) = read_failed {
-        return Err(e.into());
-    }
+    let (sent, skipped) = read?;
     // What was queued (scattered single pages go a record at a time, not a
     // write at a time) goes out now.
     match copies {
@@ -886,7 +864,34 @@ fn stream_pages(
         }
         None => m.ch.flush()?,
     }
-    Ok((sent, normalize(&skipped)))
+    Ok((sent, skipped))
+}
+
+/// Reads the pages of `ranges` from the running process `pid` into `sink`;
+/// with the `tracker` of its writes, a piece at a time, each protected
+/// again just before it is read (see [`send_round`]). Returns the bytes
+/// read and the pages that could not be read (sorted runs). Used by the
+/// rounds and by flushing's pre-flush ([`crate::flushing`]).
+pub(crate) fn read_protected(
+    pid: i32,
+    ranges: &[(u64, u64)],
+    tracker: Option<&DirtyTracker>,
+    sink: &mut dyn FnMut(u64, &[u8]) -> pmig_engine::Result<()>,
+) -> pmig_engine::Result<(u64, Vec<(u64, u64)>)> {
+    let parts = match tracker {
+        Some(_) => pieces(ranges, PROTECT_PIECE),
+        None => vec![ranges.to_vec()],
+    };
+    let (mut read, mut skipped) = (0, Vec::new());
+    for part in &parts {
+        if let Some(t) = tracker {
+            t.protect_before_read(part);
+        }
+        let (n, k) = read_ranges(pid, part, PAGE_CHUNK, sink)?;
+        read += n;
+        skipped.extend(k);
+    }
+    Ok((read, normalize(&skipped)))
 }
 
 /// The last round, at the stop: the pages of `ranges` read from the frozen
@@ -1180,7 +1185,7 @@ pub(crate) fn total(r: &[(u64, u64)]) -> u64 {
 }
 
 /// Sorted, disjoint, merged copy of `r`.
-fn normalize(r: &[(u64, u64)]) -> Vec<(u64, u64)> {
+pub(crate) fn normalize(r: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut v: Vec<(u64, u64)> = r.iter().copied().filter(|(_, l)| *l > 0).collect();
     v.sort_unstable();
     let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());

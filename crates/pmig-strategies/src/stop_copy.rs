@@ -1209,6 +1209,14 @@ pub(crate) fn prespawn_restore(d: &mut Destination, dir: &Path, lazy: bool) {
 }
 
 fn prespawn(d: &mut Destination, dir: &Path, mode: Mode) {
+    // One waits already for the same image (flushing's, started during
+    // the pre-flush): it is kept.
+    if d.restorer
+        .as_ref()
+        .is_some_and(|r| r.dir == dir && r.mode == mode)
+    {
+        return;
+    }
     let Ok((mut cmd, out, err)) = restore_command(d, dir, mode) else {
         return;
     };
