@@ -3703,6 +3703,78 @@ fn ids_kept_with_pid_namespaces(strategy: &str, tag: &str) {
     }
 }
 
+/// A System V segment made again for a restore goes with the restored copy
+/// if that copy is lost. In a cluster with its own IPC namespace per node,
+/// the `sysvshm` scenario moves n2→n3 by post-copy, which makes its segments
+/// again on n3; n2 holds every page back (test hook) and its daemon dies, so
+/// n3 reports the process lost and kills it. The keyed segment, not marked
+/// for removal, would stay on n3 (and a later move there would find its id
+/// taken): it must be gone.
+#[test]
+fn segments_made_for_a_copy_that_is_lost_are_removed() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up_opts("sk", pmig_cluster::Link::Unlimited, true);
+    let name = "sysvshm";
+    let bin = pmig_tests::scenario(name);
+    let bin = bin.to_str().unwrap();
+    let mut cmd = env.c().command_in("n1", pmig_bin(), &env.dir).unwrap();
+    cmd.args(["run", "--on", "n2", "--", bin]);
+    only_stdio(&mut cmd);
+    let mut job = Proc::spawn("sysvshm (pmig run --on n2)", cmd);
+    job.expect_ready();
+    job.check(name, Duration::from_secs(30));
+    let pid = job_pid(&env, bin, "n2");
+    // The scenario's keyed segment (sysvshm.c), as /proc/sysvipc/shm lists it.
+    let key = (0x504d_0000u32 | (pid as u32 & 0xffff)).to_string();
+    let keys_on = |env: &Env, node: &str| -> Vec<String> {
+        let mut c = env.c().command(node, "cat").unwrap();
+        c.arg("/proc/sysvipc/shm").stdin(Stdio::null());
+        only_stdio(&mut c);
+        let out = c.output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    assert!(keys_on(&env, "n2").contains(&key), "no key {key} on n2");
+    assert!(
+        !keys_on(&env, "n3").contains(&key),
+        "key {key} on n3 already"
+    );
+    std::fs::write(env.node_dir("n2").join("test-hook"), "hold-answers\n").unwrap();
+    let m = env
+        .migrate_cmd("n2", pid, "n3", "post-copy", 20)
+        .spawn()
+        .unwrap();
+    wait_log(&env, "n2", "n3 restored process");
+    // Made again on n3, and attached by the copy there.
+    assert!(
+        keys_on(&env, "n3").contains(&key),
+        "key {key} not made on n3"
+    );
+    env.c_mut().kill_daemon("n2").unwrap();
+    let out = m.wait_with_output().unwrap();
+    assert!(
+        !out.status.success(),
+        "the migration succeeded without its source"
+    );
+    wait_log(&env, "n3", "the process is lost");
+    wait_log(
+        &env,
+        "n3",
+        "made for a restored process since killed, removed",
+    );
+    assert!(
+        !keys_on(&env, "n3").contains(&key),
+        "key {key} left on n3 after its process was lost:\n{}",
+        env.log("n3")
+    );
+}
+
 /// The pid of the `pmig run` job running `bin` on `node`, from `pmig ps`.
 fn job_pid(env: &Env, bin: &str, node: &str) -> i32 {
     let t0 = Instant::now();

@@ -70,6 +70,10 @@ pub struct Restored {
     /// the first; 0 until then). The host's clock: a time namespace made
     /// for the process applies to it, not to the restoring process.
     pub resumed_ns: u64,
+    /// The System V shared memory segments made for it
+    /// (`sysvshm::Made::list`): a caller that kills the process after the
+    /// restore removes them (`sysvshm::remove_made`).
+    pub sysv_made: Vec<crate::resources::sysvshm::MadeSegment>,
 }
 
 pub fn restore(dir: &Path, opts: &RestoreOptions) -> Result<Restored> {
@@ -800,6 +804,7 @@ fn restore_image_held(
             verify: Duration::ZERO,
             total: Duration::ZERO,
             resumed_ns: 0,
+            sysv_made: p.pf.sysv_made.list(),
         };
         if let Hold::Skeleton(bring) = hold {
             // Not kept on one CPU while it waits: this program would then

@@ -681,6 +681,9 @@ pub struct Destination<'a> {
     /// A `pmig restore` started before the image arrived (see
     /// [`stop_copy::Prespawned`]).
     pub(crate) restorer: Option<stop_copy::Prespawned<'a>>,
+    /// The System V shared memory the restore made (`Restored::sysv_made`):
+    /// removed with the process if it is killed after the restore.
+    pub(crate) made_segments: Vec<pmig_engine::resources::sysvshm::MadeSegment>,
     /// A directory holding an image this daemon composed itself, from an
     /// image it verified and pages the authenticated channel brought: its
     /// checksums were computed as it was written, so the restore does not
@@ -1230,6 +1233,7 @@ pub fn serve_offer(
         staging: staging.clone(),
         received: 0,
         restorer: None,
+        made_segments: Vec::new(),
         composed: None,
         skeleton: None,
         delta_base: None,

@@ -1790,13 +1790,35 @@ pub(crate) struct Resumable {
 /// Destination: kills the restored process, which cannot be completed, and
 /// tells the source.
 pub(crate) fn fail_lost(d: &mut Destination, pid: i32, e: String) -> StrategyError {
-    // SAFETY: killing the process we restored, which cannot be completed.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    kill_restored(pid, &d.made_segments);
     let _ = d.ch.send(&Msg::Error {
         code: code::RESTORE_FAILED,
         text: e.clone(),
     });
     StrategyError::Other(e)
+}
+
+/// Destination: kills the restored process `pid`, which cannot be
+/// completed, and then removes the System V shared memory its restore made
+/// (`made`, see `Restored::sysv_made`), whose attaches end with it.
+pub(crate) fn kill_restored(pid: i32, made: &[pmig_engine::resources::sysvshm::MadeSegment]) {
+    // SAFETY: killing the process we restored, which cannot be completed.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    if made.is_empty() {
+        return;
+    }
+    // Its attaches go with its memory, before it is a zombie. Bounded: 5 s.
+    let gone = || {
+        pmig_engine::procfs::stat_fields(pid)
+            .map_or(true, |f| f.first().is_some_and(|s| s == "Z" || s == "X"))
+    };
+    for _ in 0..500 {
+        if gone() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    pmig_engine::resources::sysvshm::remove_made(made);
 }
 
 /// Destination: receive the (small) image, restore it lazily, take a copy of
@@ -1883,6 +1905,7 @@ pub(crate) fn start_lazy(
     });
     d.host
         .restored_here(d.offer.id, &d.peer, pid, &started.tids);
+    d.made_segments = started.sysv_made.clone();
     d.ch.send(&Msg::Restored {
         id: d.offer.id,
         pid,
@@ -1994,6 +2017,7 @@ pub(crate) fn destination_lazy(
         answers: d.source_addr.clone().map(|addr| answers_from(d.host, addr)),
         answers_after_resume: false,
         local: local.map(|(_, p)| p),
+        made: d.made_segments.clone(),
     })
 }
 
@@ -2050,6 +2074,9 @@ pub(crate) struct Serve<'a> {
     /// written since round 0. A fault on one of them is answered from it, and
     /// a thread installs them all meanwhile; only the others are asked for.
     pub local: Option<&'a crate::flushing::StorePages>,
+    /// The System V shared memory the restore made (`Restored::sysv_made`),
+    /// removed if the process is lost (none known after a takeover).
+    pub made: Vec<pmig_engine::resources::sysvshm::MadeSegment>,
 }
 
 /// Destination: serve faults until nothing is owed; with `prefetch`, each
@@ -2074,6 +2101,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         answers,
         answers_after_resume,
         local,
+        made,
     } = sv;
     // Until nothing is owed, a migration onward waits for the rest: the push
     // brings it, or (`until_exit`) the pull it asks for first.
@@ -2084,8 +2112,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
         }
     };
     let fail = |ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>, e: String| {
-        // SAFETY: killing the process we restored, which cannot be completed.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        kill_restored(pid, &made);
         end_record();
         let _ = ch.send(&Msg::Error {
             code: code::RESTORE_FAILED,
@@ -2503,7 +2530,7 @@ pub(crate) fn serve_faults(sv: Serve) -> Result<i32> {
             lm,
             &dir,
             record.as_ref(),
-            &comm,
+            (&comm, &made),
             &node,
             &peer,
         );
@@ -2637,7 +2664,8 @@ fn take_store(dir: &std::path::Path) -> bool {
 /// asked of the source and not yet here are read from the store, the
 /// takeover record names the store, the source is told (`PagesDone`: it
 /// keeps nothing any more), and the rest is served from the store, which
-/// is then removed.
+/// is then removed. A process lost goes with the System V shared memory
+/// its restore made (`made`).
 #[allow(clippy::too_many_arguments)]
 fn from_store(
     host: &dyn crate::Host,
@@ -2648,13 +2676,12 @@ fn from_store(
     lm: LazyMemory,
     dir: &std::path::Path,
     record: Option<&crate::takeover::Active>,
-    comm: &str,
+    (comm, made): (&str, &[pmig_engine::resources::sysvshm::MadeSegment]),
     node: &str,
     peer: &str,
 ) -> Result<i32> {
     let lose = |ch: &mut pmig_proto::blocking::Channel<std::net::TcpStream>, e: String| {
-        // SAFETY: killing the process we restored, which cannot be completed.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        kill_restored(pid, made);
         if let Some(r) = record {
             r.remove();
         }

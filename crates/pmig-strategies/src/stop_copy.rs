@@ -417,11 +417,13 @@ impl Strategy for StopCopy {
         mark("dst: pages installed");
         lm.finish();
         let (pid, original_pid, tids) = (held.pid, held.original_pid, held.tids.clone());
+        let made = held.sysv_made.clone();
         let resumed_ns = match held.release() {
             Ok(t) => t,
             Err(e) => return Err(fail(d, code::RESTORE_FAILED, e)),
         };
         d.host.restored_here(d.offer.id, &d.peer, pid, &tids);
+        d.made_segments = made;
         d.ch.send(&Msg::Restored {
             id: d.offer.id,
             pid,
@@ -1009,6 +1011,8 @@ pub(crate) struct Started {
     pub ids: Vec<(i32, i32)>,
     /// Every thread's id in the image and here (`Restored::tids`).
     pub tids: Vec<(i32, i32)>,
+    /// The System V shared memory the restore made (`Restored::sysv_made`).
+    pub sysv_made: Vec<pmig_engine::resources::sysvshm::MadeSegment>,
 }
 
 /// A `pmig restore --wait-go` started while the image is still on its way:
@@ -1318,6 +1322,12 @@ fn reported_resume(json: &str) -> u64 {
 /// every thread's) from its last line that has them (a skeleton's first
 /// line has those of its own restore, the last those of its bring-up).
 fn reported_ids(json: &str, key: &str) -> Vec<(i32, i32)> {
+    reported(json, key)
+}
+
+/// The value `key` of `pmig restore`'s last line that has it in that type
+/// (else the type's default).
+fn reported<T: serde::de::DeserializeOwned + Default>(json: &str, key: &str) -> T {
     json.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
@@ -1349,6 +1359,7 @@ fn parse_restored(json: &str) -> std::result::Result<Started, (u32, String)> {
         uffd_fd: v["uffd_fd"].as_i64().map(|f| f as i32),
         ids: reported_ids(json, "ids"),
         tids: reported_ids(json, "tids"),
+        sysv_made: reported(json, "sysv_made"),
     })
 }
 
@@ -1367,6 +1378,8 @@ pub(crate) struct Held<'a> {
     pub ids: Vec<(i32, i32)>,
     /// As [`Started::tids`].
     pub tids: Vec<(i32, i32)>,
+    /// As [`Started::sysv_made`].
+    pub sysv_made: Vec<pmig_engine::resources::sysvshm::MadeSegment>,
 }
 
 impl Held<'_> {
@@ -1541,6 +1554,7 @@ pub(crate) fn restore_held<'a>(
         uffd_fd: -1,
         ids: Vec::new(),
         tids: Vec::new(),
+        sysv_made: Vec::new(),
     };
     mark("dst: pmig restore holds the process");
     if line.trim().is_empty() {
@@ -1555,6 +1569,7 @@ pub(crate) fn restore_held<'a>(
     held.original_pid = r.original_pid;
     held.ids = r.ids;
     held.tids = r.tids;
+    held.sysv_made = r.sysv_made;
     held.uffd_fd = r.uffd_fd.ok_or((
         code::RESTORE_FAILED,
         "the held restore reported no userfaultfd".to_string(),
@@ -1642,8 +1657,7 @@ pub(crate) fn await_commit(d: &mut Destination, pid: i32) -> Result<()> {
                 "the source aborted migration {} after the restore ({reason}); killing the restored copy {pid}",
                 d.offer.id
             );
-            // SAFETY: sending a signal to the process we restored.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            crate::post_copy::kill_restored(pid, &d.made_segments);
             Err(StrategyError::Other(format!(
                 "the source aborted after the restore: {reason}"
             )))

@@ -325,6 +325,9 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
         )),
         answers_after_resume: true,
         local: local.as_ref(),
+        // Not in the takeover record: a segment the restore made stays
+        // if the process is lost after a takeover.
+        made: Vec::new(),
     });
     if let Some(dir) = &rec.local {
         let _ = std::fs::remove_dir_all(dir);

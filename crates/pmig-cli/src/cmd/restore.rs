@@ -257,6 +257,7 @@ fn print_json(r: &pmig_engine::Restored, held: bool) {
             "resumed_ns": r.resumed_ns,
             "ids": r.ids,
             "tids": r.tids,
+            "sysv_made": r.sysv_made,
             "held": held,
         })
     );

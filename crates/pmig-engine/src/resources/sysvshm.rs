@@ -111,20 +111,56 @@ impl SysvState {
     }
 }
 
+/// A segment a restore made: its id, and its change time once made (the
+/// id alone may name another segment later; the time tells them apart in
+/// any pid namespace).
+pub type MadeSegment = (i32, i64);
+
 /// The segments made by a restore; removed when dropped, unless kept.
 #[derive(Debug, Default)]
-pub struct Made(Vec<i32>);
+pub struct Made(Vec<MadeSegment>);
 
 impl Made {
+    /// The segments made: what [`remove_made`] removes if the restored
+    /// process is killed after all.
+    pub fn list(&self) -> Vec<MadeSegment> {
+        self.0.clone()
+    }
+
     /// The restore succeeded: they are the process's now.
     pub fn keep(&mut self) {
         self.0.clear();
     }
 }
 
+/// Removes the segments a restore made ([`Made::list`]) for a restored
+/// process that was killed after the restore (its migration failed later).
+/// A segment is removed only while it is still the one made then (its id
+/// and change time), and is left, with a warning, while anything attaches
+/// it. Without this a retry to the same node would find the id taken.
+pub fn remove_made(made: &[MadeSegment]) {
+    for &(id, ctime) in made {
+        match stat(id) {
+            Ok(ds) if ds.shm_ctime != ctime => {}
+            Ok(ds) if ds.shm_nattch > 0 => tracing::warn!(
+                "System V shared memory {id}, made for a restored process since killed, is left: {} attaches remain",
+                ds.shm_nattch
+            ),
+            Ok(_) => match rmid(id) {
+                Ok(()) => tracing::info!(
+                    "System V shared memory {id}, made for a restored process since killed, removed"
+                ),
+                Err(e) => tracing::warn!("remove System V shared memory {id}: {e}"),
+            },
+            // Gone already (removed, or marked and no longer attached).
+            Err(_) => {}
+        }
+    }
+}
+
 impl Drop for Made {
     fn drop(&mut self) {
-        for &id in &self.0 {
+        for &(id, _) in &self.0 {
             if let Err(e) = rmid(id) {
                 tracing::warn!("remove System V shared memory {id} after a failed restore: {e}");
             }
@@ -415,7 +451,8 @@ impl Resource for SysvShm {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) || e.raw_os_error() == Some(libc::EIDRM) => {
                     make(seg)?;
-                    pf.sysv_made.0.push(seg.shmid);
+                    let ctime = stat(seg.shmid).map_or(0, |ds| ds.shm_ctime);
+                    pf.sysv_made.0.push((seg.shmid, ctime));
                 }
                 Err(e) => {
                     return Err(EngineError::Sys {
