@@ -302,6 +302,7 @@ impl Node {
 /// Test hooks from `<state dir>/test-hook`, only with `PMIG_TEST_HOOKS=1`. One
 /// directive per line: `die-after-bytes N`, `stall-after-bytes N`, `stall-fill-ms N`,
 /// `answers-fail-after N`, `speak-version N`, `fail-restore`, `hang-before-restore`,
+/// `give-up-pre-flush`,
 /// `hold-original`, `hold-flush`, `hold-answers`, `hold-skeleton`.
 fn read_hooks(dir: &Path) -> Hooks {
     let mut h = Hooks::default();
@@ -321,6 +322,7 @@ fn read_hooks(dir: &Path) -> Hooks {
             (Some("speak-version"), Some(n)) => h.speak_version = n.parse().ok(),
             (Some("fail-restore"), _) => h.fail_restore = true,
             (Some("hang-before-restore"), _) => h.hang_before_restore = true,
+            (Some("give-up-pre-flush"), _) => h.give_up_pre_flush = true,
             (Some("hold-original"), _) => h.hold_original = true,
             (Some("hold-answers"), _) => h.hold_answers = true,
             (Some("hold-skeleton"), _) => h.hold_skeleton = true,

@@ -1479,6 +1479,30 @@ fn flushing_report(rep: &serde_json::Value) {
     }
 }
 
+/// flushing's pre-flush given up after its first pass (test hook, as for
+/// a process that writes a third of its pages during a pass): the tracker
+/// and the pages already in the store go, and the stop flushes every page.
+/// The dirtier's result equals an unmigrated run's, and no page store is
+/// left once its pages were read.
+#[test]
+fn flushing_whose_pre_flush_is_given_up_flushes_at_the_stop() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("fg");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "give-up-pre-flush\n").unwrap();
+    let run = DirtierPair::start(&mut env, 40_000);
+    let rep = env
+        .migrate_with("n1", run.pid, "n2", "flushing")
+        .unwrap_or_else(|e| panic!("{e}\nn1:\n{}\nn2:\n{}", env.log("n1"), env.log("n2")));
+    let log = env.log("n1");
+    assert!(log.contains("pre-flush given up"), "{log}");
+    flushing_report(&rep);
+    wait_gone(rep["new_pid"].as_i64().unwrap() as i32);
+    run.same_result("flushing after its pre-flush was given up");
+}
+
 #[test]
 fn dirtier_and_python_move_around_three_nodes_with_flushing() {
     if !root() {

@@ -12,7 +12,9 @@
 //! `<page store>/<id>/` (a [`PageStore`]) while the process runs. Passes over
 //! the pages written meanwhile follow while they shrink, at most
 //! [`PRE_FLUSH_RERUNS`]. A process whose writes cannot be tracked skips
-//! the pre-flush, and its stop flushes everything.
+//! the pre-flush, and one that writes more than a third of its pages
+//! during a pass, without halving, gives it up ([`PRE_FLUSH_GIVE_UP`]):
+//! their stops flush everything.
 //!
 //! Source, handover: the holder freezes the process and writes into the
 //! store's `final/` an image with, of the tracked ranges, only the pages
@@ -70,6 +72,12 @@ pub const PRE_FLUSH_RERUNS: u32 = 3;
 /// Written bytes below which the pre-flush needs no further pass: the stop
 /// flushes them in well under a millisecond.
 const PRE_FLUSH_ENOUGH: u64 = 256 << 10;
+/// The pre-flush is given up when the pages written during a pass did not
+/// halve and are more than this share (one in N) of the first pass's
+/// bytes. The stop would then write about as much as a whole image, and a
+/// second time, to compose the store: a stop that flushes every page once
+/// costs less.
+const PRE_FLUSH_GIVE_UP: u64 = 3;
 /// The store's subdirectory for the image of the stop, after a pre-flush.
 const FINAL_DIR: &str = "final";
 
@@ -126,6 +134,7 @@ impl Flushing {
         let mut ranges = intersect(&saveable_ranges(pid)?, &pre.tracker.tracked());
         let mut previous = u64::MAX;
         let mut last = false;
+        let mut first = 0;
         for pass in 0..=PRE_FLUSH_RERUNS {
             let want = total(&ranges);
             let phase = if pass == 0 {
@@ -148,6 +157,9 @@ impl Flushing {
             let (n, skipped) = read_protected(pid, &ranges, Some(&pre.tracker), &mut sink)?;
             pre.missed = normalize(&[pre.missed.as_slice(), &skipped].concat());
             m.rounds += 1;
+            if pass == 0 {
+                first = n;
+            }
             tracing::info!(
                 "process {pid}: pre-flush pass {pass}: {:.1} MiB written into {}",
                 n as f64 / (1 << 20) as f64,
@@ -162,7 +174,20 @@ impl Flushing {
             // are few or no longer halve.
             let written = intersect(&pre.tracker.scan()?, &saveable_ranges(pid)?);
             let w = total(&written);
-            last = w <= PRE_FLUSH_ENOUGH || w > previous.min(n) / 2;
+            let halved = w <= previous.min(n) / 2;
+            if (!halved && w > first / PRE_FLUSH_GIVE_UP) || m.host.hooks().give_up_pre_flush {
+                tracing::info!(
+                    "process {pid}: pre-flush given up: {:.1} MiB written during a pass, of {:.1} MiB; the stop flushes every page",
+                    w as f64 / (1 << 20) as f64,
+                    first as f64 / (1 << 20) as f64
+                );
+                // The tracker's protections go with it; the store is made
+                // again at the stop.
+                drop(pre);
+                let _ = std::fs::remove_dir_all(store);
+                return Ok(None);
+            }
+            last = w <= PRE_FLUSH_ENOUGH || !halved;
             previous = w;
             ranges = written;
         }

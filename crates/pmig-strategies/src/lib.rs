@@ -189,6 +189,9 @@ pub struct Hooks {
     pub fail_restore: bool,
     /// The destination never answers after the image (to test the timeout).
     pub hang_before_restore: bool,
+    /// `flushing`'s source: the pre-flush is given up after its first pass
+    /// as if the process wrote too much during it (`PRE_FLUSH_GIVE_UP`).
+    pub give_up_pre_flush: bool,
     /// `flushing`/`freeze-free` (page store) and `pre-copy`/`queued-pre-copy`
     /// (the destination's own copy): the destination's background fill starts
     /// this many ms after the restore (faults are served meanwhile), logging
