@@ -13,8 +13,8 @@
 //! the pages written meanwhile follow while they shrink, at most
 //! [`PRE_FLUSH_RERUNS`]. A process whose writes cannot be tracked skips
 //! the pre-flush, and one that writes more than a third of its pages
-//! during a pass, without halving, gives it up ([`PRE_FLUSH_GIVE_UP`]):
-//! their stops flush everything.
+//! during a pass after the first, without halving, gives it up
+//! ([`PRE_FLUSH_GIVE_UP`]): their stops flush everything.
 //!
 //! Source, handover: the holder freezes the process and writes into the
 //! store's `final/` an image with, of the tracked ranges, only the pages
@@ -66,15 +66,15 @@ const PAGE: u64 = 4096;
 const FILL_PAGES: usize = 256;
 
 /// Passes of the pre-flush after the first, each over the pages written
-/// during the one before; the pass after one whose written pages are few
-/// or did not halve is the last.
+/// during the one before; the pass after one (the first excepted) whose
+/// written pages are few or did not halve is the last.
 pub const PRE_FLUSH_RERUNS: u32 = 3;
 /// Written bytes below which the pre-flush needs no further pass: the stop
 /// flushes them in well under a millisecond.
 const PRE_FLUSH_ENOUGH: u64 = 256 << 10;
-/// The pre-flush is given up when the pages written during a pass did not
-/// halve and are more than this share (one in N) of the first pass's
-/// bytes. The stop would then write about as much as a whole image, and a
+/// The pre-flush is given up when the pages written during a pass after
+/// the first did not halve and are more than this share (one in N) of the
+/// first pass's bytes. The stop would then write about as much as a whole image, and a
 /// second time, to compose the store: a stop that flushes every page once
 /// costs less.
 const PRE_FLUSH_GIVE_UP: u64 = 3;
@@ -174,8 +174,12 @@ impl Flushing {
             // are few or no longer halve.
             let written = intersect(&pre.tracker.scan()?, &saveable_ranges(pid)?);
             let w = total(&written);
+            // The first pass, over every page, takes longest: what is
+            // written during it says little. From the second on, pages
+            // written that do not halve are the program's pace.
             let halved = w <= previous.min(n) / 2;
-            if (!halved && w > first / PRE_FLUSH_GIVE_UP) || m.host.hooks().give_up_pre_flush {
+            let heavy = pass >= 1 && !halved && w > first / PRE_FLUSH_GIVE_UP;
+            if heavy || m.host.hooks().give_up_pre_flush {
                 tracing::info!(
                     "process {pid}: pre-flush given up: {:.1} MiB written during a pass, of {:.1} MiB; the stop flushes every page",
                     w as f64 / (1 << 20) as f64,
@@ -187,7 +191,7 @@ impl Flushing {
                 let _ = std::fs::remove_dir_all(store);
                 return Ok(None);
             }
-            last = w <= PRE_FLUSH_ENOUGH || !halved;
+            last = w <= PRE_FLUSH_ENOUGH || (pass >= 1 && !halved);
             previous = w;
             ranges = written;
         }
