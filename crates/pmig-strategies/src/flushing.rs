@@ -74,9 +74,9 @@ pub const PRE_FLUSH_RERUNS: u32 = 3;
 const PRE_FLUSH_ENOUGH: u64 = 256 << 10;
 /// The pre-flush is given up when the pages written during a pass after
 /// the first did not halve and are more than this share (one in N) of the
-/// first pass's bytes. The stop would then write about as much as a whole image, and a
-/// second time, to compose the store: a stop that flushes every page once
-/// costs less.
+/// first pass's bytes. The stop would then write about as much as a whole
+/// image, and a second time, to compose the store: a stop that flushes
+/// every page once costs less.
 const PRE_FLUSH_GIVE_UP: u64 = 3;
 /// The store's subdirectory for the image of the stop, after a pre-flush.
 const FINAL_DIR: &str = "final";
@@ -109,7 +109,8 @@ impl Flushing {
     }
 
     /// The pre-flush into `store`: `None` (and nothing in the store) if the
-    /// process's writes cannot be tracked.
+    /// process's writes cannot be tracked, or if it writes too fast for the
+    /// passes to shrink ([`PRE_FLUSH_GIVE_UP`]).
     fn pre_flush(m: &mut Source, store: &Path) -> Result<Option<PreFlush>> {
         let pid = m.pid;
         let t0 = mono_ns();
@@ -250,12 +251,9 @@ impl Flushing {
             &CaptureMode::WrittenSince(list),
         )?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
-        tracing::info!(
-            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages written since the pre-flush or untracked)",
-            m.pid,
-            (holder.captured.captured_ns - holder.captured.frozen_ns) as f64 / 1e6,
-            holder.captured.page_bytes as f64 / (1 << 20) as f64
-        );
+        holder
+            .captured
+            .log(m.pid, "written since the pre-flush or untracked");
         m.holder = Some(holder);
         let (pi, manifest) = crate::pre_copy::compose(pages, &dir)?;
         let _ = std::fs::remove_dir_all(&dir);

@@ -91,6 +91,18 @@ pub struct Captured {
     pub sysv: bool,
 }
 
+impl Captured {
+    /// Logs the capture of process `pid`: how long it was frozen before
+    /// its image was complete, and the pages in it (`what` they are).
+    pub(crate) fn log(&self, pid: i32, what: &str) {
+        tracing::info!(
+            "process {pid} frozen and captured in {:.1} ms ({:.1} MiB of pages {what})",
+            (self.captured_ns - self.frozen_ns) as f64 / 1e6,
+            self.page_bytes as f64 / (1 << 20) as f64
+        );
+    }
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum HolderMsg {

@@ -378,12 +378,9 @@ impl Iterative {
         let holder = stop_holder(m, &dir, &self.stop_mode(&list))?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent += holder.captured.page_bytes / PAGE;
-        tracing::info!(
-            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages written since the last round, queued or untracked)",
-            m.pid,
-            (holder.captured.captured_ns - holder.captured.frozen_ns) as f64 / 1e6,
-            mib(holder.captured.page_bytes)
-        );
+        holder
+            .captured
+            .log(m.pid, "written since the last round, queued or untracked");
         m.holder = Some(holder);
         self.send_written_apart(m, &dir, &list, &listed)?;
         send_image(m, &dir)?;

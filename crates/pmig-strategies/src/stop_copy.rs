@@ -341,12 +341,7 @@ impl Strategy for StopCopy {
         let holder = Holder::start_with(host, m.pid, m.started, &staging, &CaptureMode::Handover)?;
         m.stopped_ns = Some(holder.captured.frozen_ns);
         m.pages_sent = holder.captured.page_bytes / PAGE;
-        tracing::info!(
-            "process {} frozen and captured in {:.1} ms ({:.1} MiB of pages in the image)",
-            m.pid,
-            (holder.captured.captured_ns - holder.captured.frozen_ns) as f64 / 1e6,
-            holder.captured.page_bytes as f64 / (1 << 20) as f64
-        );
+        holder.captured.log(m.pid, "in the image");
         m.holder = Some(holder);
         send_image(m, &staging)?;
         mark("src: image sent");
