@@ -3688,14 +3688,8 @@ fn ids_kept_with_pid_namespaces(strategy: &str, tag: &str) {
     let env = Env::up_opts(tag, pmig_cluster::Link::Unlimited, true);
     let hops = [("n2", "n3"), ("n3", "n1"), ("n1", "n2")];
     for name in ["threads", "robust", "signals", "identity", "sysvshm"] {
-        let bin = pmig_tests::scenario(name);
-        let bin = bin.to_str().unwrap();
-        let mut cmd = env.c().command_in("n1", pmig_bin(), &env.dir).unwrap();
-        cmd.args(["run", "--on", "n2", "--", bin]);
-        only_stdio(&mut cmd);
-        let mut job = Proc::spawn(&format!("{name} (pmig run --on n2)"), cmd);
-        job.expect_ready();
-        job.check(name, Duration::from_secs(30));
+        let (mut job, bin) = scenario_job_on_n2(&env, name);
+        let bin = bin.as_str();
         for (from, to) in hops {
             let pid = job_pid(&env, bin, from);
             let rep = env
@@ -3741,18 +3735,10 @@ fn segments_made_for_a_copy_that_is_lost_are_removed() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up_opts("sk", pmig_cluster::Link::Unlimited, true);
-    let name = "sysvshm";
-    let bin = pmig_tests::scenario(name);
-    let bin = bin.to_str().unwrap();
-    let mut cmd = env.c().command_in("n1", pmig_bin(), &env.dir).unwrap();
-    cmd.args(["run", "--on", "n2", "--", bin]);
-    only_stdio(&mut cmd);
-    let mut job = Proc::spawn("sysvshm (pmig run --on n2)", cmd);
-    job.expect_ready();
-    job.check(name, Duration::from_secs(30));
-    let pid = job_pid(&env, bin, "n2");
-    // The scenario's keyed segment (sysvshm.c), as /proc/sysvipc/shm lists it.
-    let key = (0x504d_0000u32 | (pid as u32 & 0xffff)).to_string();
+    let (_job, bin) = scenario_job_on_n2(&env, "sysvshm");
+    let pid = job_pid(&env, &bin, "n2");
+    // The scenario's keyed segment, as /proc/sysvipc/shm lists it.
+    let key = pmig_tests::scenario_shm_key(pid).to_string();
     let keys_on = |env: &Env, node: &str| -> Vec<String> {
         let mut c = env.c().command(node, "cat").unwrap();
         c.arg("/proc/sysvipc/shm").stdin(Stdio::null());
@@ -3797,6 +3783,20 @@ fn segments_made_for_a_copy_that_is_lost_are_removed() {
         "key {key} left on n3 after its process was lost:\n{}",
         env.log("n3")
     );
+}
+
+/// The scenario `name` started as a `pmig run` job on n2 with its home on
+/// n1, ready and past its first check; and its program's path.
+fn scenario_job_on_n2(env: &Env, name: &str) -> (Proc, String) {
+    let bin = pmig_tests::scenario(name);
+    let bin = bin.to_str().unwrap().to_string();
+    let mut cmd = env.c().command_in("n1", pmig_bin(), &env.dir).unwrap();
+    cmd.args(["run", "--on", "n2", "--", &bin]);
+    only_stdio(&mut cmd);
+    let mut job = Proc::spawn(&format!("{name} (pmig run --on n2)"), cmd);
+    job.expect_ready();
+    job.check(name, Duration::from_secs(30));
+    (job, bin)
 }
 
 /// The pid of the `pmig run` job running `bin` on `node`, from `pmig ps`.

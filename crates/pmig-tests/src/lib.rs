@@ -660,7 +660,7 @@ impl Guard {
     /// The System V segment the scenario started as `pid` makes under its
     /// key (see `tests/scenarios/sysvshm.c`), if any, is removed at the end.
     pub fn track_scenario_shm(&mut self, pid: i32) {
-        self.shm_keys.push(SCENARIO_SHM_KEY | (pid & 0xffff));
+        self.shm_keys.push(scenario_shm_key(pid));
     }
 }
 
@@ -689,6 +689,12 @@ impl Drop for Guard {
 
 /// The `sysvshm` scenario's key is this ORed with the low 16 bits of its pid.
 const SCENARIO_SHM_KEY: i32 = 0x504d_0000;
+
+/// The key of the System V segment the `sysvshm` scenario of pid `pid`
+/// (in its own pid namespace) makes.
+pub fn scenario_shm_key(pid: i32) -> i32 {
+    SCENARIO_SHM_KEY | (pid & 0xffff)
+}
 /// Keys of the System V segment the `sysvshm` scenario makes (0x504d0000 to
 /// 0x504dffff).
 const SCENARIO_SHM_KEYS: std::ops::RangeInclusive<i64> =
