@@ -167,7 +167,7 @@ fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) ->
     // cannot keep their ids (some are taken), the held mutexes to rewrite
     // are looked for meanwhile (see `OwnerScan`): then the new ids need no
     // second read of every page.
-    let (pi, found) = match verify {
+    let (mut pi, found) = match verify {
         Verify::Check => {
             img.verify_except(pmig_image::PAGES_PART)?;
             let pi = ProcessImage::read(&img)?;
@@ -186,6 +186,15 @@ fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) ->
     };
     let verify = t0.elapsed();
     mark("restore: image verified, parts decoded");
+    if opts.skeleton {
+        for (fd, path) in
+            crate::resources::files::stand_ins_for_gone(&mut pi.files, &mut pi.file_ids)
+        {
+            tracing::info!(
+                "skeleton: fd {fd}: {path} is gone since the capture; /dev/null stands in until the stop"
+            );
+        }
+    }
     let mut r = restore_image_held(&pi, &img.pages_path(), opts, hold, found.as_deref())?;
     r.verify = verify;
     r.total = t0.elapsed();

@@ -804,7 +804,9 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// read-only, privately written and shared written, `renoreserve` maps the
 /// 1 MiB it mapped before again, alike but with `MAP_NORESERVE` (a flag no
 /// call changes in place), `refile` maps its data file over a page of
-/// anonymous memory; or it makes a change a skeleton cannot follow:
+/// anonymous memory, `tempfile` closes a file that is gone (deleted
+/// before the skeleton was made) and opens the next one under its number;
+/// or it makes a change a skeleton cannot follow:
 /// `shared` maps shared anonymous memory. It says STEP, and
 /// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
 const CHANGER: &str = r#"
@@ -882,6 +884,18 @@ int main(int argc, char **argv) {
         swapped = open(path, O_RDONLY);
         flagged = open(path, O_RDONLY);
         if (closed_fd < 0 || swapped < 0 || flagged < 0) return 3;
+    }
+    /* "tempfile": a file open at the first capture and gone (the test
+       deletes it) before the skeleton is made; the change closes it and
+       opens the next one under the same number, as a program moving on
+       to its next temporary file does. */
+    int tfd = -1;
+    char tpath[4096], tnext[4096];
+    snprintf(tpath, sizeof tpath, "%s/temp", argv[1]);
+    snprintf(tnext, sizeof tnext, "%s/temp2", argv[1]);
+    if (!strcmp(change, "tempfile")) {
+        tfd = open(tpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (tfd < 0 || write(tfd, "old", 3) != 3) return 3;
     }
     pthread_t th;
     static int answer = 42;
@@ -976,6 +990,13 @@ int main(int argc, char **argv) {
             return 6;
         umask(027);
     }
+    if (!strcmp(change, "tempfile")) {
+        int next = open(tnext, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        unlink(tpath);
+        if (next < 0 || close(tfd) || dup2(next, tfd) != tfd || close(next) ||
+            write(tfd, "next", 4) != 4)
+            return 6;
+    }
     printf("STEP\n");
     fflush(stdout);
     while (step < 2) sigsuspend(&usr1);
@@ -1004,6 +1025,11 @@ int main(int argc, char **argv) {
         if (heap[i] != 8) snprintf(why, sizeof why, "the heap's new part differs at byte %zu", i);
     if (!*why && heap && sbrk(0) != heap + (2 << 20))
         snprintf(why, sizeof why, "the program break is %p, want %p", sbrk(0), (void *)(heap + (2 << 20)));
+    if (!*why && tfd >= 0) {
+        char got[8] = "";
+        if (lseek(tfd, 0, SEEK_CUR) != 4 || pread(tfd, got, 4, 0) != 4 || memcmp(got, "next", 4))
+            snprintf(why, sizeof why, "the next temporary file is not at its fd (read \"%s\")", got);
+    }
     if (!*why && !strcmp(change, "unmap")) {
         void *p2 = mmap(gone, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
         if (p2 != gone) snprintf(why, sizeof why, "the unmapped 1 MiB is mapped");
@@ -1169,6 +1195,7 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
         "file",
         "renoreserve",
         "refile",
+        "tempfile",
     ] {
         brought_up_after(change);
     }
@@ -1195,6 +1222,10 @@ fn changer_moved(change: &str) -> (String, Option<pmig_engine::EngineError>) {
         start_c_with("changer", CHANGER, &["{dir}", change], &mut guard);
     let (first, _, pre, keep) = capture_handover_keeping(src, &Default::default());
     first.detach().unwrap();
+    if change == "tempfile" {
+        // Gone before the skeleton is made, as if the program had deleted it.
+        std::fs::remove_file(dir.path().join("temp")).unwrap();
+    }
     let outfile = dir.path().join("out.txt");
     let opts = pmig_engine::RestoreOptions {
         skeleton: true,

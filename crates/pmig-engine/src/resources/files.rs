@@ -807,6 +807,47 @@ fn kind_name(k: &FdKind) -> &'static str {
     }
 }
 
+/// The stand-in a skeleton holds where the file of a descriptor is gone.
+const STAND_IN: &str = "/dev/null";
+
+/// A skeleton is restored from a capture made while the process ran, and
+/// a file it had open then may be gone by the time the skeleton is made:
+/// a temporary file it has deleted since, as compilers, `sort` and
+/// databases do all the time. The skeleton holds such a descriptor open
+/// on `/dev/null` instead, and `s` and `ids` (the skeleton's own state)
+/// say so, so that the bring-up never takes the stand-in for the file: the
+/// capture of the stop then closes it, opens what the process has there
+/// by then, or, if the process still holds the deleted file, finds the
+/// skeleton stale (and the stop is restored the ordinary way). Returns
+/// the descriptors given a stand-in, and the paths they had.
+pub fn stand_ins_for_gone(s: &mut FilesState, ids: &mut Option<FileIds>) -> Vec<(i32, String)> {
+    let gone = |path: &str| match std::fs::symlink_metadata(path) {
+        Ok(_) => false,
+        Err(e) => {
+            e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
+        }
+    };
+    let mut stood_in = Vec::new();
+    for f in &mut s.fds {
+        let FdKind::File { path, .. } = &f.kind else {
+            continue;
+        };
+        if !gone(path) {
+            continue;
+        }
+        stood_in.push((f.fd, path.clone()));
+        f.kind = FdKind::Device {
+            path: STAND_IN.into(),
+        };
+        f.flags = libc::O_RDONLY;
+    }
+    if let Some(ids) = ids {
+        ids.files
+            .retain(|(k, ..)| !stood_in.iter().any(|(fd, _)| fd == k));
+    }
+    stood_in
+}
+
 /// How a held skeleton's descriptors become those of the capture of the
 /// stop (`fin`) from those of its own capture (`pre`).
 #[derive(Debug, Default)]
