@@ -3730,11 +3730,28 @@ fn ids_kept_with_pid_namespaces(strategy: &str, tag: &str) {
 /// taken): it must be gone.
 #[test]
 fn segments_made_for_a_copy_that_is_lost_are_removed() {
+    lost_copy_leaves_no_segment(false);
+}
+
+/// [`segments_made_for_a_copy_that_is_lost_are_removed`] when the copy is
+/// lost after a takeover: n3's daemon dies and is restarted while pages
+/// are owed, takes the migration over from its record, and then loses the
+/// process when n2's daemon dies. The record names the segments made.
+#[test]
+fn segments_made_for_a_copy_lost_after_a_takeover_are_removed() {
+    lost_copy_leaves_no_segment(true);
+}
+
+fn lost_copy_leaves_no_segment(takeover: bool) {
     if !root() {
         return;
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut env = Env::up_opts("sk", pmig_cluster::Link::Unlimited, true);
+    let mut env = Env::up_opts(
+        if takeover { "st" } else { "sk" },
+        pmig_cluster::Link::Unlimited,
+        true,
+    );
     let (_job, bin) = scenario_job_on_n2(&env, "sysvshm");
     let pid = job_pid(&env, &bin, "n2");
     // The scenario's keyed segment, as /proc/sysvipc/shm lists it.
@@ -3766,6 +3783,11 @@ fn segments_made_for_a_copy_that_is_lost_are_removed() {
         keys_on(&env, "n3").contains(&key),
         "key {key} not made on n3"
     );
+    if takeover {
+        wait_record(&env, "n3");
+        crash_and_restart(&mut env, "n3");
+        wait_log(&env, "n3", "took over migration");
+    }
     env.c_mut().kill_daemon("n2").unwrap();
     let out = m.wait_with_output().unwrap();
     assert!(

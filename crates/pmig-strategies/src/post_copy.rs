@@ -1963,6 +1963,7 @@ fn begin_record(
             local: r.local,
             ids: started.ids.clone(),
             tids: started.tids.clone(),
+            made: started.sysv_made.clone(),
         },
     )
 }
@@ -2075,7 +2076,7 @@ pub(crate) struct Serve<'a> {
     /// a thread installs them all meanwhile; only the others are asked for.
     pub local: Option<&'a crate::flushing::StorePages>,
     /// The System V shared memory the restore made (`Restored::sysv_made`),
-    /// removed if the process is lost (none known after a takeover).
+    /// removed if the process is lost.
     pub made: Vec<pmig_engine::resources::sysvshm::MadeSegment>,
 }
 

@@ -89,6 +89,11 @@ pub struct Record {
     /// whose late signals then go to the process.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tids: Vec<(i32, i32)>,
+    /// The System V shared memory the restore made (`Restored::sysv_made`):
+    /// removed with the process if a restarted daemon loses it. Empty in a
+    /// record of an older daemon, whose made segments then stay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub made: Vec<pmig_engine::resources::sysvshm::MadeSegment>,
 }
 
 /// The files of one active record; removed when the migration ends.
@@ -177,11 +182,13 @@ pub fn pending(host: &dyn Host) -> Vec<(Record, Active)> {
     out
 }
 
-/// Kills a process that cannot be completed.
-fn lose(pid: i32, start: u64, act: &Active, why: &str) -> StrategyError {
-    if start_time(pid) == Some(start) {
-        // SAFETY: kill(2) on the process we restored, checked by start time.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+/// Kills the process of `rec`, which cannot be completed (if it is still
+/// the one restored: same start time), with the System V segments its
+/// restore made.
+fn lose(rec: &Record, act: &Active, why: &str) -> StrategyError {
+    let pid = rec.pid;
+    if start_time(pid) == Some(rec.start_time) {
+        crate::post_copy::kill_restored(pid, &rec.made);
     }
     act.remove();
     StrategyError::Other(format!("{why}; the process {pid} is lost"))
@@ -204,8 +211,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     }
     let uffd = pmig_engine::dirty::take_fd(pid, rec.ufd).map_err(|e| {
         lose(
-            pid,
-            rec.start_time,
+            &rec,
             &act,
             &format!("cannot take its userfaultfd back: {e}"),
         )
@@ -228,14 +234,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
     let append = std::fs::OpenOptions::new()
         .append(true)
         .open(&act.journal)
-        .map_err(|e| {
-            lose(
-                pid,
-                rec.start_time,
-                &act,
-                &format!("reopen the journal: {e}"),
-            )
-        })?;
+        .map_err(|e| lose(&rec, &act, &format!("reopen the journal: {e}")))?;
     lm.set_journal(append);
     if let Some(store) = &rec.store {
         tracing::info!(
@@ -256,13 +255,12 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
                 act.remove();
                 Ok(pid)
             }
-            Err(e) => Err(lose(pid, rec.start_time, &act, &e)),
+            Err(e) => Err(lose(&rec, &act, &e)),
         };
     }
     let mut ch = connect(host, &rec.source_addr).map_err(|e| {
         lose(
-            pid,
-            rec.start_time,
+            &rec,
             &act,
             &format!(
                 "cannot reach the source {} ({}): {e}",
@@ -271,14 +269,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
         )
     })?;
     ch.send(&pmig_proto::Msg::Resume { id: rec.id, pid })
-        .map_err(|e| {
-            lose(
-                pid,
-                rec.start_time,
-                &act,
-                &format!("resume at the source: {e}"),
-            )
-        })?;
+        .map_err(|e| lose(&rec, &act, &format!("resume at the source: {e}")))?;
     tracing::info!(
         "took over migration {} of {} (pid {pid}) from {}: {} pages still owed{}",
         rec.id,
@@ -325,9 +316,7 @@ pub fn resume(host: &dyn Host, rec: Record, act: Active) -> Result<i32> {
         )),
         answers_after_resume: true,
         local: local.as_ref(),
-        // Not in the takeover record: a segment the restore made stays
-        // if the process is lost after a takeover.
-        made: Vec::new(),
+        made: rec.made.clone(),
     });
     if let Some(dir) = &rec.local {
         let _ = std::fs::remove_dir_all(dir);
