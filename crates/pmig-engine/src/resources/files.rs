@@ -348,17 +348,37 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     }
     if super::ghosts::deleted_path(&link).is_some() {
         // No path leads to it: its bytes move in the image (see `ghosts`).
-        let md = match std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
-            Ok(md) => md,
+        // Looked at through a descriptor of our own: a process that runs
+        // (the checks before the freeze) may close fd `fd` and open
+        // another file under its number between two looks at it.
+        let held = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(format!("/proc/{pid}/fd/{fd}"))
+        {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).ctx(|| format!("stat fd {fd} of process {pid}")),
+            Err(e) => return Err(e).ctx(|| format!("open fd {fd} of process {pid}")),
         };
+        let now = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&held)
+        ))
+        .map(|p| p.to_string_lossy().into_owned());
+        if now.as_deref().ok() != Some(link.as_str()) {
+            // Another file now: what the process holds at its freeze is
+            // what the capture takes (and checks again).
+            return Ok(None);
+        }
+        let md = held
+            .metadata()
+            .ctx(|| format!("stat fd {fd} of process {pid}"))?;
         if let Some(why) = super::ghosts::refusal(&md) {
             return Err(what(&why));
         }
         // A memfd reads as "/memfd:NAME (deleted)": made again by
         // `memfd_create`, unless it holds huge pages.
-        if let Ok(st) = nix::sys::statfs::statfs(format!("/proc/{pid}/fd/{fd}").as_str()) {
+        if let Ok(st) = nix::sys::statfs::fstatfs(&held) {
             if st.filesystem_type() == nix::sys::statfs::HUGETLBFS_MAGIC {
                 return Err(what("a file of huge pages (hugetlbfs)"));
             }
