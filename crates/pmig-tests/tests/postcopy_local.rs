@@ -805,7 +805,9 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// 1 MiB it mapped before again, alike but with `MAP_NORESERVE` (a flag no
 /// call changes in place), `refile` maps its data file over a page of
 /// anonymous memory, `tempfile` closes a file that is gone (deleted
-/// before the skeleton was made) and opens the next one under its number;
+/// before the skeleton was made) and opens the next one under its number,
+/// `tempghost` the same with a file it deleted itself before the first
+/// capture (which takes it as a deleted file, made again in the skeleton);
 /// or it makes a change a skeleton cannot follow:
 /// `shared` maps shared anonymous memory. It says STEP, and
 /// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
@@ -893,9 +895,13 @@ int main(int argc, char **argv) {
     char tpath[4096], tnext[4096];
     snprintf(tpath, sizeof tpath, "%s/temp", argv[1]);
     snprintf(tnext, sizeof tnext, "%s/temp2", argv[1]);
-    if (!strcmp(change, "tempfile")) {
+    /* "tempghost": the same, but the program deletes the file itself
+       before the first capture, which takes it as a deleted file. */
+    int temp = !strcmp(change, "tempfile") || !strcmp(change, "tempghost");
+    if (temp) {
         tfd = open(tpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
         if (tfd < 0 || write(tfd, "old", 3) != 3) return 3;
+        if (!strcmp(change, "tempghost") && unlink(tpath)) return 3;
     }
     pthread_t th;
     static int answer = 42;
@@ -990,7 +996,7 @@ int main(int argc, char **argv) {
             return 6;
         umask(027);
     }
-    if (!strcmp(change, "tempfile")) {
+    if (temp) {
         int next = open(tnext, O_RDWR | O_CREAT | O_TRUNC, 0600);
         unlink(tpath);
         if (next < 0 || close(tfd) || dup2(next, tfd) != tfd || close(next) ||
@@ -1196,6 +1202,7 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
         "renoreserve",
         "refile",
         "tempfile",
+        "tempghost",
     ] {
         brought_up_after(change);
     }
