@@ -898,6 +898,13 @@ int main(int argc, char **argv) {
     /* "tempghost": the same, but the program deletes the file itself
        before the first capture, which takes it as a deleted file. */
     int temp = !strcmp(change, "tempfile") || !strcmp(change, "tempghost");
+    /* "ghostpos": a file it deleted before the first capture and writes
+       on after it: the offset and bytes of the stop. */
+    int ghostpos = !strcmp(change, "ghostpos");
+    if (ghostpos) {
+        tfd = open(tpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        if (tfd < 0 || write(tfd, "old", 3) != 3 || unlink(tpath)) return 3;
+    }
     if (temp) {
         tfd = open(tpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
         if (tfd < 0 || write(tfd, "old", 3) != 3) return 3;
@@ -996,6 +1003,7 @@ int main(int argc, char **argv) {
             return 6;
         umask(027);
     }
+    if (ghostpos && write(tfd, "more", 4) != 4) return 6;
     if (temp) {
         int next = open(tnext, O_RDWR | O_CREAT | O_TRUNC, 0600);
         unlink(tpath);
@@ -1031,7 +1039,12 @@ int main(int argc, char **argv) {
         if (heap[i] != 8) snprintf(why, sizeof why, "the heap's new part differs at byte %zu", i);
     if (!*why && heap && sbrk(0) != heap + (2 << 20))
         snprintf(why, sizeof why, "the program break is %p, want %p", sbrk(0), (void *)(heap + (2 << 20)));
-    if (!*why && tfd >= 0) {
+    if (!*why && ghostpos) {
+        char got[8] = "";
+        off_t at = lseek(tfd, 0, SEEK_CUR);
+        if (at != 7 || pread(tfd, got, 7, 0) != 7 || memcmp(got, "oldmore", 7))
+            snprintf(why, sizeof why, "the deleted file: offset %ld, bytes \"%s\"", (long)at, got);
+    } else if (!*why && tfd >= 0) {
         char got[8] = "";
         if (lseek(tfd, 0, SEEK_CUR) != 4 || pread(tfd, got, 4, 0) != 4 || memcmp(got, "next", 4))
             snprintf(why, sizeof why, "the next temporary file is not at its fd (read \"%s\")", got);
@@ -1203,6 +1216,7 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
         "refile",
         "tempfile",
         "tempghost",
+        "ghostpos",
     ] {
         brought_up_after(change);
     }

@@ -629,9 +629,10 @@ impl Resource for Files {
         let mut pidfd = None;
         for (a, b) in was.into_iter().zip(&fin.fds) {
             let needed = match (a.map(|a| &a.kind), &b.kind) {
-                (Some(FdKind::File { pos: was, .. }), FdKind::File { pos, .. }) => was != pos,
+                (Some(FdKind::File { pos: was, .. }), FdKind::File { pos, .. })
+                | (Some(FdKind::Ghost { pos: was, .. }), FdKind::Ghost { pos, .. }) => was != pos,
                 // Opened again just now, at offset 0.
-                (None, FdKind::File { pos, .. }) => *pos != 0,
+                (None, FdKind::File { pos, .. } | FdKind::Ghost { pos, .. }) => *pos != 0,
                 (Some(FdKind::EventFd { count: was, .. }), FdKind::EventFd { count, .. }) => {
                     was != count
                 }
