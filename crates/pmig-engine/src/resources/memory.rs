@@ -351,6 +351,17 @@ fn check_ghost_maps(pid: pid_t, maps: &[MapLine]) -> Result<()> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e).ctx(|| format!("open {via} ({})", m.path)),
         };
+        // Mapped again since the maps were read (the checks before the
+        // freeze look at a process that runs): the file it maps now, as
+        // our own descriptor names it, decides; the capture of the frozen
+        // process looks at it again.
+        let now = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&f)
+        ));
+        if !now.is_ok_and(|l| super::ghosts::is_ghost_mapping(&l.to_string_lossy())) {
+            continue;
+        }
         let md = f.metadata().ctx(|| format!("stat {via} ({})", m.path))?;
         if seen.contains(&(md.dev(), md.ino())) {
             continue;
