@@ -860,6 +860,7 @@ fn restore_image_held(
                 process_uffd: r.uffd_fd_in_process,
                 noreserve: (&pre_nr, &fin_nr),
                 threads: Default::default(),
+                made_ghosts: Vec::new(),
             };
             let ids = crate::skeleton::bring_up(pi, &fin, &mut cx)?;
             mark("skeleton: brought up");

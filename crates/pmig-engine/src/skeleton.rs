@@ -143,7 +143,7 @@ pub fn bring_up(
     // descriptors' ids are written into last.
     // The deleted files and memfds take their bytes of the stop, before
     // the descriptors change.
-    crate::resources::ghosts::bring_up(pre, fin, cx.pid)?;
+    cx.made_ghosts = crate::resources::ghosts::bring_up(pre, fin, cx.pid)?;
     Files::update(&pre.files, &fin.files, same(&pre.files, &fin.files), cx)?;
     Signals::update(
         &pre.signals,

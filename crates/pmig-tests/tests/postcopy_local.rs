@@ -807,7 +807,10 @@ fn the_end_of_a_lazy_restore_leaves_a_new_programs_files_alone() {
 /// anonymous memory, `tempfile` closes a file that is gone (deleted
 /// before the skeleton was made) and opens the next one under its number,
 /// `tempghost` the same with a file it deleted itself before the first
-/// capture (which takes it as a deleted file, made again in the skeleton);
+/// capture (which takes it as a deleted file, made again in the skeleton),
+/// `ghostpos` writes on to a file it deleted before the first capture,
+/// `ghostcame` to one it deletes after it (a deleted file the skeleton
+/// did not have);
 /// or it makes a change a skeleton cannot follow:
 /// `shared` maps shared anonymous memory. It says STEP, and
 /// on its second SIGUSR2 checks all of it and says PASS, or FAIL and why.
@@ -899,11 +902,13 @@ int main(int argc, char **argv) {
        before the first capture, which takes it as a deleted file. */
     int temp = !strcmp(change, "tempfile") || !strcmp(change, "tempghost");
     /* "ghostpos": a file it deleted before the first capture and writes
-       on after it: the offset and bytes of the stop. */
-    int ghostpos = !strcmp(change, "ghostpos");
+       on after it: the offset and bytes of the stop. "ghostcame": the
+       same file deleted after the first capture only. */
+    int ghostcame = !strcmp(change, "ghostcame");
+    int ghostpos = ghostcame || !strcmp(change, "ghostpos");
     if (ghostpos) {
         tfd = open(tpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
-        if (tfd < 0 || write(tfd, "old", 3) != 3 || unlink(tpath)) return 3;
+        if (tfd < 0 || write(tfd, "old", 3) != 3 || (!ghostcame && unlink(tpath))) return 3;
     }
     if (temp) {
         tfd = open(tpath, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -1003,7 +1008,7 @@ int main(int argc, char **argv) {
             return 6;
         umask(027);
     }
-    if (ghostpos && write(tfd, "more", 4) != 4) return 6;
+    if (ghostpos && (write(tfd, "more", 4) != 4 || (ghostcame && unlink(tpath)))) return 6;
     if (temp) {
         int next = open(tnext, O_RDWR | O_CREAT | O_TRUNC, 0600);
         unlink(tpath);
@@ -1217,6 +1222,7 @@ fn a_skeleton_is_brought_up_to_the_state_of_the_stop() {
         "tempfile",
         "tempghost",
         "ghostpos",
+        "ghostcame",
     ] {
         brought_up_after(change);
     }

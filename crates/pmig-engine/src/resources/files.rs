@@ -910,7 +910,10 @@ impl<'a> Follow<'a> {
                 continue;
             }
             match b.kind {
-                FdKind::File { .. } | FdKind::Device { .. } | FdKind::SameAs(_) => f.open.push(b),
+                FdKind::File { .. }
+                | FdKind::Device { .. }
+                | FdKind::Ghost { .. }
+                | FdKind::SameAs(_) => f.open.push(b),
                 ref k => {
                     return Err(crate::error::stale(format!(
                         "its open files changed: fd {} ({}) is new or changed",
@@ -947,37 +950,36 @@ impl<'a> Follow<'a> {
             let cloexec = if b.cloexec { libc::O_CLOEXEC } else { 0 };
             match &b.kind {
                 FdKind::File { path, .. } | FdKind::Device { path } => {
-                    let flags = (b.flags & KEEP_FLAGS) | libc::O_CLOEXEC;
-                    let r = cx.call_with_path(
-                        libc::SYS_openat,
-                        path,
-                        1,
-                        &[libc::AT_FDCWD as u64, 0, flags as u64, 0],
-                    )?;
-                    let got = r.map_err(|e| {
-                        crate::error::stale(format!(
-                            "its open files changed: fd {}: {path} does not open in the skeleton ({e})",
-                            b.fd
-                        ))
-                    })? as i32;
-                    if got != b.fd {
-                        cx.call(
-                            0,
-                            libc::SYS_dup3,
-                            &[got as u64, b.fd as u64, cloexec as u64],
-                            || format!("move {path} to fd {}", b.fd),
-                        )?;
-                        cx.call(0, libc::SYS_close, &[got as u64], || {
-                            format!("close fd {got}")
-                        })?;
-                    } else if !b.cloexec {
-                        cx.call(
-                            0,
-                            libc::SYS_fcntl,
-                            &[got as u64, libc::F_SETFD as u64, 0],
-                            || format!("clear fd {got}'s close-on-exec"),
-                        )?;
+                    open_in_skeleton(cx, b, path)?
+                }
+                FdKind::Ghost { dev, ino, .. } => {
+                    // Through another descriptor of the same file that the
+                    // skeleton keeps, else the file made again for the stop
+                    // (`ghosts::bring_up`), named for the moment it takes.
+                    let same = fin.fds.iter().find(|k| {
+                        self.kept.contains(&k.fd)
+                            && matches!(k.kind, FdKind::Ghost { dev: d, ino: i, .. } if (d, i) == (*dev, *ino))
+                    });
+                    if let Some(k) = same {
+                        open_in_skeleton(cx, b, &format!("/proc/self/fd/{}", k.fd))?;
+                        continue;
                     }
+                    let made = cx
+                        .made_ghosts
+                        .iter()
+                        .find(|m| m.source == (*dev, *ino))
+                        .ok_or_else(|| {
+                            crate::error::stale(format!(
+                                "its open files changed: fd {} is a deleted file not made again",
+                                b.fd
+                            ))
+                        })?;
+                    let name = made
+                        .named(&b.fd.to_string())
+                        .map_err(|e| crate::error::stale(e.to_string()))?;
+                    let opened = open_in_skeleton(cx, b, &name);
+                    let _ = std::fs::remove_file(&name);
+                    opened?;
                 }
                 FdKind::SameAs(x) => cx.call(
                     0,
@@ -985,7 +987,7 @@ impl<'a> Follow<'a> {
                     &[*x as u64, b.fd as u64, cloexec as u64],
                     || format!("copy fd {x} to fd {}", b.fd),
                 )?,
-                _ => unreachable!("only files, devices and copies are opened"),
+                _ => unreachable!("only files, deleted files, devices and copies are opened"),
             }
         }
         for b in &self.flags {
@@ -1018,6 +1020,44 @@ impl<'a> Follow<'a> {
         }
         Ok(())
     }
+}
+
+/// Opens `path` in the held skeleton as the process itself, as fd `b.fd`
+/// with `b`'s flags (stale if it does not open).
+fn open_in_skeleton(cx: &mut super::Update, b: &Fd, path: &str) -> Result<()> {
+    let cloexec = if b.cloexec { libc::O_CLOEXEC } else { 0 };
+    let flags = (b.flags & KEEP_FLAGS) | libc::O_CLOEXEC;
+    let r = cx.call_with_path(
+        libc::SYS_openat,
+        path,
+        1,
+        &[libc::AT_FDCWD as u64, 0, flags as u64, 0],
+    )?;
+    let got = r.map_err(|e| {
+        crate::error::stale(format!(
+            "its open files changed: fd {}: {path} does not open in the skeleton ({e})",
+            b.fd
+        ))
+    })? as i32;
+    if got != b.fd {
+        cx.call(
+            0,
+            libc::SYS_dup3,
+            &[got as u64, b.fd as u64, cloexec as u64],
+            || format!("move {path} to fd {}", b.fd),
+        )?;
+        cx.call(0, libc::SYS_close, &[got as u64], || {
+            format!("close fd {got}")
+        })?;
+    } else if !b.cloexec {
+        cx.call(
+            0,
+            libc::SYS_fcntl,
+            &[got as u64, libc::F_SETFD as u64, 0],
+            || format!("clear fd {got}'s close-on-exec"),
+        )?;
+    }
+    Ok(())
 }
 
 /// The inodes of the open files ([`FileIds`]) of both captures, as far as

@@ -531,7 +531,7 @@ pub fn bring_up(
     pre: &crate::image::ProcessImage,
     fin: &crate::image::ProcessImage,
     pid: libc::pid_t,
-) -> Result<()> {
+) -> Result<Vec<MadeGhost>> {
     use crate::error::stale;
     use std::os::unix::fs::FileExt;
     if !crate::skeleton::same(&pre.ghost_maps, &fin.ghost_maps) {
@@ -541,25 +541,35 @@ pub fn bring_up(
     // closed, as programs do all the time; not mapped, nor a memfd, or
     // `ghost_maps` would differ) is let go of in the skeleton too: its
     // descriptor is closed with the others' changes (`Files::update`). One
-    // the process holds at the stop only cannot be made in the skeleton.
+    // the process holds at the stop only (a temporary file deleted since)
+    // is made again here, and `Files::update` opens it in the skeleton.
     let none = GhostsState::default();
     let (a, b) = match (&pre.ghosts, &fin.ghosts) {
-        (None, None) => return Ok(()),
+        (None, None) => return Ok(Vec::new()),
         (Some(a), Some(b)) => (a, b),
         (Some(a), None) => (a, &none),
-        (None, Some(_)) => return Err(stale("its ghosts changed: a deleted file came")),
+        (None, Some(b)) => (&none, b),
     };
     let id = |g: &Ghost| (g.dev, g.ino, g.path.clone(), g.mode, g.uid, g.gid);
     let mut both = Vec::with_capacity(b.files.len());
+    let mut made = Vec::new();
     for h in &b.files {
         match a.files.iter().find(|g| (g.dev, g.ino) == (h.dev, h.ino)) {
             Some(g) if id(g) == id(h) => both.push((g, h)),
             Some(_) => return Err(stale(format!("its ghosts changed: {} changed", h.path))),
+            // A memfd comes with its seals (`ghost_maps`, compared above).
+            None if is_memfd(&h.path) => {
+                return Err(stale(format!("its ghosts changed: {} came", h.path)))
+            }
             None => {
-                return Err(stale(format!(
-                    "its ghosts changed: {} came (deleted since the skeleton's capture)",
-                    h.path
-                )))
+                let file = make(h).map_err(|e| {
+                    stale(format!("{} came, and cannot be made again: {e}", h.path))
+                })?;
+                made.push(MadeGhost {
+                    source: (h.dev, h.ino),
+                    path: h.path.clone(),
+                    file,
+                });
             }
         }
     }
@@ -631,7 +641,53 @@ pub fn bring_up(
                 .map_err(|e| stale(format!("shorten the skeleton's copy of {}: {e}", g.path)))?;
         }
     }
-    Ok(())
+    Ok(made)
+}
+
+/// A deleted file made again for a skeleton ([`bring_up`]).
+#[derive(Debug)]
+pub struct MadeGhost {
+    /// Its device and inode at the source (what the image's descriptors
+    /// name).
+    pub source: (u64, u64),
+    /// Its path when it was deleted.
+    pub path: String,
+    /// The file, unnamed.
+    pub file: OwnedFd,
+}
+
+impl MadeGhost {
+    /// Gives the file a name for a moment, in the directory it was made
+    /// in or in `/tmp` (an injected `open` takes it by name; the
+    /// process's own ids may open it, a root's descriptors not): the
+    /// name, to remove with [`std::fs::remove_file`] once it is open.
+    pub fn named(&self, tag: &str) -> Result<String> {
+        let dir = std::path::Path::new(&self.path)
+            .parent()
+            .and_then(|d| d.to_str())
+            .filter(|d| !d.is_empty())
+            .unwrap_or("/tmp");
+        let from = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        let mut last = None;
+        for d in [dir, "/tmp"] {
+            let name = format!("{d}/.pmig-{}-{tag}", std::process::id());
+            match nix::unistd::linkat(
+                None,
+                from.as_str(),
+                None,
+                name.as_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            ) {
+                Ok(()) => return Ok(name),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(EngineError::Other(format!(
+            "name the deleted file {} made again: {}",
+            self.path,
+            last.map(|e| e.to_string()).unwrap_or_default()
+        )))
+    }
 }
 
 /// The layout of `g`: its own, or one extent of all its bytes.
@@ -1149,9 +1205,10 @@ mod tests {
 
     /// A deleted file the process closed between the two captures is let
     /// go of (its descriptor follows with the others); one it holds at the
-    /// stop only makes the skeleton stale.
+    /// stop only is made again, with its bytes and mode, for the skeleton
+    /// to open; a memfd that came makes the skeleton stale.
     #[test]
-    fn a_skeleton_lets_a_deleted_file_go_but_cannot_make_one() {
+    fn a_skeleton_lets_a_deleted_file_go_and_makes_one_that_came() {
         let g = Ghost {
             dev: 1,
             ino: 2,
@@ -1166,16 +1223,20 @@ mod tests {
         let me = std::process::id() as libc::pid_t;
         let (pre, mut fin) = images_with(f.as_raw_fd(), &g, &g.data);
         let held = fin.ghosts.take();
-        bring_up(&pre, &fin, me).unwrap();
+        assert!(bring_up(&pre, &fin, me).unwrap().is_empty());
         fin.ghosts = held;
         fin.ghosts.as_mut().unwrap().files[0].ino = 3;
-        let e = bring_up(&pre, &fin, me).unwrap_err();
-        assert!(
-            matches!(&e, EngineError::Stale(w) if w.contains("came")),
-            "{e}"
-        );
-        let (mut pre, fin) = images_with(f.as_raw_fd(), &g, &g.data);
+        let made = bring_up(&pre, &fin, me).unwrap();
+        assert_eq!(made.len(), 1);
+        assert_eq!(made[0].source, (1, 3));
+        let name = made[0].named("test").unwrap();
+        let (bytes, md) = (std::fs::read(&name), std::fs::metadata(&name));
+        std::fs::remove_file(&name).unwrap();
+        assert_eq!(bytes.unwrap(), g.data);
+        assert_eq!(md.unwrap().permissions().mode() & 0o7777, 0o600);
+        let (mut pre, mut fin) = images_with(f.as_raw_fd(), &g, &g.data);
         pre.ghosts = None;
+        fin.ghosts.as_mut().unwrap().files[0].path = "/memfd:x (deleted)".into();
         let e = bring_up(&pre, &fin, me).unwrap_err();
         assert!(
             matches!(&e, EngineError::Stale(w) if w.contains("came")),

@@ -724,6 +724,10 @@ pub struct Update<'a> {
     /// capture and the stop ([`threads::thread_changes`]): the
     /// per-thread parts compare the others, and set the new ones.
     pub threads: threads::ThreadChanges,
+    /// The deleted files the process holds at the stop and did not at the
+    /// skeleton's capture, made again by [`ghosts::bring_up`] (by their
+    /// device and inode at the source): `files` opens them in the skeleton.
+    pub made_ghosts: Vec<ghosts::MadeGhost>,
 }
 
 impl Update<'_> {
