@@ -365,7 +365,7 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
             std::os::fd::AsRawFd::as_raw_fd(&held)
         ))
         .map(|p| p.to_string_lossy().into_owned());
-        if now.as_deref().ok() != Some(link.as_str()) {
+        if now.is_ok_and(|now| now != link) {
             // Another file now: what the process holds at its freeze is
             // what the capture takes (and checks again).
             return Ok(None);

@@ -1150,18 +1150,23 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_skeleton_takes_the_bytes_of_the_stop_into_its_own_file() {
-        let g = Ghost {
+    /// A deleted file `/tmp/gone` (device 1, inode 2) of `len` bytes of 7.
+    fn gone_file(len: usize) -> Ghost {
+        Ghost {
             dev: 1,
             ino: 2,
             path: "/tmp/gone".into(),
             mode: 0o600,
             uid: 0,
             gid: 0,
-            data: vec![7u8; 3 * 4096 + 100],
+            data: vec![7u8; len],
             sparse: None,
-        };
+        }
+    }
+
+    #[test]
+    fn a_skeleton_takes_the_bytes_of_the_stop_into_its_own_file() {
+        let g = gone_file(3 * 4096 + 100);
         // Longer, one page changed; then shorter.
         let mut b = g.data.clone();
         b[4096 + 5] = 9;
@@ -1209,16 +1214,7 @@ mod tests {
     /// to open; a memfd that came makes the skeleton stale.
     #[test]
     fn a_skeleton_lets_a_deleted_file_go_and_makes_one_that_came() {
-        let g = Ghost {
-            dev: 1,
-            ino: 2,
-            path: "/tmp/gone".into(),
-            mode: 0o600,
-            uid: 0,
-            gid: 0,
-            data: vec![7u8; 100],
-            sparse: None,
-        };
+        let g = gone_file(100);
         let f = std::fs::File::from(make(&g).unwrap());
         let me = std::process::id() as libc::pid_t;
         let (pre, mut fin) = images_with(f.as_raw_fd(), &g, &g.data);

@@ -359,7 +359,7 @@ fn check_ghost_maps(pid: pid_t, maps: &[MapLine]) -> Result<()> {
             "/proc/self/fd/{}",
             std::os::fd::AsRawFd::as_raw_fd(&f)
         ));
-        if !now.is_ok_and(|l| super::ghosts::is_ghost_mapping(&l.to_string_lossy())) {
+        if now.is_ok_and(|l| !super::ghosts::is_ghost_mapping(&l.to_string_lossy())) {
             continue;
         }
         let md = f.metadata().ctx(|| format!("stat {via} ({})", m.path))?;
