@@ -201,6 +201,15 @@ pub fn readlink(pid: pid_t, what: &str) -> Result<String> {
         .map(|p| p.to_string_lossy().into_owned())
 }
 
+/// The path `/proc` gives the file that `f`, a descriptor of ours, names
+/// (as [`readlink`] gives another process's).
+pub fn link_of(f: &impl std::os::fd::AsRawFd) -> Result<String> {
+    readlink(
+        std::process::id() as pid_t,
+        &format!("fd/{}", f.as_raw_fd()),
+    )
+}
+
 pub fn hex_u64(s: &str) -> u64 {
     u64::from_str_radix(s.trim(), 16).unwrap_or(0)
 }

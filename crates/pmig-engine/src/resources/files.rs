@@ -360,12 +360,7 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).ctx(|| format!("open fd {fd} of process {pid}")),
         };
-        let now = std::fs::read_link(format!(
-            "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&held)
-        ))
-        .map(|p| p.to_string_lossy().into_owned());
-        if now.is_ok_and(|now| now != link) {
+        if procfs::link_of(&held).is_ok_and(|now| now != link) {
             // Another file now: what the process holds at its freeze is
             // what the capture takes (and checks again).
             return Ok(None);

@@ -355,11 +355,7 @@ fn check_ghost_maps(pid: pid_t, maps: &[MapLine]) -> Result<()> {
         // freeze look at a process that runs): the file it maps now, as
         // our own descriptor names it, decides; the capture of the frozen
         // process looks at it again.
-        let now = std::fs::read_link(format!(
-            "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&f)
-        ));
-        if now.is_ok_and(|l| !super::ghosts::is_ghost_mapping(&l.to_string_lossy())) {
+        if procfs::link_of(&f).is_ok_and(|l| !super::ghosts::is_ghost_mapping(&l)) {
             continue;
         }
         let md = f.metadata().ctx(|| format!("stat {via} ({})", m.path))?;
