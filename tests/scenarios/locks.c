@@ -1,9 +1,8 @@
 /* locks: a thread takes a POSIX lock on a file of its working directory and
  * lets it go again, over and over, as a database's transactions do: it holds
  * the lock most of the time (about 1 ms a round) and is without it for
- * about 0.1 ms (asleep). A restored process reopens its files without
- * their locks, so pmig dump must freeze it in one of those moments (it
- * waits for one).
+ * about 0.1 ms (asleep). The dump catches it with or without the lock,
+ * and the restore takes the lock again if it was held.
  *
  * While it holds the lock, the thread asks through a second open file
  * description of the file (an open-file-description lock query, which

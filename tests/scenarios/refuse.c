@@ -6,8 +6,12 @@
  *   sysvshm ID SLOT a System V shm segment (made by the harness) attached here
  *                   and in another, unrelated process; SLOT picks our half.
  *   plain           nothing special (the tracer test runs it under a tracer)
- *   flock           an flock() lock on a file of its working directory
- *   lockf           a POSIX (fcntl) lock on a file of its working directory
+ *   sharedflock     an flock() lock on an open file an unrelated process (a
+ *                   grandchild) also holds; it exits when we are gone.
+ *   waitedlock      an flock() lock another process (a grandchild) waits
+ *                   for; it exits when it gets it, once we are gone.
+ *   lease           a read lease (F_SETLEASE) on a file of its working
+ *                   directory.
  *   seccomp-strict  seccomp strict mode (only read, write, exit, sigreturn),
  *                   entered at the first check; quit ends with a raw exit.
  *   sharedpipe      a self-pipe whose read end an unrelated process (a
@@ -61,6 +65,34 @@ static int is_sock(int fd) {
     return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
+/* Whether fd `fd`'s fdinfo has a line containing `what`. */
+static int fdinfo_says(int fd, const char *what) {
+    char p[64], info[1024];
+    snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    size_t n = fread(info, 1, sizeof info - 1, f);
+    fclose(f);
+    info[n] = 0;
+    return strstr(info, what) != NULL;
+}
+
+/* Whether /proc/locks shows a request waiting for a lock on fd `fd`'s
+ * file (" -> " and its inode). */
+static int waited_for(int fd) {
+    struct stat st;
+    char line[256], ino[32];
+    if (fstat(fd, &st)) return 0;
+    snprintf(ino, sizeof ino, ":%lu ", (unsigned long)st.st_ino);
+    FILE *f = fopen("/proc/locks", "r");
+    if (!f) return 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, "-> ") && strstr(line, ino);
+    fclose(f);
+    return found;
+}
+
 static int strict_on;
 static char mq_name[64];
 
@@ -77,15 +109,10 @@ static int check(void) {
         if (!strict_on && prctl(PR_SET_SECCOMP, 1 /* SECCOMP_MODE_STRICT */) != 0)
             CHECK(0, "prctl(PR_SET_SECCOMP, strict): %s", strerror(errno));
         strict_on = 1;
-    } else if (!strcmp(mode, "flock") || !strcmp(mode, "lockf")) {
-        char p[64], info[512];
-        snprintf(p, sizeof p, "/proc/self/fdinfo/%d", fd1);
-        FILE *f = fopen(p, "r");
-        CHECK(f != NULL, "open %s", p);
-        size_t n = fread(info, 1, sizeof info - 1, f);
-        fclose(f);
-        info[n] = 0;
-        CHECK(strstr(info, !strcmp(mode, "flock") ? "FLOCK" : "POSIX") != NULL, "lock gone: %s", info);
+    } else if (!strcmp(mode, "sharedflock") || !strcmp(mode, "waitedlock")) {
+        CHECK(fdinfo_says(fd1, "FLOCK  ADVISORY  WRITE"), "the lock on fd %d is gone", fd1);
+    } else if (!strcmp(mode, "lease")) {
+        CHECK(fcntl(fd1, F_GETLEASE) == F_RDLCK, "the lease on fd %d is gone", fd1);
     } else if (!strcmp(mode, "mqueue")) {
         CHECK(fcntl(fd1, F_GETFD) >= 0, "the message queue's fd %d is gone", fd1);
     } else if (!strcmp(mode, "socket")) {
@@ -208,10 +235,38 @@ int main(int argc, char **argv) {
         shm = shmat(fd1, NULL, 0);
         if (shm == (void *)-1) scn_die("shmat %d", fd1);
         scn_fill(shm + (size_t)slot * SHM_HALF, SHM_HALF, 50 + (uint64_t)slot);
-    } else if (!strcmp(mode, "flock") || !strcmp(mode, "lockf")) {
+    } else if (!strcmp(mode, "sharedflock") || !strcmp(mode, "waitedlock")) {
         fd1 = open("locked", O_RDWR | O_CREAT, 0600);
-        if (fd1 < 0) scn_die("open locked");
-        if (!strcmp(mode, "flock") ? flock(fd1, LOCK_EX) : lockf(fd1, F_LOCK, 0)) scn_die("lock");
+        if (fd1 < 0 || flock(fd1, LOCK_EX)) scn_die("lock");
+        int waits = !strcmp(mode, "waitedlock");
+        pid_t me = getpid();
+        pid_t c = fork();
+        if (c < 0) scn_die("fork");
+        if (c == 0) {
+            if (fork() == 0) {
+                if (waits) {
+                    /* Its own open file (not ours, which it let go):
+                     * it waits until we are gone. */
+                    close(fd1);
+                    int w = open("locked", O_RDONLY);
+                    _exit(w >= 0 && flock(w, LOCK_EX) == 0 ? 0 : 1);
+                }
+                struct pollfd p = {.fd = (int)syscall(SYS_pidfd_open, me, 0), .events = POLLIN};
+                if (p.fd >= 0) poll(&p, 1, -1);
+                _exit(0);
+            }
+            _exit(0);
+        }
+        if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+        /* Ready only once the other process waits (bounded: 10 s). */
+        for (int i = 0; waits && !waited_for(fd1); i++) {
+            if (i == 10000) scn_die("the other process never waited for the lock");
+            usleep(1000);
+        }
+    } else if (!strcmp(mode, "lease")) {
+        fd1 = open("leased", O_RDONLY | O_CREAT, 0600);
+        if (fd1 < 0) scn_die("open leased");
+        if (fcntl(fd1, F_SETLEASE, F_RDLCK)) scn_die("F_SETLEASE");
     } else if (!strcmp(mode, "mqueue")) {
         snprintf(mq_name, sizeof mq_name, "/pmig-refuse-%d", (int)getpid());
         fd1 = (int)syscall(SYS_mq_open, mq_name + 1, O_RDWR | O_CREAT, 0600, NULL);

@@ -1645,6 +1645,100 @@ fn failed_restores_resume_the_process_with_every_new_strategy() {
     );
 }
 
+/// A process holding file locks of every kind (the `heldlocks` scenario)
+/// whose migration fails after its capture (n3 fails every restore): its
+/// holder let the locks go for the copy, and gives them back before the
+/// process runs again, with each strategy that captures at the stop; the
+/// scenario asks the kernel that each lock is held. Then it moves, and its
+/// copy holds them on n2.
+#[test]
+fn a_failed_migration_gives_the_original_its_file_locks_back() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("fl");
+    std::fs::write(env.node_dir("n3").join("test-hook"), "fail-restore\n").unwrap();
+    let dir = env.dir.clone();
+    let name = "heldlocks";
+    let cmds = dir.join(format!("{name}.cmd"));
+    std::fs::write(&cmds, "").unwrap();
+    let out = dir.join(format!("{name}.out"));
+    let bin = pmig_tests::scenario(name);
+    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
+    wait_ready(&out);
+    let pid = child.id() as i32;
+    let strategies = ["stop-copy", "pre-copy", "post-copy", "ampom", "flushing"];
+    for (i, s) in strategies.iter().enumerate() {
+        let e = env
+            .migrate_with("n1", pid, "n3", s)
+            .expect_err("n3 fails the restore");
+        assert!(e.contains("resumed"), "{s}: {e}");
+        command(&cmds, "check");
+        let got = answers(&out, i + 1).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(
+            got[i],
+            format!("PASS {name}"),
+            "{s}: after the failed migration\nn1 log:\n{}",
+            env.log("n1")
+        );
+    }
+    let rep = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("post-copy n1→n2: {e}\nn2 log:\n{}", env.log("n2")));
+    let moved = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(moved);
+    command(&cmds, "check");
+    let n = strategies.len();
+    let got = answers(&out, n + 1).unwrap();
+    assert_eq!(got[n], format!("PASS {name}"), "on n2");
+    command(&cmds, "quit");
+    let _ = child.wait();
+    wait_gone(moved);
+}
+
+/// A file lock another process waits for cannot move: the waiter would
+/// get it the moment the original let go of it. The migration is refused
+/// with one line naming it, by the checks of a primed holder (post-copy)
+/// as by those at the freeze (stop-copy), and the process runs on with its
+/// lock (the scenario's check reads it in its fdinfo).
+#[test]
+fn a_file_lock_another_process_waits_for_is_refused_and_kept() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("wl");
+    let dir = env.dir.clone();
+    let cmds = dir.join("waited.cmd");
+    std::fs::write(&cmds, "").unwrap();
+    let out = dir.join("waited.out");
+    let bin = pmig_tests::scenario("refuse");
+    let mut child = env.spawn(
+        "n1",
+        &[bin.to_str().unwrap(), "waitedlock"],
+        Some(&cmds),
+        &out,
+    );
+    wait_ready(&out);
+    let pid = child.id() as i32;
+    for (i, s) in ["post-copy", "stop-copy"].iter().enumerate() {
+        let e = env
+            .migrate_with("n1", pid, "n2", s)
+            .expect_err("moved a lock another process waits for");
+        assert!(
+            e.contains("waits for") && e.trim().lines().count() == 1,
+            "{s}: {e}"
+        );
+        command(&cmds, "check");
+        let got = answers(&out, i + 1).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(got[i], "PASS refuse", "{s}: after the refusal");
+    }
+    command(&cmds, "quit");
+    let _ = child.wait();
+    wait_gone(pid);
+}
+
 /// `auto`: whatever it chose, the report names it and the result is right.
 fn auto_report(rep: &serde_json::Value) {
     let name = rep["strategy"].as_str().unwrap_or("");
@@ -3245,6 +3339,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "sharedanon",
     "delexe",
     "locks",
+    "heldlocks",
 ];
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.

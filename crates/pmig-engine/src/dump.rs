@@ -9,6 +9,7 @@ use crate::resources::{
     ghosts::Ghosts,
     identity::Identity,
     jobctl::JobCtl,
+    locks::Locks,
     memory::{Layout, Memory, PreScan},
     pipes::Pipes,
     prctl::Prctl,
@@ -143,6 +144,8 @@ fn capture_colocated(
     lap("identity");
     let files = Files::capture(&mut cx)?;
     let pipes = Pipes::capture(&mut cx)?;
+    // The locks the files capture found.
+    let locks = Locks::capture(&mut cx)?;
     lap("files");
     let session = Session::capture(&mut cx)?;
     lap("session");
@@ -207,6 +210,8 @@ fn capture_colocated(
             ghost_maps,
             // Only images with System V shared memory need format 1.12.
             sysv: (!sysv.segments.is_empty()).then_some(sysv),
+            // Only images of a process holding a file lock need format 1.13.
+            locks: (!locks.locks.is_empty()).then_some(locks),
         },
         used,
     ))

@@ -4,10 +4,11 @@ use crate::error::{busy, EngineError, Result};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
-    files::{self, FileIds, Files},
+    files::{FileIds, Files},
     ghosts::{GhostMaps, Ghosts, SparseGhosts},
     identity::Identity,
     jobctl::JobCtl,
+    locks::{self, Locks, LocksState},
     memory::{MappedIds, Memory, MemoryFlags},
     pipes::Pipes,
     prctl::{MdweState, Prctl},
@@ -79,6 +80,9 @@ pub struct ProcessImage {
     /// when it has none, and in images written before this part existed
     /// (format 1.11 and older).
     pub sysv: Option<SysvState>,
+    /// The file locks the process holds; None when it holds none, and in
+    /// images written before this part existed (format 1.12 and older).
+    pub locks: Option<LocksState>,
 }
 
 impl ProcessImage {
@@ -103,6 +107,7 @@ impl ProcessImage {
         SparseGhosts::put(&self.ghosts, w)?;
         put_optional(w, GhostMaps::PART, &self.ghost_maps)?;
         put_optional(w, SysvShm::PART, &self.sysv)?;
+        put_optional(w, Locks::PART, &self.locks)?;
         Ok(())
     }
 
@@ -131,6 +136,7 @@ impl ProcessImage {
             ),
             ghost_maps: optional(img, GhostMaps::PART)?,
             sysv: optional(img, SysvShm::PART)?,
+            locks: optional(img, Locks::PART)?,
         })
     }
 }
@@ -177,7 +183,8 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
 }
 
 /// How long a state that usually passes in a moment
-/// ([`EngineError::Busy`]: a file lock held, an inotify event not read yet)
+/// ([`EngineError::Busy`]: a file lock another process waits for, an
+/// inotify event not read yet)
 /// is waited out by default before its refusal stands.
 pub const BUSY_WAIT: Duration = Duration::from_secs(1);
 
@@ -214,22 +221,23 @@ fn waited(what: String, how: &str, wait: Duration) -> String {
 }
 
 /// Looks at the file locks of the running process `pid` (every
-/// [`BUSY_POLL`]) until it shows none or `end` has come: the lock it still
-/// holds then, or `None`.
+/// [`BUSY_POLL`]) until none of them is waited for by another process, or
+/// `end` has come: the lock still waited for then, or `None`.
 fn lock_left_at(pid: libc::pid_t, end: Instant) -> Result<Option<String>> {
     loop {
-        match files::held_lock(pid)? {
+        match locks::contested(pid)? {
             Some(_) if Instant::now() < end => std::thread::sleep(BUSY_POLL),
             left => return Ok(left),
         }
     }
 }
 
-/// Freezes `pid` (calling `before` just before each try) at a moment it
-/// holds no file lock (a restored process would not have it). A freeze
-/// that finds one lets the process go again at once, and the next try
-/// waits until the running process shows none, so a lock held throughout
-/// costs no freeze. After `wait`, a lock still held is refused
+/// Freezes `pid` (calling `before` just before each try) at a moment no
+/// other process waits for a file lock it holds (the waiter would get the
+/// lock while it moves: see [`locks`]). A freeze that finds one lets the
+/// process go again at once, and the next try waits until the running
+/// process shows none, so a lock contended throughout costs no freeze.
+/// After `wait`, a lock still waited for is refused
 /// ([`EngineError::Busy`]), the process running as before.
 pub fn freeze_settled(
     pid: libc::pid_t,
@@ -242,21 +250,23 @@ pub fn freeze_settled(
         tries += 1;
         if let Some(what) = lock_left_at(pid, end)? {
             let how = match tries {
-                1 => "held throughout".to_string(),
-                n => format!("held at each of {} freezes in", n - 1),
+                1 => "so throughout".to_string(),
+                n => format!("so at each of {} freezes in", n - 1),
             };
             return Err(busy(pid, waited(what, &how, wait)));
         }
         before();
         let frozen = Frozen::freeze(pid)?;
         // An error drops `frozen`, which lets the process go.
-        match files::held_lock(pid)? {
+        match locks::contested(pid)? {
             None => return Ok(frozen),
             Some(what) => {
                 frozen.detach()?;
-                tracing::debug!("process {pid}: frozen holding a lock, let go (try {tries})");
+                tracing::debug!(
+                    "process {pid}: frozen holding a lock waited for, let go (try {tries})"
+                );
                 if Instant::now() >= end {
-                    let how = format!("held at each of {tries} freezes in");
+                    let how = format!("so at each of {tries} freezes in");
                     return Err(busy(pid, waited(what, &how, wait)));
                 }
             }
@@ -323,6 +333,7 @@ pub mod tests_support {
             ghosts: None,
             ghost_maps: None,
             sysv: None,
+            locks: None,
         }
     }
 }

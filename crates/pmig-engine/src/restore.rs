@@ -19,7 +19,7 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory,
+    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, locks::Locks, memory::Memory,
     memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session,
     session::Session, signals::Signals, sysvshm::SysvShm, threads::Threads,
     threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
@@ -747,6 +747,13 @@ fn restore_image_held(
             // Before Memory, which removes the restorer area it writes in.
             Signals::finish(&pi.signals, &mut fin)?;
             mark("restore: finish signals");
+            // Its file locks, with a `struct flock` in the area's scratch.
+            // Not a skeleton's: the original holds them until the stop,
+            // and the bring-up takes those of the stop.
+            if let (Some(l), false) = (&pi.locks, opts.skeleton) {
+                Locks::finish(l, &mut fin)?;
+                mark("restore: finish locks");
+            }
             // A skeleton keeps the area until its bring-up, whose injected
             // calls use its scratch.
             if !opts.skeleton {

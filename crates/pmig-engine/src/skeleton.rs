@@ -26,9 +26,21 @@
 use crate::error::{stale, Result};
 use crate::image::ProcessImage;
 use crate::resources::{
-    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, memory::Memory, pipes::Pipes,
-    prctl::Prctl, process::Process, sched::Sched, session::Session, signals::Signals,
-    threads::Threads, timers::Timers, Resource, Update,
+    clocks::Clocks,
+    files::Files,
+    identity::Identity,
+    jobctl::JobCtl,
+    locks::{Locks, LocksState},
+    memory::Memory,
+    pipes::Pipes,
+    prctl::Prctl,
+    process::Process,
+    sched::Sched,
+    session::Session,
+    signals::Signals,
+    threads::Threads,
+    timers::Timers,
+    Resource, Update,
 };
 use serde::Serialize;
 
@@ -145,6 +157,10 @@ pub fn bring_up(
     // the descriptors change.
     cx.made_ghosts = crate::resources::ghosts::bring_up(pre, fin, cx.pid)?;
     Files::update(&pre.files, &fin.files, same(&pre.files, &fin.files), cx)?;
+    // The locks of the stop, on its descriptors (a skeleton holds none).
+    if let Some(l) = &fin.locks {
+        Locks::update(&LocksState::default(), l, false, cx)?;
+    }
     Signals::update(
         &pre.signals,
         &fin.signals,

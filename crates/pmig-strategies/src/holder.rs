@@ -67,6 +67,7 @@ use crate::Host;
 use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::{freeze_settled, precheck_all, precheck_settled, BUSY_WAIT};
 use pmig_engine::ptrace::Frozen;
+use pmig_engine::resources::locks::LocksState;
 use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter, ScanFor};
 use pmig_engine::resources::signals::LateSignals;
 use pmig_image::ImageWriter;
@@ -237,6 +238,9 @@ struct Held {
     layout: Option<Layout>,
     /// The signals sent to it since the capture.
     late: LateSignals,
+    /// The file locks it holds, which `holder_main` lets go in it for the
+    /// copy to take (and takes back if the migration fails).
+    locks: Option<LocksState>,
 }
 
 /// How often, and after how long, a capture refused as busy
@@ -463,15 +467,16 @@ fn capture_once(
         }
         Ok(captured)
     })
-    .map(|(captured, used, late, kept)| {
+    .map(|o| {
         (
             Held {
                 frozen,
-                captured,
-                layout: used,
-                late,
+                captured: o.captured,
+                layout: o.used,
+                late: o.late,
+                locks: o.locks,
             },
-            kept,
+            o.kept,
         )
     })
 }
@@ -484,7 +489,7 @@ fn capture_frozen(
     mode: &CaptureMode,
     aids: Aids,
     also: &HashSet<u64>,
-) -> Result<(Captured, Option<Layout>, LateSignals, HashSet<u64>)> {
+) -> Result<CaptureOutcome> {
     let pid = frozen.pid;
     let mut kept = HashSet::new();
     let (img, used) = match mode {
@@ -523,7 +528,25 @@ fn capture_frozen(
             .map(|t| t.pending.len())
             .collect(),
     );
-    Ok((c, used, late, kept))
+    Ok(CaptureOutcome {
+        captured: c,
+        used,
+        late,
+        kept,
+        locks: img.locks,
+    })
+}
+
+/// What [`capture_frozen`] leaves besides the image.
+struct CaptureOutcome {
+    captured: Captured,
+    /// The layout whose flags the capture took (see [`Held::layout`]).
+    used: Option<Layout>,
+    late: LateSignals,
+    /// The pages kept besides the handover pages (see [`Ready::also`]).
+    kept: HashSet<u64>,
+    /// The file locks the process holds.
+    locks: Option<LocksState>,
 }
 
 /// The ranges pre-copy write-protected since its last round: `start len`
@@ -678,7 +701,13 @@ pub fn holder_main(
             // Not asked to go: the process was never touched, or only
             // paused for a precapture.
             Ok(None) => return 0,
-            Err(e) => Err(e),
+            // Before `go` (its preparation, a refresh): the daemon waits
+            // for `ready`, not for a capture, so a state that passes in a
+            // moment is not waited out with one here.
+            Err(e) => {
+                say(&HolderMsg::Error(e.to_string()));
+                return 1;
+            }
         }
     } else {
         freeze_and_capture(pid, dir, mode, &also)
@@ -702,6 +731,7 @@ pub fn holder_main(
         captured: c,
         layout,
         mut late,
+        locks,
     } = match captured {
         Ok(x) => x,
         Err(e) => {
@@ -709,6 +739,16 @@ pub fn holder_main(
             return 1;
         }
     };
+    // The copy takes the file locks: the original lets them go before the
+    // image goes anywhere (an error takes them again, and dropping
+    // `frozen` lets the process run on).
+    if let Some(l) = &locks {
+        if let Err(e) = pmig_engine::resources::locks::release(&mut frozen, l) {
+            say(&HolderMsg::Error(e.to_string()));
+            return 1;
+        }
+        mark("hold: locks let go");
+    }
     say(&HolderMsg::Captured(c));
     mark("hold: capture reported");
     // `handover`: the destination runs the process now, so if the daemon
@@ -789,6 +829,20 @@ pub fn holder_main(
         if cmd != "resume" {
             tracing::warn!("holder of {pid}: no instruction from the daemon; resuming the process");
         }
+        if let Some(l) = &locks {
+            if let Err(e) = take_locks_back(&mut frozen, l) {
+                // Run on, it would act as the holder of a lock another
+                // process holds: it is left stopped, for its owner to
+                // decide.
+                frozen.stop_on_detach();
+                let left = frozen.detach();
+                say(&HolderMsg::Error(format!(
+                    "process {pid} was left stopped (SIGSTOP{}): {e}; `kill -CONT {pid}` lets it run on without that lock",
+                    left.err().map_or(String::new(), |e| format!("; {e}"))
+                )));
+                return 1;
+            }
+        }
         match frozen.detach() {
             Ok(()) => {
                 say(&HolderMsg::Done("resumed".into()));
@@ -798,6 +852,28 @@ pub fn holder_main(
                 say(&HolderMsg::Error(e.to_string()));
                 1
             }
+        }
+    }
+}
+
+/// How long [`take_locks_back`] tries: the copy whose restore failed may
+/// still hold the locks until the destination has killed it.
+const LOCKS_BACK_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Gives the frozen original, whose migration failed, the file locks it
+/// let go at the capture, trying again every few milliseconds within
+/// [`LOCKS_BACK_WITHIN`]; the error names a lock another process holds
+/// then.
+fn take_locks_back(frozen: &mut Frozen, locks: &LocksState) -> Result<()> {
+    let end = std::time::Instant::now() + LOCKS_BACK_WITHIN;
+    loop {
+        match pmig_engine::resources::locks::retake(frozen, locks) {
+            Ok(()) => return Ok(()),
+            // Held by another process (see `locks::retake`): for now.
+            Err(pmig_engine::EngineError::Restore(_)) if std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

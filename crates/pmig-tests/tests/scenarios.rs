@@ -326,6 +326,7 @@ scenario!(jit, "jit", false);
 scenario!(dropuid, "dropuid", false);
 scenario!(mlocked, "mlocked", false);
 scenario!(sleeps, "sleeps", false);
+scenario!(heldlocks, "heldlocks", false);
 
 /// The first field of `/proc/PID/task/TID/syscall`: the call a blocked
 /// thread is in.
@@ -496,6 +497,7 @@ fn scenarios_pass_without_migration() {
         ("dropuid", &[]),
         ("mlocked", &[]),
         ("locks", &[]),
+        ("heldlocks", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),
@@ -615,20 +617,32 @@ fn refuse_child_process() {
     refusal("child", &["child"]);
 }
 
+/// A lock its open file owns, on an open file another process shares:
+/// letting it go in the original would take it from that process too.
 #[test]
-fn refuse_flock() {
-    refusal("flock", &["lock"]);
+fn refuse_flock_on_an_open_file_another_process_shares() {
+    refusal(
+        "sharedflock",
+        &["lock on an open file another process shares", "locked"],
+    );
+}
+
+/// A lock another process waits for would go to the waiter the moment the
+/// original let go of it.
+#[test]
+fn refuse_a_lock_another_process_waits_for() {
+    refusal("waitedlock", &["file lock", "waits for"]);
 }
 
 #[test]
-fn refuse_posix_lock() {
-    refusal("lockf", &["lock"]);
+fn refuse_file_lease() {
+    refusal("lease", &["file lease", "leased"]);
 }
 
 /// A lock taken and let go over and over (held nearly all the time): the
-/// dump waits for a moment without it, and the restored thread, which
-/// checks in every round that its lock is really held, goes on (before
-/// the dump waited, it was refused). Moved twice, as the other scenarios.
+/// dump catches it with or without the lock, and the restored thread,
+/// which checks in every round that its lock is really held, goes on.
+/// Moved twice, as the other scenarios.
 #[test]
 fn a_lock_taken_and_let_go_over_and_over_is_dumped_between() {
     let name = "locks";
@@ -675,6 +689,52 @@ fn a_lock_taken_and_let_go_over_and_over_is_dumped_between() {
         running = r;
     }
     running.quit_ok();
+}
+
+/// A restore whose locks another process holds here (the original, left
+/// running by its dump) fails with one line naming a lock and its holder,
+/// and leaves no process behind; the original keeps its locks.
+#[test]
+fn a_restore_whose_lock_another_process_holds_fails_naming_it() {
+    let name = "heldlocks";
+    let what = "restore next to the lock holder";
+    let d = Dirs::new("heldlocks-taken");
+    let _guard = Guard::new();
+    let mut orig = spawn_scenario(name, &[], &d.work());
+    orig.expect_ready();
+    let pid = orig.pid();
+    dump_ok(pid, &d.path("img"), true);
+    orig.check(name, CHECK_TIMEOUT);
+    let pidfile = d.path("pid");
+    let mut r = spawn_restore(what, &d.path("img"), &pidfile, d.tmp.path());
+    // Were a process left running after all, it would answer this.
+    r.try_send("check");
+    r.close_stdin();
+    let st = r.wait(PMIG_TIMEOUT);
+    let stdout = r.rest_of_stdout();
+    let stderr = r.stderr_final();
+    assert_eq!(
+        st.code(),
+        Some(1),
+        "{what}: pmig restore should fail, got {st:?}; stderr:\n{stderr}"
+    );
+    assert_one_line_error(
+        what,
+        &Output {
+            status: st,
+            stdout: stdout.clone(),
+            stderr,
+        },
+        &["lock", &format!("held by process {pid}")],
+    );
+    assert!(
+        stdout.is_empty(),
+        "{what}: a restored process answered: {stdout:?}"
+    );
+    assert!(!pidfile.exists(), "{what}: a pidfile was written");
+    // The original still holds every lock (its check asks the kernel).
+    orig.check(name, CHECK_TIMEOUT);
+    orig.quit_ok();
 }
 
 #[test]

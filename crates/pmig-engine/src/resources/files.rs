@@ -16,7 +16,7 @@
 
 use super::holders::HeldAlone;
 use super::{Capture, Preflight, Resource};
-use crate::error::{busy, unsupported, Ctx, EngineError, Result};
+use crate::error::{unsupported, Ctx, EngineError, Result};
 use crate::procfs;
 use libc::pid_t;
 use serde::{Deserialize, Serialize};
@@ -190,7 +190,6 @@ fn fdinfo(pid: pid_t, fd: i32) -> Result<(u64, i32, String)> {
         .find_map(|l| l.strip_prefix("pos:"))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0);
-    refuse_locks(pid, fd, &t)?;
     let flags = flags_of(&t);
     if flags & libc::O_ASYNC != 0 {
         // Its owner and signal (F_SETOWN, F_SETSIG) are not in the fdinfo;
@@ -228,51 +227,7 @@ fn refuse_pipe_flags(pid: pid_t, fd: i32, flags: i32) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a file lock held through fd `fd` (`info`: its fdinfo, which
-/// lists the flock and open-file-description locks of its open file and
-/// the POSIX locks the process holds on the file). A restored process
-/// reopens its files without their locks: a lock would be lost without a
-/// word, and whatever it protected exposed. A lock is usually let go again
-/// in a moment (a database's transaction), so the refusal is
-/// [`EngineError::Busy`]: the callers wait for a moment without one (see
-/// [`crate::image::precheck_settled`] and [`crate::image::freeze_settled`]).
-fn refuse_locks(pid: pid_t, fd: i32, info: &str) -> Result<()> {
-    match lock_named(pid, fd, info) {
-        Some(what) => Err(busy(pid, what)),
-        None => Ok(()),
-    }
-}
-
-/// The lock held through fd `fd` (`info`: its fdinfo), as a refusal names
-/// it; `None` without one.
-fn lock_named(pid: pid_t, fd: i32, info: &str) -> Option<String> {
-    let l = info.lines().find_map(|l| l.strip_prefix("lock:"))?;
-    // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:9986800 0 EOF"
-    let kind: Vec<&str> = l.split_whitespace().skip(1).take(3).collect();
-    let link = procfs::readlink(pid, &format!("fd/{fd}")).unwrap_or_default();
-    Some(format!(
-        "it holds a file lock ({} on fd {fd}: {link})",
-        kind.join(" ")
-    ))
-}
-
-/// The first file lock `pid` holds, named as its refusal names it, or
-/// `None`. Read while the process runs, this is a sample: it may take a
-/// lock the moment after.
-pub fn held_lock(pid: pid_t) -> Result<Option<String>> {
-    for fd in list_fds(pid)? {
-        // An fd closed since the listing holds no lock.
-        let Ok(info) = procfs::read(pid, &format!("fdinfo/{fd}")) else {
-            continue;
-        };
-        if let Some(what) = lock_named(pid, fd, &info) {
-            return Ok(Some(what));
-        }
-    }
-    Ok(None)
-}
-
-fn list_fds(pid: pid_t) -> Result<Vec<i32>> {
+pub(crate) fn list_fds(pid: pid_t) -> Result<Vec<i32>> {
     let rd =
         std::fs::read_dir(format!("/proc/{pid}/fd")).map_err(|_| EngineError::NoProcess(pid))?;
     let mut v: Vec<i32> = rd
@@ -453,6 +408,8 @@ impl Resource for Files {
     fn precheck(pid: pid_t) -> Result<()> {
         let mut alone = HeldAlone::default();
         let mut stdio_pipes = Vec::new();
+        // The files of the locks it holds (see `locks`).
+        let mut locked = Vec::new();
         for fd in list_fds(pid)? {
             let kind = classify(pid, fd)?;
             match kind {
@@ -468,7 +425,7 @@ impl Resource for Files {
             }
             if kind.is_some() {
                 if let Ok(info) = procfs::read(pid, &format!("fdinfo/{fd}")) {
-                    refuse_locks(pid, fd, &info)?;
+                    super::locks::check(pid, fd, &info, &mut alone.locked, &mut locked)?;
                     if matches!(kind, Some(FdKind::Pipe { .. })) {
                         refuse_pipe_flags(pid, fd, flags_of(&info))?;
                     }
@@ -489,6 +446,7 @@ impl Resource for Files {
             }
         }
         alone.refuse_shared(pid)?;
+        super::locks::refuse_contested(pid, &locked)?;
         let root = procfs::readlink(pid, "root")?;
         if root != "/" {
             return Err(unsupported(pid, format!("a chroot ({root})")));
@@ -512,6 +470,7 @@ impl Resource for Files {
                 continue;
             };
             let (pos, flags, info) = fdinfo(pid, fd)?;
+            super::locks::found(pid, fd, &info, &mut cx.locks)?;
             if matches!(kind, FdKind::File { .. }) {
                 flush.fd(fd, flags)?;
             }
@@ -1585,52 +1544,5 @@ mod follow_tests {
             files: vec![(3, 1, 10)],
         });
         assert!(compare_ids(&pre, &fin, &ids(&[(3, 1, 10)]), &other).is_err());
-    }
-}
-
-#[cfg(test)]
-mod lock_tests {
-    use super::*;
-    use std::os::fd::AsRawFd;
-
-    /// An open-file-description lock on `f` (whole file, write), taken or
-    /// let go.
-    fn ofd_lock(f: &std::fs::File, take: bool) {
-        // SAFETY: flock is plain data, for which all zeros is a value.
-        let mut l: libc::flock = unsafe { std::mem::zeroed() };
-        l.l_type = if take { libc::F_WRLCK } else { libc::F_UNLCK } as i16;
-        l.l_whence = libc::SEEK_SET as i16;
-        // SAFETY: F_OFD_SETLK reads one flock from our local.
-        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &l) };
-        assert_eq!(r, 0, "F_OFD_SETLK: {}", std::io::Error::last_os_error());
-    }
-
-    /// A lock this process holds is found and named with its kind, fd and
-    /// file; once let go, none is.
-    #[test]
-    fn a_held_lock_is_found_and_named_and_a_released_one_is_not() {
-        let d = tempfile::tempdir().unwrap();
-        let path = d.path().join("locked");
-        let f = std::fs::File::create(&path).unwrap();
-        let me = std::process::id() as pid_t;
-        let fd = f.as_raw_fd();
-        ofd_lock(&f, true);
-        let info = procfs::read(me, &format!("fdinfo/{fd}")).unwrap();
-        let named = lock_named(me, fd, &info).expect("the fdinfo lists the lock");
-        assert!(
-            named.contains("OFDLCK ADVISORY WRITE")
-                && named.contains(&format!("fd {fd}:"))
-                && named.contains(path.to_str().unwrap()),
-            "{named}"
-        );
-        assert!(matches!(
-            refuse_locks(me, fd, &info),
-            Err(EngineError::Busy { .. })
-        ));
-        assert!(held_lock(me).unwrap().is_some());
-        ofd_lock(&f, false);
-        let info = procfs::read(me, &format!("fdinfo/{fd}")).unwrap();
-        assert_eq!(lock_named(me, fd, &info), None);
-        assert!(refuse_locks(me, fd, &info).is_ok());
     }
 }

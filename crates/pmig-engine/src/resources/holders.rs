@@ -38,6 +38,10 @@ pub struct HeldAlone {
     pub by_file: Vec<i32>,
     /// Deleted files, by device and inode (see [`ghosts`]).
     pub ghosts: Vec<(u64, u64)>,
+    /// Files locked with a lock their open file owns (`flock`, OFD; see
+    /// [`super::locks`]), by fd and link: another process's fd is one of
+    /// them if it is the same open file (`kcmp`).
+    pub locked: Vec<(i32, String)>,
 }
 
 /// The kinds of file `HeldAlone::by_file` holds, by their fd link.
@@ -87,6 +91,7 @@ impl HeldAlone {
             && self.epolls.is_empty()
             && self.by_file.is_empty()
             && self.ghosts.is_empty()
+            && self.locked.is_empty()
     }
 
     fn covered_by(&self, other: &HeldAlone) -> bool {
@@ -95,6 +100,7 @@ impl HeldAlone {
             && subset(&self.epolls, &other.epolls)
             && subset(&self.by_file, &other.by_file)
             && subset(&self.ghosts, &other.ghosts)
+            && subset(&self.locked, &other.locked)
     }
 
     /// Whether fd `fd` of process `other`, whose link is `link`, is one of
@@ -109,6 +115,9 @@ impl HeldAlone {
                     .by_file
                     .iter()
                     .any(|&f| crate::sys::same_file_of(pid, f, other, fd) == Some(true)))
+            || self.locked.iter().any(|(f, l)| {
+                l == link && crate::sys::same_file_of(pid, *f, other, fd) == Some(true)
+            })
     }
 
     /// Refuses these files of `pid` if another process holds one of them.
@@ -145,7 +154,11 @@ impl HeldAlone {
             }
             return Ok(());
         };
-        let what = if link == eventfd::LINK {
+        let what = if self.locked.iter().any(|(_, l)| *l == link) {
+            format!(
+                "a lock on an open file another process shares ({link}, also held by pid {other})"
+            )
+        } else if link == eventfd::LINK {
             format!("an eventfd shared with another process (also held by pid {other})")
         } else if link == timerfd::LINK {
             format!("a timerfd shared with another process (also held by pid {other})")
@@ -293,6 +306,7 @@ mod tests {
             epolls: vec![3],
             by_file: vec![4],
             ghosts: vec![(5, 6)],
+            locked: vec![(8, "/a".into())],
         };
         let me = std::process::id() as pid_t;
         let us = identity(me).expect("our own start time");
@@ -312,6 +326,11 @@ mod tests {
             ..held.clone()
         };
         assert!(!clean.covers(us, &more));
+        let another_lock = HeldAlone {
+            locked: vec![(8, "/a".into()), (9, "/b".into())],
+            ..held.clone()
+        };
+        assert!(!clean.covers(us, &another_lock));
         // Another process, or the same pid reused by a later one.
         assert!(!clean.covers((me + 1, us.1), &held));
         assert!(!clean.covers((me, us.1 + 1), &held));

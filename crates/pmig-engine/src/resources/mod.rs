@@ -25,6 +25,7 @@ pub mod holders;
 pub mod identity;
 pub mod inotify;
 pub mod jobctl;
+pub mod locks;
 pub mod memory;
 pub mod pipes;
 pub mod prctl;
@@ -118,6 +119,9 @@ pub struct Capture<'a> {
     pub pipe_ends: Vec<pipes::End>,
     /// The descriptors of deleted files `files` found, for `ghosts`.
     pub ghost_fds: Vec<ghosts::GhostFd>,
+    /// The file locks `files` found, each with its file as the kernel
+    /// names it, for `locks`.
+    pub locks: Vec<(locks::FileLock, String)>,
     /// The mappings of deleted files and memfds `memory` found, for `ghosts`.
     pub ghost_maps: Vec<ghosts::FoundMap>,
     /// The mappings of System V shared memory `memory` found, for `sysvshm`.
@@ -194,6 +198,7 @@ impl<'a> Capture<'a> {
             copy_buffer: None,
             pipe_ends: Vec::new(),
             ghost_fds: Vec::new(),
+            locks: Vec::new(),
             ghost_maps: Vec::new(),
             sysv_maps: Vec::new(),
             ghost_exe: None,
