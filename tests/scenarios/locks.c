@@ -8,7 +8,7 @@
  * description of the file (an open-file-description lock query, which
  * POSIX locks conflict with) whether the lock is really held, and counts
  * its rounds. Restored while "holding" a lock the kernel no longer has, it
- * would see none and record the failure.
+ * would see none (or the frozen original's) and record the failure.
  *
  * check: no round failed, and the thread still makes rounds. */
 #include "common.h"
@@ -22,10 +22,29 @@ static char why[256];
 #define FAIL(...) do { snprintf(why, sizeof why, __VA_ARGS__); \
     __atomic_store_n(&failed, 1, __ATOMIC_RELEASE); return NULL; } while (0)
 
+/* What the last query saw, for the failure's message. */
+static char seen[128];
+
+/* Whether the kernel says this process holds the lock. The process may
+ * move between any two instructions, and its pid may change with the move
+ * (the nodes of one machine share a pid namespace): an answer is only
+ * compared with the pid it had when it asked, and asked again if the pid
+ * changed meanwhile. */
 static int held_by_us(void) {
-    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-    if (fcntl(probe, F_OFD_GETLK, &q) != 0) return 0;
-    return q.l_type == F_WRLCK && q.l_pid == getpid();
+    for (int tries = 0; tries < 5; tries++) {
+        pid_t before = getpid();
+        struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        if (fcntl(probe, F_OFD_GETLK, &q) != 0) {
+            snprintf(seen, sizeof seen, "F_OFD_GETLK: %s", strerror(errno));
+            return 0;
+        }
+        pid_t after = getpid();
+        if (after != before) continue;
+        snprintf(seen, sizeof seen, "type %d pid %d, we are %d", q.l_type, (int)q.l_pid, (int)after);
+        return q.l_type == F_WRLCK && q.l_pid == after;
+    }
+    snprintf(seen, sizeof seen, "the pid changed at each of 5 queries");
+    return 0;
 }
 
 static void *locker(void *arg) {
@@ -37,12 +56,12 @@ static void *locker(void *arg) {
         }
         /* About 1 ms with the lock, checked at both ends. */
         if (!held_by_us()) {
-            FAIL("round %d: the lock just taken is not held", rounds);
+            FAIL("round %d: the lock just taken is not held (%s)", rounds, seen);
         }
         volatile unsigned long x = (unsigned long)rounds;
         for (int i = 0; i < 200000; i++) x = x * 6364136223846793005ul + 1;
         if (!held_by_us()) {
-            FAIL("round %d: the lock was lost while held", rounds);
+            FAIL("round %d: the lock was lost while held (%s)", rounds, seen);
         }
         l.l_type = F_UNLCK;
         if (fcntl(fd, F_SETLK, &l) != 0) {

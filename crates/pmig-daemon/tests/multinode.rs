@@ -1739,6 +1739,97 @@ fn a_file_lock_another_process_waits_for_is_refused_and_kept() {
     wait_gone(pid);
 }
 
+/// SQLite in WAL mode holds POSIX locks on its database and `-shm` file
+/// from opening the database to closing it (and maps the `-shm` file
+/// shared): python3 writing transactions, then waiting with the database
+/// open until told to end, moves n1 → n2 → n3 → n1 with its locks, by a
+/// strategy with a skeleton (post-copy) and one without (pre-copy); what
+/// its database holds at the end equals an unmigrated run's. Before file
+/// locks moved, it was refused.
+#[test]
+fn sqlite_in_wal_mode_moves_around_with_its_locks() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("wal");
+    let dir = env.dir.clone();
+    let script = dir.join("wal.py");
+    std::fs::write(
+        &script,
+        "import hashlib, os, sqlite3, sys, time\n\
+         db = sqlite3.connect(os.path.join(sys.argv[1], 'wal.db'))\n\
+         assert db.execute('PRAGMA journal_mode=WAL').fetchone()[0] == 'wal'\n\
+         db.execute('CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)')\n\
+         for r in range(6000):\n    \
+             with db:\n        \
+                 for i in range(20):\n            \
+                     k = r * 20 + i\n            \
+                     db.execute('INSERT INTO t VALUES (?, ?)', (k, hashlib.sha1(str(k).encode()).hexdigest()))\n        \
+                 if r % 7 == 0:\n            \
+                     db.execute('DELETE FROM t WHERE k % 13 = ?', (r % 13,))\n\
+         for _ in range(12000):\n    \
+             if os.path.exists(os.path.join(sys.argv[1], 'end')):\n        \
+                 break\n    \
+             time.sleep(0.01)\n\
+         h = hashlib.sha256()\n\
+         for k, v in db.execute('SELECT k, v FROM t ORDER BY k'):\n    \
+             h.update(f'{k}:{v}\\n'.encode())\n\
+         print(db.execute('SELECT count(*) FROM t').fetchone()[0], h.hexdigest())\n",
+    )
+    .unwrap();
+    for strategy in ["post-copy", "pre-copy"] {
+        let run = |what: &str| -> (std::path::PathBuf, std::path::PathBuf) {
+            let d = dir.join(format!("{strategy}-{what}"));
+            std::fs::create_dir_all(&d).unwrap();
+            (d.clone(), dir.join(format!("{strategy}-{what}.out")))
+        };
+        let (ref_dir, ref_out) = run("ref");
+        let (mig_dir, mig_out) = run("mig");
+        let argv = |d: &Path| {
+            vec![
+                "python3".to_string(),
+                script.to_string_lossy().into(),
+                d.to_string_lossy().into(),
+            ]
+        };
+        let (ra, ma) = (argv(&ref_dir), argv(&mig_dir));
+        let ra: Vec<&str> = ra.iter().map(String::as_str).collect();
+        let ma: Vec<&str> = ma.iter().map(String::as_str).collect();
+        let mut r = env.spawn("n1", &ra, None, &ref_out);
+        let mut child = env.spawn("n1", &ma, None, &mig_out);
+        let mut pid = child.id() as i32;
+        wait_cpu(pid, 20);
+        for (from, to) in [("n1", "n2"), ("n2", "n3"), ("n3", "n1")] {
+            let rep = env
+                .migrate_with(from, pid, to, strategy)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{strategy} {from}→{to}: {e}\n{from} log:\n{}\n{to} log:\n{}",
+                        env.log(from),
+                        env.log(to)
+                    )
+                });
+            pid = rep["new_pid"].as_i64().unwrap() as i32;
+            env.pids.push(pid);
+        }
+        for d in [&ref_dir, &mig_dir] {
+            std::fs::write(d.join("end"), b"").unwrap();
+        }
+        assert!(r.wait().unwrap().success(), "{strategy}: reference failed");
+        wait_gone(pid);
+        let _ = child.wait();
+        let (a, b) = (
+            std::fs::read_to_string(&ref_out).unwrap(),
+            std::fs::read_to_string(&mig_out).unwrap(),
+        );
+        assert!(
+            !a.trim().is_empty() && a == b,
+            "{strategy}: the database differs after n1→n2→n3→n1: {a:?} vs {b:?}"
+        );
+    }
+}
+
 /// `auto`: whatever it chose, the report names it and the result is right.
 fn auto_report(rep: &serde_json::Value) {
     let name = rep["strategy"].as_str().unwrap_or("");

@@ -22,6 +22,12 @@
 //! holder → daemon  {"done":"killed"} | {"done":"resumed"} | {"error":"…"}
 //! ```
 //!
+//! A process that holds file locks has them let go in the frozen original
+//! once its capture has succeeded, before `captured` is said: the restore on
+//! the destination takes them. `resume` takes them back first (waiting up
+//! to 5 s for the failed copy to let them go); if another process holds one
+//! by then, the original is left stopped (SIGSTOP) and the holder says so.
+//!
 //! After `handover` the original never runs again. With the destination's
 //! `ADDR`, the migration `ID`, this node's name and the cluster key (hex),
 //! the holder also passes on the signals sent to the frozen original after
@@ -748,6 +754,10 @@ pub fn holder_main(
             return 1;
         }
         mark("hold: locks let go");
+        tracing::info!(
+            "process {pid}: {} file lock(s) let go for its copy to take",
+            l.locks.len()
+        );
     }
     say(&HolderMsg::Captured(c));
     mark("hold: capture reported");
