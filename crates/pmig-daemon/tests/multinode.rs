@@ -1659,14 +1659,8 @@ fn a_failed_migration_gives_the_original_its_file_locks_back() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("fl");
     std::fs::write(env.node_dir("n3").join("test-hook"), "fail-restore\n").unwrap();
-    let dir = env.dir.clone();
     let name = "heldlocks";
-    let cmds = dir.join(format!("{name}.cmd"));
-    std::fs::write(&cmds, "").unwrap();
-    let out = dir.join(format!("{name}.out"));
-    let bin = pmig_tests::scenario(name);
-    let mut child = env.spawn("n1", &[bin.to_str().unwrap()], Some(&cmds), &out);
-    wait_ready(&out);
+    let (mut child, cmds, out) = start_scenario(&mut env, name, &[]);
     let pid = child.id() as i32;
     let strategies = ["stop-copy", "pre-copy", "post-copy", "ampom", "flushing"];
     for (i, s) in strategies.iter().enumerate() {
@@ -1709,18 +1703,7 @@ fn a_file_lock_another_process_waits_for_is_refused_and_kept() {
     }
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let mut env = Env::up("wl");
-    let dir = env.dir.clone();
-    let cmds = dir.join("waited.cmd");
-    std::fs::write(&cmds, "").unwrap();
-    let out = dir.join("waited.out");
-    let bin = pmig_tests::scenario("refuse");
-    let mut child = env.spawn(
-        "n1",
-        &[bin.to_str().unwrap(), "waitedlock"],
-        Some(&cmds),
-        &out,
-    );
-    wait_ready(&out);
+    let (mut child, cmds, out) = start_scenario(&mut env, "refuse", &["waitedlock"]);
     let pid = child.id() as i32;
     for (i, s) in ["post-copy", "stop-copy"].iter().enumerate() {
         let e = env
@@ -3432,6 +3415,23 @@ const MOVED_SCENARIOS: &[&str] = &[
     "locks",
     "heldlocks",
 ];
+
+/// Starts scenario program `name` with `args` on n1, reading its commands
+/// from a file in the test's directory (it follows the file: see
+/// `command`), once it is ready: the child, the command file and the
+/// output file.
+fn start_scenario(env: &mut Env, name: &str, args: &[&str]) -> (Child, PathBuf, PathBuf) {
+    let dir = env.dir.clone();
+    let cmds = dir.join(format!("{name}.cmd"));
+    std::fs::write(&cmds, "").unwrap();
+    let out = dir.join(format!("{name}.out"));
+    let bin = pmig_tests::scenario(name);
+    let mut argv = vec![bin.to_str().unwrap()];
+    argv.extend_from_slice(args);
+    let child = env.spawn("n1", &argv, Some(&cmds), &out);
+    wait_ready(&out);
+    (child, cmds, out)
+}
 
 /// Waits (bounded) until `out` holds `n` answers to `check`; returns them.
 fn answers(out: &Path, n: usize) -> Result<Vec<String>, String> {
