@@ -12,6 +12,9 @@
  *                   for; it exits when it gets it, once we are gone.
  *   lease           a read lease (F_SETLEASE) on a file of its working
  *                   directory.
+ *   openedlock      a POSIX lock, held throughout, on a file an unrelated
+ *                   process (a grandchild) has open too, without a lock;
+ *                   it exits when we are gone.
  *   seccomp-strict  seccomp strict mode (only read, write, exit, sigreturn),
  *                   entered at the first check; quit ends with a raw exit.
  *   sharedpipe      a self-pipe whose read end an unrelated process (a
@@ -51,6 +54,7 @@
 #include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <poll.h>
+#include <dirent.h>
 #include <netinet/in.h>
 
 static const char *mode;
@@ -93,6 +97,36 @@ static int waited_for(int fd) {
     return found;
 }
 
+/* Whether another process has `path` (of our working directory) open:
+ * one of the fds in /proc names it. */
+static int opened_elsewhere(const char *path) {
+    char want[4096], dir[64], p[4096 + 64], link[4096];
+    if (!realpath(path, want)) return 0;
+    DIR *proc = opendir("/proc");
+    if (!proc) return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(proc))) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || pid == getpid()) continue;
+        snprintf(dir, sizeof dir, "/proc/%d/fd", pid);
+        DIR *fds = opendir(dir);
+        if (!fds) continue;
+        struct dirent *f;
+        while (!found && (f = readdir(fds))) {
+            snprintf(p, sizeof p, "%s/%s", dir, f->d_name);
+            ssize_t n = readlink(p, link, sizeof link - 1);
+            if (n > 0) {
+                link[n] = 0;
+                found = !strcmp(link, want);
+            }
+        }
+        closedir(fds);
+    }
+    closedir(proc);
+    return found;
+}
+
 static int strict_on;
 static char mq_name[64];
 
@@ -111,6 +145,8 @@ static int check(void) {
         strict_on = 1;
     } else if (!strcmp(mode, "sharedflock") || !strcmp(mode, "waitedlock")) {
         CHECK(fdinfo_says(fd1, "FLOCK  ADVISORY  WRITE"), "the lock on fd %d is gone", fd1);
+    } else if (!strcmp(mode, "openedlock")) {
+        CHECK(fdinfo_says(fd1, "POSIX  ADVISORY  WRITE"), "the lock on fd %d is gone", fd1);
     } else if (!strcmp(mode, "lease")) {
         CHECK(fcntl(fd1, F_GETLEASE) == F_RDLCK, "the lease on fd %d is gone", fd1);
     } else if (!strcmp(mode, "mqueue")) {
@@ -261,6 +297,29 @@ int main(int argc, char **argv) {
         /* Ready only once the other process waits (bounded: 10 s). */
         for (int i = 0; waits && !waited_for(fd1); i++) {
             if (i == 10000) scn_die("the other process never waited for the lock");
+            usleep(1000);
+        }
+    } else if (!strcmp(mode, "openedlock")) {
+        fd1 = open("locked", O_RDWR | O_CREAT, 0600);
+        if (fd1 < 0 || lockf(fd1, F_LOCK, 0)) scn_die("lock");
+        pid_t me = getpid();
+        pid_t c = fork();
+        if (c < 0) scn_die("fork");
+        if (c == 0) {
+            if (fork() == 0) {
+                /* Its own open file, no lock: it could ask for one. */
+                close(fd1);
+                int o = open("locked", O_RDONLY);
+                struct pollfd p = {.fd = (int)syscall(SYS_pidfd_open, me, 0), .events = POLLIN};
+                if (o >= 0 && p.fd >= 0) poll(&p, 1, -1);
+                _exit(0);
+            }
+            _exit(0);
+        }
+        if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+        /* Ready only once the other process has it open (bounded: 10 s). */
+        for (int i = 0; !opened_elsewhere("locked"); i++) {
+            if (i == 10000) scn_die("the other process never opened the file");
             usleep(1000);
         }
     } else if (!strcmp(mode, "lease")) {

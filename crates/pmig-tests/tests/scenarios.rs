@@ -634,6 +634,15 @@ fn refuse_a_lock_another_process_waits_for() {
     refusal("waitedlock", &["file lock", "waits for"]);
 }
 
+/// A lock on a file another process has open too: that process could
+/// take it while this one moves (between the release and the take), so the
+/// freeze waits for a moment without it, as for every lock before they
+/// moved; held throughout, it is refused.
+#[test]
+fn refuse_a_lock_held_throughout_on_a_file_another_process_has_open() {
+    refusal("openedlock", &["has open too", "locked"]);
+}
+
 #[test]
 fn refuse_file_lease() {
     refusal("lease", &["file lease", "leased"]);

@@ -12,9 +12,13 @@
 //! original before it runs again ([`retake`]). Between the release and the
 //! take, a process that asks for a conflicting lock gets it; so:
 //!
-//! * a lock another process already waits for refuses the freeze as busy
-//!   ([`contested`]): the waiter would get it the moment the original let
-//!   go of it. The usual case, a lock held for a moment, is waited out;
+//! * a lock another process already waits for, or one on a file another
+//!   process has open too (it may ask for the lock at any moment: a
+//!   database several processes share), refuses the freeze as busy
+//!   ([`contested`], [`refuse_contested`]): the other process would get it
+//!   between the release and the take, in the middle of what it protects.
+//!   Such a lock is waited out as every lock was before locks moved: the
+//!   process is frozen at a moment it holds none;
 //! * a restore that finds a lock taken fails with the holder named, and
 //!   the migration is undone;
 //! * a `flock` or OFD lock belongs to the open file, not to the process: a
@@ -217,35 +221,147 @@ fn waited_for(pid: pid_t, files: &[(String, String)]) -> Result<Option<String>> 
         what: "read /proc/locks".into(),
         source: e,
     })?;
-    Ok(all.lines().filter_map(parse_line).find_map(|l| {
-        let (_, link) = files.iter().find(|(f, _)| *f == l.file)?;
-        if !l.waiter || l.pid == pid as i64 {
-            return None;
+    Ok(waiter_of(pid, files, &all))
+}
+
+/// [`waited_for`] in `all`, the text of `/proc/locks`, where each waiting
+/// request follows the lock it waits for, under the same number. A POSIX
+/// lock names its owner's pid, so one of another process does not count
+/// (another process may wait for it on a file this one locks too); a
+/// `flock` or OFD lock names whoever took it (an OFD lock: nobody), so any
+/// of those on one of `files` counts.
+fn waiter_of(pid: pid_t, files: &[(String, String)], all: &str) -> Option<String> {
+    let mut blocker: Option<(String, Line)> = None;
+    for raw in all.lines() {
+        let Some(l) = parse_line(raw) else { continue };
+        let id = raw.split(':').next().unwrap_or_default().trim().to_string();
+        if !l.waiter {
+            blocker = Some((id, l));
+            continue;
+        }
+        let Some((bid, b)) = &blocker else { continue };
+        let Some((_, link)) = files.iter().find(|(f, _)| *f == b.file) else {
+            continue;
+        };
+        let ours = b.kind != "POSIX" || b.pid == pid as i64;
+        if *bid != id || !ours || l.pid == pid as i64 {
+            continue;
         }
         let who = if l.pid > 0 {
             format!("process {}", l.pid)
         } else {
             "another process".to_string()
         };
-        Some(format!(
+        return Some(format!(
             "it holds a file lock {who} waits for ({} on {link})",
-            l.kind
-        ))
-    }))
+            b.kind
+        ));
+    }
+    None
 }
 
 /// Refuses, as busy, a lock of `pid` on one of `files` that another
-/// process waits for (see [`waited_for`]).
+/// process waits for (see [`waited_for`]), or on a file another process
+/// has open too (see [`open_elsewhere`]).
 pub fn refuse_contested(pid: pid_t, files: &[(String, String)]) -> Result<()> {
-    match waited_for(pid, files)? {
-        Some(what) => Err(busy(pid, what)),
-        None => Ok(()),
+    if let Some(what) = waited_for(pid, files)? {
+        return Err(busy(pid, what));
+    }
+    if let Some((other, link, file)) = open_elsewhere(pid, files) {
+        note_exposed(pid, file);
+        return Err(busy(
+            pid,
+            format!(
+                "it holds a file lock on {link}, which process {other} has open too (it could take the lock while this one moves)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Another process that has one of `files` open (as the kernel names them,
+/// and by their links): its pid, and the file's link and kernel name. A
+/// process that has the file open may ask for a lock on it at any moment,
+/// and would get it between the release in the frozen original and the
+/// take in the copy, in the middle of what the lock protects (a database
+/// shared by several processes). Such a lock keeps the freeze away as all
+/// locks did before they moved. Processes in a tracing stop are passed
+/// over: they run nothing while stopped (a frozen original that still
+/// serves pages, a skeleton waiting for its bring-up, which will take the
+/// locks). The files of another node are not seen.
+fn open_elsewhere(pid: pid_t, files: &[(String, String)]) -> Option<(pid_t, String, String)> {
+    if files.is_empty() {
+        return None;
+    }
+    let (other, link) = crate::procfs::other_holder(pid, |other, fd, link| {
+        files.iter().any(|(f, l)| {
+            l == link
+                && kernel_name(other, fd).as_ref() == Some(f)
+                && !in_tracing_stop(other)
+        })
+    })?;
+    let (file, _) = files.iter().find(|(_, l)| *l == link)?;
+    Some((other, link, file.clone()))
+}
+
+/// Whether process `pid` sits in a tracing stop (state `t`).
+fn in_tracing_stop(pid: pid_t) -> bool {
+    crate::procfs::read(pid, "stat")
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('t')))
+        .unwrap_or(false)
+}
+
+/// The file of fd `fd` of `pid` as the kernel names it in lock lines:
+/// `MAJOR:MINOR:INODE`, the device numbers in hex.
+fn kernel_name(pid: pid_t, fd: i32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).ok()?;
+    Some(format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(md.dev()),
+        libc::minor(md.dev()),
+        md.ino()
+    ))
+}
+
+/// The files on which a process was last found holding a lock while
+/// another process had the file open ([`open_elsewhere`]): the process (pid
+/// and start time) and the files, as the kernel names them. The freeze
+/// waits for a moment without a lock on one of them ([`contested`]).
+static EXPOSED: std::sync::Mutex<Option<((pid_t, u64), Vec<String>)>> =
+    std::sync::Mutex::new(None);
+
+fn note_exposed(pid: pid_t, file: String) {
+    let Some(start) = crate::procfs::start_time(pid) else {
+        return;
+    };
+    let mut e = EXPOSED.lock().unwrap_or_else(|p| p.into_inner());
+    match e.as_mut() {
+        Some((p, files)) if *p == (pid, start) => {
+            if !files.contains(&file) {
+                files.push(file);
+            }
+        }
+        _ => *e = Some(((pid, start), vec![file])),
     }
 }
 
-/// The first lock of `pid` that another process waits for, named as its
-/// refusal names it, or `None`. Read while the process runs, this is a
-/// sample.
+/// The files [`note_exposed`] noted for `pid`.
+fn exposed(pid: pid_t) -> Vec<String> {
+    let e = EXPOSED.lock().unwrap_or_else(|p| p.into_inner());
+    match e.as_ref() {
+        Some((p, files)) if Some(*p) == crate::procfs::start_time(pid).map(|s| (pid, s)) => {
+            files.clone()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The first lock of `pid` that another process waits for, or that is on
+/// a file another process was found to have open too (by the checks, see
+/// [`refuse_contested`]), named as its refusal names it, or `None`. Read
+/// while the process runs, this is a sample.
 pub fn contested(pid: pid_t) -> Result<Option<String>> {
     let mut files = Vec::new();
     for fd in super::files::list_fds(pid)? {
@@ -256,6 +372,12 @@ pub fn contested(pid: pid_t) -> Result<Option<String>> {
         let mut open_files = Vec::new();
         // A lock that cannot move is the checks' to refuse.
         let _ = check(pid, fd, &info, &mut open_files, &mut files);
+    }
+    let exposed = exposed(pid);
+    if let Some((_, link)) = files.iter().find(|(f, _)| exposed.contains(f)) {
+        return Ok(Some(format!(
+            "it holds a file lock on {link}, which another process has open too (it could take the lock while this one moves)"
+        )));
     }
     waited_for(pid, &files)
 }
@@ -346,14 +468,7 @@ fn flock_bytes(ty: i16, start: u64, len: u64) -> [u8; 32] {
 /// The process on this node that holds a lock on the file of fd `fd` of
 /// `pid`, other than `pid` itself, if `/proc/locks` names one.
 fn holder_here(pid: pid_t, fd: i32) -> Option<i64> {
-    use std::os::unix::fs::MetadataExt;
-    let md = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")).ok()?;
-    let file = format!(
-        "{:02x}:{:02x}:{}",
-        libc::major(md.dev()),
-        libc::minor(md.dev()),
-        md.ino()
-    );
+    let file = kernel_name(pid, fd)?;
     let all = std::fs::read_to_string("/proc/locks").ok()?;
     all.lines()
         .filter_map(parse_line)
@@ -541,6 +656,32 @@ mod tests {
         assert_eq!((o.pid, o.kind.as_str()), (-1, "OFDLCK"));
         assert!(parse_line("garbage").is_none());
         assert!(parse_line("1: POSIX ADVISORY UNLCK 1 fe:00:1 0 EOF").is_none());
+    }
+
+    /// A request waiting for this process's lock counts; one waiting for
+    /// another process's POSIX lock on the same file does not; one waiting
+    /// for an flock on the file counts whoever took it.
+    #[test]
+    fn a_waiter_counts_only_for_a_lock_of_this_process() {
+        let files = [("fe:00:7".to_string(), "/db".to_string())];
+        let ours = "1: POSIX  ADVISORY  WRITE 10 fe:00:7 0 EOF\n\
+                    1: -> POSIX  ADVISORY  WRITE 20 fe:00:7 0 EOF\n";
+        let w = waiter_of(10, &files, ours).expect("our lock is waited for");
+        assert!(w.contains("process 20") && w.contains("/db"), "{w}");
+        let theirs = "1: POSIX  ADVISORY  READ 10 fe:00:7 120 120\n\
+                      2: POSIX  ADVISORY  WRITE 30 fe:00:7 0 EOF\n\
+                      2: -> POSIX  ADVISORY  WRITE 20 fe:00:7 0 EOF\n";
+        assert_eq!(waiter_of(10, &files, theirs), None);
+        let other_file = "1: POSIX  ADVISORY  WRITE 10 fe:00:8 0 EOF\n\
+                          1: -> POSIX  ADVISORY  WRITE 20 fe:00:8 0 EOF\n";
+        assert_eq!(waiter_of(10, &files, other_file), None);
+        let flock = "3: FLOCK  ADVISORY  WRITE 5 fe:00:7 0 EOF\n\
+                     3: -> FLOCK  ADVISORY  WRITE 20 fe:00:7 0 EOF\n";
+        assert!(waiter_of(10, &files, flock).is_some());
+        // Its own request, waiting for another's lock, is no reason.
+        let own = "4: POSIX  ADVISORY  WRITE 10 fe:00:7 0 EOF\n\
+                   4: -> POSIX  ADVISORY  WRITE 10 fe:00:7 0 EOF\n";
+        assert_eq!(waiter_of(10, &files, own), None);
     }
 
     #[test]
