@@ -295,9 +295,7 @@ fn open_elsewhere(pid: pid_t, files: &[(String, String)]) -> Option<(pid_t, Stri
     }
     let (other, link) = crate::procfs::other_holder(pid, |other, fd, link| {
         files.iter().any(|(f, l)| {
-            l == link
-                && kernel_name(other, fd).as_ref() == Some(f)
-                && !in_tracing_stop(other)
+            l == link && kernel_name(other, fd).as_ref() == Some(f) && !in_tracing_stop(other)
         })
     })?;
     let (file, _) = files.iter().find(|(_, l)| *l == link)?;
@@ -308,7 +306,10 @@ fn open_elsewhere(pid: pid_t, files: &[(String, String)]) -> Option<(pid_t, Stri
 fn in_tracing_stop(pid: pid_t) -> bool {
     crate::procfs::read(pid, "stat")
         .ok()
-        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('t')))
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim_start().starts_with('t'))
+        })
         .unwrap_or(false)
 }
 
@@ -329,8 +330,7 @@ fn kernel_name(pid: pid_t, fd: i32) -> Option<String> {
 /// another process had the file open ([`open_elsewhere`]): the process (pid
 /// and start time) and the files, as the kernel names them. The freeze
 /// waits for a moment without a lock on one of them ([`contested`]).
-static EXPOSED: std::sync::Mutex<Option<((pid_t, u64), Vec<String>)>> =
-    std::sync::Mutex::new(None);
+static EXPOSED: std::sync::Mutex<Option<((pid_t, u64), Vec<String>)>> = std::sync::Mutex::new(None);
 
 fn note_exposed(pid: pid_t, file: String) {
     let Some(start) = crate::procfs::start_time(pid) else {
