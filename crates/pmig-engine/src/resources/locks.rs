@@ -330,7 +330,10 @@ fn kernel_name(pid: pid_t, fd: i32) -> Option<String> {
 /// another process had the file open ([`open_elsewhere`]): the process (pid
 /// and start time) and the files, as the kernel names them. The freeze
 /// waits for a moment without a lock on one of them ([`contested`]).
-static EXPOSED: std::sync::Mutex<Option<((pid_t, u64), Vec<String>)>> = std::sync::Mutex::new(None);
+static EXPOSED: std::sync::Mutex<Option<Exposed>> = std::sync::Mutex::new(None);
+
+/// A process (pid and start time), and files as the kernel names them.
+type Exposed = ((pid_t, u64), Vec<String>);
 
 fn note_exposed(pid: pid_t, file: String) {
     let Some(start) = crate::procfs::start_time(pid) else {
