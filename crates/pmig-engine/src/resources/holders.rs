@@ -219,6 +219,30 @@ mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
 
+    /// `refuse_shared` of `pid` until `expected` accepts its answer, at most
+    /// 100 times, 10 ms apart; the last answer. The tests run in parallel
+    /// threads of one process, and a child another test forks holds a copy
+    /// of every fd of this process until it execs: such a copy is another
+    /// holder for a moment.
+    fn settled(held: &HeldAlone, pid: pid_t, expected: impl Fn(&Result<()>) -> bool) -> Result<()> {
+        let mut answer = held.refuse_shared(pid);
+        for _ in 0..100 {
+            if expected(&answer) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            answer = held.refuse_shared(pid);
+        }
+        answer
+    }
+
+    /// Whether `answer` is a refusal naming `pid` as the other holder.
+    fn names(answer: &Result<()>, pid: u32) -> bool {
+        answer
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains(&format!("pid {pid})")))
+    }
+
     #[test]
     fn a_pipe_this_process_shares_with_a_child_is_refused() {
         let (r, w) = pipes::fresh_pipe().unwrap();
@@ -236,7 +260,7 @@ mod tests {
             .unwrap();
         drop(w);
         // Once we closed our ends, the child alone holds the pipe.
-        let alone = held.refuse_shared(child.id() as pid_t);
+        let alone = settled(&held, child.id() as pid_t, Result::is_ok);
         // A second process holding the same pipe (through its stdin): it is
         // a new process, so the clean pass above does not excuse it.
         let dup = std::fs::File::open(format!("/proc/{}/fd/0", child.id())).unwrap();
@@ -245,7 +269,8 @@ mod tests {
             .stdin(std::process::Stdio::from(dup))
             .spawn()
             .unwrap();
-        let shared = held.refuse_shared(child.id() as pid_t);
+        let other_id = other.id();
+        let shared = settled(&held, child.id() as pid_t, |a| names(a, other_id));
         let _ = child.kill();
         let _ = other.kill();
         let _ = child.wait();
@@ -282,11 +307,12 @@ mod tests {
         };
         let mut child = sleeper(one);
         let mut other = sleeper(two);
-        let shared = held.refuse_shared(child.id() as pid_t);
+        let other_id = other.id();
+        let shared = settled(&held, child.id() as pid_t, |a| names(a, other_id));
         let _ = other.kill();
         let _ = other.wait();
         // The other one gone, the child alone holds it.
-        let alone = held.refuse_shared(child.id() as pid_t);
+        let alone = settled(&held, child.id() as pid_t, Result::is_ok);
         let _ = child.kill();
         let _ = child.wait();
         let e = shared.unwrap_err().to_string();
