@@ -3414,6 +3414,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "delexe",
     "locks",
     "heldlocks",
+    "deadcwd",
 ];
 
 /// Starts scenario program `name` with `args` on n1, reading its commands
@@ -5389,11 +5390,13 @@ while True:
         s.close()
         print("CLOSED", flush=True)
     elif c[0] == "leave":
-        d = tempfile.mkdtemp()
-        os.chdir(d)
-        os.rmdir(d)
+        top = os.open("/", os.O_RDONLY)
+        os.chroot(tempfile.gettempdir())
         print("LEFT", flush=True)
     elif c[0] == "back":
+        os.fchdir(top)
+        os.chroot(".")
+        os.close(top)
         os.chdir("/")
         print("BACK", flush=True)
     elif c[0] == "done":
@@ -5405,9 +5408,9 @@ while True:
 /// stop must refuse it too, with one line naming it, the process running
 /// on untraced. After its skeleton was captured (test hook
 /// `hold-skeleton`), a process opens a socket (which the capture refuses
-/// itself); then, closed, it moves into a directory it removes (which only
-/// the checks made again at the stop, while the state is captured,
-/// refuse). Back in `/`, it moves.
+/// itself); then, closed, it enters a chroot (which only the checks made
+/// again at the stop, while the state is captured, refuse). Back at the
+/// real root, it moves.
 #[test]
 fn what_appears_after_the_checks_is_refused_at_the_stop() {
     if !root() {
@@ -5420,13 +5423,7 @@ fn what_appears_after_the_checks_is_refused_at_the_stop() {
     let pid = child.id() as i32;
     let attempts = [
         ("open", "OPENED", "a TCP socket", "close", "CLOSED"),
-        (
-            "leave",
-            "LEFT",
-            "a deleted working directory",
-            "back",
-            "BACK",
-        ),
+        ("leave", "LEFT", "a chroot", "back", "BACK"),
     ];
     for (k, (change, changed, named, undo, undone)) in attempts.into_iter().enumerate() {
         let release = env.node_dir("n1").join("release-skeleton");
@@ -5459,6 +5456,112 @@ fn what_appears_after_the_checks_is_refused_at_the_stop() {
     let _ = child.wait();
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.contains("LINES 5"), "after the move: {text}\n{rep}");
+}
+
+/// python3 that, told `leave DIR`, makes a directory in DIR (mode 0750),
+/// enters it and removes it; `done` prints what it can tell of its working
+/// directory: mode, links, whether `getcwd` and creating a file in it
+/// work, and the inode of `..`.
+const DEADDIR: &str = r#"
+import os, sys, tempfile, time
+print("READY", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        time.sleep(0.002)
+        continue
+    c = line.split()
+    if c[0] == "leave":
+        d = tempfile.mkdtemp(dir=c[1])
+        os.chmod(d, 0o750)
+        os.chdir(d)
+        os.rmdir(d)
+        print("LEFT", flush=True)
+    elif c[0] == "done":
+        st = os.stat(".")
+        try:
+            os.getcwd()
+            cwd = "getcwd-works"
+        except FileNotFoundError:
+            cwd = "getcwd-ENOENT"
+        try:
+            open("x", "w").close()
+            made = "create-works"
+        except FileNotFoundError:
+            made = "create-ENOENT"
+        print("DONE", oct(st.st_mode & 0o7777), st.st_nlink, cwd, made, os.stat("..").st_ino, flush=True)
+        break
+"#;
+
+/// A process whose working directory is deleted moves, and stays in an
+/// empty deleted directory with the same mode, whose `..` is the old
+/// parent. Deleted after its skeleton was captured (test hook
+/// `hold-skeleton`), the skeleton, which entered the live directory, gives
+/// way to the image of the stop; moved again, the skeleton follows.
+#[test]
+fn a_process_whose_working_directory_was_deleted_moves() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("dc");
+    std::fs::write(env.node_dir("n1").join("test-hook"), "hold-skeleton\n").unwrap();
+    let parent = env.dir.join("parent");
+    std::fs::create_dir(&parent).unwrap();
+    let (mut child, cmds, out) = env.python("deaddir", DEADDIR);
+    let pid = child.id() as i32;
+    let rep = migrate_while_held(&env, pid, "post-copy", 1, "release-skeleton", || {
+        command(&cmds, &format!("leave {}", parent.display()));
+        wait_output(&out, "LEFT", "the process did not leave its directory");
+    });
+    let k = rep["skeleton"].clone();
+    assert_eq!(
+        k["used"], false,
+        "a skeleton in the live directory ran: {rep}"
+    );
+    assert!(
+        k["why_not"]
+            .as_str()
+            .is_some_and(|w| w.contains("working directory was deleted")),
+        "{rep}"
+    );
+    let mut pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    for (from, to, strategy) in [("n2", "n3", "ampom"), ("n3", "n1", "stop-copy")] {
+        let r = env
+            .migrate_with(from, pid, to, strategy)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{strategy} failed: {e}\n{from}:\n{}\n{to}:\n{}",
+                    env.log(from),
+                    env.log(to)
+                )
+            });
+        if strategy == "ampom" {
+            assert_eq!(r["skeleton"]["used"], true, "{r}");
+        }
+        pid = r["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+    }
+    let link = std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap();
+    assert!(
+        link.starts_with(&parent) && link.to_string_lossy().ends_with(" (deleted)"),
+        "{link:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&parent).unwrap().count(),
+        0,
+        "left behind"
+    );
+    command(&cmds, "done");
+    wait_gone(pid);
+    let _ = child.wait();
+    let text = std::fs::read_to_string(&out).unwrap();
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&parent).unwrap());
+    assert!(
+        text.contains(&format!("DONE 0o750 0 getcwd-ENOENT create-ENOENT {ino}\n")),
+        "{text}"
+    );
 }
 
 /// python3 with 16 pages of private anonymous memory, all 'A'; `protect`

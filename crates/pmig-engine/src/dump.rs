@@ -5,6 +5,7 @@ use crate::image::{freeze_settled, precheck_all, precheck_settled, ProcessImage}
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
+    deadcwd::{self, DeadCwd},
     files::{FileIds, Files},
     ghosts::Ghosts,
     identity::Identity,
@@ -146,6 +147,11 @@ fn capture_colocated(
     let pipes = Pipes::capture(&mut cx)?;
     // The locks the files capture found.
     let locks = Locks::capture(&mut cx)?;
+    let dead_cwd = if deadcwd::is_deleted(cx.pid) {
+        Some(DeadCwd::capture(&mut cx)?)
+    } else {
+        None
+    };
     lap("files");
     let session = Session::capture(&mut cx)?;
     lap("session");
@@ -212,6 +218,8 @@ fn capture_colocated(
             sysv: (!sysv.segments.is_empty()).then_some(sysv),
             // Only images of a process holding a file lock need format 1.13.
             locks: (!locks.locks.is_empty()).then_some(locks),
+            // Only images of a process in a deleted directory need 1.14.
+            dead_cwd,
         },
         used,
     ))

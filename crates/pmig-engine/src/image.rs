@@ -4,6 +4,7 @@ use crate::error::{busy, EngineError, Result};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
+    deadcwd::{DeadCwd, DeadCwdState},
     files::{FileIds, Files},
     ghosts::{GhostMaps, Ghosts, SparseGhosts},
     identity::Identity,
@@ -83,6 +84,10 @@ pub struct ProcessImage {
     /// The file locks the process holds; None when it holds none, and in
     /// images written before this part existed (format 1.12 and older).
     pub locks: Option<LocksState>,
+    /// The working directory, when it was deleted; None when it was not,
+    /// and in images written before this part existed (format 1.13 and
+    /// older).
+    pub dead_cwd: Option<DeadCwdState>,
 }
 
 impl ProcessImage {
@@ -108,6 +113,7 @@ impl ProcessImage {
         put_optional(w, GhostMaps::PART, &self.ghost_maps)?;
         put_optional(w, SysvShm::PART, &self.sysv)?;
         put_optional(w, Locks::PART, &self.locks)?;
+        put_optional(w, DeadCwd::PART, &self.dead_cwd)?;
         Ok(())
     }
 
@@ -137,6 +143,7 @@ impl ProcessImage {
             ghost_maps: optional(img, GhostMaps::PART)?,
             sysv: optional(img, SysvShm::PART)?,
             locks: optional(img, Locks::PART)?,
+            dead_cwd: optional(img, DeadCwd::PART)?,
         })
     }
 }
@@ -334,6 +341,7 @@ pub mod tests_support {
             ghost_maps: None,
             sysv: None,
             locks: None,
+            dead_cwd: None,
         }
     }
 }

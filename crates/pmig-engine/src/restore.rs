@@ -19,9 +19,9 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    clocks::Clocks, files::Files, identity::Identity, jobctl::JobCtl, locks::Locks, memory::Memory,
-    memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, session,
-    session::Session, signals::Signals, sysvshm::SysvShm, threads::Threads,
+    clocks::Clocks, deadcwd::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
+    locks::Locks, memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process,
+    sched::Sched, session, session::Session, signals::Signals, sysvshm::SysvShm, threads::Threads,
     threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
     RestoreOptions, Update,
 };
@@ -534,6 +534,11 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         crate::resources::ghosts::preflight_with(g, pi.ghost_maps.as_ref(), &mut pf)?;
     }
     pf.file_ids = pi.file_ids.clone();
+    // Before Files, which enters the working directory by its path unless
+    // this made it again.
+    if let Some(d) = &pi.dead_cwd {
+        DeadCwd::preflight(d, &mut pf)?;
+    }
     Files::preflight(&pi.files, &mut pf)?;
     mark("restore: preflight files");
     // After Files: decides which of the fds it prepared becomes the ctty.

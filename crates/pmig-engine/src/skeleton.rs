@@ -149,6 +149,13 @@ pub fn bring_up(
     // parts kept per thread follow.
     crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;
     update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
+    // A working directory deleted since (or another deleted one): the
+    // skeleton cannot enter it by its path.
+    if pre.dead_cwd != fin.dead_cwd {
+        return Err(stale(
+            "its working directory was deleted since (or it entered another deleted one)",
+        ));
+    }
     // These apply what changed: the descriptors, signals, timers and
     // threads first (their comparisons are the likelier to find the
     // skeleton stale), then the pages of the stop, which the thread

@@ -327,6 +327,7 @@ scenario!(dropuid, "dropuid", false);
 scenario!(mlocked, "mlocked", false);
 scenario!(sleeps, "sleeps", false);
 scenario!(heldlocks, "heldlocks", false);
+scenario!(deadcwd, "deadcwd", false);
 
 /// The first field of `/proc/PID/task/TID/syscall`: the call a blocked
 /// thread is in.
@@ -498,6 +499,7 @@ fn scenarios_pass_without_migration() {
         ("mlocked", &[]),
         ("locks", &[]),
         ("heldlocks", &[]),
+        ("deadcwd", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

@@ -451,13 +451,7 @@ impl Resource for Files {
         if root != "/" {
             return Err(unsupported(pid, format!("a chroot ({root})")));
         }
-        let cwd = procfs::readlink(pid, "cwd")?;
-        if cwd.ends_with(" (deleted)") {
-            return Err(unsupported(
-                pid,
-                format!("a deleted working directory ({cwd})"),
-            ));
-        }
+        // A deleted working directory moves (see `deadcwd`).
         Ok(())
     }
 
@@ -718,7 +712,10 @@ impl Resource for Files {
             src_of.insert(f.fd, src);
             pf.child.installs.push((src, f.fd, f.cloexec));
         }
-        pf.child.cwd = Some(cwd_fd(pf, &s.cwd)?);
+        // Unless `deadcwd` made it again: a deleted one.
+        if pf.child.cwd.is_none() {
+            pf.child.cwd = Some(cwd_fd(pf, &s.cwd)?);
+        }
         pf.child.umask = Some(s.umask);
         Ok(())
     }

@@ -16,6 +16,7 @@
 //! held skeleton overrides `update`; the default refuses any change.
 
 pub mod clocks;
+pub mod deadcwd;
 pub mod epoll;
 pub mod eventfd;
 pub mod files;
