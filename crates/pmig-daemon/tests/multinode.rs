@@ -3414,7 +3414,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "delexe",
     "locks",
     "heldlocks",
-    "deadcwd",
+    "deaddirs",
 ];
 
 /// Starts scenario program `name` with `args` on n1, reading its commands

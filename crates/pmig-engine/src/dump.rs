@@ -5,7 +5,7 @@ use crate::image::{freeze_settled, precheck_all, precheck_settled, ProcessImage}
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
-    deadcwd::{self, DeadCwd},
+    deaddirs::{self, DeadCwd},
     files::{FileIds, Files},
     ghosts::Ghosts,
     identity::Identity,
@@ -147,7 +147,7 @@ fn capture_colocated(
     let pipes = Pipes::capture(&mut cx)?;
     // The locks the files capture found.
     let locks = Locks::capture(&mut cx)?;
-    let dead_cwd = if deadcwd::is_deleted(cx.pid) {
+    let dead_cwd = if deaddirs::is_deleted(cx.pid) {
         Some(DeadCwd::capture(&mut cx)?)
     } else {
         None

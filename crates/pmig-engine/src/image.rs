@@ -4,7 +4,7 @@ use crate::error::{busy, EngineError, Result};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
-    deadcwd::{DeadCwd, DeadCwdState},
+    deaddirs::{DeadCwd, DeadDir},
     files::{FileIds, Files},
     ghosts::{GhostMaps, Ghosts, SparseGhosts},
     identity::Identity,
@@ -87,7 +87,7 @@ pub struct ProcessImage {
     /// The working directory, when it was deleted; None when it was not,
     /// and in images written before this part existed (format 1.13 and
     /// older).
-    pub dead_cwd: Option<DeadCwdState>,
+    pub dead_cwd: Option<DeadDir>,
 }
 
 impl ProcessImage {

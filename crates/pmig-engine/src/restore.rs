@@ -19,7 +19,7 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    clocks::Clocks, deadcwd::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
+    clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
     locks::Locks, memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process,
     sched::Sched, session, session::Session, signals::Signals, sysvshm::SysvShm, threads::Threads,
     threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,

@@ -327,7 +327,7 @@ scenario!(dropuid, "dropuid", false);
 scenario!(mlocked, "mlocked", false);
 scenario!(sleeps, "sleeps", false);
 scenario!(heldlocks, "heldlocks", false);
-scenario!(deadcwd, "deadcwd", false);
+scenario!(deaddirs, "deaddirs", false);
 
 /// The first field of `/proc/PID/task/TID/syscall`: the call a blocked
 /// thread is in.
@@ -499,7 +499,7 @@ fn scenarios_pass_without_migration() {
         ("mlocked", &[]),
         ("locks", &[]),
         ("heldlocks", &[]),
-        ("deadcwd", &[]),
+        ("deaddirs", &[]),
         ("refuse", &["plain"]),
         ("refuse", &["socket"]),
         ("refuse", &["child"]),

@@ -77,6 +77,9 @@ pub enum FdKind {
     /// A deleted file the process holds alone, by its device and inode
     /// (format 1.9; its bytes are in the `ghosts` part), and the offset.
     Ghost { dev: u64, ino: u64, pos: u64 },
+    /// A directory deleted since it was opened (format 1.14; see
+    /// `deaddirs`): made again, empty and deleted, at the restore.
+    DeadDir(super::deaddirs::DeadDir),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -323,6 +326,9 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         let md = held
             .metadata()
             .ctx(|| format!("stat fd {fd} of process {pid}"))?;
+        if let Some(d) = super::deaddirs::of(&md, &link) {
+            return Ok(Some(FdKind::DeadDir(d)));
+        }
         if let Some(why) = super::ghosts::refusal(&md) {
             return Err(what(&why));
         }
@@ -451,7 +457,7 @@ impl Resource for Files {
         if root != "/" {
             return Err(unsupported(pid, format!("a chroot ({root})")));
         }
-        // A deleted working directory moves (see `deadcwd`).
+        // A deleted working directory moves (see `deaddirs`).
         Ok(())
     }
 
@@ -631,6 +637,7 @@ impl Resource for Files {
                     fd
                 }
                 FdKind::Device { path } => pf.open_keep_as_owner(path, f.flags & KEEP_FLAGS)?,
+                FdKind::DeadDir(d) => super::deaddirs::reopen(pf, d, f.fd, f.flags & KEEP_FLAGS)?,
                 FdKind::Ghost { dev, ino, pos } => {
                     let made = *pf.ghosts.get(&(*dev, *ino)).ok_or_else(|| {
                         EngineError::Image(pmig_image::ImageError::MissingPart(format!(
@@ -712,7 +719,7 @@ impl Resource for Files {
             src_of.insert(f.fd, src);
             pf.child.installs.push((src, f.fd, f.cloexec));
         }
-        // Unless `deadcwd` made it again: a deleted one.
+        // Unless `deaddirs` made it again: a deleted one.
         if pf.child.cwd.is_none() {
             pf.child.cwd = Some(cwd_fd(pf, &s.cwd)?);
         }
@@ -776,6 +783,7 @@ fn kind_name(k: &FdKind) -> &'static str {
         FdKind::TimerFd(_) => "a timerfd",
         FdKind::Inotify { .. } => "an inotify instance",
         FdKind::Ghost { .. } => "a deleted file",
+        FdKind::DeadDir(_) => "a deleted directory",
     }
 }
 

@@ -265,7 +265,7 @@ pub fn refusal(md: &std::fs::Metadata) -> Option<String> {
 
 fn refusal_above(md: &std::fs::Metadata, max: u64) -> Option<String> {
     if !md.file_type().is_file() {
-        return Some("a deleted directory or special file".into());
+        return Some("a deleted special file (not a regular file or directory)".into());
     }
     if md.nlink() > 0 {
         let n = md.nlink();

@@ -16,7 +16,7 @@
 //! held skeleton overrides `update`; the default refuses any change.
 
 pub mod clocks;
-pub mod deadcwd;
+pub mod deaddirs;
 pub mod epoll;
 pub mod eventfd;
 pub mod files;
@@ -488,6 +488,9 @@ pub struct Preflight {
     /// Deleted file (device and inode on the source) → helper fd of the
     /// file made again ([`ghosts`]).
     pub ghosts: std::collections::HashMap<(u64, u64), i32>,
+    /// Deleted directory (device and inode on the source) → helper fd
+    /// (read-only) of the directory made again ([`deaddirs`]).
+    pub dead_dirs: std::collections::HashMap<(u64, u64), i32>,
     /// Start of a mapping of a deleted file or memfd → helper fd of the file
     /// made again (`ghosts`), which it maps instead of a file by path.
     pub ghost_maps: std::collections::HashMap<u64, i32>,
@@ -535,6 +538,7 @@ impl Preflight {
             mapped_files: Default::default(),
             pipes: Default::default(),
             ghosts: Default::default(),
+            dead_dirs: Default::default(),
             ghost_maps: Default::default(),
             ctty: Default::default(),
             thread_tids: Vec::new(),
