@@ -5459,9 +5459,9 @@ fn what_appears_after_the_checks_is_refused_at_the_stop() {
 }
 
 /// python3 that, told `leave DIR`, makes a directory in DIR (mode 0750),
-/// enters it and removes it; `done` prints what it can tell of its working
+/// enters it and removes it; `show` prints what it can tell of its working
 /// directory: mode, links, whether `getcwd` and creating a file in it
-/// work, and the inode of `..`.
+/// work, and the inode of `..`; `back DIR` enters DIR; `done` ends it.
 const DEADDIR: &str = r#"
 import os, sys, tempfile, time
 print("READY", flush=True)
@@ -5477,7 +5477,12 @@ while True:
         os.chdir(d)
         os.rmdir(d)
         print("LEFT", flush=True)
+    elif c[0] == "back":
+        os.chdir(c[1])
+        print("BACK", flush=True)
     elif c[0] == "done":
+        break
+    elif c[0] == "show":
         st = os.stat(".")
         try:
             os.getcwd()
@@ -5489,15 +5494,16 @@ while True:
             made = "create-works"
         except FileNotFoundError:
             made = "create-ENOENT"
-        print("DONE", oct(st.st_mode & 0o7777), st.st_nlink, cwd, made, os.stat("..").st_ino, flush=True)
-        break
+        print("SHOWN", oct(st.st_mode & 0o7777), st.st_nlink, cwd, made, os.stat("..").st_ino, flush=True)
 "#;
 
 /// A process whose working directory is deleted moves, and stays in an
 /// empty deleted directory with the same mode, whose `..` is the old
 /// parent. Deleted after its skeleton was captured (test hook
 /// `hold-skeleton`), the skeleton, which entered the live directory, gives
-/// way to the image of the stop; moved again, the skeleton follows.
+/// way to the image of the stop; moved again, the skeleton follows. Moved
+/// once more while it enters a live directory after the skeleton's
+/// capture, the skeleton follows it there.
 #[test]
 fn a_process_whose_working_directory_was_deleted_moves() {
     if !root() {
@@ -5553,15 +5559,32 @@ fn a_process_whose_working_directory_was_deleted_moves() {
         0,
         "left behind"
     );
-    command(&cmds, "done");
-    wait_gone(pid);
-    let _ = child.wait();
+    command(&cmds, "show");
+    wait_output(&out, "SHOWN", "the process did not show its directory");
     let text = std::fs::read_to_string(&out).unwrap();
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&parent).unwrap());
     assert!(
-        text.contains(&format!("DONE 0o750 0 getcwd-ENOENT create-ENOENT {ino}\n")),
+        text.contains(&format!(
+            "SHOWN 0o750 0 getcwd-ENOENT create-ENOENT {ino}\n"
+        )),
         "{text}"
     );
+    // From a deleted directory back into a live one, after the skeleton's
+    // capture: the skeleton enters it by its path.
+    let rep = migrate_while_held(&env, pid, "post-copy", 2, "release-skeleton", || {
+        command(&cmds, &format!("back {}", parent.display()));
+        wait_output(&out, "BACK", "the process did not go back");
+    });
+    assert_eq!(rep["skeleton"]["used"], true, "{rep}");
+    pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+        parent
+    );
+    command(&cmds, "done");
+    wait_gone(pid);
+    let _ = child.wait();
 }
 
 /// python3 with 16 pages of private anonymous memory, all 'A'; `protect`

@@ -150,8 +150,15 @@ pub fn bring_up(
     crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;
     update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
     // A working directory deleted since (or another deleted one): the
-    // skeleton cannot enter it by its path.
-    if pre.dead_cwd != fin.dead_cwd {
+    // skeleton cannot enter it by its path. A live one it enters by its
+    // path (`Files::update`), if that differs from the deleted one's name.
+    let cwd_followed = match (&pre.dead_cwd, &fin.dead_cwd) {
+        (None, None) => true,
+        (Some(a), Some(b)) => a == b,
+        (Some(_), None) => pre.files.cwd != fin.files.cwd,
+        (None, Some(_)) => false,
+    };
+    if !cwd_followed {
         return Err(stale(
             "its working directory was deleted since (or it entered another deleted one)",
         ));
