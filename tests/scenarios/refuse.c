@@ -38,6 +38,9 @@
  *                   into parts that do not overlap, is no reason to refuse.
  *   sigio           a pipe's read end in signal-driven mode (O_ASYNC,
  *                   F_SETOWN to us).
+ *   threadfs        a thread that unshared its working directory, root and
+ *                   umask (unshare(CLONE_FS)) and entered "/", while the
+ *                   process stays where it started.
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -56,8 +59,11 @@
 #include <poll.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
 
 static const char *mode;
+static volatile int fs_tid; /* threadfs: that thread's id */
 static int fd1 = -1, fd2 = -1;
 static pid_t child;
 static char *shm, *view, *split;
@@ -206,8 +212,23 @@ static int check(void) {
     } else if (!strcmp(mode, "sharedpipe")) {
         struct stat a, b;
         CHECK(fstat(fd1, &a) == 0 && fstat(fd2, &b) == 0 && S_ISFIFO(a.st_mode) && a.st_ino == b.st_ino, "the pipe is gone");
+    } else if (!strcmp(mode, "threadfs")) {
+        char here[4096], there[4096], path[64];
+        snprintf(path, sizeof path, "/proc/self/task/%d/cwd", fs_tid);
+        ssize_t n = readlink(path, there, sizeof there - 1);
+        CHECK(getcwd(here, sizeof here) && n == 1 && there[0] == '/' && strcmp(here, "/"),
+              "the thread's own working directory is gone (process in %s, thread %zd bytes)", here, n);
     }
     return 1;
+}
+
+/* threadfs: the thread with filesystem attributes of its own. */
+static void *own_fs(void *arg) {
+    (void)arg;
+    if (unshare(CLONE_FS) != 0 || chdir("/") != 0) _exit(2);
+    fs_tid = (int)syscall(SYS_gettid);
+    for (;;) pause();
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -386,6 +407,11 @@ int main(int argc, char **argv) {
             _exit(0);
         }
         if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+    } else if (!strcmp(mode, "threadfs")) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, own_fs, NULL) != 0) scn_die("pthread_create");
+        for (int i = 0; i < 1000 && !fs_tid; i++) usleep(1000);
+        if (!fs_tid) scn_die("the thread did not start");
     } else if (strcmp(mode, "plain")) {
         scn_die("unknown mode %s", mode);
     }

@@ -278,9 +278,43 @@ fn wait_cpu(pid: i32, ms: u64) {
 fn wait_gone(pid: i32) {
     let t0 = Instant::now();
     while alive(pid) {
-        assert!(t0.elapsed() < LIMIT, "process {pid} did not finish in time");
+        assert!(
+            t0.elapsed() < LIMIT,
+            "process {pid} did not finish in time; what its threads do:\n{}",
+            threads_doing(pid)
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// What each thread of `pid` is doing: its state, kernel wait channel and
+/// system call (with the process's state and tracer first), for a process
+/// that does not end.
+fn threads_doing(pid: i32) -> String {
+    let read = |p: String| std::fs::read_to_string(p).unwrap_or_default();
+    let status = read(format!("/proc/{pid}/status"));
+    let mut out: Vec<String> = status
+        .lines()
+        .filter(|l| l.starts_with("State:") || l.starts_with("TracerPid:"))
+        .map(String::from)
+        .collect();
+    let mut tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    tids.sort();
+    for t in tids {
+        let stat = read(format!("/proc/{pid}/task/{t}/stat"));
+        let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]);
+        out.push(format!(
+            "  thread {t}: {state} wchan {} syscall {}",
+            read(format!("/proc/{pid}/task/{t}/wchan")),
+            read(format!("/proc/{pid}/task/{t}/syscall")).trim()
+        ));
+    }
+    out.join("\n")
 }
 
 struct Program {

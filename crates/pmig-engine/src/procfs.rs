@@ -306,13 +306,20 @@ pub fn is_our_thread(tid: pid_t) -> bool {
     std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
 }
 
+/// The threads of process `pid` (none if it is gone).
+pub fn tids_of(pid: pid_t) -> Vec<pid_t> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A thread of process `pid` traced by a program other than this one: the
 /// thread and its tracer, or None.
 pub fn foreign_tracer(pid: pid_t) -> Option<(pid_t, pid_t)> {
-    let mut tids: Vec<pid_t> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut tids = tids_of(pid);
     // The leader first: a traced process is named by its leader's tracer.
     tids.sort_unstable_by_key(|&t| (t != pid, t));
     tids.into_iter().find_map(|t| {

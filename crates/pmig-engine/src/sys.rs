@@ -261,6 +261,17 @@ pub fn same_file_of(pid1: pid_t, fd1: i32, pid2: pid_t, fd2: i32) -> Option<bool
     (r >= 0).then_some(r == 0)
 }
 
+/// kcmp(KCMP_FS): do tasks `tid1` and `tid2` share one set of filesystem
+/// attributes (working directory, root, umask)? None if the kernel cannot
+/// tell (a task gone, no permission).
+pub fn same_fs(tid1: pid_t, tid2: pid_t) -> Option<bool> {
+    // SAFETY: kcmp only compares kernel objects; no memory is passed.
+    let r = unsafe {
+        libc::syscall(libc::SYS_kcmp, tid1, tid2, 3 /* KCMP_FS */, 0, 0)
+    };
+    (r >= 0).then_some(r == 0)
+}
+
 #[repr(C)]
 #[derive(Default)]
 pub struct CloneArgs {

@@ -609,6 +609,13 @@ fn refuse_signal_driven_io() {
     refusal("sigio", &["signal-driven I/O", "O_ASYNC"]);
 }
 
+/// A thread with a working directory, root and umask of its own: the
+/// restored threads would all share the process's.
+#[test]
+fn refuse_thread_with_its_own_working_directory() {
+    refusal("threadfs", &["working directory", "unshare(CLONE_FS)"]);
+}
+
 #[test]
 fn refuse_socket() {
     refusal("socket", &["unix socket"]);

@@ -397,6 +397,21 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     Err(what("this kind of file"))
 }
 
+/// A thread of `pid` that does not share the process's filesystem
+/// attributes (working directory, root, umask): it unshared them
+/// (`unshare(CLONE_FS)`). The capture takes the process's, and every
+/// thread of the restored process shares them. One `kcmp` per thread
+/// against the leader; a thread that exits meanwhile does not count, and
+/// neither does any once the leader has exited (it has no attributes
+/// left to compare with).
+fn thread_with_own_fs(pid: pid_t) -> Option<pid_t> {
+    let odd = crate::procfs::tids_of(pid)
+        .into_iter()
+        .find(|&t| t != pid && crate::sys::same_fs(pid, t) == Some(false))?;
+    let exited = crate::procfs::has_exited;
+    (!exited(pid) && !exited(odd)).then_some(odd)
+}
+
 /// Sets the offset of the open file behind `f` (shared with every
 /// descriptor of it) to `pos`.
 fn seek(f: &impl std::os::fd::AsRawFd, pos: u64) -> std::io::Result<()> {
@@ -458,6 +473,14 @@ impl Resource for Files {
             return Err(unsupported(pid, format!("a chroot ({root})")));
         }
         // A deleted working directory moves (see `deaddirs`).
+        if let Some(tid) = thread_with_own_fs(pid) {
+            return Err(unsupported(
+                pid,
+                format!(
+                    "a thread ({tid}) with a working directory, root and umask of its own (unshare(CLONE_FS))"
+                ),
+            ));
+        }
         Ok(())
     }
 
