@@ -5,7 +5,7 @@ use crate::image::{freeze_settled, precheck_all, precheck_settled, ProcessImage}
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
-    deaddirs::{self, DeadCwd},
+    deaddirs,
     files::{FileIds, Files},
     ghosts::Ghosts,
     identity::Identity,
@@ -147,11 +147,7 @@ fn capture_colocated(
     let pipes = Pipes::capture(&mut cx)?;
     // The locks the files capture found.
     let locks = Locks::capture(&mut cx)?;
-    let dead_cwd = if deaddirs::is_deleted(cx.pid) {
-        Some(DeadCwd::capture(&mut cx)?)
-    } else {
-        None
-    };
+    let dead_cwd = deaddirs::dead_cwd(cx.pid)?;
     lap("files");
     let session = Session::capture(&mut cx)?;
     lap("session");

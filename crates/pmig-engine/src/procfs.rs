@@ -181,10 +181,7 @@ pub fn exiting(pid: pid_t) -> bool {
     if has_exited(pid) {
         return true;
     }
-    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| {
-        d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<pid_t>().ok())
-            .any(has_exited)
-    })
+    tids_of(pid).into_iter().any(has_exited)
 }
 
 /// Field number `n` (1-based, as in proc(5)) of /proc/PID/stat.

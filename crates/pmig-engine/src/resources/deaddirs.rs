@@ -56,7 +56,7 @@ const DELETED: &str = " (deleted)";
 /// Whether the working directory of `pid` has been deleted: it has no
 /// links left (a live directory whose name ends in " (deleted)" has).
 pub fn is_deleted(pid: pid_t) -> bool {
-    std::fs::metadata(format!("/proc/{pid}/cwd")).is_ok_and(|m| m.nlink() == 0)
+    dead_cwd(pid).is_ok_and(|d| d.is_some())
 }
 
 /// The deleted directory `md` (its `stat`), which the kernel names `link`;
@@ -72,16 +72,28 @@ pub fn of(md: &std::fs::Metadata, link: &str) -> Option<DeadDir> {
     })
 }
 
+/// The working directory of `pid` if it was deleted (one `stat`; the
+/// link is read only then); `None` also if it cannot be read (the `files`
+/// capture reads it, and says why).
+pub fn dead_cwd(pid: pid_t) -> Result<Option<DeadDir>> {
+    let Ok(md) = std::fs::metadata(format!("/proc/{pid}/cwd")) else {
+        return Ok(None);
+    };
+    if md.nlink() != 0 {
+        return Ok(None);
+    }
+    let link = crate::procfs::readlink(pid, "cwd")?;
+    Ok(of(&md, &link))
+}
+
 impl Resource for DeadCwd {
     const PART: &'static str = "deadcwd";
     type State = DeadDir;
 
     fn capture(cx: &mut Capture) -> Result<DeadDir> {
         let pid = cx.pid;
-        let md = std::fs::metadata(format!("/proc/{pid}/cwd"))
-            .ctx(|| format!("stat the working directory of process {pid}"))?;
-        let link = crate::procfs::readlink(pid, "cwd")?;
-        of(&md, &link).ok_or_else(|| {
+        dead_cwd(pid)?.ok_or_else(|| {
+            let link = crate::procfs::readlink(pid, "cwd").unwrap_or_default();
             EngineError::Other(format!(
                 "the working directory of process {pid} ({link}) is no deleted directory"
             ))
