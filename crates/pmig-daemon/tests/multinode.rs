@@ -577,12 +577,7 @@ fn destination_dies_before_handover_with_every_strategy_and_the_process_resumes(
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
         assert!(left.is_empty(), "{strategy}: page store left: {left:?}");
-        let cs = switches(pid);
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            switches(pid) > cs + 5,
-            "{strategy}: the resumed process does not run"
-        );
+        assert_runs(pid, 5, strategy);
         eprintln!("{strategy}: {e}");
         let cluster = env.c_mut();
         cluster.kill_daemon("n2").unwrap();
@@ -1074,6 +1069,23 @@ impl Drop for StagingOf {
 }
 
 /// Voluntary context switches of `pid` so far.
+/// Asserts that `pid` runs: it makes more than `n` voluntary context
+/// switches (the dirtier sleeps between writes) within 10 s. A stopped or
+/// frozen process makes none; a busy machine may take its time.
+fn assert_runs(pid: i32, n: u64, what: &str) {
+    let cs = switches(pid);
+    let t0 = Instant::now();
+    while switches(pid) <= cs + n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{what}: the resumed process does not run ({} voluntary switches in 10 s, state {})",
+            switches(pid) - cs,
+            state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn switches(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -1657,12 +1669,7 @@ fn failed_restores_resume_the_process_with_every_new_strategy() {
         assert!(alive(pid), "{s}: the source process is gone");
         assert!(!state(pid).contains("stopped"), "{s}: left stopped");
         assert!(!write_protected(pid), "{s}: write protection left");
-        let cs = switches(pid);
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(
-            switches(pid) > cs + 10,
-            "{s}: the resumed process does not run"
-        );
+        assert_runs(pid, 10, s);
         let left: Vec<_> = listing()
             .into_iter()
             .filter(|n| !before.contains(n))
@@ -1907,12 +1914,7 @@ fn pre_copy_failures_resume_the_process_without_write_protection() {
         );
         // The dirtier sleeps between writes (1 ms grid): it runs if it
         // keeps switching.
-        let cs = switches(pid);
-        std::thread::sleep(Duration::from_millis(300));
-        assert!(
-            switches(pid) > cs + 10,
-            "{what}: the resumed process does not run"
-        );
+        assert_runs(pid, 10, what);
     };
     let e = env
         .migrate_with("n1", pid, "n2", "pre-copy")
@@ -2566,12 +2568,7 @@ fn link_cut_after_bytes(strategy: &str, tag: &str, bytes: u64) {
         !write_protected(pid),
         "{strategy}: write protection left on the process"
     );
-    let cs = switches(pid);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        switches(pid) > cs + 10,
-        "{strategy}: the resumed process does not run"
-    );
+    assert_runs(pid, 10, strategy);
     let st = child.wait().unwrap();
     assert!(st.success(), "the resumed dirtier failed: {st:?}");
     same_result(
