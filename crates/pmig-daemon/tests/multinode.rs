@@ -1068,7 +1068,6 @@ impl Drop for StagingOf {
     }
 }
 
-/// Voluntary context switches of `pid` so far.
 /// Asserts that `pid` runs: it makes more than `n` voluntary context
 /// switches (the dirtier sleeps between writes) within 10 s. A stopped or
 /// frozen process makes none; a busy machine may take its time.
@@ -1079,13 +1078,14 @@ fn assert_runs(pid: i32, n: u64, what: &str) {
         assert!(
             t0.elapsed() < Duration::from_secs(10),
             "{what}: the resumed process does not run ({} voluntary switches in 10 s, state {})",
-            switches(pid) - cs,
+            switches(pid).saturating_sub(cs),
             state(pid)
         );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
+/// Voluntary context switches of `pid` so far.
 fn switches(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
