@@ -1732,6 +1732,62 @@ fn a_failed_migration_gives_the_original_its_file_locks_back() {
     wait_gone(moved);
 }
 
+/// A process with seccomp filters (scenario `seccomp`) is refused, before
+/// anything is touched, to a destination that speaks protocol 22 (test
+/// hook on n2), which would restore it without them; it runs on, filtered,
+/// at the source. To a destination of this build it moves with post-copy
+/// and then stop-copy, and its filters hold there in every thread.
+#[test]
+fn seccomp_filters_move_only_to_a_peer_that_restores_them() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("sf");
+    let name = "seccomp";
+    let (mut child, cmds, out) = start_scenario(&mut env, name, &[]);
+    let mut pid = child.id() as i32;
+    let hook = env.node_dir("n2").join("test-hook");
+    let old = pmig_proto::msg::SECCOMP_FILTERS - 1;
+    std::fs::write(&hook, format!("speak-version {old}\n")).unwrap();
+    let e = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .expect_err("moved a process with seccomp filters to an older peer");
+    assert!(
+        e.contains("seccomp filters")
+            && e.contains(&format!("protocol {old}"))
+            && e.contains("nothing was touched"),
+        "{e}"
+    );
+    command(&cmds, "check");
+    let got = answers(&out, 1).unwrap();
+    assert_eq!(got[0], format!("PASS {name}"), "after the refusal, on n1");
+    std::fs::remove_file(&hook).unwrap();
+    for (i, (from, to, strategy)) in [("n1", "n2", "post-copy"), ("n2", "n3", "stop-copy")]
+        .into_iter()
+        .enumerate()
+    {
+        let rep = env
+            .migrate_with(from, pid, to, strategy)
+            .unwrap_or_else(|e| panic!("{strategy} {from}→{to}: {e}\n{to} log:\n{}", env.log(to)));
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(
+            status
+                .lines()
+                .any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
+            "{strategy}: the moved process is not in filter mode on {to}:\n{status}"
+        );
+        command(&cmds, "check");
+        let got = answers(&out, i + 2).unwrap();
+        assert_eq!(got[i + 1], format!("PASS {name}"), "{strategy}: on {to}");
+    }
+    command(&cmds, "quit");
+    let _ = child.wait();
+    wait_gone(pid);
+}
+
 /// A file lock another process waits for cannot move: the waiter would
 /// get it the moment the original let go of it. The migration is refused
 /// with one line naming it, by the checks of a primed holder (post-copy)
@@ -3465,6 +3521,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "locks",
     "heldlocks",
     "deaddirs",
+    "seccomp",
 ];
 
 /// Starts scenario program `name` with `args` on n1, reading its commands

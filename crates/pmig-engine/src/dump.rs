@@ -128,6 +128,8 @@ fn capture_colocated(
         crate::timing::mark(&format!("capture: {what}"));
     };
     crate::resources::threads::refuse_32_bit_code(cx.frozen)?;
+    // First: it refuses what it cannot move before any call is injected.
+    let seccomp = crate::resources::seccomp::Seccomp::capture(&mut cx)?;
     let process = Process::capture(&mut cx)?;
     lap("process");
     // What these captures ask the process goes to it in one batch of
@@ -216,6 +218,8 @@ fn capture_colocated(
             locks: (!locks.locks.is_empty()).then_some(locks),
             // Only images of a process in a deleted directory need 1.14.
             dead_cwd,
+            // Only images of a process with seccomp filters need 1.15.
+            seccomp: (!seccomp.filters.is_empty()).then_some(seccomp),
         },
         used,
     ))

@@ -15,6 +15,7 @@ use crate::resources::{
     prctl::{MdweState, Prctl},
     process::Process,
     sched::Sched,
+    seccomp::{Seccomp, SeccompState},
     session::Session,
     signals::Signals,
     sysvshm::{SysvShm, SysvState},
@@ -88,6 +89,9 @@ pub struct ProcessImage {
     /// and in images written before this part existed (format 1.13 and
     /// older).
     pub dead_cwd: Option<DeadDir>,
+    /// The process's seccomp filters; None when it has none, and in images
+    /// written before this part existed (format 1.14 and older).
+    pub seccomp: Option<SeccompState>,
 }
 
 impl ProcessImage {
@@ -114,6 +118,7 @@ impl ProcessImage {
         put_optional(w, SysvShm::PART, &self.sysv)?;
         put_optional(w, Locks::PART, &self.locks)?;
         put_optional(w, DeadCwd::PART, &self.dead_cwd)?;
+        put_optional(w, Seccomp::PART, &self.seccomp)?;
         Ok(())
     }
 
@@ -144,6 +149,7 @@ impl ProcessImage {
             sysv: optional(img, SysvShm::PART)?,
             locks: optional(img, Locks::PART)?,
             dead_cwd: optional(img, DeadCwd::PART)?,
+            seccomp: optional(img, Seccomp::PART)?,
         })
     }
 }
@@ -185,6 +191,7 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     Signals::precheck(pid)?;
     Threads::precheck(pid)?;
     Session::precheck(pid)?;
+    Seccomp::precheck(pid)?;
     mark("precheck: the rest");
     Ok(())
 }
@@ -342,6 +349,7 @@ pub mod tests_support {
             sysv: None,
             locks: None,
             dead_cwd: None,
+            seccomp: None,
         }
     }
 }

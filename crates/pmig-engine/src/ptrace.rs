@@ -183,14 +183,52 @@ fn changes_mappings(nr: i64) -> bool {
     .contains(&nr)
 }
 
+/// Waits for thread `tid`'s next stop, or its end. Polls: a thread group
+/// leader that dies (a SIGKILL, a seccomp filter's kill) is reported only
+/// once its other threads are reaped, and they are traced by this thread
+/// too, so a blocking wait would wait for ever. While `tid` is a zombie, its
+/// other threads are reaped here. The first 0.2 ms yield the CPU between
+/// tries (an injected call returns within microseconds), then the naps
+/// grow from 20 µs to 1 ms.
 fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
+    use std::time::{Duration, Instant};
+    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+    let start = Instant::now();
+    let mut nap = Duration::from_micros(20);
+    let mut next_look = start + Duration::from_millis(5);
     loop {
-        match waitpid(Pid::from_raw(tid), Some(WaitPidFlag::__WALL)) {
+        match waitpid(Pid::from_raw(tid), flags) {
+            Ok(WaitStatus::StillAlive) => {}
             Ok(s) => return Ok(s),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(e).ctx(|| format!("wait for thread {tid}")),
         }
+        let now = Instant::now();
+        if now >= next_look {
+            next_look = now + Duration::from_millis(5);
+            if leader_waits_for_its_threads(tid) {
+                let others: Vec<pid_t> = list_tids(tid)
+                    .map(|t| t.into_iter().filter(|&t| t != tid).collect())
+                    .unwrap_or_default();
+                reap_exiting(&others);
+            }
+        }
+        if now - start < Duration::from_micros(200) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
     }
+}
+
+/// Whether `tid` has died and is a zombie that its thread group's other
+/// threads keep from being reported.
+fn leader_waits_for_its_threads(tid: pid_t) -> bool {
+    crate::procfs::stat_fields(tid)
+        .ok()
+        .and_then(|f| f.into_iter().next())
+        .is_some_and(|st| st == "Z" || st == "X")
 }
 
 /// How long [`Frozen::freeze`] waits for each thread to stop. A thread
@@ -229,10 +267,44 @@ fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<Wa
     }
 }
 
+/// Whether this process may trace with `PTRACE_O_SUSPEND_SECCOMP`: the
+/// kernel allows it to a tracer with `CAP_SYS_ADMIN` that is under no
+/// seccomp mode itself (and built with checkpoint/restore, which a seize
+/// that asks for it then tells). Read once.
+pub fn can_suspend_seccomp() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        let Ok(st) = crate::procfs::status(std::process::id() as pid_t) else {
+            return false;
+        };
+        let cap_eff = st
+            .get("CapEff")
+            .and_then(|v| u64::from_str_radix(v, 16).ok())
+            .unwrap_or(0);
+        const CAP_SYS_ADMIN: u32 = 21;
+        cap_eff & (1 << CAP_SYS_ADMIN) != 0 && st.get("Seccomp").map(String::as_str) == Some("0")
+    })
+}
+
+/// The options every seize of a process to work on takes: system-call
+/// stops marked, and the process's seccomp filters suspended while it is
+/// traced ([`can_suspend_seccomp`]), so that no call pmig injects is
+/// refused, or kills the process, under a filter of its own. (Only the
+/// calls pmig injects and its restorer's run while a process is traced:
+/// a thread let go is detached, which ends the suspension.)
+pub fn seize_options() -> ptrace::Options {
+    let mut o = ptrace::Options::PTRACE_O_TRACESYSGOOD;
+    if can_suspend_seccomp() {
+        // PTRACE_O_SUSPEND_SECCOMP, which nix does not name.
+        o |= ptrace::Options::from_bits_retain(1 << 21);
+    }
+    o
+}
+
 /// Seizes thread `tid` of process `pid` and asks it to stop. False if it
 /// is gone (or exiting, which refuses ptrace). Does not wait for the stop.
 fn seize_and_interrupt(pid: pid_t, tid: pid_t) -> Result<bool> {
-    match ptrace::seize(Pid::from_raw(tid), ptrace::Options::PTRACE_O_TRACESYSGOOD) {
+    match ptrace::seize(Pid::from_raw(tid), seize_options()) {
         Ok(()) => {}
         Err(nix::errno::Errno::ESRCH) => return Ok(false),
         // A thread that has begun to exit cannot be traced any more: as if

@@ -21,9 +21,9 @@ use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
     locks::Locks, memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process,
-    sched::Sched, session, session::Session, signals::Signals, sysvshm::SysvShm, threads::Threads,
-    threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx, Preflight, Resource,
-    RestoreOptions, Update,
+    sched::Sched, seccomp::Seccomp, session, session::Session, signals::Signals, sysvshm::SysvShm,
+    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx,
+    Preflight, Resource, RestoreOptions, Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -565,6 +565,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     }
     Memory::preflight(&pi.memory, &mut pf)?;
     mark("restore: preflight memory");
+    if let Some(s) = &pi.seccomp {
+        Seccomp::preflight(s, &mut pf)?;
+    }
     let pages_fd = pf.open_keep(&pages.to_string_lossy(), libc::O_RDONLY)?;
     let (status_r, status_w) = pipe()?;
     let status_w = pf.keep(status_w)?;
@@ -608,6 +611,11 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         };
         Memory::plan(&pi.memory, &mut cx)?;
         Signals::plan(&pi.signals, &mut cx)?;
+        // Before the threads, which inherit the filters; after Memory's
+        // ops, which need no filter (all are suspended while traced).
+        if let Some(s) = &pi.seccomp {
+            Seccomp::plan(s, &mut cx)?;
+        }
         Threads::plan(&pi.threads, &mut cx)?;
         // After the threads: a POSIX timer may signal one of them.
         Timers::plan(&pi.timers, &mut cx)?;
@@ -715,11 +723,13 @@ fn restore_image_held(
     // Our copies of the child's files are no longer needed.
     p.pf.close_all();
     let result = (|| -> Result<Restored> {
+        // The seccomp filters the restorer installs (`seccomp`) are
+        // suspended until the process is let go; its threads inherit that.
         ptrace::seize(
             Pid::from_raw(pid),
-            ptrace::Options::PTRACE_O_EXITKILL
-                | ptrace::Options::PTRACE_O_TRACECLONE
-                | ptrace::Options::PTRACE_O_TRACESYSGOOD,
+            crate::ptrace::seize_options()
+                | ptrace::Options::PTRACE_O_EXITKILL
+                | ptrace::Options::PTRACE_O_TRACECLONE,
         )
         .ctx(|| format!("trace the new process {pid}"))?;
         if rseq_may_be_inherited() {

@@ -36,6 +36,7 @@ use crate::resources::{
     prctl::Prctl,
     process::Process,
     sched::Sched,
+    seccomp::Seccomp,
     session::Session,
     signals::Signals,
     threads::Threads,
@@ -131,6 +132,9 @@ pub fn bring_up(
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
+    // A filter installed since cannot be put under those the skeleton's
+    // threads hold: stale.
+    update_optional::<Seccomp>(&pre.seccomp, &fin.seccomp, cx)?;
     // The mapping flags (MAP_NORESERVE) are followed with the mappings,
     // by `Memory::update`.
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;

@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 22: an ampom destination asks
+/// The protocol version this build speaks. 23: a destination restores a
+/// process's seccomp filters (image part `seccomp`, format 1.15); a source
+/// moves a process with filters only to a version-23 destination, since an
+/// older one would restore it without them, so older versions are still
+/// spoken (for every other process). 22: an ampom destination asks
 /// for the pages it predicts in `PrefetchRequest`, apart from the pages its
 /// faults wait for (`PageRequest`), and asks again in a `PageRequest` for a
 /// predicted page a fault then waits for; the source answers faults first
@@ -101,7 +105,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 22;
+pub const PROTO_VERSION: u16 = 23;
+/// The first version whose destinations restore seccomp filters.
+pub const SECCOMP_FILTERS: u16 = 23;
 /// The first version that takes `PrefetchRequest`.
 pub const PREFETCH_REQUEST: u16 = 22;
 /// The first version that answers `RoundDone` with `RoundStored`.

@@ -908,6 +908,15 @@ pub fn migrate_with(
             }
         )));
     }
+    let version = ch.peer().version;
+    if version < pmig_proto::msg::SECCOMP_FILTERS
+        && pmig_engine::resources::seccomp::has_filters(pid)
+    {
+        return Err(StrategyError::Other(format!(
+            "cannot migrate process {pid} to {peer}: it has seccomp filters, and {peer} speaks protocol {version}, which would restore it without them (version {} restores them); nothing was touched",
+            pmig_proto::msg::SECCOMP_FILTERS
+        )));
+    }
     let id = new_id();
     let staging = host.staging_root().join(format!(
         "pmig-{}-{}-out-{id}",

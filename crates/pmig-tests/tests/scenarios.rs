@@ -328,6 +328,7 @@ scenario!(loader, "loader", false);
 scenario!(jit, "jit", false);
 scenario!(dropuid, "dropuid", false);
 scenario!(mlocked, "mlocked", false);
+scenario!(seccomp, "seccomp", false);
 scenario!(sleeps, "sleeps", false);
 scenario!(heldlocks, "heldlocks", false);
 scenario!(deaddirs, "deaddirs", false);
@@ -498,6 +499,7 @@ fn scenarios_pass_without_migration() {
         ("pthreads", &[]),
         ("loader", &[]),
         ("jit", &[]),
+        ("seccomp", &[]),
         ("dropuid", &[]),
         ("mlocked", &[]),
         ("locks", &[]),
@@ -580,6 +582,16 @@ fn refusal(mode: &str, keywords: &[&str]) {
     assert_running_untraced(&what, p.pid());
     p.check("refuse", CHECK_TIMEOUT);
     p.quit_ok();
+}
+
+#[test]
+fn refuse_seccomp_filter_with_user_notification() {
+    refusal("seccomp-notify", &["SECCOMP_RET_USER_NOTIF", "supervisor"]);
+}
+
+#[test]
+fn refuse_seccomp_filter_of_one_thread() {
+    refusal("seccomp-thread", &["different seccomp filters"]);
 }
 
 #[test]

@@ -32,6 +32,7 @@ pub mod pipes;
 pub mod prctl;
 pub mod process;
 pub mod sched;
+pub mod seccomp;
 pub mod session;
 pub mod signalfd;
 pub mod signals;

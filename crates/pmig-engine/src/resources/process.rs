@@ -144,12 +144,12 @@ impl Resource for Process {
                 },
             ));
         }
-        match get("Seccomp") {
-            "2" => return Err(unsupported(pid, "a seccomp filter")),
-            // Only read, write, exit and sigreturn are allowed: the first
-            // system call pmig injected would have the kernel kill it.
-            "1" => return Err(unsupported(pid, "seccomp strict mode")),
-            _ => {}
+        // Filters move (`seccomp`, whose precheck asks for what it needs).
+        // Strict mode allows only read, write, exit and sigreturn, and it
+        // cannot be suspended: the first system call pmig injected would
+        // have the kernel kill the process.
+        if get("Seccomp") == "1" {
+            return Err(unsupported(pid, "seccomp strict mode"));
         }
         // The injected calls, the restorer and the saved registers are all
         // x86-64; a 32-bit program (ia32 or x32) would only get a wrong
