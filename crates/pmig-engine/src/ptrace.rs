@@ -189,7 +189,8 @@ fn changes_mappings(nr: i64) -> bool {
 /// too, so a blocking wait would wait for ever. While `tid` is a zombie, its
 /// other threads are reaped here. The first 0.2 ms yield the CPU between
 /// tries (an injected call returns within microseconds), then the naps
-/// grow from 20 µs to 1 ms.
+/// grow from 20 µs to 0.25 ms (a longer call, such as an `munmap` of much
+/// memory, is seen to end at most that late).
 fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
     use std::time::{Duration, Instant};
     let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
@@ -217,7 +218,7 @@ fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
             std::thread::yield_now();
         } else {
             std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(1));
+            nap = (nap * 2).min(Duration::from_micros(250));
         }
     }
 }
