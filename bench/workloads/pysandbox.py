@@ -8,7 +8,13 @@ checking that the sandbox still holds in that thread. It prints the count
 and "sandbox=held" (or what broke) at the end: the output of a run moved
 between nodes must equal an unmoved run's.
 
-Usage: pysandbox.py [N [ROUNDS]]   (default 200000 40)
+With "late" as a third argument, two helper threads start before the
+sandbox, which libseccomp then loads in the main thread alone (it does not
+synchronise threads by default): the helpers stay unfiltered, and say so
+at the end ("helpers=unfiltered"), while the workers, made after it, are
+filtered.
+
+Usage: pysandbox.py [N [ROUNDS [late]]]   (default 200000 40)
 """
 import ctypes
 import ctypes.util
@@ -56,6 +62,17 @@ def sandbox_holds():
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200000
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    late = len(sys.argv) > 3 and sys.argv[3] == "late"
+    go = threading.Event()
+    helpers_saw = []
+
+    def helper():
+        go.wait()
+        helpers_saw.append(sandbox_holds())
+
+    helpers = [threading.Thread(target=helper) for _ in range(2 if late else 0)]
+    for h in helpers:
+        h.start()
     sandbox()
     counts = [0] * 4
     broken = []
@@ -81,10 +98,16 @@ def main():
         t.start()
     for t in threads:
         t.join()
-    late = threading.Thread(target=lambda: broken.extend([] if sandbox_holds() else ["a thread made at the end"]))
-    late.start()
-    late.join()
-    print("primes=%d sandbox=%s" % (sum(counts), "held" if not broken and sandbox_holds() else "BROKEN: " + ", ".join(broken[:5])))
+    last = threading.Thread(target=lambda: broken.extend([] if sandbox_holds() else ["a thread made at the end"]))
+    last.start()
+    last.join()
+    go.set()
+    for h in helpers:
+        h.join()
+    extra = ""
+    if late:
+        extra = " helpers=" + ("unfiltered" if helpers_saw == [False, False] else "filtered: %s" % helpers_saw)
+    print("primes=%d sandbox=%s%s" % (sum(counts), "held" if not broken and sandbox_holds() else "BROKEN: " + ", ".join(broken[:5]), extra))
 
 
 if __name__ == "__main__":

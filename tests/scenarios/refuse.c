@@ -44,8 +44,6 @@
  *   seccomp-notify  a seccomp filter that hands getpriority to a supervisor
  *                   (SECCOMP_RET_USER_NOTIF; with no listener the call fails
  *                   with ENOSYS, which check verifies).
- *   seccomp-thread  a thread that installed a seccomp filter of its own
- *                   (getpriority fails with errno 79 there, not in main).
  * check verifies the resource is still there and intact. */
 #include "common.h"
 #include <signal.h>
@@ -76,7 +74,6 @@ static int fd1 = -1, fd2 = -1;
 static pid_t child;
 static char *shm, *view, *split;
 static int slot;
-static int sc_errno; /* seccomp-thread: the errno its thread's getpriority got */
 #define SHM_HALF (512 * 1024)
 
 static int is_sock(int fd) {
@@ -225,11 +222,6 @@ static int check(void) {
         errno = 0;
         long r = syscall(SYS_getpriority, 0, 0);
         CHECK(r == -1 && errno == ENOSYS, "getpriority returned %ld, errno %d: the filter is gone", r, errno);
-    } else if (!strcmp(mode, "seccomp-thread")) {
-        errno = 0;
-        long r = syscall(SYS_getpriority, 0, 0);
-        CHECK(r >= 0, "getpriority in the main thread returned %ld, errno %d: the thread's filter spread", r, errno);
-        CHECK(__atomic_load_n(&sc_errno, __ATOMIC_ACQUIRE) == 79, "the thread's filter is gone (errno %d)", sc_errno);
     } else if (!strcmp(mode, "threadfs")) {
         char here[4096], there[4096], path[64];
         snprintf(path, sizeof path, "/proc/self/task/%d/cwd", fs_tid);
@@ -240,7 +232,7 @@ static int check(void) {
     return 1;
 }
 
-/* seccomp-*: a filter that returns `action` for getpriority. */
+/* seccomp-notify: a filter that returns `action` for getpriority. */
 static void filter_getpriority(unsigned action) {
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
@@ -251,18 +243,6 @@ static void filter_getpriority(unsigned action) {
     struct sock_fprog prog = {sizeof f / sizeof f[0], f};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
         scn_die("seccomp(SET_MODE_FILTER)");
-}
-
-/* seccomp-thread: the thread with a filter of its own; it reports the
- * errno its getpriority gets, then waits for good. */
-static void *own_filter(void *arg) {
-    (void)arg;
-    filter_getpriority(SECCOMP_RET_ERRNO | 79);
-    errno = 0;
-    syscall(SYS_getpriority, 0, 0);
-    __atomic_store_n(&sc_errno, errno, __ATOMIC_RELEASE);
-    for (;;) pause();
-    return NULL;
 }
 
 /* threadfs: the thread with filesystem attributes of its own. */
@@ -457,11 +437,6 @@ int main(int argc, char **argv) {
         if (!fs_tid) scn_die("the thread did not start");
     } else if (!strcmp(mode, "seccomp-notify")) {
         filter_getpriority(SECCOMP_RET_USER_NOTIF);
-    } else if (!strcmp(mode, "seccomp-thread")) {
-        pthread_t t;
-        if (pthread_create(&t, NULL, own_filter, NULL) != 0) scn_die("pthread_create");
-        for (int i = 0; i < 1000 && !__atomic_load_n(&sc_errno, __ATOMIC_ACQUIRE); i++) usleep(1000);
-        if (__atomic_load_n(&sc_errno, __ATOMIC_ACQUIRE) != 79) scn_die("the thread's filter did not take");
     } else if (strcmp(mode, "plain")) {
         scn_die("unknown mode %s", mode);
     }

@@ -8,8 +8,11 @@
  *   every other call is allowed; a call of another architecture kills;
  *   no_new_privs is set (an unprivileged filter needs it).
  * A second thread, created after the filters, and a third created at each
- * check (so after a restore) must see both. The status file must say
- * "Seccomp: 2" and, where the kernel counts them, "Seccomp_filters: 2". */
+ * check (so after a restore) must see both. The second thread then
+ * installs a third filter of its own (getppid fails with errno 79), which
+ * the main thread and the thread created at each check must not have. The
+ * status file must say "Seccomp: 2" and, where the kernel counts them,
+ * "Seccomp_filters: 2" (3 for the second thread). */
 #include "common.h"
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -45,9 +48,29 @@ static struct sock_filter second[] = {
     RET(SECCOMP_RET_ALLOW),
 };
 
+/* The second thread's own. */
+static struct sock_filter own[] = {
+    LOAD_NR,
+    IF_RET(SYS_getppid, SECCOMP_RET_ERRNO | 79),
+    RET(SECCOMP_RET_ALLOW),
+};
+
 static void install(struct sock_filter *f, unsigned short n, unsigned flags) {
     struct sock_fprog prog = {n, f};
     if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog) != 0) scn_die("seccomp(SET_MODE_FILTER)");
+}
+
+/* 0 if the calling thread has the second thread's own filter (`mine`) or
+ * has not, as it should, else a reason in buf. */
+static int own_filter_is(int mine, char *buf, size_t cap) {
+    errno = 0;
+    long r = syscall(SYS_getppid);
+    if (mine ? (r != -1 || errno != 79) : r <= 0) {
+        snprintf(buf, cap, "getppid returned %ld, errno %d: want %s (the second thread's own filter)", r, errno,
+                 mine ? "-1, errno 79" : "a pid");
+        return -1;
+    }
+    return 0;
 }
 
 /* 0 if both filters hold in the calling thread, else a reason in buf. */
@@ -74,14 +97,16 @@ static int filters_hold(char *buf, size_t cap) {
 }
 
 /* The second thread answers when asked (ask = 1): its verdict, then done++. */
-static int ask, done, thr_ok;
+static int ask, done, thr_ok, thr_tid;
 static char thr_why[256];
 
 static void *thr(void *arg) {
     (void)arg;
+    install(own, sizeof own / sizeof own[0], 0);
+    __atomic_store_n(&thr_tid, scn_gettid(), __ATOMIC_RELEASE);
     for (;;) {
         while (__atomic_load_n(&ask, __ATOMIC_ACQUIRE) == 0) scn_futex(&ask, FUTEX_WAIT, 0, NULL);
-        thr_ok = filters_hold(thr_why, sizeof thr_why) == 0;
+        thr_ok = filters_hold(thr_why, sizeof thr_why) == 0 && own_filter_is(1, thr_why, sizeof thr_why) == 0;
         __atomic_store_n(&ask, 0, __ATOMIC_RELEASE);
         scn_bump_and_wake(&done);
     }
@@ -91,7 +116,8 @@ static void *thr(void *arg) {
 static char fresh_why[256];
 static void *fresh(void *arg) {
     (void)arg;
-    return (void *)(long)(filters_hold(fresh_why, sizeof fresh_why) == 0);
+    return (void *)(long)(filters_hold(fresh_why, sizeof fresh_why) == 0 &&
+                          own_filter_is(0, fresh_why, sizeof fresh_why) == 0);
 }
 
 static int check(void) {
@@ -104,6 +130,11 @@ static int check(void) {
           "NoNewPrivs '%s', want 1", v);
     char why[256];
     CHECK(filters_hold(why, sizeof why) == 0, "main thread: %s", why);
+    CHECK(own_filter_is(0, why, sizeof why) == 0, "main thread: %s", why);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/status", thr_tid);
+    if (scn_status_field(path, "Seccomp_filters", v, sizeof v) == 0)
+        CHECK(!strcmp(v, "3"), "second thread: Seccomp_filters '%s', want 3", v);
     int before = __atomic_load_n(&done, __ATOMIC_ACQUIRE);
     __atomic_store_n(&ask, 1, __ATOMIC_RELEASE);
     scn_futex(&ask, FUTEX_WAKE, 1, NULL);
@@ -129,5 +160,7 @@ int main(void) {
     install(second, sizeof second / sizeof second[0], SECCOMP_FILTER_FLAG_LOG);
     pthread_t t;
     if (pthread_create(&t, NULL, thr, NULL)) scn_die("pthread_create");
+    for (int i = 0; i < 1000 && !__atomic_load_n(&thr_tid, __ATOMIC_ACQUIRE); i++) usleep(1000);
+    if (!__atomic_load_n(&thr_tid, __ATOMIC_ACQUIRE)) scn_die("the second thread did not start");
     scn_run(check, NULL);
 }

@@ -219,7 +219,7 @@ fn capture_colocated(
             // Only images of a process in a deleted directory need 1.14.
             dead_cwd,
             // Only images of a process with seccomp filters need 1.15.
-            seccomp: (!seccomp.filters.is_empty()).then_some(seccomp),
+            seccomp: (!seccomp.is_empty()).then_some(seccomp),
         },
         used,
     ))

@@ -617,6 +617,10 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
             Seccomp::plan(s, &mut cx)?;
         }
         Threads::plan(&pi.threads, &mut cx)?;
+        // The main thread's own filters, which the others must not inherit.
+        if let Some(s) = &pi.seccomp {
+            Seccomp::plan_after_threads(s, &mut cx);
+        }
         // After the threads: a POSIX timer may signal one of them.
         Timers::plan(&pi.timers, &mut cx)?;
         // After the threads (some are per thread), before Identity drops

@@ -590,11 +590,6 @@ fn refuse_seccomp_filter_with_user_notification() {
 }
 
 #[test]
-fn refuse_seccomp_filter_of_one_thread() {
-    refusal("seccomp-thread", &["different seccomp filters"]);
-}
-
-#[test]
 fn refuse_mqueue() {
     refusal("mqueue", &["POSIX message queue"]);
 }

@@ -13,25 +13,27 @@
 //! The capture reads each thread's filters with
 //! `PTRACE_SECCOMP_GET_FILTER` (the instructions) and
 //! `PTRACE_SECCOMP_GET_METADATA` (the `SECCOMP_FILTER_FLAG_LOG` flag),
-//! newest first as the kernel numbers them, and keeps them oldest first. It
-//! refuses:
-//! - threads whose filters differ (a thread that installed one of its own
-//!   without `SECCOMP_FILTER_FLAG_TSYNC`): the restore installs the chain
-//!   once, in the main thread, before it creates the others, which
-//!   inherit it;
+//! newest first as the kernel numbers them, and keeps them oldest first:
+//! each distinct program once, and for each thread the list of those it
+//! has. Threads may differ (a thread that installed a filter after the
+//! others existed, without `SECCOMP_FILTER_FLAG_TSYNC`, as libseccomp does
+//! by default). It refuses:
 //! - a filter that can hand a call to a supervisor
 //!   (`SECCOMP_RET_USER_NOTIF`): the supervisor holds the other end, which
 //!   does not move;
 //! - a process with filters when this tracer cannot suspend them (it lacks
 //!   `CAP_SYS_ADMIN`, or is under seccomp itself).
 //!
-//! The restorer installs the chain, oldest first, in the main thread,
-//! right after the memory is in place and before the other threads exist;
-//! it sets `no_new_privs` first when the process had it (a filter needs it,
-//! or `CAP_SYS_ADMIN`, which the restore drops later). The restore's later
-//! calls pass no filter (suspended), and the filters hold from the moment
-//! the process is let go. A restore that cannot suspend them refuses the
-//! image before anything is created.
+//! The restorer installs, oldest first, the filters every thread has (the
+//! longest start their lists share) in the main thread, right after the
+//! memory is in place and before the other threads exist, which inherit
+//! them; then each thread installs the rest of its own list, a new thread
+//! as its first calls, the main thread once the others exist. It sets
+//! `no_new_privs` first when the process had it (a filter needs it, or
+//! `CAP_SYS_ADMIN`, which the restore drops later, after these). The
+//! restore's later calls pass no filter (suspended), and the filters hold
+//! from the moment the process is let go. A restore that cannot suspend
+//! them refuses the image before anything is created.
 //!
 //! Written only when the process has a filter (format 1.15). A 1.14 reader
 //! does not know the part and would restore the process without its
@@ -62,10 +64,31 @@ pub struct Filter {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SeccompState {
-    /// Oldest first: the order to install them in.
+    /// Each distinct filter once.
     pub filters: Vec<Filter>,
+    /// For each thread, in the order of the `threads` part (the main thread
+    /// first): its filters, as indices into `filters`, oldest first (the
+    /// order to install them in).
+    pub threads: Vec<Vec<u32>>,
     /// `no_new_privs` of the main thread, set again before the filters.
     pub no_new_privs: bool,
+}
+
+impl SeccompState {
+    /// Whether no thread has a filter.
+    pub fn is_empty(&self) -> bool {
+        self.threads.iter().all(Vec::is_empty)
+    }
+
+    /// How many filters, oldest first, every thread has in common.
+    fn shared(&self) -> usize {
+        let Some(first) = self.threads.first() else {
+            return 0;
+        };
+        (0..first.len())
+            .take_while(|&i| self.threads.iter().all(|t| t.get(i) == Some(&first[i])))
+            .count()
+    }
 }
 
 const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
@@ -193,10 +216,10 @@ fn notifies(f: &Filter) -> bool {
         .any(|(code, k)| code == BPF_RET_K && k & SECCOMP_RET_ACTION_FULL == SECCOMP_RET_USER_NOTIF)
 }
 
-/// Checks the shape of a chain read from an image: what the kernel
-/// accepts, so that a damaged part is refused before anything is created.
+/// Checks the shape of the part read from an image: programs the kernel
+/// accepts, and threads' lists of them it accepts, so that a damaged part
+/// is refused before anything is created.
 fn check_chain(s: &SeccompState) -> std::result::Result<(), String> {
-    let mut total = 0;
     for (i, f) in s.filters.iter().enumerate() {
         let n = f.insns.len() / 8;
         if f.insns.len() % 8 != 0 || n == 0 || n > MAX_INSNS {
@@ -211,14 +234,44 @@ fn check_chain(s: &SeccompState) -> std::result::Result<(), String> {
                 f.flags
             ));
         }
-        total += n + 4;
     }
-    if total > MAX_INSNS_PER_PATH {
-        return Err(format!(
-            "the seccomp filters have {total} instructions with their overhead, more than the kernel's {MAX_INSNS_PER_PATH}"
-        ));
+    for (t, chain) in s.threads.iter().enumerate() {
+        let mut total = 0;
+        for &i in chain {
+            let f = s.filters.get(i as usize).ok_or_else(|| {
+                format!(
+                    "thread {t} names seccomp filter {i}, of {}",
+                    s.filters.len()
+                )
+            })?;
+            total += f.insns.len() / 8 + 4;
+        }
+        if total > MAX_INSNS_PER_PATH {
+            return Err(format!(
+                "the seccomp filters of thread {t} have {total} instructions with their overhead, more than the kernel's {MAX_INSNS_PER_PATH}"
+            ));
+        }
     }
     Ok(())
+}
+
+/// Appends to thread `t`'s ops the install of `filters[i]` for each `i` of
+/// `chain`, in order.
+fn install(b: &mut pmig_restorer::PlanBuilder, t: usize, filters: &[Filter], chain: &[u32]) {
+    for &i in chain {
+        let f = &filters[i as usize];
+        let prog = b.data(&f.insns);
+        // struct sock_fprog { unsigned short len; struct sock_filter *filter; }
+        let fprog: [u64; 2] = [(f.insns.len() / 8) as u64, 0];
+        let fprog = b.data_with_ptr(&fprog, 8, prog);
+        b.syscall(
+            t,
+            libc::SYS_seccomp,
+            &[SECCOMP_SET_MODE_FILTER.into(), f.flags.into(), fprog.into()],
+            Check::NonNeg,
+            format!("install seccomp filter {i} in thread {t}"),
+        );
+    }
 }
 
 impl Resource for Seccomp {
@@ -239,29 +292,27 @@ impl Resource for Seccomp {
 
     fn capture(cx: &mut Capture) -> Result<Self::State> {
         let pid = cx.pid;
-        let mut chain: Option<Vec<Filter>> = None;
+        let mut state = SeccompState {
+            filters: Vec::new(),
+            threads: Vec::with_capacity(cx.frozen.threads.len()),
+            no_new_privs: false,
+        };
         for t in &cx.frozen.threads {
-            let mine = filters_of(t.tid)?;
-            match &chain {
-                None => chain = Some(mine),
-                Some(c) if *c == mine => {}
-                Some(_) => {
-                    return Err(unsupported(
-                        pid,
-                        format!(
-                            "threads with different seccomp filters (thread {} installed one of its own)",
-                            t.tid
-                        ),
-                    ))
-                }
+            let mut chain = Vec::new();
+            for f in filters_of(t.tid)? {
+                let i = match state.filters.iter().position(|g| *g == f) {
+                    Some(i) => i,
+                    None => {
+                        state.filters.push(f);
+                        state.filters.len() - 1
+                    }
+                };
+                chain.push(i as u32);
             }
+            state.threads.push(chain);
         }
-        let filters = chain.unwrap_or_default();
-        if filters.is_empty() {
-            return Ok(SeccompState {
-                filters,
-                no_new_privs: false,
-            });
+        if state.is_empty() {
+            return Ok(state);
         }
         if !crate::ptrace::can_suspend_seccomp() {
             return Err(unsupported(
@@ -269,17 +320,14 @@ impl Resource for Seccomp {
                 "a seccomp filter without CAP_SYS_ADMIN (pmig must suspend the filter while it works on the process)",
             ));
         }
-        if filters.iter().any(notifies) {
+        if state.filters.iter().any(notifies) {
             return Err(unsupported(
                 pid,
                 "a seccomp filter that hands system calls to a supervisor (SECCOMP_RET_USER_NOTIF)",
             ));
         }
-        let no_new_privs = cx.status()?.get("NoNewPrivs").map(String::as_str) == Some("1");
-        Ok(SeccompState {
-            filters,
-            no_new_privs,
-        })
+        state.no_new_privs = cx.status()?.get("NoNewPrivs").map(String::as_str) == Some("1");
+        Ok(state)
     }
 
     fn preflight(s: &Self::State, _pf: &mut Preflight) -> Result<()> {
@@ -293,8 +341,19 @@ impl Resource for Seccomp {
         Ok(())
     }
 
+    /// Before the threads are created: `no_new_privs`, the filters every
+    /// thread has in the main thread, and each other thread's own as its
+    /// first calls. [`Seccomp::plan_after_threads`] adds the main thread's
+    /// own.
     fn plan(s: &Self::State, cx: &mut PlanCx) -> Result<()> {
         let b = &mut *cx.b;
+        if s.threads.len() != b.n_threads() {
+            return Err(EngineError::Incompatible(format!(
+                "image part 'seccomp' lists {} threads, the process has {}",
+                s.threads.len(),
+                b.n_threads()
+            )));
+        }
         if s.no_new_privs {
             b.syscall(
                 0,
@@ -310,21 +369,23 @@ impl Resource for Seccomp {
                 "set no_new_privs (before the seccomp filters)",
             );
         }
-        let n = s.filters.len();
-        for (i, f) in s.filters.iter().enumerate() {
-            let prog = b.data(&f.insns);
-            // struct sock_fprog { unsigned short len; struct sock_filter *filter; }
-            let fprog: [u64; 2] = [(f.insns.len() / 8) as u64, 0];
-            let fprog = b.data_with_ptr(&fprog, 8, prog);
-            b.syscall(
-                0,
-                libc::SYS_seccomp,
-                &[SECCOMP_SET_MODE_FILTER.into(), f.flags.into(), fprog.into()],
-                Check::NonNeg,
-                format!("install seccomp filter {} of {n}", i + 1),
-            );
+        let shared = s.shared();
+        install(b, 0, &s.filters, &s.threads[0][..shared]);
+        for (t, chain) in s.threads.iter().enumerate().skip(1) {
+            install(b, t, &s.filters, &chain[shared..]);
         }
         Ok(())
+    }
+}
+
+impl Seccomp {
+    /// After the threads are created (they must not inherit them): the
+    /// main thread's own filters, those not every thread has.
+    pub fn plan_after_threads(s: &SeccompState, cx: &mut PlanCx) {
+        let shared = s.shared();
+        if let Some(main) = s.threads.first() {
+            install(cx.b, 0, &s.filters, &main[shared..]);
+        }
     }
 }
 
@@ -360,6 +421,7 @@ mod tests {
     fn chains_the_kernel_would_refuse_are_found() {
         let ok = SeccompState {
             filters: vec![filter(&[insn(BPF_RET_K, 0x7fff_0000)])],
+            threads: vec![vec![0], vec![0, 0]],
             no_new_privs: true,
         };
         assert!(check_chain(&ok).is_ok());
@@ -372,11 +434,35 @@ mod tests {
         let mut flagged = ok.clone();
         flagged.filters[0].flags = 8;
         assert!(check_chain(&flagged).unwrap_err().contains("unknown flags"));
+        let mut unknown = ok.clone();
+        unknown.threads[1].push(1);
+        assert!(check_chain(&unknown)
+            .unwrap_err()
+            .contains("names seccomp filter 1"));
         let big = filter(&vec![insn(BPF_RET_K, 0); MAX_INSNS]);
         let too_many = SeccompState {
-            filters: vec![big; 8],
+            filters: vec![big],
+            threads: vec![vec![0; 8]],
             no_new_privs: false,
         };
         assert!(check_chain(&too_many).unwrap_err().contains("32768"));
+    }
+
+    #[test]
+    fn the_filters_all_threads_share_are_the_start_of_their_lists() {
+        let st = |threads: Vec<Vec<u32>>| SeccompState {
+            filters: Vec::new(),
+            threads,
+            no_new_privs: false,
+        };
+        assert_eq!(st(vec![vec![0, 1], vec![0, 1]]).shared(), 2);
+        // A thread that installed one of its own after the others existed.
+        assert_eq!(st(vec![vec![0], vec![0, 1], vec![0]]).shared(), 1);
+        // The main thread's own, installed after it made the others.
+        assert_eq!(st(vec![vec![0, 2], vec![0]]).shared(), 1);
+        assert_eq!(st(vec![vec![], vec![3]]).shared(), 0);
+        assert_eq!(st(vec![]).shared(), 0);
+        assert!(st(vec![vec![], vec![]]).is_empty());
+        assert!(!st(vec![vec![], vec![3]]).is_empty());
     }
 }
