@@ -124,6 +124,15 @@ pub fn has_filters(pid: pid_t) -> bool {
     })
 }
 
+/// The refusal of a process with filters by a tracer that cannot suspend
+/// (nor read) them.
+fn cannot_suspend(pid: pid_t) -> EngineError {
+    unsupported(
+        pid,
+        "a seccomp filter without CAP_SYS_ADMIN (pmig must suspend the filter while it works on the process)",
+    )
+}
+
 /// Thread `tid`'s filters, oldest first (it must be in a ptrace stop of
 /// ours). Empty when it has none.
 fn filters_of(tid: pid_t) -> Result<Vec<Filter>> {
@@ -167,11 +176,16 @@ fn filters_of(tid: pid_t) -> Result<Vec<Filter>> {
                 insns.as_mut_ptr() as *mut libc::c_void,
             )
         };
-        if got < 0 || got as usize != n {
+        if got < 0 {
             return Err(EngineError::Sys {
                 what: format!("read seccomp filter {index} of thread {tid}"),
                 source: std::io::Error::last_os_error(),
             });
+        }
+        if got as usize != n {
+            return Err(EngineError::Other(format!(
+                "seccomp filter {index} of thread {tid} had {n} instructions, then {got}"
+            )));
         }
         // struct seccomp_metadata { __u64 filter_off; __u64 flags; }
         let mut md = [index, 0u64];
@@ -282,10 +296,7 @@ impl Resource for Seccomp {
     fn precheck(pid: pid_t) -> Result<()> {
         // Read only where it matters: this runs again in the stop.
         if !crate::ptrace::can_suspend_seccomp() && has_filters(pid) {
-            return Err(unsupported(
-                pid,
-                "a seccomp filter without CAP_SYS_ADMIN (pmig must suspend the filter while it works on the process)",
-            ));
+            return Err(cannot_suspend(pid));
         }
         Ok(())
     }
@@ -297,6 +308,15 @@ impl Resource for Seccomp {
             threads: Vec::with_capacity(cx.frozen.threads.len()),
             no_new_privs: false,
         };
+        // Reading a filter needs CAP_SYS_ADMIN (and no seccomp mode of our
+        // own), as suspending one does; without it only the mode shows.
+        if !crate::ptrace::can_suspend_seccomp() {
+            if has_filters(pid) {
+                return Err(cannot_suspend(pid));
+            }
+            state.threads = vec![Vec::new(); cx.frozen.threads.len()];
+            return Ok(state);
+        }
         for t in &cx.frozen.threads {
             let mut chain = Vec::new();
             for f in filters_of(t.tid)? {
@@ -313,12 +333,6 @@ impl Resource for Seccomp {
         }
         if state.is_empty() {
             return Ok(state);
-        }
-        if !crate::ptrace::can_suspend_seccomp() {
-            return Err(unsupported(
-                pid,
-                "a seccomp filter without CAP_SYS_ADMIN (pmig must suspend the filter while it works on the process)",
-            ));
         }
         if state.filters.iter().any(notifies) {
             return Err(unsupported(
