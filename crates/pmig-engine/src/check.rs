@@ -60,6 +60,14 @@ fn check_ptrace() -> Result<String, String> {
     ))
 }
 
+fn check_seccomp_suspend() -> Result<String, String> {
+    if crate::ptrace::can_suspend_seccomp() {
+        Ok("PTRACE_O_SUSPEND_SECCOMP: processes with seccomp filters move".into())
+    } else {
+        Err("PTRACE_O_SUSPEND_SECCOMP refused (needs CAP_SYS_ADMIN, no seccomp mode of pmig's own, and a kernel with checkpoint/restore): processes with seccomp filters are refused".into())
+    }
+}
+
 fn check_inject() -> Result<String, String> {
     let s = Sleeper::new().ok_or("fork failed")?;
     let mut f = crate::ptrace::Frozen::freeze(s.0).map_err(|e| e.to_string())?;
@@ -282,6 +290,7 @@ pub fn run_checks() -> Vec<CheckResult> {
         ("PAGEMAP_SCAN", false, Box::new(check_pagemap_scan)),
         ("userfaultfd", false, Box::new(check_uffd)),
         ("pidfd", false, Box::new(check_pidfd)),
+        ("seccomp suspension", false, Box::new(check_seccomp_suspend)),
         ("ip (cluster)", false, Box::new(|| check_tool("ip"))),
         ("tc (cluster)", false, Box::new(|| check_tool("tc"))),
     ];

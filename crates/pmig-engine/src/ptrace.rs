@@ -268,10 +268,13 @@ fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<Wa
     }
 }
 
+/// `PTRACE_O_SUSPEND_SECCOMP`, which nix does not name.
+const PTRACE_O_SUSPEND_SECCOMP: i32 = 1 << 21;
+
 /// Whether this process may trace with `PTRACE_O_SUSPEND_SECCOMP`: the
 /// kernel allows it to a tracer with `CAP_SYS_ADMIN` that is under no
-/// seccomp mode itself (and built with checkpoint/restore, which a seize
-/// that asks for it then tells). Read once.
+/// seccomp mode itself, if it was built with checkpoint/restore. Found
+/// once, by seizing a child with it.
 pub fn can_suspend_seccomp() -> bool {
     static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CAN.get_or_init(|| {
@@ -283,8 +286,36 @@ pub fn can_suspend_seccomp() -> bool {
             .and_then(|v| u64::from_str_radix(v, 16).ok())
             .unwrap_or(0);
         const CAP_SYS_ADMIN: u32 = 21;
-        cap_eff & (1 << CAP_SYS_ADMIN) != 0 && st.get("Seccomp").map(String::as_str) == Some("0")
+        cap_eff & (1 << CAP_SYS_ADMIN) != 0
+            && st.get("Seccomp").map(String::as_str) == Some("0")
+            && suspends_seccomp()
     })
+}
+
+/// Whether a seize with `PTRACE_O_SUSPEND_SECCOMP` of a child of ours
+/// works (a kernel without checkpoint/restore refuses it with EINVAL).
+fn suspends_seccomp() -> bool {
+    // SAFETY: the child only calls pause(), which is async-signal-safe,
+    // until it is killed.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        loop {
+            // SAFETY: pause takes no arguments.
+            unsafe { libc::pause() };
+        }
+    }
+    if child < 0 {
+        return false;
+    }
+    let ok = ptrace::seize(
+        Pid::from_raw(child),
+        ptrace::Options::from_bits_retain(PTRACE_O_SUSPEND_SECCOMP),
+    )
+    .is_ok();
+    // SAFETY: killing and reaping our own child.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    let _ = waitpid(Pid::from_raw(child), Some(WaitPidFlag::__WALL));
+    ok
 }
 
 /// The options every seize of a process to work on takes: system-call
@@ -296,10 +327,14 @@ pub fn can_suspend_seccomp() -> bool {
 pub fn seize_options() -> ptrace::Options {
     let mut o = ptrace::Options::PTRACE_O_TRACESYSGOOD;
     if can_suspend_seccomp() {
-        // PTRACE_O_SUSPEND_SECCOMP, which nix does not name.
-        o |= ptrace::Options::from_bits_retain(1 << 21);
+        o |= suspend_seccomp();
     }
     o
+}
+
+/// `PTRACE_O_SUSPEND_SECCOMP` as an option.
+pub fn suspend_seccomp() -> ptrace::Options {
+    ptrace::Options::from_bits_retain(PTRACE_O_SUSPEND_SECCOMP)
 }
 
 /// Seizes thread `tid` of process `pid` and asks it to stop. False if it

@@ -727,15 +727,17 @@ fn restore_image_held(
     // Our copies of the child's files are no longer needed.
     p.pf.close_all();
     let result = (|| -> Result<Restored> {
-        // The seccomp filters the restorer installs (`seccomp`) are
-        // suspended until the process is let go; its threads inherit that.
-        ptrace::seize(
-            Pid::from_raw(pid),
-            crate::ptrace::seize_options()
-                | ptrace::Options::PTRACE_O_EXITKILL
-                | ptrace::Options::PTRACE_O_TRACECLONE,
-        )
-        .ctx(|| format!("trace the new process {pid}"))?;
+        // The seccomp filters the restorer installs (`seccomp`, whose
+        // preflight found that they can be) are suspended until the
+        // process is let go; its threads inherit that.
+        let mut options = ptrace::Options::PTRACE_O_EXITKILL
+            | ptrace::Options::PTRACE_O_TRACECLONE
+            | ptrace::Options::PTRACE_O_TRACESYSGOOD;
+        if pi.seccomp.is_some() {
+            options |= crate::ptrace::suspend_seccomp();
+        }
+        ptrace::seize(Pid::from_raw(pid), options)
+            .ctx(|| format!("trace the new process {pid}"))?;
         if rseq_may_be_inherited() {
             unregister_inherited_rseq(pid, p.area.syscall_insn())?;
         }
