@@ -194,6 +194,20 @@ typedef int (*scn_check_fn)(void);
 typedef ssize_t (*scn_read_fn)(int fd, void *buf, size_t n);
 SCN_FN ssize_t scn_plain_read(int fd, void *buf, size_t n) { return read(fd, buf, n); }
 
+/* Asks a helper thread that waits on *ask (sets it to 1 and wakes it) and
+ * waits until the thread bumps *done: bounded without a clock, by futex
+ * waits with a relative timeout (20 s in all). 1 if it answered. */
+SCN_FN int scn_ask_thread(int *ask, int *done) {
+    int before = __atomic_load_n(done, __ATOMIC_ACQUIRE);
+    __atomic_store_n(ask, 1, __ATOMIC_RELEASE);
+    scn_futex(ask, FUTEX_WAKE, 1, NULL);
+    for (int i = 0; i < 2000 && __atomic_load_n(done, __ATOMIC_ACQUIRE) == before; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        scn_futex(done, FUTEX_WAIT, before, &ts);
+    }
+    return __atomic_load_n(done, __ATOMIC_ACQUIRE) != before;
+}
+
 /* The command loop. Never returns.
  * If stdin is a regular file (the multi-node tests: a file on a file system
  * every node shares, which moves with the process), the end of the file is

@@ -51,15 +51,7 @@ static int check(void) {
     CHECK(prctl(PR_GET_TSC, &v, 0, 0, 0) == 0 && v == PR_TSC_SIGSEGV, "TSC mode %d, want SIGSEGV (%d)", v, PR_TSC_SIGSEGV);
     long merge = prctl(PR_GET_MEMORY_MERGE, 0, 0, 0, 0);
     if (want_merge == 1) CHECK(merge == 1, "KSM merging %ld, want 1", merge);
-    int before = __atomic_load_n(&done, __ATOMIC_ACQUIRE);
-    __atomic_store_n(&ask, 1, __ATOMIC_RELEASE);
-    scn_futex(&ask, FUTEX_WAKE, 1, NULL);
-    /* Bounded without a clock: futex waits with a relative timeout. */
-    for (int i = 0; i < 2000 && __atomic_load_n(&done, __ATOMIC_ACQUIRE) == before; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        scn_futex(&done, FUTEX_WAIT, before, &ts);
-    }
-    CHECK(__atomic_load_n(&done, __ATOMIC_ACQUIRE) != before, "the second thread did not answer within 20 s");
+    CHECK(scn_ask_thread(&ask, &done), "the second thread did not answer within 20 s");
     CHECK(thr_mce == PR_MCE_KILL_EARLY, "second thread: machine-check kill policy %ld, want early", thr_mce);
     CHECK(thr_tsc == PR_TSC_SIGSEGV, "second thread: TSC mode %d, want SIGSEGV", thr_tsc);
     return 1;

@@ -135,15 +135,7 @@ static int check(void) {
     snprintf(path, sizeof path, "/proc/self/task/%d/status", thr_tid);
     if (scn_status_field(path, "Seccomp_filters", v, sizeof v) == 0)
         CHECK(!strcmp(v, "3"), "second thread: Seccomp_filters '%s', want 3", v);
-    int before = __atomic_load_n(&done, __ATOMIC_ACQUIRE);
-    __atomic_store_n(&ask, 1, __ATOMIC_RELEASE);
-    scn_futex(&ask, FUTEX_WAKE, 1, NULL);
-    /* Bounded: futex waits with a relative timeout. */
-    for (int i = 0; i < 2000 && __atomic_load_n(&done, __ATOMIC_ACQUIRE) == before; i++) {
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        scn_futex(&done, FUTEX_WAIT, before, &ts);
-    }
-    CHECK(__atomic_load_n(&done, __ATOMIC_ACQUIRE) != before, "the second thread did not answer within 20 s");
+    CHECK(scn_ask_thread(&ask, &done), "the second thread did not answer within 20 s");
     CHECK(thr_ok, "second thread: %s", thr_why);
     pthread_t t;
     CHECK(pthread_create(&t, NULL, fresh, NULL) == 0, "pthread_create at the check failed");
