@@ -15,11 +15,11 @@ pub struct CheckResult {
     pub detail: String,
 }
 
-/// A child that just waits to be killed.
-struct Sleeper(libc::pid_t);
+/// A child that just waits to be killed (when this is dropped).
+pub(crate) struct Sleeper(pub(crate) libc::pid_t);
 
 impl Sleeper {
-    fn new() -> Option<Sleeper> {
+    pub(crate) fn new() -> Option<Sleeper> {
         // SAFETY: the child only calls pause() and _exit(): async-signal-safe.
         match unsafe { libc::fork() } {
             0 => unsafe {

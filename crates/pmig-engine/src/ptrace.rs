@@ -183,53 +183,35 @@ fn changes_mappings(nr: i64) -> bool {
     .contains(&nr)
 }
 
-/// Waits for thread `tid`'s next stop, or its end. Polls: a thread group
-/// leader that dies (a SIGKILL, a seccomp filter's kill) is reported only
-/// once its other threads are reaped, and they are traced by this thread
-/// too, so a blocking wait would wait for ever. While `tid` is a zombie, its
-/// other threads are reaped here. The first 0.2 ms yield the CPU between
-/// tries (an injected call returns within microseconds), then the naps
-/// grow from 20 µs to 0.25 ms (a longer call, such as an `munmap` of much
-/// memory, is seen to end at most that late).
+/// Waits for thread `tid`'s next stop, or its end ([`wait_stop_until`]
+/// without a deadline).
 fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
-    use std::time::{Duration, Instant};
-    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
-    let start = Instant::now();
-    let mut nap = Duration::from_micros(20);
-    let mut next_look = start + Duration::from_millis(5);
     loop {
-        match waitpid(Pid::from_raw(tid), flags) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(s) => return Ok(s),
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e).ctx(|| format!("wait for thread {tid}")),
-        }
-        let now = Instant::now();
-        if now >= next_look {
-            next_look = now + Duration::from_millis(5);
-            if leader_waits_for_its_threads(tid) {
-                let others: Vec<pid_t> = list_tids(tid)
-                    .map(|t| t.into_iter().filter(|&t| t != tid).collect())
-                    .unwrap_or_default();
-                reap_exiting(&others);
-            }
-        }
-        if now - start < Duration::from_micros(200) {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_micros(250));
+        if let Some(s) = poll_stop(tid, None)? {
+            return Ok(s);
         }
     }
 }
 
-/// Whether `tid` has died and is a zombie that its thread group's other
-/// threads keep from being reported.
-fn leader_waits_for_its_threads(tid: pid_t) -> bool {
+/// Whether `tid` has died and is a zombie.
+fn is_zombie(tid: pid_t) -> bool {
     crate::procfs::stat_fields(tid)
         .ok()
         .and_then(|f| f.into_iter().next())
         .is_some_and(|st| st == "Z" || st == "X")
+}
+
+/// Reaps the other threads of `tid`'s group that are zombies: a group
+/// leader that died (a SIGKILL, a seccomp filter's kill) is reported only
+/// once they are, and they are traced by this thread too. Only dead ones
+/// are waited for, so that no stop of a live thread is taken.
+fn reap_dead_siblings(tid: pid_t) {
+    let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
+    for t in list_tids(tid).unwrap_or_default() {
+        if t != tid && is_zombie(t) {
+            let _ = waitpid(Pid::from_raw(t), flags);
+        }
+    }
 }
 
 /// How long [`Frozen::freeze`] waits for each thread to stop. A thread
@@ -240,14 +222,25 @@ fn leader_waits_for_its_threads(tid: pid_t) -> bool {
 pub const FREEZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// [`wait_stop`] bounded by `deadline`: None if `tid` has not changed state
-/// by then. Polls without blocking: for the first 0.2 ms yielding the CPU
-/// between tries (a running or sleeping thread stops within tens of
-/// microseconds), then sleeping 50 µs, doubling up to 1 ms.
+/// by then.
 fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<WaitStatus>> {
+    poll_stop(tid, Some(deadline))
+}
+
+/// Waits for thread `tid`'s next stop or its end, until `deadline` if any
+/// (None once it has passed). Polls, without blocking: while `tid` is a
+/// zombie, its dead siblings are reaped ([`reap_dead_siblings`]), which a
+/// blocking wait would wait for ever for. For the first 0.2 ms it yields
+/// the CPU between tries (an injected call returns, and a running or
+/// sleeping thread stops, within microseconds), then naps from 20 µs,
+/// doubling up to 0.25 ms (a longer call, such as an `munmap` of much
+/// memory, is seen to end at most that late).
+fn poll_stop(tid: pid_t, deadline: Option<std::time::Instant>) -> Result<Option<WaitStatus>> {
     use std::time::{Duration, Instant};
     let flags = Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG);
     let start = Instant::now();
-    let mut nap = Duration::from_micros(50);
+    let mut nap = Duration::from_micros(20);
+    let mut next_look = start + Duration::from_millis(5);
     loop {
         match waitpid(Pid::from_raw(tid), flags) {
             Ok(WaitStatus::StillAlive) => {}
@@ -256,14 +249,21 @@ fn wait_stop_until(tid: pid_t, deadline: std::time::Instant) -> Result<Option<Wa
             Err(e) => return Err(e).ctx(|| format!("wait for thread {tid}")),
         }
         let now = Instant::now();
-        if now >= deadline {
+        if deadline.is_some_and(|d| now >= d) {
             return Ok(None);
+        }
+        if now >= next_look {
+            next_look = now + Duration::from_millis(5);
+            if is_zombie(tid) {
+                reap_dead_siblings(tid);
+            }
         }
         if now - start < Duration::from_micros(200) {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(nap.min(deadline - now));
-            nap = (nap * 2).min(Duration::from_millis(1));
+            let left = deadline.map_or(nap, |d| d - now);
+            std::thread::sleep(nap.min(left));
+            nap = (nap * 2).min(Duration::from_micros(250));
         }
     }
 }
@@ -281,10 +281,7 @@ pub fn can_suspend_seccomp() -> bool {
         let Ok(st) = crate::procfs::status(std::process::id() as pid_t) else {
             return false;
         };
-        let cap_eff = st
-            .get("CapEff")
-            .and_then(|v| u64::from_str_radix(v, 16).ok())
-            .unwrap_or(0);
+        let cap_eff = crate::procfs::hex_u64(st.get("CapEff").map(String::as_str).unwrap_or("0"));
         const CAP_SYS_ADMIN: u32 = 21;
         cap_eff & (1 << CAP_SYS_ADMIN) != 0
             && st.get("Seccomp").map(String::as_str) == Some("0")
@@ -295,35 +292,17 @@ pub fn can_suspend_seccomp() -> bool {
 /// Whether a seize with `PTRACE_O_SUSPEND_SECCOMP` of a child of ours
 /// works (a kernel without checkpoint/restore refuses it with EINVAL).
 fn suspends_seccomp() -> bool {
-    // SAFETY: the child only calls pause(), which is async-signal-safe,
-    // until it is killed.
-    let child = unsafe { libc::fork() };
-    if child == 0 {
-        loop {
-            // SAFETY: pause takes no arguments.
-            unsafe { libc::pause() };
-        }
-    }
-    if child < 0 {
-        return false;
-    }
-    let ok = ptrace::seize(
-        Pid::from_raw(child),
-        ptrace::Options::from_bits_retain(PTRACE_O_SUSPEND_SECCOMP),
-    )
-    .is_ok();
-    // SAFETY: killing and reaping our own child.
-    unsafe { libc::kill(child, libc::SIGKILL) };
-    let _ = waitpid(Pid::from_raw(child), Some(WaitPidFlag::__WALL));
-    ok
+    crate::check::Sleeper::new()
+        .is_some_and(|s| ptrace::seize(Pid::from_raw(s.0), suspend_seccomp()).is_ok())
 }
 
-/// The options every seize of a process to work on takes: system-call
-/// stops marked, and the process's seccomp filters suspended while it is
-/// traced ([`can_suspend_seccomp`]), so that no call pmig injects is
-/// refused, or kills the process, under a filter of its own. (Only the
-/// calls pmig injects and its restorer's run while a process is traced:
-/// a thread let go is detached, which ends the suspension.)
+/// The options of every thread held to work on: system-call stops marked,
+/// and the process's seccomp filters suspended while it is traced
+/// ([`can_suspend_seccomp`]), so that no call pmig injects is refused, or
+/// kills the process, under a filter of its own. Set once the thread is in
+/// its stop, not at the seize: from the seize to the stop the thread runs
+/// its own code, and a call it made then would pass no filter. (A thread
+/// let go is detached, which ends the suspension.)
 pub fn seize_options() -> ptrace::Options {
     let mut o = ptrace::Options::PTRACE_O_TRACESYSGOOD;
     if can_suspend_seccomp() {
@@ -339,8 +318,9 @@ pub fn suspend_seccomp() -> ptrace::Options {
 
 /// Seizes thread `tid` of process `pid` and asks it to stop. False if it
 /// is gone (or exiting, which refuses ptrace). Does not wait for the stop.
+/// Its filters are not suspended yet (see [`seize_options`]).
 fn seize_and_interrupt(pid: pid_t, tid: pid_t) -> Result<bool> {
-    match ptrace::seize(Pid::from_raw(tid), seize_options()) {
+    match ptrace::seize(Pid::from_raw(tid), ptrace::Options::PTRACE_O_TRACESYSGOOD) {
         Ok(()) => {}
         Err(nix::errno::Errno::ESRCH) => return Ok(false),
         // A thread that has begun to exit cannot be traced any more: as if
@@ -545,8 +525,8 @@ impl Frozen {
     }
 
     /// Records thread `tid`, just stopped by the freeze with `stop_sig`, as
-    /// held, and blocks every signal in it while it is: its own mask is
-    /// kept to be put back.
+    /// held, suspends its seccomp filters ([`seize_options`]) and blocks
+    /// every signal in it while it is: its own mask is kept to be put back.
     fn hold(&mut self, tid: pid_t, stop_sig: i32) -> Result<()> {
         self.threads.push(Thread {
             tid,
@@ -555,6 +535,8 @@ impl Frozen {
             group_stop: (stop_sig != libc::SIGTRAP).then_some(stop_sig),
             affinity: None,
         });
+        ptrace::setoptions(Pid::from_raw(tid), seize_options())
+            .ctx(|| format!("set the trace options of thread {tid}"))?;
         if stop_sig == libc::SIGTRAP {
             undo_eintr(tid)?;
         }
@@ -1770,6 +1752,64 @@ mod tests {
             assert!(
                 states.iter().all(|&s| s == Some('T')),
                 "thread states right after the detach: {states:?}"
+            );
+        }
+        drop(guard);
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn no_call_of_a_process_passes_its_seccomp_filter_while_it_is_frozen_and_let_go() {
+        // Three threads call getpriority without end, which the filter
+        // fails with errno 77; any other result ends the process with 3.
+        let (_dir, mut child) = spawn_c(
+            "#include <errno.h>\n#include <linux/filter.h>\n#include <linux/seccomp.h>\n\
+             #include <pthread.h>\n#include <stddef.h>\n#include <sys/prctl.h>\n\
+             #include <sys/syscall.h>\n#include <unistd.h>\n\
+             static struct sock_filter f[] = {\n\
+               BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),\n\
+               BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getpriority, 0, 1),\n\
+               BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 77),\n\
+               BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW) };\n\
+             static void *spin(void *a) { (void)a; for (;;) { errno = 0;\n\
+               if (syscall(SYS_getpriority, 0, 0) != -1 || errno != 77) _exit(3); } return 0; }\n\
+             int main(void) { struct sock_fprog p = {4, f};\n\
+               if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, 1, 0, &p)) _exit(1);\n\
+               pthread_t t; for (int i = 0; i < 2; i++) pthread_create(&t, 0, spin, 0);\n\
+               spin(0); }\n",
+        );
+        let p = child.id() as pid_t;
+        let guard = Child(p);
+        assert!(
+            within_ms(5000, || list_tids(p).is_ok_and(|t| t.len() == 3)),
+            "the threads were not started (exit {:?})",
+            child.try_wait()
+        );
+        for round in 0..300 {
+            let mut f = Frozen::freeze(p).unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: {e} (the process: {:?}; 3 means a call passed its filter)",
+                    child.try_wait()
+                )
+            });
+            // An injected call passes the filter where it can be suspended
+            // (getpriority's raw result is 20 - nice).
+            let r = f
+                .inject_many(0, &[(libc::SYS_getpriority, &[0, 0])])
+                .unwrap()[0];
+            if can_suspend_seccomp() {
+                assert!(
+                    r > 0,
+                    "an injected call met the filter: {r} (round {round})"
+                );
+            } else {
+                assert_eq!(r, -77, "the filter did not hold (round {round})");
+            }
+            f.detach().unwrap();
+            assert_eq!(
+                child.try_wait().unwrap(),
+                None,
+                "a call of the process passed its filter (round {round})"
             );
         }
         drop(guard);

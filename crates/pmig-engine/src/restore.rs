@@ -611,8 +611,8 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         };
         Memory::plan(&pi.memory, &mut cx)?;
         Signals::plan(&pi.signals, &mut cx)?;
-        // Before the threads, which inherit the filters; after Memory's
-        // ops, which need no filter (all are suspended while traced).
+        // Before the threads, which inherit the filters. Every call after
+        // them passes no filter: they are suspended while traced.
         if let Some(s) = &pi.seccomp {
             Seccomp::plan(s, &mut cx)?;
         }

@@ -111,17 +111,13 @@ const MAX_FILTERS: u64 = 6554;
 /// Whether any thread of `pid` is in seccomp filter mode (mode 2 in its
 /// `/proc` status). False for a process that is gone.
 pub fn has_filters(pid: pid_t) -> bool {
-    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    rd.filter_map(|e| e.ok()).any(|e| {
-        std::fs::read_to_string(e.path().join("status")).is_ok_and(|s| {
-            s.lines().any(|l| {
-                l.split_once(':')
-                    .is_some_and(|(k, v)| k == "Seccomp" && v.trim() == "2")
-            })
+    crate::ptrace::list_tids(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .any(|t| {
+            crate::procfs::status(t)
+                .is_ok_and(|st| st.get("Seccomp").map(String::as_str) == Some("2"))
         })
-    })
 }
 
 /// The refusal of a process with filters by a tracer that cannot suspend
