@@ -4,8 +4,8 @@
 //! started with a system-call filter have them.
 //!
 //! Every thread that pmig works on is traced with
-//! `PTRACE_O_SUSPEND_SECCOMP` where the kernel allows it
-//! ([`crate::ptrace::seize_options`]): the calls pmig injects and the
+//! `PTRACE_O_SUSPEND_SECCOMP` where the kernel allows it, from the moment
+//! it is stopped ([`crate::ptrace::seize_options`]): the calls pmig injects and the
 //! restorer's own calls then pass no filter, and none of them can be
 //! refused, or kill the process, under a filter written for the program.
 //! The suspension ends when a thread is let go (detached).
