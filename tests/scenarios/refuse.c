@@ -20,6 +20,12 @@
  *   sharedpipe      a self-pipe whose read end an unrelated process (a
  *                   grandchild, reparented) also holds; it exits at
  *                   end-of-file, when we are gone.
+ *   sharedfifo      a named pipe ("shared.fifo" in the working directory,
+ *                   removed at exit) whose read end an unrelated process
+ *                   (a grandchild, reparented) also holds; it exits at
+ *                   end-of-file, when we are gone.
+ *   deletedfifo     a named pipe removed from its directory, both ends
+ *                   still held.
  *   sharedeventfd   an eventfd an unrelated process (a grandchild) also
  *                   holds; it exits when we are gone (it polls our pidfd).
  *   sharedepoll     the same with an epoll instance.
@@ -143,6 +149,7 @@ static int strict_on;
 static char mq_name[64];
 
 static void unlink_mq(void) { syscall(SYS_mq_unlink, mq_name + 1); }
+static void unlink_fifo(void) { unlink("shared.fifo"); }
 
 static void exit_strict(void) {
     if (strict_on) syscall(SYS_exit, scn_any_failed ? 1 : 0);   /* exit_group is not allowed */
@@ -215,6 +222,10 @@ static int check(void) {
         int queued = 0;
         CHECK(strcmp(mode, "inotifyqueued") || (ioctl(fd1, FIONREAD, &queued) == 0 && queued > 0),
               "the inotify event not yet read is gone");
+    } else if (!strcmp(mode, "sharedfifo") || !strcmp(mode, "deletedfifo")) {
+        struct stat a, b;
+        CHECK(fstat(fd1, &a) == 0 && fstat(fd2, &b) == 0 && S_ISFIFO(a.st_mode) && a.st_ino == b.st_ino,
+              "the named pipe is gone");
     } else if (!strcmp(mode, "sharedpipe")) {
         struct stat a, b;
         CHECK(fstat(fd1, &a) == 0 && fstat(fd2, &b) == 0 && S_ISFIFO(a.st_mode) && a.st_ino == b.st_ino, "the pipe is gone");
@@ -397,6 +408,43 @@ int main(int argc, char **argv) {
             _exit(0);
         }
         if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+    } else if (!strcmp(mode, "sharedfifo") || !strcmp(mode, "deletedfifo")) {
+        const char *name = !strcmp(mode, "sharedfifo") ? "shared.fifo" : "deleted.fifo";
+        unlink(name);
+        if (mkfifo(name, 0600)) scn_die("mkfifo %s", name);
+        /* Read-write first: neither open then waits for the other end. */
+        fd1 = open(name, O_RDWR);
+        fd2 = open(name, O_WRONLY);
+        if (fd1 < 0 || fd2 < 0) scn_die("open %s", name);
+        if (!strcmp(mode, "deletedfifo")) {
+            if (unlink(name)) scn_die("unlink %s", name);
+        } else {
+            if (atexit(unlink_fifo)) scn_die("atexit");
+            /* The reader says on `sync` that it has the pipe open. */
+            int sync[2];
+            if (pipe(sync)) scn_die("pipe");
+            pid_t c = fork();
+            if (c < 0) scn_die("fork");
+            if (c == 0) {
+                if (fork() == 0) {
+                    char b;
+                    int rd = open(name, O_RDONLY);
+                    close(fd1);
+                    close(fd2);
+                    close(sync[0]);
+                    if (rd < 0 || write(sync[1], "x", 1) != 1) _exit(1);
+                    close(sync[1]);
+                    while (read(rd, &b, 1) > 0) {}
+                    _exit(0);
+                }
+                _exit(0);
+            }
+            close(sync[1]);
+            char x;
+            if (waitpid(c, NULL, 0) != c) scn_die("waitpid");
+            if (read(sync[0], &x, 1) != 1) scn_die("the other reader of %s did not start", name);
+            close(sync[0]);
+        }
     } else if (!strcmp(mode, "rdwrpipe")) {
         int p[2];
         char path[64];

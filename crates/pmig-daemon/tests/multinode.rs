@@ -1788,6 +1788,56 @@ fn seccomp_filters_move_only_to_a_peer_that_restores_them() {
     wait_gone(pid);
 }
 
+/// A process that holds a named pipe is refused, before anything is
+/// touched, by a source whose destination speaks a protocol older than
+/// `NAMED_PIPES` (its restore cannot make the descriptor again), and moves
+/// with its pipe to one that speaks it: the scenario checks that the
+/// buffered bytes are there once and that a writer opening the path
+/// reaches it.
+#[test]
+fn a_named_pipe_moves_only_to_a_peer_that_restores_it() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("nf");
+    let name = "fifo";
+    let (mut child, cmds, out) = start_scenario(&mut env, name, &[]);
+    let mut pid = child.id() as i32;
+    let hook = env.node_dir("n2").join("test-hook");
+    let old = pmig_proto::msg::NAMED_PIPES - 1;
+    std::fs::write(&hook, format!("speak-version {old}\n")).unwrap();
+    let e = env
+        .migrate_with("n1", pid, "n2", "stop-copy")
+        .expect_err("moved a process with a named pipe to an older peer");
+    assert!(
+        e.contains("named pipe")
+            && e.contains(&format!("protocol {old}"))
+            && e.contains("nothing was touched"),
+        "{e}"
+    );
+    command(&cmds, "check");
+    let got = answers(&out, 1).unwrap();
+    assert_eq!(got[0], format!("PASS {name}"), "after the refusal, on n1");
+    std::fs::remove_file(&hook).unwrap();
+    for (i, (from, to, strategy)) in [("n1", "n2", "stop-copy"), ("n2", "n3", "post-copy")]
+        .into_iter()
+        .enumerate()
+    {
+        let rep = env
+            .migrate_with(from, pid, to, strategy)
+            .unwrap_or_else(|e| panic!("{strategy} {from}→{to}: {e}\n{to} log:\n{}", env.log(to)));
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        command(&cmds, "check");
+        let got = answers(&out, i + 2).unwrap();
+        assert_eq!(got[i + 1], format!("PASS {name}"), "{strategy}: on {to}");
+    }
+    command(&cmds, "quit");
+    let _ = child.wait();
+    wait_gone(pid);
+}
+
 /// A file lock another process waits for cannot move: the waiter would
 /// get it the moment the original let go of it. The migration is refused
 /// with one line naming it, by the checks of a primed holder (post-copy)
@@ -3497,6 +3547,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "alarm",
     "posix_timers",
     "pipes",
+    "fifo",
     "prctl",
     "noreserve",
     "mdwe",

@@ -13,7 +13,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 23: a destination restores a
+/// The protocol version this build speaks. 24: a destination restores a
+/// named pipe the process held (fd kind `Fifo` of image part `files`,
+/// format 1.16); a source moves such a process only to a version-24
+/// destination, which a version-23 one would refuse only once the image
+/// had travelled, with a message that does not say why; older versions are
+/// still spoken (for every other process). 23: a destination restores a
 /// process's seccomp filters (image part `seccomp`, format 1.15); a source
 /// moves a process with filters only to a version-23 destination, since an
 /// older one would restore it without them, so older versions are still
@@ -105,7 +110,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 23;
+pub const PROTO_VERSION: u16 = 24;
+/// The first version whose destinations restore named pipes.
+pub const NAMED_PIPES: u16 = 24;
 /// The first version whose destinations restore seccomp filters.
 pub const SECCOMP_FILTERS: u16 = 23;
 /// The first version that takes `PrefetchRequest`.

@@ -917,6 +917,14 @@ pub fn migrate_with(
             pmig_proto::msg::SECCOMP_FILTERS
         )));
     }
+    if version < pmig_proto::msg::NAMED_PIPES {
+        if let Some(path) = pmig_engine::resources::fifos::held_by(pid) {
+            return Err(StrategyError::Other(format!(
+                "cannot migrate process {pid} to {peer}: it holds a named pipe ({path}), and {peer} speaks protocol {version}, which cannot restore one (version {} can); nothing was touched",
+                pmig_proto::msg::NAMED_PIPES
+            )));
+        }
+    }
     let id = new_id();
     let staging = host.staging_root().join(format!(
         "pmig-{}-{}-out-{id}",

@@ -311,6 +311,7 @@ scenario!(noreserve, "noreserve", false);
 scenario!(mdwe, "mdwe", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
+scenario!(fifo, "fifo", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(ghost, "ghost", false);
 scenario!(memfd, "memfd", false);
@@ -484,6 +485,7 @@ fn scenarios_pass_without_migration() {
         ("mdwe", &[]),
         ("timens", &[]),
         ("pipes", &[]),
+        ("fifo", &[]),
         ("eventfd", &[]),
         ("ghost", &[]),
         ("memfd", &[]),
@@ -773,6 +775,16 @@ fn refuse_seccomp_strict_mode() {
 #[test]
 fn refuse_pipe_shared_with_another_process() {
     refusal("sharedpipe", &["pipe shared with another process"]);
+}
+
+#[test]
+fn refuse_named_pipe_shared_with_another_process() {
+    refusal("sharedfifo", &["named pipe shared with another process"]);
+}
+
+#[test]
+fn refuse_deleted_named_pipe() {
+    refusal("deletedfifo", &["deleted special file"]);
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //!   eventfds with their count (see `eventfd`), epoll instances with what
 //!   they watch (see `epoll`), signalfds with their mask (see `signalfd`),
 //!   timerfds with their settings and times (see `timerfd`), inotify
-//!   instances with their watches (see `inotify`).
+//!   instances with their watches (see `inotify`), named pipes by path with
+//!   their data (see `fifos`).
 //! * Anything else (sockets, shared pipes, eventfds, epolls, timerfds and
 //!   inotify instances, io_uring, ...) is refused at dump time.
 
@@ -80,6 +81,9 @@ pub enum FdKind {
     /// A directory deleted since it was opened (format 1.14; see
     /// `deaddirs`): made again, empty and deleted, at the restore.
     DeadDir(super::deaddirs::DeadDir),
+    /// A named pipe the process holds alone, reopened by path, with the
+    /// bytes buffered in it (format 1.16; see `fifos`).
+    Fifo(super::fifos::Fifo),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -388,11 +392,12 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         }));
     }
     if ft.is_fifo() {
-        return if fd <= 2 {
-            Ok(Some(FdKind::Stdio(StdioKind::Pipe)))
-        } else {
-            Err(what("a named pipe"))
-        };
+        if fd <= 2 {
+            return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
+        }
+        return super::fifos::classify(&link, &md)
+            .map(|f| Some(FdKind::Fifo(f)))
+            .map_err(|why| what(&why));
     }
     Err(what("this kind of file"))
 }
@@ -442,6 +447,7 @@ impl Resource for Files {
                 Some(FdKind::Epoll { .. }) => alone.epolls.push(fd),
                 Some(FdKind::TimerFd(_) | FdKind::Inotify { .. }) => alone.by_file.push(fd),
                 Some(FdKind::Ghost { dev, ino, .. }) => alone.ghosts.push((dev, ino)),
+                Some(FdKind::Fifo(ref f)) => alone.fifos.push((f.path.clone(), f.dev, f.ino)),
                 _ => {}
             }
             if kind.is_some() {
@@ -531,6 +537,12 @@ impl Resource for Files {
             if let FdKind::Pipe { write, .. } = &mut kind {
                 *write = flags & libc::O_ACCMODE == libc::O_WRONLY;
                 refuse_pipe_flags(pid, fd, flags)?;
+            }
+            if let FdKind::Fifo(f) = &mut kind {
+                let first = !fds.iter().any(
+                    |p| matches!(&p.kind, FdKind::Fifo(g) if (g.dev, g.ino) == (f.dev, f.ino)),
+                );
+                super::fifos::capture(pid, fd, f, first)?;
             }
             // Shared open file description with an earlier fd?
             if !matches!(kind, FdKind::Stdio(_)) {
@@ -640,6 +652,8 @@ impl Resource for Files {
 
     fn preflight(s: &FilesState, pf: &mut Preflight) -> Result<()> {
         let mut src_of: std::collections::HashMap<i32, i32> = Default::default();
+        // Held until every descriptor is open.
+        let mut fifo_ends = super::fifos::Ends::default();
         for f in &s.fds {
             let src = match &f.kind {
                 FdKind::File { path, pos, .. } => {
@@ -726,6 +740,7 @@ impl Resource for Files {
                     super::eventfd::preflight(pf, *count, *semaphore, f.flags)?
                 }
                 FdKind::SignalFd { mask } => super::signalfd::preflight(pf, *mask, f.flags)?,
+                FdKind::Fifo(ff) => super::fifos::reopen(pf, &mut fifo_ends, f.fd, f.flags, ff)?,
                 FdKind::TimerFd(t) => super::timerfd::preflight(pf, t, f.flags)?,
                 FdKind::Inotify { watches } => super::inotify::preflight(pf, watches, f.flags)?,
                 FdKind::Epoll { .. } => {
@@ -788,6 +803,11 @@ fn settled(k: &FdKind) -> FdKind {
             count: 0,
             semaphore: *semaphore,
         },
+        FdKind::Fifo(f) => FdKind::Fifo(super::fifos::Fifo {
+            capacity: 0,
+            data: Vec::new(),
+            ..f.clone()
+        }),
         k => k.clone(),
     }
 }
@@ -807,6 +827,7 @@ fn kind_name(k: &FdKind) -> &'static str {
         FdKind::Inotify { .. } => "an inotify instance",
         FdKind::Ghost { .. } => "a deleted file",
         FdKind::DeadDir(_) => "a deleted directory",
+        FdKind::Fifo(_) => "a named pipe",
     }
 }
 

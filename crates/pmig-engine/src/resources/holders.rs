@@ -21,7 +21,7 @@
 //! a busy host, with more than a few hundred pids created in between, or
 //! after a wrap-around of the pid counter, every process is read again.
 
-use super::{epoll, eventfd, ghosts, inotify, pipes, timerfd};
+use super::{epoll, eventfd, fifos, ghosts, inotify, pipes, timerfd};
 use crate::error::{unsupported, Result};
 use libc::pid_t;
 use std::sync::Mutex;
@@ -42,6 +42,8 @@ pub struct HeldAlone {
     /// [`super::locks`]), by fd and link: another process's fd is one of
     /// them if it is the same open file (`kcmp`).
     pub locked: Vec<(i32, String)>,
+    /// Named pipes, by path, device and inode (see [`fifos`]).
+    pub fifos: Vec<(String, u64, u64)>,
 }
 
 /// The kinds of file `HeldAlone::by_file` holds, by their fd link.
@@ -92,6 +94,7 @@ impl HeldAlone {
             && self.by_file.is_empty()
             && self.ghosts.is_empty()
             && self.locked.is_empty()
+            && self.fifos.is_empty()
     }
 
     fn covered_by(&self, other: &HeldAlone) -> bool {
@@ -101,6 +104,7 @@ impl HeldAlone {
             && subset(&self.by_file, &other.by_file)
             && subset(&self.ghosts, &other.ghosts)
             && subset(&self.locked, &other.locked)
+            && subset(&self.fifos, &other.fifos)
     }
 
     /// Whether fd `fd` of process `other`, whose link is `link`, is one of
@@ -118,6 +122,7 @@ impl HeldAlone {
             || self.locked.iter().any(|(f, l)| {
                 l == link && crate::sys::same_file_of(pid, *f, other, fd) == Some(true)
             })
+            || fifos::is_one_of(other, fd, link, &self.fifos)
     }
 
     /// Refuses these files of `pid` if another process holds one of them.
@@ -166,6 +171,8 @@ impl HeldAlone {
             format!("an inotify instance shared with another process (also held by pid {other})")
         } else if ghosts::deleted_path(&link).is_some() {
             format!("a deleted file shared with another process ({link}, also held by pid {other})")
+        } else if self.fifos.iter().any(|(p, ..)| *p == link) {
+            format!("a named pipe shared with another process ({link}, also held by pid {other})")
         } else if link == epoll::LINK {
             format!("an epoll shared with another process (also held by pid {other})")
         } else {
@@ -333,6 +340,7 @@ mod tests {
             by_file: vec![4],
             ghosts: vec![(5, 6)],
             locked: vec![(8, "/a".into())],
+            fifos: vec![("/f".into(), 9, 10)],
         };
         let me = std::process::id() as pid_t;
         let us = identity(me).expect("our own start time");
@@ -357,6 +365,11 @@ mod tests {
             ..held.clone()
         };
         assert!(!clean.covers(us, &another_lock));
+        let another_fifo = HeldAlone {
+            fifos: vec![("/f".into(), 9, 10), ("/g".into(), 9, 11)],
+            ..held.clone()
+        };
+        assert!(!clean.covers(us, &another_fifo));
         // Another process, or the same pid reused by a later one.
         assert!(!clean.covers((me + 1, us.1), &held));
         assert!(!clean.covers((me, us.1 + 1), &held));

@@ -19,6 +19,7 @@ pub mod clocks;
 pub mod deaddirs;
 pub mod epoll;
 pub mod eventfd;
+pub mod fifos;
 pub mod files;
 pub mod ghosts;
 pub mod gort;

@@ -97,7 +97,7 @@ pub(crate) fn fresh_pipe() -> Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-fn capacity_of(fd: &OwnedFd) -> Result<u32> {
+pub(crate) fn capacity_of(fd: &OwnedFd) -> Result<u32> {
     // SAFETY: fcntl(F_GETPIPE_SZ) on a pipe fd we own.
     let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) };
     if n < 0 {
@@ -106,7 +106,7 @@ fn capacity_of(fd: &OwnedFd) -> Result<u32> {
     Ok(n as u32)
 }
 
-fn set_capacity(fd: &OwnedFd, bytes: u32) -> std::io::Result<()> {
+pub(crate) fn set_capacity(fd: &OwnedFd, bytes: u32) -> std::io::Result<()> {
     // SAFETY: fcntl(F_SETPIPE_SZ) on a pipe fd we own.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) } < 0 {
         return Err(std::io::Error::last_os_error());
@@ -114,14 +114,20 @@ fn set_capacity(fd: &OwnedFd, bytes: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The bytes buffered in the pipe whose read end is `reader`, left in it.
-fn buffered(reader: &OwnedFd, capacity: u32) -> Result<Vec<u8>> {
+/// How many bytes the pipe whose read end is `reader` holds.
+pub(crate) fn queued(reader: &OwnedFd) -> Result<usize> {
     let mut queued: libc::c_int = 0;
     // SAFETY: FIONREAD writes one int.
     if unsafe { libc::ioctl(reader.as_raw_fd(), libc::FIONREAD, &mut queued) } < 0 {
         return Err(errno_err("count the bytes in a pipe"));
     }
-    if queued <= 0 {
+    Ok(queued.max(0) as usize)
+}
+
+/// The bytes buffered in the pipe whose read end is `reader`, left in it.
+pub(crate) fn buffered(reader: &OwnedFd, capacity: u32) -> Result<Vec<u8>> {
+    let queued = queued(reader)?;
+    if queued == 0 {
         return Ok(Vec::new());
     }
     let (r, w) = fresh_pipe()?;
