@@ -8,7 +8,9 @@
 //! The pipe buffer belongs to the kernel of one node, not to the file. A
 //! writer that stays behind on the source would write into the source's
 //! pipe, so a named pipe that another process also holds is refused, as
-//! anonymous pipes are (see `holders`). A program that opens the path on
+//! anonymous pipes are (see `holders`, which reads every process's
+//! descriptors again at the freeze for such a process, since any process
+//! may open the path meanwhile). A program that opens the path on
 //! the destination after the move reaches the moved process, as it would
 //! have on the source.
 //!
@@ -41,8 +43,10 @@
 //!
 //! Not kept: a named pipe deleted since it was opened is refused, as is
 //! one at fds 0–2 that the home node's stdio replaces (see `files`). A pipe
-//! made again on another node stays there after the process has gone,
-//! and the source's stays behind, as files that a process made do.
+//! made again on another node stays there after the process has gone (also
+//! when the restore fails after making it: an empty named pipe at the path
+//! the process had), and the source's stays behind, as files that a process
+//! made do.
 
 use super::{open_with, pipes, Preflight};
 use crate::error::{EngineError, Result};

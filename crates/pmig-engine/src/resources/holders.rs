@@ -20,6 +20,9 @@
 //! `pidfd_getfd`, or received one over a unix socket from the process. On
 //! a busy host, with more than a few hundred pids created in between, or
 //! after a wrap-around of the pid counter, every process is read again.
+//! So is every process when this one holds a named pipe ([`fifos`]): any
+//! process may open one by its path at any time, as a writer to a
+//! daemon's command pipe does.
 
 use super::{epoll, eventfd, fifos, ghosts, inotify, pipes, timerfd};
 use crate::error::{unsupported, Result};
@@ -138,7 +141,7 @@ impl HeldAlone {
         let since = {
             let clean = LAST_CLEAN.lock().unwrap_or_else(|e| e.into_inner());
             match (clean.as_ref(), now, process) {
-                (Some(c), Some(now), Some(p)) if c.covers(p, self) => {
+                (Some(c), Some(now), Some(p)) if c.covers(p, self) && self.fifos.is_empty() => {
                     created_since(c.last_pid, now)
                 }
                 _ => None,
@@ -286,6 +289,61 @@ mod tests {
         let e = shared.unwrap_err().to_string();
         assert!(
             e.contains("pipe shared with another process") && e.contains(&other.id().to_string()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_named_pipe_that_an_older_process_opens_after_a_clean_pass_is_refused() {
+        use std::io::{BufRead, Write};
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("p.fifo");
+        let path_s = path.to_str().unwrap().to_string();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        // Started before the clean pass: it opens the pipe when told.
+        let mut other = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("read x; exec 3<>\"$0\"; echo opened; exec sleep 30")
+            .arg(&path_s)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let md = end.metadata().unwrap();
+        let mut holder = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::from(end))
+            .spawn()
+            .unwrap();
+        let held = HeldAlone {
+            fifos: vec![(path_s.clone(), md.dev(), md.ino())],
+            ..HeldAlone::default()
+        };
+        let clean = held.refuse_shared(holder.id() as pid_t);
+        writeln!(other.stdin.as_mut().unwrap(), "go").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(other.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let after = held.refuse_shared(holder.id() as pid_t);
+        for c in [&mut other, &mut holder] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(clean.is_ok(), "{clean:?}");
+        assert_eq!(line, "opened\n");
+        let e = after
+            .expect_err("the other holder was not seen")
+            .to_string();
+        assert!(
+            e.contains("named pipe shared with another process")
+                && e.contains(&other.id().to_string()),
             "{e}"
         );
     }
