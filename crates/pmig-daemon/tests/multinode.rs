@@ -1732,6 +1732,55 @@ fn a_failed_migration_gives_the_original_its_file_locks_back() {
     wait_gone(moved);
 }
 
+/// Scenario `name` is refused, before anything is touched, by a source
+/// whose destination n2 speaks protocol `old` (test hook), with an error
+/// naming `what` and that version, and runs on at the source. Then, to
+/// destinations of this build, it moves along `hops` (from, to, strategy),
+/// and passes its check after each; `after_hop` looks at the moved process
+/// (its pid, the strategy, the node) too.
+fn refused_by_an_older_peer_then_moves(
+    prefix: &str,
+    name: &str,
+    old: u16,
+    what: &str,
+    hops: &[(&str, &str, &str)],
+    after_hop: impl Fn(i32, &str, &str),
+) {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up(prefix);
+    let (mut child, cmds, out) = start_scenario(&mut env, name, &[]);
+    let mut pid = child.id() as i32;
+    let hook = env.node_dir("n2").join("test-hook");
+    std::fs::write(&hook, format!("speak-version {old}\n")).unwrap();
+    let e = env
+        .migrate_with("n1", pid, "n2", hops[0].2)
+        .expect_err("moved to an older peer");
+    assert!(
+        e.contains(what)
+            && e.contains(&format!("protocol {old}"))
+            && e.contains("nothing was touched"),
+        "{e}"
+    );
+    command(&cmds, "check");
+    let got = answers(&out, 1).unwrap();
+    assert_eq!(got[0], format!("PASS {name}"), "after the refusal, on n1");
+    std::fs::remove_file(&hook).unwrap();
+    for (i, &(from, to, strategy)) in hops.iter().enumerate() {
+        let rep = env
+            .migrate_with(from, pid, to, strategy)
+            .unwrap_or_else(|e| panic!("{strategy} {from}→{to}: {e}\n{to} log:\n{}", env.log(to)));
+        pid = rep["new_pid"].as_i64().unwrap() as i32;
+        env.pids.push(pid);
+        after_hop(pid, strategy, to);
+        command(&cmds, "check");
+        let got = answers(&out, i + 2).unwrap();
+        assert_eq!(got[i + 1], format!("PASS {name}"), "{strategy}: on {to}");
+    }
+    command(&cmds, "quit");
+    let _ = child.wait();
+    wait_gone(pid);
+}
+
 /// A process with seccomp filters (scenario `seccomp`) is refused, before
 /// anything is touched, to a destination that speaks protocol 22 (test
 /// hook on n2), which would restore it without them; it runs on, filtered,
@@ -1742,50 +1791,22 @@ fn seccomp_filters_move_only_to_a_peer_that_restores_them() {
     if !root() {
         return;
     }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut env = Env::up("sf");
-    let name = "seccomp";
-    let (mut child, cmds, out) = start_scenario(&mut env, name, &[]);
-    let mut pid = child.id() as i32;
-    let hook = env.node_dir("n2").join("test-hook");
-    let old = pmig_proto::msg::SECCOMP_FILTERS - 1;
-    std::fs::write(&hook, format!("speak-version {old}\n")).unwrap();
-    let e = env
-        .migrate_with("n1", pid, "n2", "post-copy")
-        .expect_err("moved a process with seccomp filters to an older peer");
-    assert!(
-        e.contains("seccomp filters")
-            && e.contains(&format!("protocol {old}"))
-            && e.contains("nothing was touched"),
-        "{e}"
+    refused_by_an_older_peer_then_moves(
+        "sf",
+        "seccomp",
+        pmig_proto::msg::SECCOMP_FILTERS - 1,
+        "seccomp filters",
+        &[("n1", "n2", "post-copy"), ("n2", "n3", "stop-copy")],
+        |pid, strategy, to| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+            assert!(
+                status
+                    .lines()
+                    .any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
+                "{strategy}: the moved process is not in filter mode on {to}:\n{status}"
+            );
+        },
     );
-    command(&cmds, "check");
-    let got = answers(&out, 1).unwrap();
-    assert_eq!(got[0], format!("PASS {name}"), "after the refusal, on n1");
-    std::fs::remove_file(&hook).unwrap();
-    for (i, (from, to, strategy)) in [("n1", "n2", "post-copy"), ("n2", "n3", "stop-copy")]
-        .into_iter()
-        .enumerate()
-    {
-        let rep = env
-            .migrate_with(from, pid, to, strategy)
-            .unwrap_or_else(|e| panic!("{strategy} {from}→{to}: {e}\n{to} log:\n{}", env.log(to)));
-        pid = rep["new_pid"].as_i64().unwrap() as i32;
-        env.pids.push(pid);
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        assert!(
-            status
-                .lines()
-                .any(|l| l.starts_with("Seccomp:") && l.ends_with('2')),
-            "{strategy}: the moved process is not in filter mode on {to}:\n{status}"
-        );
-        command(&cmds, "check");
-        let got = answers(&out, i + 2).unwrap();
-        assert_eq!(got[i + 1], format!("PASS {name}"), "{strategy}: on {to}");
-    }
-    command(&cmds, "quit");
-    let _ = child.wait();
-    wait_gone(pid);
 }
 
 /// A process that holds a named pipe is refused, before anything is
@@ -1799,43 +1820,14 @@ fn a_named_pipe_moves_only_to_a_peer_that_restores_it() {
     if !root() {
         return;
     }
-    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut env = Env::up("nf");
-    let name = "fifo";
-    let (mut child, cmds, out) = start_scenario(&mut env, name, &[]);
-    let mut pid = child.id() as i32;
-    let hook = env.node_dir("n2").join("test-hook");
-    let old = pmig_proto::msg::NAMED_PIPES - 1;
-    std::fs::write(&hook, format!("speak-version {old}\n")).unwrap();
-    let e = env
-        .migrate_with("n1", pid, "n2", "stop-copy")
-        .expect_err("moved a process with a named pipe to an older peer");
-    assert!(
-        e.contains("named pipe")
-            && e.contains(&format!("protocol {old}"))
-            && e.contains("nothing was touched"),
-        "{e}"
+    refused_by_an_older_peer_then_moves(
+        "nf",
+        "fifo",
+        pmig_proto::msg::NAMED_PIPES - 1,
+        "named pipe",
+        &[("n1", "n2", "stop-copy"), ("n2", "n3", "post-copy")],
+        |_, _, _| {},
     );
-    command(&cmds, "check");
-    let got = answers(&out, 1).unwrap();
-    assert_eq!(got[0], format!("PASS {name}"), "after the refusal, on n1");
-    std::fs::remove_file(&hook).unwrap();
-    for (i, (from, to, strategy)) in [("n1", "n2", "stop-copy"), ("n2", "n3", "post-copy")]
-        .into_iter()
-        .enumerate()
-    {
-        let rep = env
-            .migrate_with(from, pid, to, strategy)
-            .unwrap_or_else(|e| panic!("{strategy} {from}→{to}: {e}\n{to} log:\n{}", env.log(to)));
-        pid = rep["new_pid"].as_i64().unwrap() as i32;
-        env.pids.push(pid);
-        command(&cmds, "check");
-        let got = answers(&out, i + 2).unwrap();
-        assert_eq!(got[i + 1], format!("PASS {name}"), "{strategy}: on {to}");
-    }
-    command(&cmds, "quit");
-    let _ = child.wait();
-    wait_gone(pid);
 }
 
 /// A file lock another process waits for cannot move: the waiter would
