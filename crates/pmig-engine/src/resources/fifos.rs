@@ -74,9 +74,9 @@ pub struct Fifo {
     pub data: Vec<u8>,
 }
 
-/// The descriptor of `pid` at `fd`, whose link is `link` and whose file is
-/// `md`, as a named pipe; the data is read by [`capture`]. An error names
-/// what is refused.
+/// A descriptor whose link is `link` and whose file is `md` (a named
+/// pipe), as the image keeps it; its capacity and data are read by
+/// [`capture`]. An error names what is refused.
 pub fn classify(link: &str, md: &std::fs::Metadata) -> std::result::Result<Fifo, String> {
     if link.ends_with(" (deleted)") {
         return Err("a deleted named pipe".into());
