@@ -41,6 +41,12 @@
 //! the very pipe the original uses. Such a process is restored at the stop
 //! instead.
 //!
+//! On one node the frozen original holds its ends of the pipe until it is
+//! killed: for the post-copy family, until its last page has moved. Until
+//! then a reader of the copy sees no end-of-file when the copy closes its
+//! last write end, and a writer gets no `EPIPE` when the copy closes its
+//! last read end. Between nodes there is no such overlap.
+//!
 //! Not kept: a named pipe deleted since it was opened is refused, as is
 //! one at fds 0–2 that the home node's stdio replaces (see `files`). A pipe
 //! made again on another node stays there after the process has gone (also
