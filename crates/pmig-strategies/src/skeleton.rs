@@ -59,7 +59,7 @@ const FALLBACK_DIR: &str = "fallback";
 /// An error is the migration's (the process runs on, untouched but for
 /// the pause).
 pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
-    if m.ch.peer().version < pmig_proto::msg::SKELETON {
+    if m.ch.peer().version < pmig_proto::msg::SKELETON || not_offered(m) {
         return Ok(());
     }
     std::fs::create_dir_all(&m.staging)
@@ -74,10 +74,32 @@ pub(crate) fn offer(m: &mut Source, mode: &CaptureMode) -> Result<()> {
 /// could not be started) no skeleton is offered, and the stop starts a
 /// holder itself as before.
 pub(crate) fn offer_primed(m: &mut Source) -> Result<()> {
+    if not_offered(m) {
+        return Ok(());
+    }
     match m.primed.take() {
         Some(primed) => offer_from(m, primed),
         None => Ok(()),
     }
+}
+
+/// Whether no skeleton is offered for the process, because the
+/// destination would refuse it: the process holds a named pipe, which is
+/// opened at the stop only (see `pmig_engine::resources::fifos`). Its
+/// capture would pause the process and its image travel for nothing. The
+/// report says why.
+fn not_offered(m: &mut Source) -> bool {
+    let Some(path) = pmig_engine::resources::fifos::held_by(m.pid) else {
+        return false;
+    };
+    let why = format!("it holds a named pipe ({path}), which is opened at the stop only");
+    tracing::info!("process {}: no skeleton: {why}", m.pid);
+    m.skeleton = Some(SkeletonUse {
+        used: false,
+        pause_ms: 0.0,
+        why_not: Some(why),
+    });
+    true
 }
 
 /// Captures the process into a skeleton with `primed`, sends it and waits
