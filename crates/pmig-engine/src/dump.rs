@@ -21,6 +21,7 @@ use crate::resources::{
     sysvshm::SysvShm,
     threads::Threads,
     timers::Timers,
+    xcomp::Xcomp,
     Capture, Resource,
 };
 use libc::pid_t;
@@ -139,6 +140,7 @@ fn capture_colocated(
     Timers::ask(&mut cx)?;
     Threads::ask(&mut cx)?;
     Prctl::ask(&mut cx)?;
+    Xcomp::ask(&mut cx)?;
     Memory::ask(&mut cx)?;
     let identity = Identity::capture(&mut cx)?;
     // Only a restore that opens files with the process's own ids (a
@@ -160,6 +162,7 @@ fn capture_colocated(
     let threads = Threads::capture(&mut cx)?;
     lap("threads");
     let prctl = Prctl::capture(&mut cx)?;
+    let xcomp = Xcomp::capture(&mut cx)?;
     lap("prctl");
     let memory = Memory::capture(&mut cx)?;
     lap("memory");
@@ -220,6 +223,8 @@ fn capture_colocated(
             dead_cwd,
             // Only images of a process with seccomp filters need 1.15.
             seccomp: (!seccomp.is_empty()).then_some(seccomp),
+            // Only images of a process that may use AMX need format 1.17.
+            xcomp,
         },
         used,
     ))

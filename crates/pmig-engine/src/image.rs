@@ -21,6 +21,7 @@ use crate::resources::{
     sysvshm::{SysvShm, SysvState},
     threads::Threads,
     timers::Timers,
+    xcomp::XcompState,
     Resource,
 };
 use pmig_image::{Image, ImageWriter};
@@ -92,6 +93,10 @@ pub struct ProcessImage {
     /// The process's seccomp filters; None when it has none, and in images
     /// written before this part existed (format 1.14 and older).
     pub seccomp: Option<SeccompState>,
+    /// The xsave features (AMX) the process has permission for beyond a
+    /// new process's; None when it has none, and in images written before
+    /// this part existed (format 1.16 and older).
+    pub xcomp: Option<XcompState>,
 }
 
 impl ProcessImage {
@@ -119,6 +124,7 @@ impl ProcessImage {
         put_optional(w, Locks::PART, &self.locks)?;
         put_optional(w, DeadCwd::PART, &self.dead_cwd)?;
         put_optional(w, Seccomp::PART, &self.seccomp)?;
+        put_optional(w, XcompState::PART, &self.xcomp)?;
         Ok(())
     }
 
@@ -150,6 +156,7 @@ impl ProcessImage {
             locks: optional(img, Locks::PART)?,
             dead_cwd: optional(img, DeadCwd::PART)?,
             seccomp: optional(img, Seccomp::PART)?,
+            xcomp: optional(img, XcompState::PART)?,
         })
     }
 }
@@ -350,6 +357,7 @@ pub mod tests_support {
             locks: None,
             dead_cwd: None,
             seccomp: None,
+            xcomp: None,
         }
     }
 }

@@ -22,8 +22,8 @@ use crate::resources::{
     clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
     locks::Locks, memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process,
     sched::Sched, seccomp::Seccomp, session, session::Session, signals::Signals, sysvshm::SysvShm,
-    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, ChildSetup, Finish, PlanCx,
-    Preflight, Resource, RestoreOptions, Update,
+    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, xcomp::Xcomp, ChildSetup,
+    Finish, PlanCx, Preflight, Resource, RestoreOptions, Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -514,6 +514,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     if let Some(f) = &pi.memory_flags {
         pf.noreserve = f.noreserve.iter().copied().collect();
     }
+    // First: a CPU that lacks what the process may use refuses the image
+    // before anything is made for it.
+    Xcomp::preflight(&pi.xcomp, &mut pf)?;
     Process::preflight(&pi.process, &mut pf)?;
     mark("restore: preflight process");
     if let Some(c) = &pi.clocks {
@@ -616,6 +619,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
         if let Some(s) = &pi.seccomp {
             Seccomp::plan(s, &mut cx)?;
         }
+        // Before the threads: the permission is asked once, before they
+        // exist, and each one's first use of AMX goes before its own ops.
+        Xcomp::plan(&pi.xcomp, &mut cx)?;
         Threads::plan(&pi.threads, &mut cx)?;
         // The main thread's own filters, which the others must not inherit.
         if let Some(s) = &pi.seccomp {
@@ -749,6 +755,11 @@ fn restore_image_held(
         let tids = wait_for_traps(pid, pi.threads.threads.len(), &p)?;
         mark("restore: restorer done");
         let mut frozen = Frozen::adopt(pid, &tids);
+        // Dropped before `frozen` (declared after it): a failure from here
+        // on kills the process while its threads are still stopped, where
+        // `frozen`'s drop would let them run their half-set state until
+        // `kill_and_reap` below.
+        let mut kill_unless_done = KillUnlessDone { pid, armed: true };
         // The finishing steps inject calls: on one CPU with them.
         frozen.colocate();
         // Injected calls run in the restorer's code (still mapped) instead
@@ -914,6 +925,7 @@ fn restore_image_held(
                 }
             }
         }
+        kill_unless_done.armed = false;
         frozen.detach()?;
         mark("restore: detached");
         Ok(Restored {
@@ -934,6 +946,22 @@ fn restore_image_held(
         }
     }
     result
+}
+
+/// Sends SIGKILL to the half-built process `pid` when dropped armed (see
+/// its use in `restore_image_held`).
+struct KillUnlessDone {
+    pid: pid_t,
+    armed: bool,
+}
+
+impl Drop for KillUnlessDone {
+    fn drop(&mut self) {
+        if self.armed {
+            // SAFETY: killing the half-built process we created.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// Kills the half-built process `pid` and reaps it, its other threads first:

@@ -138,6 +138,10 @@ pub fn bring_up(
     // The mapping flags (MAP_NORESERVE) are followed with the mappings,
     // by `Memory::update`.
     compare_part("memory-deny-write-execute flags", &pre.mdwe, &fin.mdwe)?;
+    // A permission asked for since: the skeleton's threads have no room
+    // for tile data (nor has a thread started since).
+    compare_part("permissions for AMX", &pre.xcomp, &fin.xcomp)?;
+    crate::resources::xcomp::refuse_new_threads_with_tiles(&cx.threads.started, &fin.threads)?;
     crate::resources::files::compare_ids(&pre.files, &fin.files, &pre.file_ids, &fin.file_ids)?;
     // A file mapped since is opened by path in the skeleton, as the
     // process itself (`Memory::update`): only the files mapped in both

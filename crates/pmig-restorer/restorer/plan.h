@@ -33,6 +33,10 @@ enum op_kind {
 	OP_STORE_TID = 6,    /* args: address of a 4-byte field, address of a thread's
 				tid slot (0 = the main thread: getpid()). Stores the
 				tid that thread got into the field. */
+	OP_AMX_FIRST_USE = 7, /* args[0] = address of a 64-byte tile configuration:
+				 ldtilecfg, tilezero tmm0, tilerelease. The first use of
+				 AMX tile data in this thread, after which the kernel
+				 keeps room for it (it has none before: XFD). */
 };
 /* OP_CLONE_THREAD stores the new thread's tid at the address in `expect`
  * (its tid slot) when that is not 0. */

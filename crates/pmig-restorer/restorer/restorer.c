@@ -198,6 +198,14 @@ static void run_ops(const struct plan *p, u64 first, u64 count)
 					fail(p, i, d);
 			}
 			break;
+		case OP_AMX_FIRST_USE:
+			/* A thread has no room for AMX tile data until it first
+			 * touches it: the kernel traps that use (XFD) and makes the
+			 * room then, if the process has permission. Touched here, so
+			 * that pmig can set the thread's saved tile state. */
+			__asm__ volatile("ldtilecfg (%0)\n\ttilezero %%tmm0\n\ttilerelease"
+					 : : "r"(a[0]) : "memory");
+			break;
 		case OP_TRAP:
 			__asm__ volatile("mov %0, %%r15\n\tint3" : : "r"(a[0]) : "r15", "memory");
 			/* pmig replaces all registers at this stop; reaching here is a bug. */

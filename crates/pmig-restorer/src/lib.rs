@@ -139,6 +139,7 @@ enum Kind {
     Trap,
     SyscallFd { nr: u64, fd: u64 },
     StoreTid { thread: usize },
+    AmxFirstUse,
 }
 
 #[derive(Clone, Debug)]
@@ -357,6 +358,23 @@ impl PlanBuilder {
         self.push(t, Kind::StoreTid { thread }, &[Arg::Data(dst)], what);
     }
 
+    /// Thread `t`: use AMX tile data once (load a one-tile configuration,
+    /// zero the tile, release the tiles). A thread has no room for tile
+    /// data until its first use, which the kernel traps to make it (only
+    /// for a process that has permission, `ARCH_REQ_XCOMP_PERM`); pmig
+    /// can set a thread's saved tile state only after. The tiles are in
+    /// their initial state afterwards.
+    pub fn amx_first_use(&mut self, t: ThreadIdx, what: impl Into<String>) {
+        // Palette 1; tile 0: one row of 64 bytes (colsb[0] at byte 16,
+        // rows[0] at byte 48).
+        let mut cfg = [0u8; 64];
+        cfg[0] = 1;
+        cfg[16] = 64;
+        cfg[48] = 1;
+        let cfg = self.data(&cfg);
+        self.push(t, Kind::AmxFirstUse, &[Arg::Data(cfg)], what.into());
+    }
+
     /// Main thread: create thread `thread` (which then runs its own ops).
     pub fn clone_thread(&mut self, thread: ThreadIdx) {
         let what = format!("create thread {} (tid {})", thread, self.tids[thread]);
@@ -449,6 +467,7 @@ impl PlanBuilder {
                         };
                     }
                     Kind::Trap => r.kind = 4,
+                    Kind::AmxFirstUse => r.kind = 7,
                     Kind::SyscallFd { nr, fd } => {
                         r.kind = 5;
                         r.nr = *nr;

@@ -606,6 +606,24 @@ impl Drop for Proc {
 }
 
 /// Spawn a scenario program with `cwd` as its working directory.
+/// Why scenario `name` cannot run on this machine, if it cannot: `amx`
+/// needs a CPU with AMX and a kernel that enables it (the kernel lists
+/// `amx_tile` in `/proc/cpuinfo` only then). The scenario itself says
+/// `SKIP` instead of `READY` there too.
+pub fn skipped_here(name: &str) -> Option<&'static str> {
+    match name {
+        "amx" => {
+            let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+            let has = info
+                .lines()
+                .find(|l| l.starts_with("flags"))
+                .is_some_and(|l| l.split_whitespace().any(|f| f == "amx_tile"));
+            (!has).then_some("no AMX on this CPU or kernel")
+        }
+        _ => None,
+    }
+}
+
 pub fn spawn_scenario(name: &str, args: &[&str], cwd: &Path) -> Proc {
     let mut cmd = Command::new(scenario(name));
     cmd.args(args).current_dir(cwd);

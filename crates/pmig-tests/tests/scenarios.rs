@@ -33,6 +33,10 @@ fn assert_running_untraced(what: &str, pid: i32) {
 /// Dump (the process is killed), restore, check; dump the restored process,
 /// restore it again, check, quit: `pmig restore` must exit 0.
 fn migrate_twice(name: &str, args: &[&str]) {
+    if let Some(why) = skipped_here(name) {
+        eprintln!("{name}: skipped: {why}");
+        return;
+    }
     let d = Dirs::new(name);
     let mut guard = Guard::new();
     let mut orig = spawn_scenario(name, args, &d.work());
@@ -185,6 +189,10 @@ fn a_stopped_process_is_restored_stopped() {
 /// Dump with --leave-running: the original must go on unharmed; afterwards
 /// (the original gone) the image must restore and pass too.
 fn leave_running(name: &str, args: &[&str]) {
+    if let Some(why) = skipped_here(name) {
+        eprintln!("{name}: skipped: {why}");
+        return;
+    }
     let d = Dirs::new(name);
     let mut guard = Guard::new();
     let mut orig = spawn_scenario(name, args, &d.work());
@@ -312,6 +320,7 @@ scenario!(mdwe, "mdwe", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(fifo, "fifo", false);
+scenario!(amx, "amx", false);
 scenario!(eventfd, "eventfd", false);
 scenario!(ghost, "ghost", false);
 scenario!(memfd, "memfd", false);
@@ -486,6 +495,7 @@ fn scenarios_pass_without_migration() {
         ("timens", &[]),
         ("pipes", &[]),
         ("fifo", &[]),
+        ("amx", &[]),
         ("eventfd", &[]),
         ("ghost", &[]),
         ("memfd", &[]),
@@ -1380,6 +1390,36 @@ fn bad_image_flipped_byte_in_manifest() {
             })
         },
         &["corrupt", "checksum"],
+    );
+}
+
+/// An image whose checksums hold but whose state the kernel refuses at
+/// one of the restore's last steps, with the threads' registers already
+/// set: thread 0's saved FPU state names an xsave component no CPU has
+/// (bit 63 of its `XSTATE_BV`), which `PTRACE_SETREGSET` refuses (EINVAL).
+/// The half-built process must die there, never running an instruction of
+/// its own: it used to be let go before it was killed, and answered the
+/// `check` waiting on its stdin.
+#[test]
+fn bad_image_thread_state_refused_by_the_kernel() {
+    bad_image(
+        "xsave state with a component no CPU has",
+        |img| {
+            let i = pmig_image::Image::open_verified(img).unwrap();
+            let mut pi = pmig_engine::image::ProcessImage::read(&i).unwrap();
+            let pages = std::fs::read(i.pages_path()).unwrap();
+            let x = &mut pi.threads.threads[0].xstate;
+            assert!(x.len() > 520, "xsave area of {} bytes", x.len());
+            x[519] |= 0x80;
+            let out = tempfile::tempdir().unwrap();
+            let mut w = pmig_image::ImageWriter::create(out.path()).unwrap();
+            w.pages().write_all(&pages).unwrap();
+            pmig_engine::dump::finish_image(&pi, w, pi.process.pid).unwrap();
+            for e in std::fs::read_dir(out.path()).unwrap().flatten() {
+                std::fs::copy(e.path(), img.join(e.file_name())).unwrap();
+            }
+        },
+        &["set FPU/xsave state", "Invalid argument"],
     );
 }
 

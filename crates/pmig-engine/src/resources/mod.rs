@@ -42,6 +42,7 @@ pub mod tcb;
 pub mod threads;
 pub mod timerfd;
 pub mod timers;
+pub mod xcomp;
 
 use crate::error::{Ctx, EngineError, Result};
 use crate::ptrace::Frozen;
