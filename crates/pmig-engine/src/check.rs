@@ -278,6 +278,39 @@ fn check_tool(tool: &'static str) -> Result<String, String> {
 
 type Check = (&'static str, bool, Box<dyn Fn() -> Result<String, String>>);
 
+/// What an image captured here records of this CPU (part `cpu`): another
+/// node takes it only with the same features, or more.
+fn check_cpu() -> Result<String, String> {
+    use crate::resources::cpu::{CpuState, FEATURES};
+    let c = CpuState::here();
+    let empty = CpuState {
+        words: vec![],
+        ..c.clone()
+    };
+    let has = c.missing_on(&empty);
+    let level = |names: &[&str]| names.iter().all(|n| has.contains(n));
+    let x86 = if level(&["avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"]) {
+        "x86-64-v4"
+    } else if level(&["avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe"]) {
+        "x86-64-v3"
+    } else if level(&[
+        "cx16", "lahf_lm", "popcnt", "sse3", "sse4_1", "sse4_2", "ssse3",
+    ]) {
+        "x86-64-v2"
+    } else {
+        "x86-64"
+    };
+    Ok(format!(
+        "{} family {} model {}, {x86}, {} of the {} features pmig compares, {}-byte xsave area",
+        c.vendor,
+        c.family,
+        c.model,
+        has.len(),
+        FEATURES.len(),
+        c.xsave_size()
+    ))
+}
+
 pub fn run_checks() -> Vec<CheckResult> {
     let list: Vec<Check> = vec![
         ("ptrace", true, Box::new(check_ptrace)),
@@ -291,6 +324,7 @@ pub fn run_checks() -> Vec<CheckResult> {
         ("userfaultfd", false, Box::new(check_uffd)),
         ("pidfd", false, Box::new(check_pidfd)),
         ("seccomp suspension", false, Box::new(check_seccomp_suspend)),
+        ("CPU", false, Box::new(check_cpu)),
         ("ip (cluster)", false, Box::new(|| check_tool("ip"))),
         ("tc (cluster)", false, Box::new(|| check_tool("tc"))),
     ];

@@ -4,6 +4,7 @@ use crate::error::{busy, EngineError, Result};
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks,
+    cpu::CpuState,
     deaddirs::{DeadCwd, DeadDir},
     files::{FileIds, Files},
     ghosts::{GhostMaps, Ghosts, SparseGhosts},
@@ -97,6 +98,9 @@ pub struct ProcessImage {
     /// new process's; None when it has none, and in images written before
     /// this part existed (format 1.16 and older).
     pub xcomp: Option<XcompState>,
+    /// The CPU the image was captured on; None in images written before
+    /// this part existed (format 1.16 and older).
+    pub cpu: Option<CpuState>,
 }
 
 impl ProcessImage {
@@ -125,6 +129,7 @@ impl ProcessImage {
         put_optional(w, DeadCwd::PART, &self.dead_cwd)?;
         put_optional(w, Seccomp::PART, &self.seccomp)?;
         put_optional(w, XcompState::PART, &self.xcomp)?;
+        put_optional(w, CpuState::PART, &self.cpu)?;
         Ok(())
     }
 
@@ -157,6 +162,7 @@ impl ProcessImage {
             dead_cwd: optional(img, DeadCwd::PART)?,
             seccomp: optional(img, Seccomp::PART)?,
             xcomp: optional(img, XcompState::PART)?,
+            cpu: optional(img, CpuState::PART)?,
         })
     }
 }
@@ -358,6 +364,7 @@ pub mod tests_support {
             dead_cwd: None,
             seccomp: None,
             xcomp: None,
+            cpu: None,
         }
     }
 }

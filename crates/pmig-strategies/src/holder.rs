@@ -305,6 +305,9 @@ fn prepare(pid: i32, dir: &Path, mode: &CaptureMode) -> Result<Ready> {
     }
     let layout = Layout::read(pid)?;
     let gadget = layout.syscall_gadget(pid);
+    // The CPU the image records (part `cpu`): about 0.1 ms of CPUID on a
+    // VM, read once, now rather than at the stop.
+    pmig_engine::resources::cpu::CpuState::here();
     mark("hold: layout read");
     // A handover copies about the private pages outside writable anonymous
     // memory, or, when the file copies went before, little more than the

@@ -57,6 +57,7 @@ fn postcopy_resumes_first_then_pages_follow() {
         pidfile: None,
         lazy: true,
         skeleton: false,
+        cpu_check: Default::default(),
     };
     let r = pmig_engine::restore(stage.path(), &opts).expect("lazy restore");
     guard.track_pid(r.pid);
@@ -447,6 +448,7 @@ fn lazy_to(out: std::path::PathBuf) -> pmig_engine::RestoreOptions {
         pidfile: None,
         lazy: true,
         skeleton: false,
+        cpu_check: Default::default(),
     }
 }
 

@@ -1393,34 +1393,162 @@ fn bad_image_flipped_byte_in_manifest() {
     );
 }
 
+/// Decodes the image in `img`, lets `f` change it, and writes it back with
+/// checksums that hold (the pages as they were).
+fn rewrite_image(img: &Path, f: impl FnOnce(&mut pmig_engine::image::ProcessImage)) {
+    let i = pmig_image::Image::open_verified(img).unwrap();
+    let mut pi = pmig_engine::image::ProcessImage::read(&i).unwrap();
+    let pages = std::fs::read(i.pages_path()).unwrap();
+    f(&mut pi);
+    let out = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(out.path()).unwrap();
+    w.pages().write_all(&pages).unwrap();
+    pmig_engine::dump::finish_image(&pi, w, pi.process.pid).unwrap();
+    for e in std::fs::read_dir(out.path()).unwrap().flatten() {
+        std::fs::copy(e.path(), img.join(e.file_name())).unwrap();
+    }
+}
+
 /// An image whose checksums hold but whose state the kernel refuses at
 /// one of the restore's last steps, with the threads' registers already
-/// set: thread 0's saved FPU state names an xsave component no CPU has
-/// (bit 63 of its `XSTATE_BV`), which `PTRACE_SETREGSET` refuses (EINVAL).
+/// set: thread 0's saved FPU state says it is in the compacted format
+/// (bit 63 of its header's `XCOMP_BV`), which `PTRACE_SETREGSET` refuses
+/// (EINVAL): ptrace takes the standard format only.
 /// The half-built process must die there, never running an instruction of
 /// its own: it used to be let go before it was killed, and answered the
 /// `check` waiting on its stdin.
 #[test]
 fn bad_image_thread_state_refused_by_the_kernel() {
     bad_image(
-        "xsave state with a component no CPU has",
+        "xsave state in the compacted format",
         |img| {
-            let i = pmig_image::Image::open_verified(img).unwrap();
-            let mut pi = pmig_engine::image::ProcessImage::read(&i).unwrap();
-            let pages = std::fs::read(i.pages_path()).unwrap();
-            let x = &mut pi.threads.threads[0].xstate;
-            assert!(x.len() > 520, "xsave area of {} bytes", x.len());
-            x[519] |= 0x80;
-            let out = tempfile::tempdir().unwrap();
-            let mut w = pmig_image::ImageWriter::create(out.path()).unwrap();
-            w.pages().write_all(&pages).unwrap();
-            pmig_engine::dump::finish_image(&pi, w, pi.process.pid).unwrap();
-            for e in std::fs::read_dir(out.path()).unwrap().flatten() {
-                std::fs::copy(e.path(), img.join(e.file_name())).unwrap();
-            }
+            rewrite_image(img, |pi| {
+                let x = &mut pi.threads.threads[0].xstate;
+                assert!(x.len() > 520, "xsave area of {} bytes", x.len());
+                x[527] |= 0x80;
+            })
         },
         &["set FPU/xsave state", "Invalid argument"],
     );
+}
+
+/// The image's CPU as this one, with every feature pmig checks: the
+/// features this CPU lacks (never none: some are one vendor's alone).
+fn cpu_with_every_feature() -> (pmig_engine::resources::cpu::CpuState, Vec<&'static str>) {
+    use pmig_engine::resources::cpu::{CpuState, FEATURES};
+    let here = CpuState::here();
+    let mut from = here.clone();
+    for &(_, leaf, sub, reg, bit) in FEATURES {
+        if let Some(w) = from
+            .words
+            .iter_mut()
+            .find(|w| (w.0, w.1, w.2) == (leaf, sub, reg))
+        {
+            w.3 |= 1 << bit;
+        }
+    }
+    let missing = from.missing_on(here);
+    assert!(!missing.is_empty(), "this CPU has every feature: {here:?}");
+    (from, missing)
+}
+
+/// An image captured on a CPU with instruction-set features this one
+/// lacks is refused before anything is created, naming them: the program
+/// may have picked code that uses them.
+#[test]
+fn bad_image_from_a_cpu_with_features_this_one_lacks() {
+    let (from, missing) = cpu_with_every_feature();
+    bad_image(
+        "captured on a CPU with more features",
+        |img| rewrite_image(img, |pi| pi.cpu = Some(from)),
+        &["lacks", missing[0], "--cpu-check xsave"],
+    );
+}
+
+/// The same image restores where the restore is told to check only the
+/// FPU state (`PMIG_CPU_CHECK=xsave`, as a daemon's environment gives it
+/// to its restores), and the process passes its check.
+#[test]
+fn restore_told_to_check_only_the_fpu_state_takes_an_image_of_a_richer_cpu() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("cpucheck");
+    let mut guard = Guard::new();
+    let img = dumped_basic(&d, "cpu check xsave");
+    let (from, _) = cpu_with_every_feature();
+    rewrite_image(&img, |pi| pi.cpu = Some(from));
+    let mut cmd = Command::new(pmig_bin());
+    cmd.args(["restore", "--dir"])
+        .arg(&img)
+        .arg("--pidfile")
+        .arg(d.path("pid"))
+        .env("PMIG_CPU_CHECK", "xsave")
+        .current_dir(d.tmp.path());
+    let mut r = Proc::spawn_tree("restore with PMIG_CPU_CHECK=xsave", cmd);
+    r.check("basic", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.quit_ok();
+}
+
+/// An image from a CPU whose xsave area is smaller than this one's (one
+/// without AMX, say: 2696 bytes against 11008 here) restores: each
+/// thread's saved area is made this CPU's size, and the fpu scenario finds
+/// its vector and x87 registers as they were. The image is made so by
+/// cutting its areas to the components its threads hold and its CPU's
+/// layout to match; where nothing can be cut, the test says so and checks
+/// nothing more.
+#[test]
+fn an_image_from_a_cpu_with_a_smaller_xsave_area_restores_here() {
+    use pmig_engine::resources::cpu::CpuState;
+    let d = Dirs::new("xsavesize");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("fpu", &[], &d.work());
+    orig.expect_ready();
+    let img = d.path("img");
+    dump_ok(orig.pid(), &img, false);
+    orig.wait(EXIT_TIMEOUT);
+    let here = CpuState::here();
+    let mut cut = None;
+    rewrite_image(&img, |pi| {
+        let held = pi.threads.threads.iter().fold(0u64, |m, t| {
+            m | u64::from_le_bytes(t.xstate[512..520].try_into().unwrap())
+        });
+        let need = here
+            .layout
+            .iter()
+            .filter(|l| held & (1 << l.0) != 0)
+            .map(|l| (l.1 + l.2) as usize)
+            .max()
+            .unwrap_or(0)
+            .max(576);
+        if need >= here.xsave_size() {
+            return;
+        }
+        let mut small = here.clone();
+        small.layout.retain(|l| (l.1 + l.2) as usize <= need);
+        small.xfeatures = small.layout.iter().fold(3, |m, l| m | 1 << l.0);
+        assert!(small.xsave_size() <= need);
+        for t in &mut pi.threads.threads {
+            t.xstate.truncate(need);
+        }
+        pi.cpu = Some(small);
+        cut = Some(need);
+    });
+    let Some(need) = cut else {
+        eprintln!(
+            "skipped: the fpu scenario's threads hold every component of this CPU's {}-byte xsave area",
+            here.xsave_size()
+        );
+        return;
+    };
+    eprintln!(
+        "xsave areas cut to {need} bytes; this CPU's take {}",
+        here.xsave_size()
+    );
+    let mut r = spawn_restore("fpu (restore)", &img, &d.path("pid"), d.tmp.path());
+    r.check("fpu", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.check("fpu", CHECK_TIMEOUT);
+    r.quit_ok();
 }
 
 #[test]

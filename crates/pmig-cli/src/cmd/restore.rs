@@ -50,6 +50,13 @@ pub struct Args {
     /// or end of input, kills it: nothing runs.
     #[arg(long, requires_all = ["lazy", "json"])]
     hold: bool,
+    /// How much of the CPU the image was captured on this one must have:
+    /// `features`, every instruction-set feature a program may pick its
+    /// code by (AVX2, AVX-512, AES-NI, ...) and every FPU state component
+    /// its threads hold; or `xsave`, only the state components. Default:
+    /// $PMIG_CPU_CHECK, else `features`
+    #[arg(long, value_name = "CHECK")]
+    cpu_check: Option<pmig_engine::resources::cpu::CpuCheck>,
     /// Restore a skeleton (a capture made while the process still ran):
     /// once it is complete, print the JSON line and keep it stopped until a
     /// line `final DIR` (or `final-verified DIR`, an image its writer has
@@ -105,6 +112,8 @@ pub fn run(a: Args) -> Result<i32> {
         // While the image is still on its way: what the restore would
         // otherwise read while the process is stopped.
         pmig_engine::resources::tcb::learn_own_glibc();
+        // And this CPU, which the preflight compares with the image's.
+        pmig_engine::resources::cpu::CpuState::here();
         match wait_for_go(input.as_mut().expect("taken above"))? {
             Some(v) => v,
             None => {
@@ -120,6 +129,13 @@ pub fn run(a: Args) -> Result<i32> {
         pidfile: a.pidfile.clone(),
         lazy: a.lazy,
         skeleton: a.skeleton,
+        cpu_check: match (a.cpu_check, std::env::var("PMIG_CPU_CHECK")) {
+            (Some(c), _) => c,
+            (None, Ok(v)) => v
+                .parse()
+                .map_err(|e| anyhow::anyhow!("PMIG_CPU_CHECK: {e}"))?,
+            (None, Err(_)) => Default::default(),
+        },
     };
     if a.skeleton {
         return skeleton(&a, &opts, input.as_mut().expect("taken above"));

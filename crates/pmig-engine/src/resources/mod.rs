@@ -16,6 +16,7 @@
 //! held skeleton overrides `update`; the default refuses any change.
 
 pub mod clocks;
+pub mod cpu;
 pub mod deaddirs;
 pub mod epoll;
 pub mod eventfd;
@@ -453,6 +454,9 @@ pub struct RestoreOptions {
     /// disarmed and pending signals are not queued (the bring-up does
     /// both, from the capture of the stop).
     pub skeleton: bool,
+    /// How much of the CPU the image was captured on this one must have
+    /// ([`cpu::CpuCheck`]).
+    pub cpu_check: cpu::CpuCheck,
 }
 
 /// What the new process does, with raw system calls only, between fork and

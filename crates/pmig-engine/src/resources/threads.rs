@@ -699,7 +699,9 @@ impl Resource for Threads {
                 );
             }
             sys::set_regs(tid, &r)?;
-            sys::set_xstate(tid, &th.xstate)?;
+            // This CPU's size (the image's may come from another CPU).
+            let here = super::cpu::CpuState::here();
+            sys::set_xstate(tid, &super::cpu::fit_xstate(&th.xstate, here))?;
             // Set when the process is let go: the timers armed below, and
             // any signal sent to it meanwhile, must not interrupt the
             // calls injected until then (a held restore's release).
