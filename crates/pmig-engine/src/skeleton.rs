@@ -25,6 +25,7 @@
 
 use crate::error::{stale, Result};
 use crate::image::ProcessImage;
+use crate::resources::cpu::CpuCheck;
 use crate::resources::{
     clocks::Clocks,
     files::Files,
@@ -142,6 +143,17 @@ pub fn bring_up(
     // for tile data (nor has a thread started since).
     compare_part("permissions for AMX", &pre.xcomp, &fin.xcomp)?;
     crate::resources::xcomp::refuse_new_threads_with_tiles(&cx.threads.started, &fin.threads)?;
+    // FPU state the threads took up since (AVX-512 registers, say) must fit
+    // this CPU too; its features were checked with the skeleton's image.
+    let xstates: Vec<(i32, &[u8])> = fin
+        .threads
+        .threads
+        .iter()
+        .map(|t| (t.tid, &t.xstate[..]))
+        .collect();
+    let here = crate::resources::cpu::CpuState::here();
+    crate::resources::cpu::check(fin.cpu.as_ref(), here, &xstates, CpuCheck::Xsave)
+        .map_err(|e| stale(format!("{e}")))?;
     crate::resources::files::compare_ids(&pre.files, &fin.files, &pre.file_ids, &fin.file_ids)?;
     // A file mapped since is opened by path in the skeleton, as the
     // process itself (`Memory::update`): only the files mapped in both

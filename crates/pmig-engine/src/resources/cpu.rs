@@ -338,12 +338,15 @@ pub fn check(
             };
             let theirs = from.map_or(Some((off, size)), |f| f.slot(c));
             if theirs != Some((off, size)) || (off + size) as usize > x.len() {
+                let there = match theirs {
+                    Some((o, s)) if (o + s) as usize <= x.len() => {
+                        format!("at offset {o}, {s} bytes,")
+                    }
+                    _ => "outside its saved area".to_string(),
+                };
                 return Err(EngineError::Incompatible(format!(
-                    "thread {t} holds {} state laid out at {:?} on the CPU it was captured on, at {} here ({} bytes): the layouts differ",
+                    "thread {t} holds {} state {there} on the CPU it was captured on, at offset {off}, {size} bytes, here: the layouts differ",
                     component_name(c),
-                    theirs,
-                    off,
-                    size
                 )));
             }
         }
