@@ -178,10 +178,26 @@ fn supported_xfeatures() -> u64 {
     if r == 0 {
         m
     } else {
-        // A kernel before 5.16: x87, SSE and AVX where the CPU has it.
-        let avx = __cpuid_count(1, 0).ecx & (1 << 28) != 0;
-        3 | if avx { 4 } else { 0 }
+        // A kernel before 5.16, which has no dynamic features: what it
+        // enabled in XCR0.
+        xcr0().unwrap_or(3)
     }
+}
+
+/// XCR0, the xsave features the kernel enabled; None where it did not
+/// enable xsave (CPUID.1:ECX.OSXSAVE clear), when XCR0 cannot be read.
+fn xcr0() -> Option<u64> {
+    if __cpuid_count(1, 0).ecx & (1 << 27) == 0 {
+        return None;
+    }
+    let (lo, hi): (u32, u32);
+    // SAFETY: xgetbv with ecx = 0 reads XCR0 into edx:eax; it is allowed
+    // in user mode once the kernel set CR4.OSXSAVE, checked above.
+    unsafe {
+        std::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") hi,
+            options(nomem, nostack, preserves_flags));
+    }
+    Some(u64::from(hi) << 32 | u64::from(lo))
 }
 
 impl CpuState {
@@ -233,7 +249,7 @@ impl CpuState {
             words.push((leaf, sub, r, value));
         }
         let xfeatures = supported_xfeatures();
-        let layout = (2..63u32)
+        let layout = (2..64u32)
             .filter(|&c| xfeatures & (1 << c) != 0 && max_basic >= 0xd)
             .map(|c| {
                 let r = __cpuid_count(0xd, c);
@@ -317,9 +333,10 @@ fn component_name(c: u32) -> String {
 }
 
 /// Checks that `here` can take the saved FPU state of every thread
-/// (`xstates`: its id in the image, its xsave area) captured on `from` (None: an image without the part, whose
-/// CPU is taken to lay its state out as `here` does), and, with
-/// [`CpuCheck::Features`], that it has every feature `from` had.
+/// (`xstates`: its id in the image, its xsave area) captured on `from`
+/// (None: an image without the part, whose CPU is taken to lay its state
+/// out as `here` does), and, with [`CpuCheck::Features`], that it has
+/// every feature `from` had.
 pub fn check(
     from: Option<&CpuState>,
     here: &CpuState,
@@ -524,6 +541,19 @@ mod tests {
         f.detach().unwrap();
         assert_eq!(x.len(), here.xsave_size(), "{here:?}");
         assert!(check(Some(here), here, &[(s.0, &x)], CpuCheck::Features).is_ok());
+    }
+
+    #[test]
+    fn xcr0_agrees_with_what_the_kernel_offers() {
+        // The fallback for kernels before 5.16 (XCR0) gives what this
+        // kernel offers, less the dynamic features (AMX tile data).
+        let xcr0 = xcr0().expect("a kernel that enabled xsave");
+        let offered = CpuState::here().xfeatures;
+        assert_eq!(
+            xcr0 & !(1 << 18),
+            offered & !(1 << 18),
+            "{xcr0:#x} {offered:#x}"
+        );
     }
 
     #[test]
