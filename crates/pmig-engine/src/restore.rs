@@ -516,16 +516,10 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     }
     // First: a CPU that lacks what the process may use refuses the image
     // before anything is made for it.
-    let xstates: Vec<(i32, &[u8])> = pi
-        .threads
-        .threads
-        .iter()
-        .map(|t| (t.tid, &t.xstate[..]))
-        .collect();
     crate::resources::cpu::check(
         pi.cpu.as_ref(),
         crate::resources::cpu::CpuState::here(),
-        &xstates,
+        &pi.threads.xstates(),
         opts.cpu_check,
     )?;
     Xcomp::preflight(&pi.xcomp, &mut pf)?;

@@ -145,13 +145,8 @@ pub fn bring_up(
     crate::resources::xcomp::refuse_new_threads_with_tiles(&cx.threads.started, &fin.threads)?;
     // FPU state the threads took up since (AVX-512 registers, say) must fit
     // this CPU too; its features were checked with the skeleton's image.
-    let xstates: Vec<(i32, &[u8])> = fin
-        .threads
-        .threads
-        .iter()
-        .map(|t| (t.tid, &t.xstate[..]))
-        .collect();
     let here = crate::resources::cpu::CpuState::here();
+    let xstates = fin.threads.xstates();
     crate::resources::cpu::check(fin.cpu.as_ref(), here, &xstates, CpuCheck::Xsave)
         .map_err(|e| stale(format!("{e}")))?;
     crate::resources::files::compare_ids(&pre.files, &fin.files, &pre.file_ids, &fin.file_ids)?;

@@ -26,6 +26,7 @@
 //! An image without the part (format 1.16 and older) gets the first check
 //! only, the capturing CPU's layout taken to be this one's.
 
+use super::xcomp::components_in_use;
 use super::Resource;
 use crate::error::{EngineError, Result};
 use serde::{Deserialize, Serialize};
@@ -156,8 +157,6 @@ pub const FEATURES: &[(&str, u32, u32, u8, u8)] = &[
     ("clzero", 0x8000_0008, 0, 1, 0),
 ];
 
-/// Where the standard xsave area keeps its header's component bit map.
-const XSTATE_BV_AT: usize = 512;
 /// The legacy area and the header: x87 and SSE state, always present.
 const XSAVE_FIXED: usize = 576;
 
@@ -307,13 +306,6 @@ impl CpuState {
     }
 }
 
-/// The state components a saved xsave area holds (its `XSTATE_BV`).
-fn in_use(xstate: &[u8]) -> u64 {
-    xstate
-        .get(XSTATE_BV_AT..XSTATE_BV_AT + 8)
-        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
-}
-
 fn component_name(c: u32) -> String {
     let what = match c {
         2 => "AVX",
@@ -344,7 +336,7 @@ pub fn check(
     mode: CpuCheck,
 ) -> Result<()> {
     for &(t, x) in xstates {
-        let held = in_use(x) & !3;
+        let held = components_in_use(x) & !3;
         for c in (2..64).filter(|c| held & (1 << c) != 0) {
             let Some((off, size)) = here.slot(c) else {
                 return Err(EngineError::Incompatible(format!(
@@ -393,7 +385,7 @@ pub fn fit_xstate(x: &[u8], here: &CpuState) -> Vec<u8> {
     }
     let mut out = vec![0u8; size];
     out[..XSAVE_FIXED.min(x.len())].copy_from_slice(&x[..XSAVE_FIXED.min(x.len())]);
-    let held = in_use(x) & !3;
+    let held = components_in_use(x) & !3;
     for c in (2..64).filter(|c| held & (1 << c) != 0) {
         if let Some((off, sz)) = here.slot(c) {
             let (a, b) = (off as usize, (off + sz) as usize);
@@ -417,6 +409,9 @@ impl Resource for Cpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the standard xsave area keeps its header's component bit map.
+    const XSTATE_BV_AT: usize = 512;
 
     fn cpu(words: &[(u32, u32, u8, u32)], layout: &[(u8, u32, u32)]) -> CpuState {
         CpuState {

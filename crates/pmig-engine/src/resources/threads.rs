@@ -140,6 +140,17 @@ pub struct ThreadsState {
     pub threads: Vec<ThreadState>,
 }
 
+impl ThreadsState {
+    /// Each thread's id in the image and its saved xsave area, for
+    /// [`super::cpu::check`].
+    pub fn xstates(&self) -> Vec<(i32, &[u8])> {
+        self.threads
+            .iter()
+            .map(|t| (t.tid, &t.xstate[..]))
+            .collect()
+    }
+}
+
 fn regs_to_vec(r: &sys::UserRegs) -> Vec<u64> {
     // SAFETY: user_regs_struct is 27 plain u64 fields.
     unsafe { std::slice::from_raw_parts(r as *const _ as *const u64, 27) }.to_vec()
