@@ -186,11 +186,8 @@ fn changes_mappings(nr: i64) -> bool {
 /// Waits for thread `tid`'s next stop, or its end ([`wait_stop_until`]
 /// without a deadline).
 fn wait_stop(tid: pid_t) -> Result<WaitStatus> {
-    loop {
-        if let Some(s) = poll_stop(tid, None)? {
-            return Ok(s);
-        }
-    }
+    // Without a deadline the poll ends only with a status (or an error).
+    Ok(poll_stop(tid, None)?.expect("no deadline to pass"))
 }
 
 /// Whether `tid` has died and is a zombie.
