@@ -74,6 +74,9 @@ pub struct Config {
     pub evict: evict::Settings,
     /// Load balancing (`--balance`); `None`: off.
     pub balance: Option<pmig_services::balance::Settings>,
+    /// How much of the source's CPU the restores here demand
+    /// (`--cpu-check`); `None`: the restore's default.
+    pub cpu_check: Option<pmig_engine::resources::cpu::CpuCheck>,
 }
 
 impl Config {
@@ -92,6 +95,7 @@ impl Config {
             eviction: None,
             evict: Default::default(),
             balance: None,
+            cpu_check: None,
         })
     }
 }
@@ -208,6 +212,9 @@ impl Host for Node {
     }
     fn listen_addr(&self) -> Option<String> {
         Some(self.cfg.listen.clone())
+    }
+    fn cpu_check(&self) -> Option<pmig_engine::resources::cpu::CpuCheck> {
+        self.cfg.cpu_check
     }
     fn await_resume(&self, id: u64, peer: &str, within: Duration) -> Option<Channel<TcpStream>> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);

@@ -1830,6 +1830,162 @@ fn a_named_pipe_moves_only_to_a_peer_that_restores_it() {
     );
 }
 
+/// A process that holds a unix socket pair (scenario `socketpair`: stream,
+/// datagram and seqpacket pairs with data queued) is refused, before
+/// anything is touched, to a destination older than `UNIX_PAIRS`, and
+/// moves with its pairs, their queues and states, to one that speaks it,
+/// with a skeleton (post-copy) and without (pre-copy).
+#[test]
+fn a_unix_socket_pair_moves_only_to_a_peer_that_restores_it() {
+    if !root() {
+        return;
+    }
+    refused_by_an_older_peer_then_moves(
+        "nu",
+        "socketpair",
+        pmig_proto::msg::UNIX_PAIRS - 1,
+        "unix socket pair",
+        &[("n1", "n2", "post-copy"), ("n2", "n3", "pre-copy")],
+        |_, _, _| {},
+    );
+}
+
+/// An asyncio program: once its loop runs it makes `argv[1]` + `.ready`;
+/// three coroutines hash for a while, then wait for the file `argv[1]`,
+/// then a thread of the loop's executor computes, and
+/// it prints what they found. Its event loop wakes itself through a unix
+/// socket pair, which its epoll watches and the executor's thread writes.
+const ASYNCIO_PROG: &str = "import asyncio,hashlib,os,sys\nstop=sys.argv[1]\nasync def work(k):\n  h=hashlib.sha256()\n  for i in range(300):\n    for j in range(2000): h.update(b'%d' % (k*10**7+i*2000+j))\n    await asyncio.sleep(0.002)\n  while not os.path.exists(stop): await asyncio.sleep(0.01)\n  return h.hexdigest()\nasync def main():\n  loop=asyncio.get_running_loop()\n  open(stop+'.ready','w').close()\n  r=await asyncio.gather(*(work(k) for k in range(3)))\n  x=await loop.run_in_executor(None, lambda: sum(i*i for i in range(300000)))\n  print(*r, x, flush=True)\nasyncio.run(main())\n";
+
+/// The interpreter itself (`python3` on PATH may be a wrapper script that
+/// starts it as a child).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Waits (at most 20 s) for the asyncio program's loop to run: the file
+/// `stop` + `.ready`.
+fn wait_ready_file(stop: &Path) {
+    let ready = PathBuf::from(format!("{}.ready", stop.display()));
+    for _ in 0..2000 {
+        if ready.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the asyncio program did not start its loop");
+}
+
+/// The asyncio program's output, unmigrated (its stop file made first).
+fn asyncio_reference(env: &mut Env) -> Vec<u8> {
+    let stop = env.dir.join("aio-ref.stop");
+    std::fs::write(&stop, "").unwrap();
+    let out = env.dir.join("aio.ref");
+    let stop_arg = stop.to_str().unwrap().to_string();
+    let mut r = env.spawn("n1", &[PYTHON, "-c", ASYNCIO_PROG, &stop_arg], None, &out);
+    assert!(
+        r.wait().unwrap().success(),
+        "the reference asyncio run failed"
+    );
+    let want = std::fs::read(&out).unwrap();
+    assert!(!want.is_empty());
+    want
+}
+
+/// An asyncio program (its event loop's unix socket pair) moves where its
+/// pid is free, as on separate machines: a node with a pid namespace of
+/// its own. It moves n1 → n2 → n3 → n1 with post-copy (with a skeleton),
+/// stop-copy and pre-copy and ends with the output of an unmigrated run.
+/// Where its pid is taken (the nodes of one machine sharing one pid
+/// namespace, where the frozen original holds it) asyncio would take
+/// itself for a forked child and fail at its next `await`: the restore
+/// refuses it before anything is created, and it runs on at the source
+/// and ends as it would have.
+#[test]
+fn an_asyncio_program_moves_where_its_pid_is_free_and_runs_on_where_not() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // Refused where the pid is taken.
+    {
+        let mut env = Env::up("ar");
+        let want = asyncio_reference(&mut env);
+        let stop = env.dir.join("aio.stop");
+        let out = env.dir.join("aio.out");
+        let stop_arg = stop.to_str().unwrap().to_string();
+        let mut child = env.spawn("n1", &[PYTHON, "-c", ASYNCIO_PROG, &stop_arg], None, &out);
+        let pid = child.id() as i32;
+        wait_ready_file(&stop);
+        for strategy in ["post-copy", "stop-copy"] {
+            let e = env
+                .migrate_with("n1", pid, "n2", strategy)
+                .expect_err("an asyncio program moved under a new pid");
+            assert!(
+                e.contains("asyncio") && e.contains("pid is taken"),
+                "{strategy}: {e}"
+            );
+            assert!(alive(pid), "{strategy}: the source process is gone");
+        }
+        std::fs::write(&stop, "").unwrap();
+        let st = child.wait().unwrap();
+        assert!(st.success(), "after the refusals: {st:?}");
+        assert_eq!(std::fs::read(&out).unwrap(), want, "after the refusals");
+    }
+    // Moves where it is free.
+    let mut env = Env::up_opts("aq", pmig_cluster::Link::Unlimited, true);
+    let want = asyncio_reference(&mut env);
+    let stop = env.dir.join("aio.stop");
+    let out = env.dir.join("aio.out");
+    let pidfile = env.dir.join("aio.pid");
+    let script = format!(
+        "echo $$ > {}; exec {PYTHON} -c \"$0\" {}",
+        pidfile.display(),
+        stop.display()
+    );
+    let mut child = env.spawn("n1", &["bash", "-c", &script, ASYNCIO_PROG], None, &out);
+    let mut pid = 0;
+    for _ in 0..2000 {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            pid = p;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(pid > 0, "no pid from the node");
+    wait_ready_file(&stop);
+    for (from, to, strategy) in [
+        ("n1", "n2", "post-copy"),
+        ("n2", "n3", "stop-copy"),
+        ("n3", "n1", "pre-copy"),
+    ] {
+        let rep = env
+            .migrate_with(from, pid, to, strategy)
+            .unwrap_or_else(|e| panic!("{strategy} {from}→{to}: {e}\n{to} log:\n{}", env.log(to)));
+        assert_eq!(
+            rep["new_pid"].as_i64(),
+            Some(pid as i64),
+            "{strategy}: the pid changed"
+        );
+    }
+    let _ = child.wait();
+    std::fs::write(&stop, "").unwrap();
+    let mut got = Vec::new();
+    for _ in 0..6000 {
+        got = std::fs::read(&out).unwrap_or_default();
+        if got.ends_with(b"\n") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&want),
+        "after n1→n2→n3→n1"
+    );
+}
+
 /// A file lock another process waits for cannot move: the waiter would
 /// get it the moment the original let go of it. The migration is refused
 /// with one line naming it, by the checks of a primed holder (post-copy)
@@ -3540,6 +3696,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "alarm",
     "posix_timers",
     "pipes",
+    "socketpair",
     "fifo",
     "amx",
     "prctl",

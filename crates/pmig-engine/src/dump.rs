@@ -18,6 +18,7 @@ use crate::resources::{
     sched::Sched,
     session::Session,
     signals::Signals,
+    socketpairs::SocketPairs,
     sysvshm::SysvShm,
     threads::Threads,
     timers::Timers,
@@ -150,6 +151,7 @@ fn capture_colocated(
     lap("identity");
     let files = Files::capture(&mut cx)?;
     let pipes = Pipes::capture(&mut cx)?;
+    let socketpairs = SocketPairs::capture(&mut cx)?;
     // The locks the files capture found.
     let locks = Locks::capture(&mut cx)?;
     let dead_cwd = deaddirs::dead_cwd(cx.pid)?;
@@ -204,6 +206,8 @@ fn capture_colocated(
             clocks: Some(clocks),
             // Only images with pipes need format 1.3.
             pipes: (!pipes.pipes.is_empty()).then_some(pipes),
+            // Only images with a unix socket pair need format 1.18.
+            socketpairs: (!socketpairs.pairs.is_empty()).then_some(socketpairs),
             // Only images with an attribute set need format 1.4.
             prctl: (!prctl.is_default()).then_some(prctl),
             memory_flags: (!memory_flags.is_empty()).then_some(memory_flags),

@@ -19,6 +19,7 @@ use crate::resources::{
     seccomp::{Seccomp, SeccompState},
     session::Session,
     signals::Signals,
+    socketpairs::SocketPairs,
     sysvshm::{SysvShm, SysvState},
     threads::Threads,
     timers::Timers,
@@ -53,6 +54,10 @@ pub struct ProcessImage {
     /// None in images written before the `pipes` part existed (format 1.2
     /// and older), which held no pipe other than stdio.
     pub pipes: Option<<Pipes as Resource>::State>,
+    /// None when the process holds no unix socket pair, and in images
+    /// written before the `socketpairs` part existed (format 1.17 and
+    /// older).
+    pub socketpairs: Option<<SocketPairs as Resource>::State>,
     /// None when every prctl attribute is at its default, and in images
     /// written before the `prctl` part existed (format 1.3 and older).
     pub prctl: Option<<Prctl as Resource>::State>,
@@ -117,6 +122,7 @@ impl ProcessImage {
         put_optional(w, Sched::PART, &self.sched)?;
         put_optional(w, Clocks::PART, &self.clocks)?;
         put_optional(w, Pipes::PART, &self.pipes)?;
+        put_optional(w, SocketPairs::PART, &self.socketpairs)?;
         put_optional(w, Prctl::PART, &self.prctl)?;
         put_optional(w, MemoryFlags::PART, &self.memory_flags)?;
         put_optional(w, MdweState::PART, &self.mdwe)?;
@@ -147,6 +153,7 @@ impl ProcessImage {
             sched: optional(img, Sched::PART)?,
             clocks: optional(img, Clocks::PART)?,
             pipes: optional(img, Pipes::PART)?,
+            socketpairs: optional(img, SocketPairs::PART)?,
             prctl: optional(img, Prctl::PART)?,
             memory_flags: optional(img, MemoryFlags::PART)?,
             mdwe: optional(img, MdweState::PART)?,
@@ -352,6 +359,7 @@ pub mod tests_support {
             sched: None,
             clocks: None,
             pipes: None,
+            socketpairs: None,
             prctl: None,
             memory_flags: None,
             mdwe: None,

@@ -21,9 +21,10 @@ use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
     locks::Locks, memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process,
-    sched::Sched, seccomp::Seccomp, session, session::Session, signals::Signals, sysvshm::SysvShm,
-    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, xcomp::Xcomp, ChildSetup,
-    Finish, PlanCx, Preflight, Resource, RestoreOptions, Update,
+    sched::Sched, seccomp::Seccomp, session, session::Session, signals::Signals,
+    socketpairs::SocketPairs, sysvshm::SysvShm, threads::Threads, threads::THREAD_CLONE_FLAGS,
+    timers::Timers, xcomp::Xcomp, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
+    Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -159,6 +160,29 @@ pub fn restore_skeleton(
     restore_dir(dir, opts, Hold::Skeleton(bring), verify)
 }
 
+/// Refuses, before anything is created, a Python process that holds a
+/// unix socket pair when its pid is taken here. Such a pair is how
+/// asyncio's event loop wakes itself, and asyncio checks by the pid that it
+/// still runs in the process that started its loop: under a new pid every
+/// `await` fails ("no running event loop") and the program ends. Where the
+/// pid is free (another machine, a node with a pid namespace of its own)
+/// it moves; so does any other program's pair, under new ids as ever.
+fn refuse_event_loop_under_new_pid(pi: &ProcessImage) -> Result<()> {
+    let pid = pi.process.pid;
+    let python = |path: &str| {
+        let base = path.rsplit('/').next().unwrap_or(path);
+        base.starts_with("python") || base.starts_with("libpython")
+    };
+    let is_python =
+        python(&pi.memory.mm.exe.path) || pi.memory.vmas.iter().any(|v| python(&v.name));
+    if pi.socketpairs.is_some() && is_python && Path::new(&format!("/proc/{pid}")).exists() {
+        return Err(EngineError::Incompatible(format!(
+            "python process {pid} holds a unix socket pair (asyncio's event loop wakes itself through one) and its pid is taken here: under another pid asyncio takes itself for a forked child, and every await would fail"
+        )));
+    }
+    Ok(())
+}
+
 fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) -> Result<Restored> {
     let t0 = Instant::now();
     mark("restore: start");
@@ -186,6 +210,7 @@ fn restore_dir(dir: &Path, opts: &RestoreOptions, hold: Hold, verify: Verify) ->
     };
     let verify = t0.elapsed();
     mark("restore: image verified, parts decoded");
+    refuse_event_loop_under_new_pid(&pi)?;
     if opts.skeleton {
         for (fd, path) in
             crate::resources::files::stand_ins_for_gone(&mut pi.files, &mut pi.file_ids)
@@ -533,6 +558,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     // Before Files, which installs the ends.
     if let Some(p) = &pi.pipes {
         Pipes::preflight(p, &mut pf)?;
+    }
+    if let Some(p) = &pi.socketpairs {
+        SocketPairs::preflight(p, &mut pf)?;
     }
     if pi.ghost_maps.is_some() && pi.ghosts.is_none() {
         return Err(EngineError::Incompatible(

@@ -40,6 +40,7 @@ use crate::resources::{
     seccomp::Seccomp,
     session::Session,
     signals::Signals,
+    socketpairs::SocketPairs,
     threads::Threads,
     timers::Timers,
     Resource, Update,
@@ -132,6 +133,7 @@ pub fn bring_up(
     update_optional::<JobCtl>(&pre.jobctl, &fin.jobctl, cx)?;
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
+    update_optional::<SocketPairs>(&pre.socketpairs, &fin.socketpairs, cx)?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
     // A filter installed since cannot be put under those the skeleton's
     // threads hold: stale.

@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 24: a destination restores a
+/// The protocol version this build speaks. 25: a destination restores a
+/// unix socket pair the process held alone (fd kind `UnixPair` of image
+/// part `files`, part `socketpairs`, format 1.18); a source moves such a
+/// process only to a version-25 destination. 24: a destination restores a
 /// named pipe the process held (fd kind `Fifo` of image part `files`,
 /// format 1.16); a source moves such a process only to a version-24
 /// destination, which a version-23 one would refuse only once the image
@@ -110,7 +113,9 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 24;
+pub const PROTO_VERSION: u16 = 25;
+/// The first version whose destinations restore unix socket pairs.
+pub const UNIX_PAIRS: u16 = 25;
 /// The first version whose destinations restore named pipes.
 pub const NAMED_PIPES: u16 = 24;
 /// The first version whose destinations restore seccomp filters.

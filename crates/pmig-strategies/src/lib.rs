@@ -295,6 +295,12 @@ pub trait Host: Send + Sync {
     fn may_leave(&self, _pid: i32) -> std::result::Result<(), String> {
         Ok(())
     }
+    /// Destination: how much of the source's CPU the restores here demand
+    /// (`pmig daemon --cpu-check`); `None`: the restore's own default
+    /// (`$PMIG_CPU_CHECK`, else every feature).
+    fn cpu_check(&self) -> Option<pmig_engine::resources::cpu::CpuCheck> {
+        None
+    }
     /// `ADDR:PORT` of node `name`'s daemon, if this host knows the cluster.
     fn peer_addr(&self, _name: &str) -> Option<String> {
         None
@@ -922,6 +928,14 @@ pub fn migrate_with(
             return Err(StrategyError::Other(format!(
                 "cannot migrate process {pid} to {peer}: it holds a named pipe ({path}), and {peer} speaks protocol {version}, which cannot restore one (version {} can); nothing was touched",
                 pmig_proto::msg::NAMED_PIPES
+            )));
+        }
+    }
+    if version < pmig_proto::msg::UNIX_PAIRS {
+        if let Some(fd) = pmig_engine::resources::socketpairs::held_by(pid) {
+            return Err(StrategyError::Other(format!(
+                "cannot migrate process {pid} to {peer}: it holds a unix socket pair (fd {fd}), and {peer} speaks protocol {version}, which cannot restore one (version {} can); nothing was touched",
+                pmig_proto::msg::UNIX_PAIRS
             )));
         }
     }

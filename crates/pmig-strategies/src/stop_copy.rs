@@ -1130,6 +1130,24 @@ fn restore_failure(err: &ErrLog) -> String {
         .to_string()
 }
 
+/// The flags of a destination's `pmig restore` that follow its image
+/// directory: how lazy it is, and the CPU check the daemon was told.
+fn restore_flags(
+    mode: Mode,
+    cpu_check: Option<pmig_engine::resources::cpu::CpuCheck>,
+) -> Vec<&'static str> {
+    let mut v = match mode {
+        Mode::Full => vec![],
+        Mode::Lazy => vec!["--lazy"],
+        Mode::Held => vec!["--lazy", "--hold"],
+        Mode::Skeleton => vec!["--lazy", "--skeleton"],
+    };
+    if let Some(c) = cpu_check {
+        v.extend(["--cpu-check", c.as_str()]);
+    }
+    v
+}
+
 /// The `pmig restore --detach --json` command for the image in `dir` (with
 /// `--lazy` for post-copy), its stdout file and its error output.
 fn restore_command(
@@ -1148,12 +1166,7 @@ fn restore_command(
     let mut cmd = Command::new(d.host.exe());
     cmd.args(["restore", "--detach", "--json", "--dir"])
         .arg(dir)
-        .args(match mode {
-            Mode::Full => &[][..],
-            Mode::Lazy => &["--lazy"][..],
-            Mode::Held => &["--lazy", "--hold"][..],
-            Mode::Skeleton => &["--lazy", "--skeleton"][..],
-        })
+        .args(restore_flags(mode, d.host.cpu_check()))
         .arg("--stdin")
         .arg(&stdin)
         .arg("--stdout")
@@ -1674,6 +1687,21 @@ pub(crate) fn await_commit(d: &mut Destination, pid: i32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_destination_restore_gets_the_daemons_cpu_check() {
+        use pmig_engine::resources::cpu::CpuCheck;
+        assert!(restore_flags(Mode::Full, None).is_empty());
+        assert_eq!(restore_flags(Mode::Held, None), ["--lazy", "--hold"]);
+        assert_eq!(
+            restore_flags(Mode::Skeleton, Some(CpuCheck::Xsave)),
+            ["--lazy", "--skeleton", "--cpu-check", "xsave"]
+        );
+        assert_eq!(
+            restore_flags(Mode::Full, Some(CpuCheck::Features)),
+            ["--cpu-check", "features"]
+        );
+    }
 
     #[test]
     fn error_log_is_read_through_its_descriptor_and_leaves_nothing() {

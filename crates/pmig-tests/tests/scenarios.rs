@@ -319,6 +319,7 @@ scenario!(noreserve, "noreserve", false);
 scenario!(mdwe, "mdwe", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
+scenario!(socketpair, "socketpair", false);
 scenario!(fifo, "fifo", false);
 scenario!(amx, "amx", false);
 scenario!(eventfd, "eventfd", false);
@@ -494,6 +495,7 @@ fn scenarios_pass_without_migration() {
         ("mdwe", &[]),
         ("timens", &[]),
         ("pipes", &[]),
+        ("socketpair", &[]),
         ("fifo", &[]),
         ("amx", &[]),
         ("eventfd", &[]),

@@ -38,6 +38,15 @@ pub struct Args {
     /// `always`, or `never`. Pages that do not compress go as they are.
     #[arg(long, default_value = "auto", value_name = "auto|always|never")]
     compress: pmig_proto::compress::Mode,
+    /// How much of the CPU a process ran on this node's CPU must have for
+    /// the process to be restored here: `features`, every instruction-set
+    /// feature a program may pick its code by (AVX2, AVX-512, AES-NI, ...)
+    /// and every FPU state component its threads hold; or `xsave`, only the
+    /// state components (for nodes of slightly different CPUs whose
+    /// programs are known not to use what one lacks). Default: the
+    /// daemon's $PMIG_CPU_CHECK, else `features`.
+    #[arg(long, value_name = "features|xsave")]
+    cpu_check: Option<pmig_engine::resources::cpu::CpuCheck>,
     /// Host selection: where the load comes from: `system` (/proc/loadavg and
     /// terminal input) or `netns` (runnable threads in this network namespace,
     /// owner activity only from `pmig owner active`; for local test clusters).
@@ -195,6 +204,7 @@ pub fn run(a: Args) -> Result<i32> {
             strategy: strategy(&a.balance_strategy)?,
         });
     }
+    cfg.cpu_check = a.cpu_check;
     pmig_daemon::run(cfg)?;
     Ok(0)
 }

@@ -45,6 +45,16 @@ pub enum CpuCheck {
     Xsave,
 }
 
+impl CpuCheck {
+    /// The name `pmig restore --cpu-check` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuCheck::Features => "features",
+            CpuCheck::Xsave => "xsave",
+        }
+    }
+}
+
 impl std::str::FromStr for CpuCheck {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<CpuCheck, String> {
@@ -364,7 +374,7 @@ pub fn check(
         let missing = from.missing_on(here);
         if !missing.is_empty() {
             return Err(EngineError::Incompatible(format!(
-                "this machine's CPU ({}) lacks {}, which the CPU the process ran on ({}) has: the process may have chosen code that uses them (--cpu-check xsave restores it all the same)",
+                "this machine's CPU ({}) lacks {}, which the CPU the process ran on ({}) has: the process may have chosen code that uses them (`pmig restore --cpu-check xsave`, or a destination daemon started with `--cpu-check xsave`, restores it all the same)",
                 here.describe(),
                 missing.join(", "),
                 from.describe()
@@ -455,6 +465,17 @@ mod tests {
         (18, 2816, 8192),
     ];
     const AVX2: &[(u8, u32, u32)] = &[(2, 576, 256)];
+
+    #[test]
+    fn a_cpu_check_reads_back_its_own_name() {
+        for c in [CpuCheck::Features, CpuCheck::Xsave] {
+            assert_eq!(c.as_str().parse::<CpuCheck>(), Ok(c));
+        }
+        assert!("fpu"
+            .parse::<CpuCheck>()
+            .unwrap_err()
+            .contains("features, xsave"));
+    }
 
     #[test]
     fn the_features_a_cpu_lacks_are_named() {

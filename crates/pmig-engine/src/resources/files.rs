@@ -84,6 +84,9 @@ pub enum FdKind {
     /// A named pipe the process holds alone, reopened by path, with the
     /// bytes buffered in it (format 1.16; see `fifos`).
     Fifo(super::fifos::Fifo),
+    /// One end of a unix socket pair the process holds alone, both ends
+    /// (format 1.18; the pair itself is in the `socketpairs` part).
+    UnixPair { ino: u64 },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -252,6 +255,14 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     };
     let what = |w: &str| unsupported(pid, format!("{w} (fd {fd}: {link})"));
     if link.starts_with("socket:") {
+        // One end of a pair the process holds alone moves (see
+        // `socketpairs`; whether it holds the peer too, the precheck and
+        // the capture see).
+        if let Some(ino) = super::socketpairs::inode_of(&link) {
+            if super::socketpairs::classify(ino).is_ok() {
+                return Ok(Some(FdKind::UnixPair { ino }));
+            }
+        }
         return Err(what(socket_kind(pid, &link)));
     }
     if link.contains("io_uring") {
@@ -436,11 +447,18 @@ impl Resource for Files {
         let mut stdio_pipes = Vec::new();
         // The files of the locks it holds (see `locks`).
         let mut locked = Vec::new();
+        // Unix socket ends: inode, fd, peer.
+        let mut socket_ends = Vec::new();
         for fd in list_fds(pid)? {
             let kind = classify(pid, fd)?;
             match kind {
                 Some(FdKind::Stdio(StdioKind::Pipe)) => stdio_pipes.push(fd),
                 Some(FdKind::Pipe { ino, .. }) => alone.pipes.push(ino),
+                Some(FdKind::UnixPair { ino }) => {
+                    alone.sockets.push(ino);
+                    let peer = super::socketpairs::diag(ino).and_then(|d| d.peer);
+                    socket_ends.push((ino, fd, peer.unwrap_or(0)));
+                }
                 Some(FdKind::EventFd { .. }) => {
                     alone.eventfds.extend(super::eventfd::id_of(pid, fd));
                 }
@@ -472,6 +490,7 @@ impl Resource for Files {
                 }
             }
         }
+        super::socketpairs::check_pairs(pid, &socket_ends)?;
         alone.refuse_shared(pid)?;
         super::locks::refuse_contested(pid, &locked)?;
         let root = procfs::readlink(pid, "root")?;
@@ -555,6 +574,9 @@ impl Resource for Files {
             }
             if let FdKind::Pipe { ino, write } = kind {
                 cx.pipe_ends.push(super::pipes::End { ino, fd, write });
+            }
+            if let FdKind::UnixPair { ino } = kind {
+                cx.socket_ends.push(super::socketpairs::End { ino, fd });
             }
             fds.push(Fd {
                 fd,
@@ -736,6 +758,16 @@ impl Resource for Files {
                     set_nonblocking(end, f)?;
                     end
                 }
+                FdKind::UnixPair { ino } => {
+                    let end = *pf.sockets.get(ino).ok_or_else(|| {
+                        EngineError::Image(pmig_image::ImageError::MissingPart(format!(
+                            "socketpairs: socket:[{ino}] of fd {}",
+                            f.fd
+                        )))
+                    })?;
+                    set_nonblocking(end, f)?;
+                    end
+                }
                 FdKind::EventFd { count, semaphore } => {
                     super::eventfd::preflight(pf, *count, *semaphore, f.flags)?
                 }
@@ -828,6 +860,7 @@ fn kind_name(k: &FdKind) -> &'static str {
         FdKind::Ghost { .. } => "a deleted file",
         FdKind::DeadDir(_) => "a deleted directory",
         FdKind::Fifo(_) => "a named pipe",
+        FdKind::UnixPair { .. } => "a unix socket pair",
     }
 }
 

@@ -1,5 +1,6 @@
-//! Files a process must hold alone to move: its pipes, eventfds, epoll
-//! instances, timerfds, inotify instances and deleted files. Moving one
+//! Files a process must hold alone to move: its pipes, unix socket pairs,
+//! eventfds, epoll instances, timerfds, inotify instances and deleted
+//! files. Moving one
 //! that another process also holds would cut the channel between the two
 //! (or, for a deleted file, make two files that drift apart), so such a
 //! file is refused. This module finds the other holders for all these kinds in
@@ -24,7 +25,7 @@
 //! process may open one by its path at any time, as a writer to a
 //! daemon's command pipe does.
 
-use super::{epoll, eventfd, fifos, ghosts, inotify, pipes, timerfd};
+use super::{epoll, eventfd, fifos, ghosts, inotify, pipes, socketpairs, timerfd};
 use crate::error::{unsupported, Result};
 use libc::pid_t;
 use std::sync::Mutex;
@@ -47,6 +48,8 @@ pub struct HeldAlone {
     pub locked: Vec<(i32, String)>,
     /// Named pipes, by path, device and inode (see [`fifos`]).
     pub fifos: Vec<(String, u64, u64)>,
+    /// Unix sockets, by inode (see [`socketpairs`]).
+    pub sockets: Vec<u64>,
 }
 
 /// The kinds of file `HeldAlone::by_file` holds, by their fd link.
@@ -98,6 +101,7 @@ impl HeldAlone {
             && self.ghosts.is_empty()
             && self.locked.is_empty()
             && self.fifos.is_empty()
+            && self.sockets.is_empty()
     }
 
     fn covered_by(&self, other: &HeldAlone) -> bool {
@@ -108,6 +112,7 @@ impl HeldAlone {
             && subset(&self.ghosts, &other.ghosts)
             && subset(&self.locked, &other.locked)
             && subset(&self.fifos, &other.fifos)
+            && subset(&self.sockets, &other.sockets)
     }
 
     /// Whether fd `fd` of process `other`, whose link is `link`, is one of
@@ -126,6 +131,7 @@ impl HeldAlone {
                 l == link && crate::sys::same_file_of(pid, *f, other, fd) == Some(true)
             })
             || fifos::is_one_of(other, fd, link, &self.fifos)
+            || socketpairs::is_one_of(link, &self.sockets)
     }
 
     /// Refuses these files of `pid` if another process holds one of them.
@@ -399,6 +405,7 @@ mod tests {
             ghosts: vec![(5, 6)],
             locked: vec![(8, "/a".into())],
             fifos: vec![("/f".into(), 9, 10)],
+            sockets: vec![11],
         };
         let me = std::process::id() as pid_t;
         let us = identity(me).expect("our own start time");

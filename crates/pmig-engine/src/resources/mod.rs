@@ -38,6 +38,7 @@ pub mod seccomp;
 pub mod session;
 pub mod signalfd;
 pub mod signals;
+pub mod socketpairs;
 pub mod sysvshm;
 pub mod tcb;
 pub mod threads;
@@ -122,6 +123,8 @@ pub struct Capture<'a> {
     pub copy_buffer: Option<Vec<u8>>,
     /// The pipe ends `files` found, for `pipes`.
     pub pipe_ends: Vec<pipes::End>,
+    /// The unix socket ends `files` found, for `socketpairs`.
+    pub socket_ends: Vec<socketpairs::End>,
     /// The descriptors of deleted files `files` found, for `ghosts`.
     pub ghost_fds: Vec<ghosts::GhostFd>,
     /// The file locks `files` found, each with its file as the kernel
@@ -202,6 +205,7 @@ impl<'a> Capture<'a> {
             written_apart: false,
             copy_buffer: None,
             pipe_ends: Vec::new(),
+            socket_ends: Vec::new(),
             ghost_fds: Vec::new(),
             locks: Vec::new(),
             ghost_maps: Vec::new(),
@@ -492,6 +496,8 @@ pub struct Preflight {
     pub mapped_files: std::collections::HashMap<String, i32>,
     /// Pipe inode (on the source) → helper fds of its read and write ends.
     pub pipes: std::collections::HashMap<u64, (i32, i32)>,
+    /// Unix socket inode (on the source) → helper fd of that end made again.
+    pub sockets: std::collections::HashMap<u64, i32>,
     /// Deleted file (device and inode on the source) → helper fd of the
     /// file made again ([`ghosts`]).
     pub ghosts: std::collections::HashMap<(u64, u64), i32>,
@@ -544,6 +550,7 @@ impl Preflight {
             child: ChildSetup::default(),
             mapped_files: Default::default(),
             pipes: Default::default(),
+            sockets: Default::default(),
             ghosts: Default::default(),
             dead_dirs: Default::default(),
             ghost_maps: Default::default(),
