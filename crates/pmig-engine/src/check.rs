@@ -276,6 +276,44 @@ fn check_tool(tool: &'static str) -> Result<String, String> {
     }
 }
 
+/// Unix socket diagnostics, by which the capture tells which socket of a
+/// process is whose peer (`socketpairs`): without them a unix socket pair
+/// is refused like any socket.
+fn check_unix_diag() -> Result<String, String> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut fds = [0i32; 2];
+    // SAFETY: socketpair writes two fds into the array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } < 0
+    {
+        return Err(format!("socketpair: {}", errno()));
+    }
+    // SAFETY: both fds are fresh and ours.
+    let (a, b) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let ino = |fd: &std::os::fd::OwnedFd| {
+        std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+            .unwrap_or(0)
+    };
+    match crate::resources::socketpairs::diag(ino(&a)) {
+        Some(d) if d.peer == Some(ino(&b)) => {
+            Ok("sock_diag names a unix socket's peer: unix socket pairs move".into())
+        }
+        _ => Err("sock_diag for unix sockets unavailable (CONFIG_UNIX_DIAG): unix socket pairs are refused".into()),
+    }
+}
+
 type Check = (&'static str, bool, Box<dyn Fn() -> Result<String, String>>);
 
 /// What an image captured here records of this CPU (part `cpu`): another
@@ -324,6 +362,7 @@ pub fn run_checks() -> Vec<CheckResult> {
         ("userfaultfd", false, Box::new(check_uffd)),
         ("pidfd", false, Box::new(check_pidfd)),
         ("seccomp suspension", false, Box::new(check_seccomp_suspend)),
+        ("unix socket diagnostics", false, Box::new(check_unix_diag)),
         ("CPU", false, Box::new(check_cpu)),
         ("ip (cluster)", false, Box::new(|| check_tool("ip"))),
         ("tc (cluster)", false, Box::new(|| check_tool("tc"))),

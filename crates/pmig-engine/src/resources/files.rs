@@ -259,8 +259,11 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         // `socketpairs`; whether it holds the peer too, the precheck and
         // the capture see).
         if let Some(ino) = super::socketpairs::inode_of(&link) {
-            if super::socketpairs::classify(ino).is_ok() {
-                return Ok(Some(FdKind::UnixPair { ino }));
+            match super::socketpairs::classify(ino) {
+                Ok(_) => return Ok(Some(FdKind::UnixPair { ino })),
+                // Why this unix socket is none of those.
+                Err(why) if why != "a socket" => return Err(what(why)),
+                Err(_) => {}
             }
         }
         return Err(what(socket_kind(pid, &link)));

@@ -159,10 +159,11 @@ pub fn diag(ino: u64) -> Option<Diag> {
     Some(d)
 }
 
-/// Whether the socket `link` (of fd `fd` of `pid`) may be one end of a
-/// pair the process holds alone: an unnamed unix socket of a kind this
-/// module moves, connected to an unnamed peer. Whether the peer is the
-/// process's own is for [`check_pairs`]. `Err`: why not.
+/// Whether the socket of inode `ino` may be one end of a pair the process
+/// holds alone: an unnamed unix socket of a kind this module moves,
+/// connected to an unnamed peer. Whether the peer is the process's own is
+/// for [`check_pairs`]. `Err`: why not (`"a socket"`: no unix socket this
+/// network namespace knows).
 pub fn classify(ino: u64) -> std::result::Result<Diag, &'static str> {
     let d = diag(ino).ok_or("a socket")?;
     if !matches!(
