@@ -1129,8 +1129,8 @@ fn new_ids(o: &pmig_strategies::Outcome) -> Option<String> {
 
 /// What stays on this node when process `pid` moves without a home (it is
 /// not a job of `pmig run`), one line each for the report: a pipe (but not
-/// a read end with bytes left and no writer, which moves with the process)
-/// or a terminal on its stdio, which the destination replaces with `/dev/null`
+/// a read end with bytes left and no writer, which moves with the process),
+/// a unix socket that leads out of it, or a terminal on its stdio, which the destination replaces with `/dev/null`
 /// (stdin) or a file of its own (stdout, stderr), and a parent, which sees
 /// it end killed once the move is complete.
 fn left_behind(node: &str, pid: i32) -> Vec<String> {
@@ -1148,6 +1148,12 @@ fn left_behind(node: &str, pid: i32) -> Vec<String> {
             "a pipe"
         } else if link.starts_with("/dev/pts/") || link.starts_with("/dev/tty") {
             "a terminal"
+        } else if let Some(ino) = pmig_engine::resources::socketpairs::inode_of(&link) {
+            if !pmig_engine::resources::socketpairs::leads_out(pid, ino) {
+                // One end of a pair it holds alone: it moves too.
+                continue;
+            }
+            "a unix socket"
         } else {
             continue;
         };

@@ -645,6 +645,62 @@ fn refuse_socket() {
     refusal("socket", &["unix socket"]);
 }
 
+/// A unix socket on stdout whose other end the process does not hold (here
+/// ours, as a supervisor's or journald's would be) is stdio: the restore
+/// replaces it as it replaces a pipe there (with its own stdout), and the
+/// program answers there; nothing more comes on the old socket.
+#[test]
+fn a_stdout_socket_that_leads_out_is_replaced_like_a_pipe() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    use std::process::Stdio;
+    let _h = serial(&HEAVY);
+    let d = Dirs::new("stdout-socket");
+    let mut guard = Guard::new();
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    ours.set_read_timeout(Some(CHECK_TIMEOUT)).unwrap();
+    let mut cmd = Command::new(scenario("basic"));
+    cmd.current_dir(d.work())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(OwnedFd::from(theirs)))
+        .stderr(Stdio::null());
+    only_stdio(&mut cmd);
+    let mut child = cmd.spawn().unwrap();
+    // The command holds our copy of the child's end until dropped.
+    drop(cmd);
+    let pid = child.id() as i32;
+    guard.track_pid(pid);
+    let mut from = BufReader::new(ours.try_clone().unwrap());
+    let mut line = String::new();
+    from.read_line(&mut line).unwrap();
+    assert_eq!(line, "READY\n");
+    let mut to = child.stdin.take().unwrap();
+    to.write_all(b"check\n").unwrap();
+    line.clear();
+    from.read_line(&mut line).unwrap();
+    assert_eq!(line, "PASS basic\n", "before the dump");
+
+    dump_ok(pid, &d.path("img"), false);
+    let st = child.wait().unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+    let mut r = spawn_restore(
+        "basic (stdout socket)",
+        &d.path("img"),
+        &d.path("pid"),
+        d.tmp.path(),
+    );
+    r.check("basic", PMIG_TIMEOUT);
+    guard.track_pid(restored_pid(&r));
+    r.check("basic", CHECK_TIMEOUT);
+    r.quit_ok();
+    // The old socket's peer died with the original: end of file, and not a
+    // byte of the restored process's answers.
+    let mut rest = Vec::new();
+    from.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "more came on the old socket: {rest:?}");
+}
+
 #[test]
 fn refuse_child_process() {
     refusal("child", &["child"]);

@@ -48,6 +48,8 @@ const KEEP_FLAGS: i32 = libc::O_ACCMODE
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum StdioKind {
     Terminal,
+    /// A pipe, or a unix socket that leads out of the process (format
+    /// 1.18): either is replaced on restore.
     Pipe,
 }
 
@@ -259,6 +261,12 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         // `socketpairs`; whether it holds the peer too, the precheck and
         // the capture see).
         if let Some(ino) = super::socketpairs::inode_of(&link) {
+            // A unix socket on fds 0-2 that leads out of the process (a
+            // supervisor's socketpair, journald's stream) is stdio, replaced
+            // on restore as a pipe there is.
+            if fd <= 2 && super::socketpairs::leads_out(pid, ino) {
+                return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
+            }
             match super::socketpairs::classify(ino) {
                 Ok(_) => return Ok(Some(FdKind::UnixPair { ino })),
                 // Why this unix socket is none of those.

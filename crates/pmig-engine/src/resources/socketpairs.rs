@@ -201,6 +201,23 @@ pub fn check_pairs(pid: pid_t, ends: &[(u64, i32, u64)]) -> Result<()> {
     Ok(())
 }
 
+/// Whether the unix socket `ino` of `pid` leads out of the process: a
+/// connected unix socket (in this network namespace) whose peer `pid` does
+/// not hold. On fds 0–2 such a socket (a supervisor's socketpair, a stream
+/// to journald) is stdio, replaced on restore like a pipe there. A
+/// listening or unconnected socket, or one whose peer is gone, is not.
+pub fn leads_out(pid: pid_t, ino: u64) -> bool {
+    let Some(peer) = diag(ino).and_then(|d| d.peer) else {
+        return false;
+    };
+    let want = format!("socket:[{peer}]");
+    let held = super::files::list_fds(pid).is_ok_and(|fds| {
+        fds.iter()
+            .any(|fd| crate::procfs::readlink(pid, &format!("fd/{fd}")).is_ok_and(|l| l == want))
+    });
+    !held
+}
+
 /// The lowest fd of `pid` that is one end of a unix socket pair this
 /// module would move, if any (the source refuses such a process to a
 /// destination that cannot restore one).
@@ -210,7 +227,7 @@ pub fn held_by(pid: pid_t) -> Option<i32> {
         crate::procfs::readlink(pid, &format!("fd/{fd}"))
             .ok()
             .and_then(|l| inode_of(&l))
-            .is_some_and(|ino| classify(ino).is_ok())
+            .is_some_and(|ino| classify(ino).is_ok() && !(*fd <= 2 && leads_out(pid, ino)))
     })
 }
 
