@@ -700,9 +700,22 @@ pub(crate) fn make(p: &PairState) -> Result<(OwnedFd, OwnedFd)> {
         set_buf(fd, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, e.sndbuf)?;
         set_buf(fd, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, e.rcvbuf)?;
     }
-    // What `a` had to read, `b` wrote, and the other way round.
-    put_back(&b, p.kind, &p.a.queued)?;
-    put_back(&a, p.kind, &p.b.queued)?;
+    // What `a` had to read, `b` wrote, and the other way round. The
+    // sender's buffer is made room enough for it first (the process may
+    // have shrunk it since it wrote, or written in pieces that fit
+    // otherwise), and its own size set again after.
+    for (from, to, queued) in [(&b, &p.b, &p.a.queued), (&a, &p.a, &p.b.queued)] {
+        let room: usize = queued.iter().map(|m| m.len() + 1024).sum::<usize>() + (64 << 10);
+        if room / 2 > (to.sndbuf.max(0) as usize) / 2 {
+            let _ = setsockopt_int(
+                from,
+                libc::SO_SNDBUFFORCE,
+                room.min(i32::MAX as usize) as i32,
+            );
+        }
+        put_back(from, p.kind, queued)?;
+        set_buf(from, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, to.sndbuf)?;
+    }
     for (fd, e) in [(&a, &p.a), (&b, &p.b)] {
         shut(fd, e.shutdown)?;
         if e.peek_off >= 0 {
@@ -911,6 +924,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_queue_bigger_than_its_senders_buffer_now_is_put_back_whole() {
+        let me = std::process::id() as pid_t;
+        let (a, b) = fresh_pair(libc::SOCK_STREAM).unwrap();
+        let big: Vec<u8> = (0..150_000u32).map(|i| (i % 251) as u8).collect();
+        send(&b, &big);
+        // Shrunk after the write: the queue outgrows the buffer.
+        setsockopt_int(&b, libc::SO_SNDBUF, 4096).unwrap();
+        let p = PairState {
+            kind: libc::SOCK_STREAM,
+            a: EndState {
+                ino: 1,
+                queued: queued(me, 3, &a, &b, libc::SOCK_STREAM, 0)
+                    .unwrap()
+                    .into_iter()
+                    .map(serde_bytes::ByteBuf::from)
+                    .collect(),
+                shutdown: 0,
+                sndbuf: getsockopt_int(&a, libc::SO_SNDBUF).unwrap(),
+                rcvbuf: getsockopt_int(&a, libc::SO_RCVBUF).unwrap(),
+                peek_off: -1,
+            },
+            b: EndState {
+                ino: 2,
+                queued: vec![],
+                shutdown: 0,
+                sndbuf: getsockopt_int(&b, libc::SO_SNDBUF).unwrap(),
+                rcvbuf: getsockopt_int(&b, libc::SO_RCVBUF).unwrap(),
+                peek_off: -1,
+            },
+        };
+        let (na, nb) = make(&p).unwrap();
+        assert_eq!(getsockopt_int(&nb, libc::SO_SNDBUF).unwrap(), p.b.sndbuf);
+        let mut got = Vec::new();
+        while got.len() < big.len() {
+            let r = recv(&na);
+            assert!(!r.is_empty());
+            got.extend(r);
+        }
+        assert_eq!(got, big);
     }
 
     #[test]
