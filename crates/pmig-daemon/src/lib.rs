@@ -1130,9 +1130,10 @@ fn new_ids(o: &pmig_strategies::Outcome) -> Option<String> {
 /// What stays on this node when process `pid` moves without a home (it is
 /// not a job of `pmig run`), one line each for the report: a pipe (but not
 /// a read end with bytes left and no writer, which moves with the process),
-/// a unix socket that leads out of it, or a terminal on its stdio, which the destination replaces with `/dev/null`
-/// (stdin) or a file of its own (stdout, stderr), and a parent, which sees
-/// it end killed once the move is complete.
+/// a unix socket that leads out of it, or a terminal on its stdio, which
+/// the destination replaces with `/dev/null` (stdin) or a file of its own
+/// (stdout, stderr), and a parent, which sees it end killed once the move
+/// is complete.
 fn left_behind(node: &str, pid: i32) -> Vec<String> {
     let mut notes = Vec::new();
     for (fd, name) in [(0, "stdin"), (1, "stdout"), (2, "stderr")] {

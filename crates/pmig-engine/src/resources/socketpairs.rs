@@ -88,7 +88,10 @@ pub struct Diag {
 const RCV_SHUTDOWN: u8 = 1;
 const SEND_SHUTDOWN: u8 = 2;
 /// Most messages one end's queue may hold (a bound on the reading loops).
-const MAX_MESSAGES: usize = 1 << 20;
+/// More than a queue can hold: each message costs its sender at least
+/// several hundred bytes of a send buffer of at most 2 GiB. So a queue is
+/// always taken whole, and put back in its order.
+const MAX_MESSAGES: usize = 1 << 23;
 
 /// The inode of a `socket:[N]` fd link.
 pub fn inode_of(link: &str) -> Option<u64> {
