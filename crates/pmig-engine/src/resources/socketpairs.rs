@@ -270,6 +270,19 @@ fn setsockopt_int(fd: &OwnedFd, opt: libc::c_int, v: i32) -> std::io::Result<()>
     Ok(())
 }
 
+/// A receive's result on a non-blocking socket: the bytes it took, or
+/// `None` where it would have waited (nothing queued).
+fn unless_empty(n: isize) -> std::io::Result<Option<usize>> {
+    if n >= 0 {
+        return Ok(Some(n as usize));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) => Ok(None),
+        _ => Err(e),
+    }
+}
+
 /// Peeks at the queue of a stream end from its current peek offset: the
 /// bytes (at most `buf.len()`), `None` once nothing more is queued.
 fn peek_stream(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, i32)>> {
@@ -290,14 +303,7 @@ fn peek_stream(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, i
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EAGAIN) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    Ok(Some((n as usize, msg.msg_flags)))
+    Ok(unless_empty(n)?.map(|n| (n, msg.msg_flags)))
 }
 
 /// Whether a stream end holds an out-of-band byte not yet read.
@@ -362,15 +368,11 @@ fn take_message(end: &OwnedFd, buf: &mut Vec<u8>) -> std::io::Result<Option<Take
             libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_TRUNC,
         )
     };
-    if len < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EAGAIN) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    if len as usize > buf.len() {
-        buf.resize(len as usize, 0);
+    let Some(len) = unless_empty(len)? else {
+        return Ok(None);
+    };
+    if len > buf.len() {
+        buf.resize(len, 0);
     }
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
