@@ -72,6 +72,34 @@ pub struct Frozen {
     own_affinity: Option<Vec<u64>>,
 }
 
+/// How many CPUs the calling thread may run on (1 if that cannot be read).
+pub fn usable_cpus() -> usize {
+    read_affinity(0).map_or(1, |m| count_cpus(&m).max(1))
+}
+
+fn count_cpus(mask: &[u64]) -> usize {
+    mask.iter().map(|w| w.count_ones() as usize).sum()
+}
+
+/// Runs the calling thread on the CPUs of `allowed` but `cpu`, where there
+/// are any: work done beside a colocated capture ([`Frozen::colocated`])
+/// then leaves that CPU to the capture's round trips with the process,
+/// which would wait behind it otherwise (a long page-table walk in the
+/// kernel is not cut short for them). Best effort.
+pub fn avoid_cpu(cpu: usize, allowed: &[u64]) {
+    let mut mask = allowed.to_vec();
+    let (w, bit) = (cpu / 64, 1u64 << (cpu % 64));
+    if w < mask.len() {
+        mask[w] &= !bit;
+    }
+    if count_cpus(&mask) == 0 {
+        return;
+    }
+    if let Err(e) = set_affinity(0, &mask) {
+        tracing::debug!("CPU {cpu} not left to the capture: {e}");
+    }
+}
+
 /// The CPU affinity of thread `tid` (0: the caller) as mask words.
 fn read_affinity(tid: pid_t) -> std::io::Result<Vec<u64>> {
     let mut set = [0u64; 16];
@@ -634,6 +662,20 @@ impl Frozen {
                     t.affinity = Some(a);
                 }
             }
+        }
+    }
+
+    /// Where [`Frozen::colocate`] keeps the threads and the calling thread,
+    /// while it does: that CPU and the affinity the caller had before (asked
+    /// from the calling thread, whose threads started meanwhile inherit the
+    /// one CPU).
+    pub fn colocated(&self) -> Option<(usize, Vec<u64>)> {
+        let own = self.own_affinity.clone()?;
+        let mask = read_affinity(0).ok()?;
+        let mut cpus = (0..mask.len() * 64).filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0);
+        match (cpus.next(), cpus.next()) {
+            (Some(c), None) => Some((c, own)),
+            _ => None,
         }
     }
 
@@ -1449,6 +1491,58 @@ mod tests {
             )
             .unwrap();
         assert_eq!(r, vec![pid as i64, 0, -(libc::EBADF as i64)]);
+    }
+
+    /// While a frozen process is colocated, `colocated` names the one CPU
+    /// and the affinity the caller had; a thread that avoids that CPU runs
+    /// on the others, and on that CPU alone where there is no other (no
+    /// thread is left with no CPU).
+    #[test]
+    fn work_beside_a_colocated_capture_keeps_off_its_cpu() {
+        let child = Child::start().settled();
+        let mut f = Frozen::freeze(child.0).unwrap();
+        let before = read_affinity(0).unwrap();
+        f.colocate();
+        let (cpu, own) = f.colocated().expect("colocated on one CPU");
+        assert_eq!(own, before);
+        assert_eq!(count_cpus(&read_affinity(0).unwrap()), 1);
+        let bit = |m: &[u64]| m[cpu / 64] & (1 << (cpu % 64)) != 0;
+        assert!(
+            bit(&read_affinity(child.0).unwrap()),
+            "the process is not on CPU {cpu}"
+        );
+        // A thread started now inherits the one CPU.
+        let (avoided, inherited) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let inherited = read_affinity(0).unwrap();
+                avoid_cpu(cpu, &own);
+                (read_affinity(0).unwrap(), inherited)
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(count_cpus(&inherited), 1);
+        if count_cpus(&own) > 1 {
+            assert!(!bit(&avoided), "still on CPU {cpu}: {avoided:x?}");
+            assert_eq!(count_cpus(&avoided), count_cpus(&own) - 1);
+        } else {
+            assert_eq!(avoided, own);
+        }
+        // With no other CPU allowed, nothing changes.
+        let mut only = vec![0u64; own.len()];
+        only[cpu / 64] = 1 << (cpu % 64);
+        let kept = std::thread::scope(|s| {
+            s.spawn(|| {
+                avoid_cpu(cpu, &only);
+                read_affinity(0).unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(bit(&kept) && count_cpus(&kept) == 1, "{kept:x?}");
+        f.release_cpu();
+        assert!(f.colocated().is_none());
+        assert_eq!(read_affinity(0).unwrap(), before);
     }
 
     #[test]

@@ -436,9 +436,16 @@ fn capture_once(
         _ => ScanFor::Populated,
     };
     let listed = tracked.clone().filter(|_| written_out.is_some());
+    // The capture runs on one CPU with the process (`Frozen::colocate`,
+    // which `capture_with` keeps); the scan and the checks keep off it.
+    frozen.colocate();
+    let capture_cpu = frozen.colocated();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     std::thread::scope(|sc| {
         let checks = sc.spawn(move || {
+            if let Some((cpu, allowed)) = &capture_cpu {
+                pmig_engine::ptrace::avoid_cpu(*cpu, allowed);
+            }
             let scan = PreScan::scan(pid, defer_population, what);
             // The listed ranges' pages written since they were last
             // protected, as this scan of the frozen process found them.

@@ -845,11 +845,12 @@ impl PreScan {
             }
         }
         // The scan walks page tables: about 4-7 ms per GiB here, on the
-        // stop's critical path, while the capture itself mostly waits on
-        // ptrace. Above 64 MiB it is split in two halves by address, each
-        // scanned by its own thread.
+        // stop's critical path. Above 64 MiB it is split in two halves by
+        // address, each scanned by its own thread, where this thread may
+        // use two CPUs or more (the holder keeps the scan off the CPU of
+        // the capture, whose calls into the process would wait behind it).
         let total: u64 = jobs.iter().map(|j| j.1 - j.0).sum();
-        let halves = if total > 64 << 20 {
+        let halves = if total > 64 << 20 && crate::ptrace::usable_cpus() >= 2 {
             split_by_size(&jobs, total / 2 / PAGE * PAGE)
         } else {
             [jobs.clone(), Vec::new()]
