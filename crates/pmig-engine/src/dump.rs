@@ -83,6 +83,8 @@ pub struct Aids {
     pub layout: Option<Layout>,
     /// A [`PreScan`] running in another thread since the freeze.
     pub prescan: Option<std::sync::mpsc::Receiver<Result<PreScan>>>,
+    /// See [`Capture::scratch_mapped`](crate::resources::Capture).
+    pub scratch_mapped: Option<std::sync::mpsc::Sender<()>>,
     /// See [`Capture::defer_population`](crate::resources::Capture).
     pub defer_population: bool,
     /// See [`Capture::written_since`](crate::resources::Capture).
@@ -120,6 +122,7 @@ fn capture_colocated(
     cx.filter = filter;
     cx.layout = aids.layout;
     cx.prescan = aids.prescan;
+    cx.scratch_mapped = aids.scratch_mapped;
     cx.defer_population = aids.defer_population;
     cx.written_since = aids.written_since;
     cx.written_apart = aids.written_apart;

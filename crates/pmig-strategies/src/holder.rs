@@ -269,6 +269,11 @@ fn freeze_and_capture(
 /// The most page data prepared for before the freeze (see [`prepare`]).
 const PREPARED_PAGES: u64 = 4 << 20;
 
+/// How long the scan beside a capture waits for the capture's scratch page
+/// to be mapped before it starts anyway (it takes one call into the
+/// process, well under a millisecond).
+const SCRATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// What is made before the freeze (see [`prepare`]).
 struct Ready {
     layout: Layout,
@@ -441,11 +446,15 @@ fn capture_once(
     frozen.colocate();
     let capture_cpu = frozen.colocated();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let (mapped_tx, mapped_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|sc| {
         let checks = sc.spawn(move || {
             if let Some((cpu, allowed)) = &capture_cpu {
                 pmig_engine::ptrace::avoid_cpu(*cpu, allowed);
             }
+            // After the capture's scratch page is mapped (bounded, should
+            // the capture not say so).
+            let _ = mapped_rx.recv_timeout(SCRATCH_WAIT);
             let scan = PreScan::scan(pid, defer_population, what);
             // The listed ranges' pages written since they were last
             // protected, as this scan of the frozen process found them.
@@ -464,6 +473,7 @@ fn capture_once(
         let aids = Aids {
             layout: Some(layout),
             prescan: Some(rx),
+            scratch_mapped: Some(mapped_tx),
             defer_population,
             written_since: tracked,
             written_apart: matches!(mode, CaptureMode::WrittenApart(_)),

@@ -2005,11 +2005,14 @@ impl Resource for Memory {
         let pid = cx.pid;
         let (r, _) = cx.answers(Self::PART, Memory::ask)?;
         let brk = cx.checked(r[0], "brk(0)")?;
+        // Waits for the scan started at the freeze (an error there refuses
+        // the capture), then unmaps the scratch page: not while the scan
+        // reads the mappings (see `Capture::scratch_mapped`).
+        cx.scratch_mapped.take();
+        let prescan = cx.prescan.take().map(|rx| rx.recv());
         cx.release_scratch()?;
-        // Waits for the scan started at the freeze: an error there refuses
-        // the capture.
-        let mut prescan = match cx.prescan.take() {
-            Some(rx) => rx.recv().unwrap_or_else(|_| Ok(PreScan::default()))?,
+        let mut prescan = match prescan {
+            Some(got) => got.unwrap_or_else(|_| Ok(PreScan::default()))?,
             None => PreScan::default(),
         };
         crate::timing::mark("memory: pre-scan joined");

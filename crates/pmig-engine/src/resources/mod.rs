@@ -105,6 +105,11 @@ pub struct Capture<'a> {
     /// The result of a [`memory::PreScan`] running in another thread; an
     /// error from it (e.g. a failed check) refuses the capture.
     pub prescan: Option<std::sync::mpsc::Receiver<Result<memory::PreScan>>>,
+    /// Dropped once the scratch page is mapped (or the capture goes on
+    /// without one): the scan beside the capture waits for it, so that
+    /// its reads of the process's mappings and page tables do not hold up
+    /// the `mmap`, which needs the process's memory-map lock to itself.
+    pub scratch_mapped: Option<std::sync::mpsc::Sender<()>>,
     /// Post-copy handover: list writable private anonymous mappings as
     /// wholly present instead of scanning them (see
     /// [`memory::Vma::deferrable`]).
@@ -200,6 +205,7 @@ impl<'a> Capture<'a> {
             layout: None,
             layout_used: None,
             prescan: None,
+            scratch_mapped: None,
             defer_population: false,
             written_since: None,
             written_apart: false,
@@ -336,6 +342,13 @@ impl<'a> Capture<'a> {
         if let Some(s) = self.scratch {
             return Ok(s);
         }
+        let r = self.map_scratch();
+        self.scratch_mapped.take();
+        r
+    }
+
+    /// [`Capture::scratch`] when it is not mapped yet.
+    fn map_scratch(&mut self) -> Result<u64> {
         // Which signals it ignores decides how calls can be injected.
         let ignored = self
             .status()?
