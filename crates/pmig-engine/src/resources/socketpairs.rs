@@ -939,28 +939,14 @@ mod tests {
         send(&b, &big);
         // Shrunk after the write: the queue outgrows the buffer.
         setsockopt_int(&b, libc::SO_SNDBUF, 4096).unwrap();
+        // Each end as the capture takes it.
+        let end = |ino, fd, ours, peer| {
+            capture_end(me, (&End { ino, fd }, ours), peer, libc::SOCK_STREAM, 0).unwrap()
+        };
         let p = PairState {
             kind: libc::SOCK_STREAM,
-            a: EndState {
-                ino: 1,
-                queued: queued(me, 3, &a, &b, libc::SOCK_STREAM, 0)
-                    .unwrap()
-                    .into_iter()
-                    .map(serde_bytes::ByteBuf::from)
-                    .collect(),
-                shutdown: 0,
-                sndbuf: getsockopt_int(&a, libc::SO_SNDBUF).unwrap(),
-                rcvbuf: getsockopt_int(&a, libc::SO_RCVBUF).unwrap(),
-                peek_off: -1,
-            },
-            b: EndState {
-                ino: 2,
-                queued: vec![],
-                shutdown: 0,
-                sndbuf: getsockopt_int(&b, libc::SO_SNDBUF).unwrap(),
-                rcvbuf: getsockopt_int(&b, libc::SO_RCVBUF).unwrap(),
-                peek_off: -1,
-            },
+            a: end(1, 3, &a, &b),
+            b: end(2, 4, &b, &a),
         };
         let (na, nb) = make(&p).unwrap();
         assert_eq!(getsockopt_int(&nb, libc::SO_SNDBUF).unwrap(), p.b.sndbuf);
