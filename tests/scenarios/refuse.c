@@ -1,5 +1,6 @@
 /* refuse MODE [ARG]: a process holding state that pmig dump must refuse.
- *   socket          an AF_UNIX datagram socket and an AF_INET TCP socket
+ *   socket          an AF_UNIX datagram socket bound to an abstract name and
+ *                   an AF_INET TCP socket
  *   child           a child process (dies with us: PR_SET_PDEATHSIG)
  *   iouring         an io_uring instance (rings mapped). If io_uring_setup gives
  *                   ENOSYS, prints "SKIP io_uring: ..." instead of READY and exits 0.
@@ -58,6 +59,7 @@
 #include <sys/prctl.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/eventfd.h>
@@ -273,6 +275,11 @@ int main(int argc, char **argv) {
         fd1 = socket(AF_UNIX, SOCK_DGRAM, 0);
         fd2 = socket(AF_INET, SOCK_STREAM, 0);
         if (fd1 < 0 || fd2 < 0) scn_die("socket");
+        /* Named, it leads out of the process: one never connected and
+         * unnamed would move (lonesock). */
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        int len = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "pmig-refuse-%d", (int)getpid());
+        if (bind(fd1, (struct sockaddr *)&a, (socklen_t)(sizeof(sa_family_t) + 1 + len))) scn_die("bind");
     } else if (!strcmp(mode, "child")) {
         pid_t parent = getpid();
         child = fork();

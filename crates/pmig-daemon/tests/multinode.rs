@@ -1850,6 +1850,27 @@ fn a_unix_socket_pair_moves_only_to_a_peer_that_restores_it() {
     );
 }
 
+/// A process that holds unix sockets with no name and no live peer
+/// (scenario `lonesock`: Java's pre-close socket, a stream whose peer
+/// closed after writing, one with ECONNRESET pending, sockets never
+/// connected) is refused, before anything is touched, to a destination
+/// older than `UNIX_LONE`, and moves with them to one that speaks it,
+/// with a skeleton (post-copy) and without (stop-copy).
+#[test]
+fn a_unix_socket_with_no_peer_moves_only_to_a_peer_that_restores_it() {
+    if !root() {
+        return;
+    }
+    refused_by_an_older_peer_then_moves(
+        "nl",
+        "lonesock",
+        pmig_proto::msg::UNIX_LONE - 1,
+        "unix socket with no name and no live peer",
+        &[("n1", "n2", "post-copy"), ("n2", "n3", "stop-copy")],
+        |_, _, _| {},
+    );
+}
+
 /// An asyncio program: once its loop runs it makes `argv[1]` + `.ready`;
 /// three coroutines hash for a while, then wait for the file `argv[1]`,
 /// then a thread of the loop's executor computes, and
@@ -3697,6 +3718,7 @@ const MOVED_SCENARIOS: &[&str] = &[
     "posix_timers",
     "pipes",
     "socketpair",
+    "lonesock",
     "fifo",
     "amx",
     "prctl",

@@ -11,6 +11,7 @@ use crate::resources::{
     identity::Identity,
     jobctl::JobCtl,
     locks::Locks,
+    lonesockets::LoneSockets,
     memory::{Layout, Memory, PreScan},
     pipes::Pipes,
     prctl::Prctl,
@@ -155,6 +156,7 @@ fn capture_colocated(
     let files = Files::capture(&mut cx)?;
     let pipes = Pipes::capture(&mut cx)?;
     let socketpairs = SocketPairs::capture(&mut cx)?;
+    let lonesockets = LoneSockets::capture(&mut cx)?;
     // The locks the files capture found.
     let locks = Locks::capture(&mut cx)?;
     let dead_cwd = deaddirs::dead_cwd(cx.pid)?;
@@ -211,6 +213,8 @@ fn capture_colocated(
             pipes: (!pipes.pipes.is_empty()).then_some(pipes),
             // Only images with a unix socket pair need format 1.18.
             socketpairs: (!socketpairs.pairs.is_empty()).then_some(socketpairs),
+            // Only images with a lone unix socket need format 1.19.
+            lonesockets: (!lonesockets.sockets.is_empty()).then_some(lonesockets),
             // Only images with an attribute set need format 1.4.
             prctl: (!prctl.is_default()).then_some(prctl),
             memory_flags: (!memory_flags.is_empty()).then_some(memory_flags),

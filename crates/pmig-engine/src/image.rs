@@ -11,6 +11,7 @@ use crate::resources::{
     identity::Identity,
     jobctl::JobCtl,
     locks::{self, Locks, LocksState},
+    lonesockets::LoneSockets,
     memory::{MappedIds, Memory, MemoryFlags},
     pipes::Pipes,
     prctl::{MdweState, Prctl},
@@ -58,6 +59,10 @@ pub struct ProcessImage {
     /// written before the `socketpairs` part existed (format 1.17 and
     /// older).
     pub socketpairs: Option<<SocketPairs as Resource>::State>,
+    /// None when the process holds no unix socket without a name and a
+    /// live peer, and in images written before the `lonesockets` part
+    /// existed (format 1.18 and older).
+    pub lonesockets: Option<<LoneSockets as Resource>::State>,
     /// None when every prctl attribute is at its default, and in images
     /// written before the `prctl` part existed (format 1.3 and older).
     pub prctl: Option<<Prctl as Resource>::State>,
@@ -123,6 +128,7 @@ impl ProcessImage {
         put_optional(w, Clocks::PART, &self.clocks)?;
         put_optional(w, Pipes::PART, &self.pipes)?;
         put_optional(w, SocketPairs::PART, &self.socketpairs)?;
+        put_optional(w, LoneSockets::PART, &self.lonesockets)?;
         put_optional(w, Prctl::PART, &self.prctl)?;
         put_optional(w, MemoryFlags::PART, &self.memory_flags)?;
         put_optional(w, MdweState::PART, &self.mdwe)?;
@@ -154,6 +160,7 @@ impl ProcessImage {
             clocks: optional(img, Clocks::PART)?,
             pipes: optional(img, Pipes::PART)?,
             socketpairs: optional(img, SocketPairs::PART)?,
+            lonesockets: optional(img, LoneSockets::PART)?,
             prctl: optional(img, Prctl::PART)?,
             memory_flags: optional(img, MemoryFlags::PART)?,
             mdwe: optional(img, MdweState::PART)?,
@@ -360,6 +367,7 @@ pub mod tests_support {
             clocks: None,
             pipes: None,
             socketpairs: None,
+            lonesockets: None,
             prctl: None,
             memory_flags: None,
             mdwe: None,

@@ -20,11 +20,11 @@ use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
     clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
-    locks::Locks, memory::Memory, memory::TASK_END, pipes::Pipes, prctl::Prctl, process::Process,
-    sched::Sched, seccomp::Seccomp, session, session::Session, signals::Signals,
-    socketpairs::SocketPairs, sysvshm::SysvShm, threads::Threads, threads::THREAD_CLONE_FLAGS,
-    timers::Timers, xcomp::Xcomp, ChildSetup, Finish, PlanCx, Preflight, Resource, RestoreOptions,
-    Update,
+    locks::Locks, lonesockets::LoneSockets, memory::Memory, memory::TASK_END, pipes::Pipes,
+    prctl::Prctl, process::Process, sched::Sched, seccomp::Seccomp, session, session::Session,
+    signals::Signals, socketpairs::SocketPairs, sysvshm::SysvShm, threads::Threads,
+    threads::THREAD_CLONE_FLAGS, timers::Timers, xcomp::Xcomp, ChildSetup, Finish, PlanCx,
+    Preflight, Resource, RestoreOptions, Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -561,6 +561,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     }
     if let Some(p) = &pi.socketpairs {
         SocketPairs::preflight(p, &mut pf)?;
+    }
+    if let Some(l) = &pi.lonesockets {
+        LoneSockets::preflight(l, &mut pf)?;
     }
     if pi.ghost_maps.is_some() && pi.ghosts.is_none() {
         return Err(EngineError::Incompatible(

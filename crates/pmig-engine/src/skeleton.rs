@@ -32,6 +32,7 @@ use crate::resources::{
     identity::Identity,
     jobctl::JobCtl,
     locks::{Locks, LocksState},
+    lonesockets::LoneSockets,
     memory::Memory,
     pipes::Pipes,
     prctl::Prctl,
@@ -134,6 +135,7 @@ pub fn bring_up(
     update_optional::<Clocks>(&pre.clocks, &fin.clocks, cx)?;
     update_optional::<Pipes>(&pre.pipes, &fin.pipes, cx)?;
     update_optional::<SocketPairs>(&pre.socketpairs, &fin.socketpairs, cx)?;
+    update_optional::<LoneSockets>(&pre.lonesockets, &fin.lonesockets, cx)?;
     update_optional::<Prctl>(&pre.prctl, &fin.prctl, cx)?;
     // A filter installed since cannot be put under those the skeleton's
     // threads hold: stale.

@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ProtoError;
 
-/// The protocol version this build speaks. 25: a destination restores a
+/// The protocol version this build speaks. 26: a destination restores a
+/// unix socket with no name and no live peer (fd kind `UnixLone` of image
+/// part `files`, part `lonesockets`, format 1.19); a source moves such a
+/// process only to a version-26 destination. 25: a destination restores a
 /// unix socket pair the process held alone (fd kind `UnixPair` of image
 /// part `files`, part `socketpairs`, format 1.18); a source moves such a
 /// process only to a version-25 destination. 24: a destination restores a
@@ -113,7 +116,10 @@ use crate::error::ProtoError;
 /// §6.3); a version-2 destination would restore it without them. 2: a
 /// pre-copy destination restores lazily from its local copy and reports
 /// `PagesDone` before the source commits (§6.3b).
-pub const PROTO_VERSION: u16 = 25;
+pub const PROTO_VERSION: u16 = 26;
+/// The first version whose destinations restore a unix socket with no
+/// name and no live peer (Java's pre-close socket).
+pub const UNIX_LONE: u16 = 26;
 /// The first version whose destinations restore unix socket pairs.
 pub const UNIX_PAIRS: u16 = 25;
 /// The first version whose destinations restore named pipes.

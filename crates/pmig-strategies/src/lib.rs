@@ -931,6 +931,14 @@ pub fn migrate_with(
             )));
         }
     }
+    if version < pmig_proto::msg::UNIX_LONE {
+        if let Some(fd) = pmig_engine::resources::lonesockets::held_by(pid) {
+            return Err(StrategyError::Other(format!(
+                "cannot migrate process {pid} to {peer}: it holds a unix socket with no name and no live peer (fd {fd}), and {peer} speaks protocol {version}, which cannot restore one (version {} can); nothing was touched",
+                pmig_proto::msg::UNIX_LONE
+            )));
+        }
+    }
     if version < pmig_proto::msg::UNIX_PAIRS {
         if let Some(fd) = pmig_engine::resources::socketpairs::held_by(pid) {
             return Err(StrategyError::Other(format!(

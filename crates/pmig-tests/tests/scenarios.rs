@@ -320,6 +320,7 @@ scenario!(mdwe, "mdwe", false);
 scenario!(timens, "timens", false);
 scenario!(pipes, "pipes", false);
 scenario!(socketpair, "socketpair", false);
+scenario!(lonesock, "lonesock", false);
 scenario!(fifo, "fifo", false);
 scenario!(amx, "amx", false);
 scenario!(eventfd, "eventfd", false);
@@ -496,6 +497,7 @@ fn scenarios_pass_without_migration() {
         ("timens", &[]),
         ("pipes", &[]),
         ("socketpair", &[]),
+        ("lonesock", &[]),
         ("fifo", &[]),
         ("amx", &[]),
         ("eventfd", &[]),
@@ -642,7 +644,7 @@ fn refuse_thread_with_its_own_working_directory() {
 
 #[test]
 fn refuse_socket() {
-    refusal("socket", &["unix socket"]);
+    refusal("socket", &["unix socket bound to a name"]);
 }
 
 /// A unix socket on stdout whose other end the process does not hold (here

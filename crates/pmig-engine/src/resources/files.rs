@@ -89,6 +89,10 @@ pub enum FdKind {
     /// One end of a unix socket pair the process holds alone, both ends
     /// (format 1.18; the pair itself is in the `socketpairs` part).
     UnixPair { ino: u64 },
+    /// A unix socket with no name and no live peer (format 1.19; the
+    /// socket itself is in the `lonesockets` part): Java's pre-close
+    /// socket, one never connected.
+    UnixLone { ino: u64 },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -269,6 +273,9 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
             }
             match super::socketpairs::classify(ino) {
                 Ok(_) => return Ok(Some(FdKind::UnixPair { ino })),
+                Err(_) if super::lonesockets::lone(ino).is_some() => {
+                    return Ok(Some(FdKind::UnixLone { ino }))
+                }
                 // Why this unix socket is none of those.
                 Err(why) if why != "a socket" => return Err(what(why)),
                 Err(_) => {}
@@ -470,6 +477,7 @@ impl Resource for Files {
                     let peer = super::socketpairs::diag(ino).and_then(|d| d.peer);
                     socket_ends.push((ino, fd, peer.unwrap_or(0)));
                 }
+                Some(FdKind::UnixLone { ino }) => alone.sockets.push(ino),
                 Some(FdKind::EventFd { .. }) => {
                     alone.eventfds.extend(super::eventfd::id_of(pid, fd));
                 }
@@ -588,6 +596,9 @@ impl Resource for Files {
             }
             if let FdKind::UnixPair { ino } = kind {
                 cx.socket_ends.push(super::socketpairs::End { ino, fd });
+            }
+            if let FdKind::UnixLone { ino } = kind {
+                cx.lone_sockets.push(super::lonesockets::End { ino, fd });
             }
             fds.push(Fd {
                 fd,
@@ -769,10 +780,14 @@ impl Resource for Files {
                     set_nonblocking(end, f)?;
                     end
                 }
-                FdKind::UnixPair { ino } => {
+                FdKind::UnixPair { ino } | FdKind::UnixLone { ino } => {
+                    let part = match &f.kind {
+                        FdKind::UnixPair { .. } => "socketpairs",
+                        _ => "lonesockets",
+                    };
                     let end = *pf.sockets.get(ino).ok_or_else(|| {
                         EngineError::Image(pmig_image::ImageError::MissingPart(format!(
-                            "socketpairs: socket:[{ino}] of fd {}",
+                            "{part}: socket:[{ino}] of fd {}",
                             f.fd
                         )))
                     })?;
@@ -872,6 +887,7 @@ fn kind_name(k: &FdKind) -> &'static str {
         FdKind::DeadDir(_) => "a deleted directory",
         FdKind::Fifo(_) => "a named pipe",
         FdKind::UnixPair { .. } => "a unix socket pair",
+        FdKind::UnixLone { .. } => "a unix socket with no peer",
     }
 }
 

@@ -29,6 +29,7 @@ pub mod identity;
 pub mod inotify;
 pub mod jobctl;
 pub mod locks;
+pub mod lonesockets;
 pub mod memory;
 pub mod pipes;
 pub mod prctl;
@@ -130,6 +131,9 @@ pub struct Capture<'a> {
     pub pipe_ends: Vec<pipes::End>,
     /// The unix socket ends `files` found, for `socketpairs`.
     pub socket_ends: Vec<socketpairs::End>,
+    /// The unix sockets with no name and no live peer `files` found, for
+    /// `lonesockets`.
+    pub lone_sockets: Vec<lonesockets::End>,
     /// The descriptors of deleted files `files` found, for `ghosts`.
     pub ghost_fds: Vec<ghosts::GhostFd>,
     /// The file locks `files` found, each with its file as the kernel
@@ -212,6 +216,7 @@ impl<'a> Capture<'a> {
             copy_buffer: None,
             pipe_ends: Vec::new(),
             socket_ends: Vec::new(),
+            lone_sockets: Vec::new(),
             ghost_fds: Vec::new(),
             locks: Vec::new(),
             ghost_maps: Vec::new(),

@@ -79,14 +79,17 @@ pub struct Diag {
     pub kind: i32,
     /// The peer's inode, if connected.
     pub peer: Option<u64>,
+    /// Connected once, to a peer that has closed since (the kernel names
+    /// a peer whose socket is released inode 0): see [`super::lonesockets`].
+    pub peer_gone: bool,
     /// Bound to a name (a path or an abstract name).
     pub named: bool,
     /// `RCV_SHUTDOWN` (1), `SEND_SHUTDOWN` (2).
     pub shutdown: u8,
 }
 
-const RCV_SHUTDOWN: u8 = 1;
-const SEND_SHUTDOWN: u8 = 2;
+pub(super) const RCV_SHUTDOWN: u8 = 1;
+pub(super) const SEND_SHUTDOWN: u8 = 2;
 /// Most messages one end's queue may hold (a bound on the reading loops).
 /// More than a queue can hold: each message costs its sender at least
 /// several hundred bytes of a send buffer of at most 2 GiB. So a queue is
@@ -148,12 +151,14 @@ pub fn diag(ino: u64) -> Option<Diag> {
     let mut d = Diag {
         kind: i32::from(r.header.kind),
         peer: None,
+        peer_gone: false,
         named: false,
         shutdown: 0,
     };
     for nla in &r.nlas {
         match nla {
-            Nla::Peer(p) if *p != 0 => d.peer = Some(u64::from(*p)),
+            Nla::Peer(0) => d.peer_gone = true,
+            Nla::Peer(p) => d.peer = Some(u64::from(*p)),
             Nla::Name(_) => d.named = true,
             Nla::Shutdown(s) => d.shutdown = *s,
             _ => {}
@@ -234,7 +239,7 @@ pub fn held_by(pid: pid_t) -> Option<i32> {
     })
 }
 
-fn getsockopt_int(fd: &OwnedFd, opt: libc::c_int) -> std::io::Result<i32> {
+pub(super) fn getsockopt_int(fd: &OwnedFd, opt: libc::c_int) -> std::io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes one int and its length into our locals.
@@ -253,7 +258,7 @@ fn getsockopt_int(fd: &OwnedFd, opt: libc::c_int) -> std::io::Result<i32> {
     Ok(v)
 }
 
-fn setsockopt_int(fd: &OwnedFd, opt: libc::c_int, v: i32) -> std::io::Result<()> {
+pub(super) fn setsockopt_int(fd: &OwnedFd, opt: libc::c_int, v: i32) -> std::io::Result<()> {
     // SAFETY: setsockopt reads one int from our local.
     let r = unsafe {
         libc::setsockopt(
@@ -272,7 +277,7 @@ fn setsockopt_int(fd: &OwnedFd, opt: libc::c_int, v: i32) -> std::io::Result<()>
 
 /// A receive's result on a non-blocking socket: the bytes it took, or
 /// `None` where it would have waited (nothing queued).
-fn unless_empty(n: isize) -> std::io::Result<Option<usize>> {
+pub(super) fn unless_empty(n: isize) -> std::io::Result<Option<usize>> {
     if n >= 0 {
         return Ok(Some(n as usize));
     }
@@ -285,7 +290,7 @@ fn unless_empty(n: isize) -> std::io::Result<Option<usize>> {
 
 /// Peeks at the queue of a stream end from its current peek offset: the
 /// bytes (at most `buf.len()`), `None` once nothing more is queued.
-fn peek_stream(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, i32)>> {
+pub(super) fn peek_stream(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, i32)>> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut libc::c_void,
         iov_len: buf.len(),
@@ -307,7 +312,7 @@ fn peek_stream(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<Option<(usize, i
 }
 
 /// Whether a stream end holds an out-of-band byte not yet read.
-fn has_oob(fd: &OwnedFd) -> bool {
+pub(super) fn has_oob(fd: &OwnedFd) -> bool {
     let mut b = [0u8; 1];
     // SAFETY: recv writes at most one byte into `b`.
     let n = unsafe {
@@ -323,7 +328,10 @@ fn has_oob(fd: &OwnedFd) -> bool {
 
 /// The bytes queued for the stream end `end` to read, peeked from offset
 /// 0 and left in place.
-fn stream_queue(end: &OwnedFd, what: &dyn Fn(String) -> EngineError) -> Result<Vec<Vec<u8>>> {
+pub(super) fn stream_queue(
+    end: &OwnedFd,
+    what: &dyn Fn(String) -> EngineError,
+) -> Result<Vec<Vec<u8>>> {
     let rcvbuf = getsockopt_int(end, libc::SO_RCVBUF).unwrap_or(0).max(0) as usize;
     let mut buf = vec![0u8; rcvbuf.clamp(64 << 10, 64 << 20)];
     let mut all: Vec<u8> = Vec::new();
@@ -609,7 +617,12 @@ fn capture_end(
 
 /// Sets a buffer size as read from a socket (the kernel keeps twice what
 /// is set), beyond the system's limit if this process may.
-fn set_buf(fd: &OwnedFd, force: libc::c_int, plain: libc::c_int, read: i32) -> Result<()> {
+pub(super) fn set_buf(
+    fd: &OwnedFd,
+    force: libc::c_int,
+    plain: libc::c_int,
+    read: i32,
+) -> Result<()> {
     let want = (read / 2).max(1);
     if setsockopt_int(fd, force, want).is_ok() {
         return Ok(());
@@ -619,7 +632,7 @@ fn set_buf(fd: &OwnedFd, force: libc::c_int, plain: libc::c_int, read: i32) -> R
 }
 
 /// Writes the messages `queued` into `from`, to be read at its peer.
-fn put_back(from: &OwnedFd, kind: i32, queued: &[serde_bytes::ByteBuf]) -> Result<()> {
+pub(super) fn put_back(from: &OwnedFd, kind: i32, queued: &[serde_bytes::ByteBuf]) -> Result<()> {
     for m in queued {
         let mut done = 0usize;
         loop {
@@ -655,7 +668,7 @@ fn put_back(from: &OwnedFd, kind: i32, queued: &[serde_bytes::ByteBuf]) -> Resul
     Ok(())
 }
 
-fn shut(fd: &OwnedFd, bits: u8) -> Result<()> {
+pub(super) fn shut(fd: &OwnedFd, bits: u8) -> Result<()> {
     let how = match (bits & RCV_SHUTDOWN != 0, bits & SEND_SHUTDOWN != 0) {
         (false, false) => return Ok(()),
         (true, false) => libc::SHUT_RD,
@@ -670,7 +683,7 @@ fn shut(fd: &OwnedFd, bits: u8) -> Result<()> {
 }
 
 /// A new pair of `kind`, both ends close-on-exec.
-fn fresh_pair(kind: i32) -> Result<(OwnedFd, OwnedFd)> {
+pub(super) fn fresh_pair(kind: i32) -> Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0i32; 2];
     // SAFETY: socketpair writes two fds into the array.
     if unsafe {
