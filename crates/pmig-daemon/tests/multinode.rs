@@ -2007,6 +2007,62 @@ fn an_asyncio_program_moves_where_its_pid_is_free_and_runs_on_where_not() {
     );
 }
 
+/// A program that keeps writing a file through a shared mapping, and
+/// syncing it (so that each write after a sync changes the file's times,
+/// as a JVM's performance counters and SQLite's WAL index do), then, once
+/// told to stop, checks that the file and its mapping agree and that its
+/// last count is there: "ok".
+const SHARED_WRITER_PROG: &str = "import mmap,os,sys,time\nf=sys.argv[1]\nfd=os.open(f,os.O_RDWR|os.O_CREAT|os.O_TRUNC,0o644)\nos.ftruncate(fd,4*4096)\nm=mmap.mmap(fd,4*4096)\nn=0\nwhile not os.path.exists(f+'.stop'):\n  n+=1\n  k=(n%4)*4096\n  m[k:k+8]=n.to_bytes(8,'little')\n  m.flush()\n  if n==50: open(f+'.stop.ready','w').close()\n  time.sleep(0.002)\nsame=all(os.pread(fd,4096,k*4096)==m[k*4096:(k+1)*4096] for k in range(4))\nlast=max(int.from_bytes(m[k*4096:k*4096+8],'little') for k in range(4))\nprint('ok' if same and last==n else 'bad %d %d' % (last,n),flush=True)\n";
+
+/// A process that writes a file through a shared mapping while it runs
+/// moves with post-copy from a skeleton: the file is the mapping's memory,
+/// so its times changing since the skeleton's capture do not make the
+/// skeleton stale (only a change of size would). Then it moves on with
+/// stop-copy and ends with the file and the mapping in agreement.
+#[test]
+fn a_file_written_through_a_shared_mapping_keeps_the_skeleton() {
+    if !root() {
+        return;
+    }
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut env = Env::up("sw");
+    let file = env.dir.join("shared.dat");
+    let stop = PathBuf::from(format!("{}.stop", file.display()));
+    let out = env.dir.join("shared.out");
+    let file_arg = file.to_str().unwrap().to_string();
+    let mut child = env.spawn(
+        "n1",
+        &[PYTHON, "-c", SHARED_WRITER_PROG, &file_arg],
+        None,
+        &out,
+    );
+    let mut pid = child.id() as i32;
+    wait_ready_file(&stop);
+    let rep = env
+        .migrate_with("n1", pid, "n2", "post-copy")
+        .unwrap_or_else(|e| panic!("post-copy n1→n2: {e}\nn2 log:\n{}", env.log("n2")));
+    skeleton_ran(&rep);
+    pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    let rep = env
+        .migrate_with("n2", pid, "n3", "stop-copy")
+        .unwrap_or_else(|e| panic!("stop-copy n2→n3: {e}\nn3 log:\n{}", env.log("n3")));
+    pid = rep["new_pid"].as_i64().unwrap() as i32;
+    env.pids.push(pid);
+    let _ = child.wait();
+    std::fs::write(&stop, "").unwrap();
+    let mut got = String::new();
+    for _ in 0..6000 {
+        got = std::fs::read_to_string(&out).unwrap_or_default();
+        if got.ends_with('\n') {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(got, "ok\n", "after n1→n2→n3");
+    wait_gone(pid);
+}
+
 /// A file lock another process waits for cannot move: the waiter would
 /// get it the moment the original let go of it. The migration is refused
 /// with one line naming it, by the checks of a primed holder (post-copy)

@@ -43,12 +43,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub struct LoneSockets;
 
-/// One lone socket, as `files` found it at an fd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct End {
-    pub ino: u64,
-    pub fd: i32,
-}
+/// A lone socket, as `files` found it at an fd (its inode, the fd).
+pub use super::socketpairs::End;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoneState {

@@ -177,6 +177,24 @@ fn file_id_and_inode(path: &str, via: &str) -> Result<(FileId, (u64, u64))> {
     Ok((id, (md.dev(), md.ino())))
 }
 
+/// Whether a mapped file found `now` is the one the capture named `id`.
+/// The file of a shared mapping is the mapping's memory: the process's own
+/// writes (a JVM's performance counters, SQLite's WAL index) change its
+/// times while it runs, so only its size is compared.
+fn still_there(id: &FileId, now: &FileId, backing: Backing) -> bool {
+    now.size == id.size && (backing == Backing::SharedFile || now.mtime_ns == id.mtime_ns)
+}
+
+/// A mapping's file as a layout compares it: without the times of a
+/// shared mapping's file (see [`still_there`]).
+fn file_key(v: &Vma) -> Option<FileId> {
+    let mut f = v.file.clone()?;
+    if v.backing == Backing::SharedFile {
+        f.mtime_ns = 0;
+    }
+    Some(f)
+}
+
 /// The key of the executable in [`Preflight::mapped_files`].
 pub const EXE_KEY: &str = "\0exe";
 
@@ -1198,7 +1216,7 @@ fn vma_key(v: &Vma) -> Vec<u8> {
         v.prot,
         v.backing,
         v.growsdown,
-        &v.file,
+        file_key(v),
         v.offset,
         &v.advice,
         v.locked,
@@ -1250,7 +1268,7 @@ fn layout_ranges(
         backing: v.backing,
         growsdown: v.growsdown,
         source: crate::skeleton::encode(&(
-            &v.file,
+            file_key(v),
             v.file.as_ref().map(|_| v.offset + (at - v.start)),
         )),
         extra: crate::skeleton::encode(&(&v.advice, v.locked)),
@@ -1666,7 +1684,7 @@ fn map_file_fd<'a>(
         return Ok(fd);
     }
     let here = file_id(&id.path, &id.path).ok();
-    if here.is_none_or(|h| h.size != id.size || h.mtime_ns != id.mtime_ns) {
+    if here.is_none_or(|h| !still_there(id, &h, v.backing)) {
         return Err(crate::error::stale(format!(
             "{} was mapped since, and is not here as it was there",
             id.path
@@ -2300,11 +2318,11 @@ impl Resource for Memory {
                 }
             }
         }
-        let check_file = |id: &FileId| -> Result<()> {
+        let check_file = |id: &FileId, backing: Backing| -> Result<()> {
             let now = file_id(&id.path, &id.path).map_err(|_| {
                 EngineError::Incompatible(format!("file {} no longer exists", id.path))
             })?;
-            if now.size != id.size || now.mtime_ns != id.mtime_ns {
+            if !still_there(id, &now, backing) {
                 return Err(EngineError::Incompatible(format!(
                     "file {} changed since the dump",
                     id.path
@@ -2315,7 +2333,7 @@ impl Resource for Memory {
         // A deleted executable is the file made again (`ghosts`).
         let exe_ghost = pf.mapped_files.contains_key(EXE_KEY);
         if !exe_ghost {
-            check_file(&s.mm.exe)?;
+            check_file(&s.mm.exe, Backing::PrivateFile)?;
         }
         // Each file once per access mode, the executable on its own key.
         let mut to_open: Vec<(String, &str, i32)> = Vec::new();
@@ -2326,7 +2344,7 @@ impl Resource for Memory {
                 continue;
             }
             if let Some(id) = &v.file {
-                check_file(id)?;
+                check_file(id, v.backing)?;
                 let rw = v.backing == Backing::SharedFile && v.prot & libc::PROT_WRITE != 0;
                 let key = format!("{}\0{rw}", id.path);
                 if !pf.mapped_files.contains_key(&key) && seen.insert(key.clone()) {
@@ -2727,6 +2745,37 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_shared_mappings_file_is_judged_by_its_size_alone() {
+        let id = FileId {
+            path: "/f".into(),
+            size: 8192,
+            mtime_ns: 1000,
+        };
+        let later = FileId {
+            mtime_ns: 2000,
+            ..id.clone()
+        };
+        let grown = FileId {
+            size: 12288,
+            ..id.clone()
+        };
+        assert!(still_there(&id, &id, Backing::PrivateFile));
+        assert!(!still_there(&id, &later, Backing::PrivateFile));
+        assert!(still_there(&id, &later, Backing::SharedFile));
+        assert!(!still_there(&id, &grown, Backing::SharedFile));
+        // A layout compares a shared mapping's file without its times.
+        let mut v = test_vma(0x1000, 0x3000, libc::PROT_READ | libc::PROT_WRITE);
+        v.file = Some(id.clone());
+        v.backing = Backing::SharedFile;
+        let mut w = v.clone();
+        w.file = Some(later.clone());
+        assert_eq!(vma_key(&v), vma_key(&w));
+        v.backing = Backing::PrivateFile;
+        w.backing = Backing::PrivateFile;
+        assert_ne!(vma_key(&v), vma_key(&w));
     }
 
     #[test]

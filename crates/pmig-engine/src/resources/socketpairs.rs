@@ -34,7 +34,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub struct SocketPairs;
 
-/// One end of a unix socket pair, as `files` found it at an fd.
+/// A unix socket at an fd, as `files` found it: one end of a pair (or, for
+/// `lonesockets`, a socket with no live peer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct End {
     pub ino: u64,
