@@ -461,21 +461,40 @@ pub fn register_rseq_of_new(fin: &ThreadsState, cx: &mut super::Update) -> Resul
 }
 
 /// The calls that read a thread's attributes no other interface gives,
-/// writing 32 bytes at `out`: its clear-child-tid address, its signal
-/// stack, its timer slack.
+/// writing [`THREAD_OUT`] bytes at `out`: its clear-child-tid address, its
+/// signal stack, its timer slack, and its name (which `/proc` gives too,
+/// at the cost of a file read per thread while the process is stopped).
 fn thread_calls(out: u64) -> Vec<(i64, Vec<u64>)> {
     vec![
         (libc::SYS_prctl, vec![PR_GET_TID_ADDRESS, out]),
         (libc::SYS_sigaltstack, vec![0, out + 8]),
         (libc::SYS_prctl, vec![PR_GET_TIMERSLACK]),
+        (libc::SYS_prctl, vec![libc::PR_GET_NAME as u64, out + 32]),
     ]
+}
+
+/// The bytes [`thread_calls`] write.
+const THREAD_OUT: usize = 48;
+
+/// A thread's name as `PR_GET_NAME` wrote it (up to 16 bytes, NUL-ended).
+fn name_from(raw: &[u8]) -> String {
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    String::from_utf8_lossy(&raw[..end]).into_owned()
+}
+
+/// A thread's nice value, asked of the kernel (`getpriority` of the
+/// thread; the system call gives 20 − nice); `None` if it cannot say.
+fn nice_of(tid: pid_t) -> Option<i32> {
+    // SAFETY: getpriority takes two integers and returns one.
+    let r = unsafe { libc::syscall(libc::SYS_getpriority, libc::PRIO_PROCESS, tid) };
+    (r > 0).then(|| 20 - r as i32)
 }
 
 impl Threads {
     /// The calls its capture makes in the main thread (see
     /// [`Capture::ask`]).
     pub(crate) fn ask(cx: &mut Capture) -> Result<()> {
-        cx.ask(Self::PART, 32, thread_calls)
+        cx.ask(Self::PART, THREAD_OUT, thread_calls)
     }
 }
 
@@ -494,7 +513,10 @@ impl Resource for Threads {
                 let scratch = cx.scratch()?;
                 let calls = thread_calls(scratch);
                 let calls: Vec<(i64, &[u64])> = calls.iter().map(|(n, a)| (*n, &a[..])).collect();
-                (cx.frozen.inject_many(i, &calls)?, cx.read_mem(scratch, 32)?)
+                (
+                    cx.frozen.inject_many(i, &calls)?,
+                    cx.read_mem(scratch, THREAD_OUT)?,
+                )
             };
             let w = |o: usize| {
                 raw.get(o..o + 8)
@@ -522,15 +544,23 @@ impl Resource for Threads {
                 }
             }
             let rseq = sys::rseq_config(tid)?;
-            let stat = crate::procfs::read(cx.pid, &format!("task/{tid}/stat"))?;
-            let nice = stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .nth(16)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
+            let nice = match nice_of(tid) {
+                Some(n) => n,
+                None => crate::procfs::read(cx.pid, &format!("task/{tid}/stat"))?
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .nth(16)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+            };
+            let comm = match (res.get(3), raw.get(32..THREAD_OUT)) {
+                (Some(&r), Some(name)) if r >= 0 => name_from(name),
+                _ => crate::procfs::read(cx.pid, &format!("task/{tid}/comm"))?
+                    .trim_end_matches('\n')
+                    .to_string(),
+            };
             threads.push(ThreadState {
                 tid,
                 regs: regs_to_vec(&regs),
@@ -541,9 +571,7 @@ impl Resource for Threads {
                 robust_list: sys::robust_list(tid)?,
                 clear_child_tid,
                 sigaltstack,
-                comm: crate::procfs::read(cx.pid, &format!("task/{tid}/comm"))?
-                    .trim_end_matches('\n')
-                    .to_string(),
+                comm,
                 timerslack: res[2].max(0) as u64,
                 nice,
                 affinity: match cx.frozen.affinity_of(i) {
@@ -865,6 +893,33 @@ mod tests {
         assert!(stale(&[10, 11, 12], &[10, 12, 11]).contains("another order"));
         assert!(stale(&[10, 11], &[11]).contains("main thread 10 ended"));
         assert!(stale(&[10, 11], &[14, 11]).contains("main thread 10 ended"));
+    }
+
+    #[test]
+    fn a_threads_nice_and_name_are_what_proc_says() {
+        // SAFETY: gettid takes no arguments.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as pid_t;
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        let nice: i32 = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(16)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(nice_of(tid), Some(nice));
+        let mut name = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes into `name`.
+        assert_eq!(
+            unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) },
+            0
+        );
+        let comm = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap();
+        assert_eq!(name_from(&name), comm.trim_end_matches('\n'));
+        assert_eq!(name_from(b"abc\0\0junk"), "abc");
+        assert_eq!(name_from(b"0123456789abcdef"), "0123456789abcdef");
     }
 
     #[test]
