@@ -1009,6 +1009,50 @@ fn dumped_basic(d: &Dirs, what: &str) -> std::path::PathBuf {
     img
 }
 
+/// A restore from an image refuses, before anything is created, a file
+/// the process mapped shared whose modification time changed since the
+/// dump (the `mem` scenario's `shared.dat`): that may be another file at
+/// the same path. Only a skeleton, built from a capture taken while the
+/// process ran and wrote it, takes such a file by its size, and checks
+/// its times against the capture of the stop at its bring-up.
+#[test]
+fn a_restore_refuses_a_shared_mappings_file_changed_since_the_dump() {
+    let _l = serial(&PROCESS_TABLE);
+    let d = Dirs::new("sharedchanged");
+    let mut guard = Guard::new();
+    let mut orig = spawn_scenario("mem", &[], &d.work());
+    orig.expect_ready();
+    let img = d.path("img");
+    dump_ok(orig.pid(), &img, false);
+    orig.wait(EXIT_TIMEOUT);
+    let file = d.work().join("shared.dat");
+    let earlier = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(earlier)
+        .unwrap();
+    let pidfile = d.path("pid");
+    let mut r = spawn_restore("shared file changed", &img, &pidfile, d.tmp.path());
+    r.close_stdin();
+    let st = r.wait(PMIG_TIMEOUT);
+    let err = r.stderr_final();
+    // Were a process restored after all, it goes with the test.
+    if let Some(p) = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+    {
+        guard.track_pid(p);
+    }
+    assert!(!st.success(), "restored; stderr:\n{err}");
+    assert!(
+        err.contains("shared.dat") && err.contains("changed since the dump"),
+        "stderr: {err}"
+    );
+    assert!(!pidfile.exists(), "a pidfile was written");
+}
+
 fn bad_image(what: &str, corrupt: impl FnOnce(&Path), keywords: &[&str]) {
     let _l = serial(&PROCESS_TABLE);
     let d = Dirs::new("badimg");

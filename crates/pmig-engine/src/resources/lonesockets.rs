@@ -223,8 +223,7 @@ fn capture_one(pid: pid_t, e: &End, d: &Diag, ours: &OwnedFd) -> Result<LoneStat
         back?;
         if held {
             return Err(what(
-                "a unix datagram or seqpacket socket whose peer is gone, with a message queued"
-                    .into(),
+                "a unix datagram or seqpacket socket with no live peer and a message queued".into(),
             ));
         }
         Vec::new()

@@ -177,12 +177,41 @@ fn file_id_and_inode(path: &str, via: &str) -> Result<(FileId, (u64, u64))> {
     Ok((id, (md.dev(), md.ino())))
 }
 
-/// Whether a mapped file found `now` is the one the capture named `id`.
-/// The file of a shared mapping is the mapping's memory: the process's own
+/// Whether a mapped file found `now` is the one the capture named `id`:
+/// its size and modification time, or, with `size_only`, its size. The
+/// file of a shared mapping is the mapping's memory: the process's own
 /// writes (a JVM's performance counters, SQLite's WAL index) change its
-/// times while it runs, so only its size is compared.
-fn still_there(id: &FileId, now: &FileId, backing: Backing) -> bool {
-    now.size == id.size && (backing == Backing::SharedFile || now.mtime_ns == id.mtime_ns)
+/// times while it runs. A skeleton, built from a capture taken while it
+/// ran, checks such a file by its size alone, and by its times too at the
+/// bring-up, when the capture of the stop was taken of the frozen process
+/// ([`check_shared_files`]); a restore from the capture of the stop checks
+/// both at once.
+fn still_there(id: &FileId, now: &FileId, size_only: bool) -> bool {
+    now.size == id.size && (size_only || now.mtime_ns == id.mtime_ns)
+}
+
+/// The bring-up's check of the files the process maps shared (see
+/// [`still_there`]): each as the capture of the stop found it, or the
+/// skeleton is stale (a file of the same path and size that is another,
+/// on a node that does not share the source's file system, is refused
+/// there by the ordinary restore).
+fn check_shared_files(fin: &MemoryState) -> Result<()> {
+    for v in &fin.vmas {
+        let Some(id) = v.file.as_ref().filter(|_| v.backing == Backing::SharedFile) else {
+            continue;
+        };
+        if super::ghosts::is_ghost_mapping(&id.path) {
+            continue;
+        }
+        let here = file_id(&id.path, &id.path).ok();
+        if here.is_none_or(|h| !still_there(id, &h, false)) {
+            return Err(crate::error::stale(format!(
+                "file {} (mapped shared) is not here as the stop found it",
+                id.path
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A mapping's file as a layout compares it: without the times of a
@@ -1684,7 +1713,7 @@ fn map_file_fd<'a>(
         return Ok(fd);
     }
     let here = file_id(&id.path, &id.path).ok();
-    if here.is_none_or(|h| !still_there(id, &h, v.backing)) {
+    if here.is_none_or(|h| !still_there(id, &h, false)) {
         return Err(crate::error::stale(format!(
             "{} was mapped since, and is not here as it was there",
             id.path
@@ -2318,11 +2347,12 @@ impl Resource for Memory {
                 }
             }
         }
+        let skeleton = pf.opts.skeleton;
         let check_file = |id: &FileId, backing: Backing| -> Result<()> {
             let now = file_id(&id.path, &id.path).map_err(|_| {
                 EngineError::Incompatible(format!("file {} no longer exists", id.path))
             })?;
-            if !still_there(id, &now, backing) {
+            if !still_there(id, &now, skeleton && backing == Backing::SharedFile) {
                 return Err(EngineError::Incompatible(format!(
                     "file {} changed since the dump",
                     id.path
@@ -2573,6 +2603,7 @@ impl Resource for Memory {
         cx: &mut super::Update,
     ) -> Result<()> {
         use crate::skeleton::covers;
+        check_shared_files(fin)?;
         if fin.vmas.iter().any(|v| v.backing == Backing::SysV) {
             return Err(crate::error::stale(
                 "System V shared memory is attached at the stop only",
@@ -2748,7 +2779,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_mappings_file_is_judged_by_its_size_alone() {
+    fn a_skeleton_judges_a_shared_mappings_file_by_its_size_alone() {
         let id = FileId {
             path: "/f".into(),
             size: 8192,
@@ -2762,10 +2793,10 @@ mod tests {
             size: 12288,
             ..id.clone()
         };
-        assert!(still_there(&id, &id, Backing::PrivateFile));
-        assert!(!still_there(&id, &later, Backing::PrivateFile));
-        assert!(still_there(&id, &later, Backing::SharedFile));
-        assert!(!still_there(&id, &grown, Backing::SharedFile));
+        assert!(still_there(&id, &id, false));
+        assert!(!still_there(&id, &later, false));
+        assert!(still_there(&id, &later, true));
+        assert!(!still_there(&id, &grown, true));
         // A layout compares a shared mapping's file without its times.
         let mut v = test_vma(0x1000, 0x3000, libc::PROT_READ | libc::PROT_WRITE);
         v.file = Some(id.clone());
