@@ -48,6 +48,8 @@
  *   threadfs        a thread that unshared its working directory, root and
  *                   umask (unshare(CLONE_FS)) and entered "/", while the
  *                   process stays where it started.
+ *   threadcreds     a thread whose effective group id is not the process's
+ *                   (the raw setresgid call changes only the caller's).
  *   seccomp-notify  a seccomp filter that hands getpriority to a supervisor
  *                   (SECCOMP_RET_USER_NOTIF; with no listener the call fails
  *                   with ENOSYS, which check verifies).
@@ -78,6 +80,7 @@
 
 static const char *mode;
 static volatile int fs_tid; /* threadfs: that thread's id */
+static volatile int creds_tid; /* threadcreds: that thread's id */
 static int fd1 = -1, fd2 = -1;
 static pid_t child;
 static char *shm, *view, *split;
@@ -235,6 +238,16 @@ static int check(void) {
         errno = 0;
         long r = syscall(SYS_getpriority, 0, 0);
         CHECK(r == -1 && errno == ENOSYS, "getpriority returned %ld, errno %d: the filter is gone", r, errno);
+    } else if (!strcmp(mode, "threadcreds")) {
+        char path[64], line[256];
+        int egid = -1;
+        snprintf(path, sizeof path, "/proc/self/task/%d/status", creds_tid);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (sscanf(line, "Gid: %*d %d", &egid) == 1) break;
+        if (f) fclose(f);
+        CHECK(egid == 65534 && getegid() != 65534, "the thread's effective group id is %d (process %d)", egid,
+              (int)getegid());
     } else if (!strcmp(mode, "threadfs")) {
         char here[4096], there[4096], path[64];
         snprintf(path, sizeof path, "/proc/self/task/%d/cwd", fs_tid);
@@ -256,6 +269,15 @@ static void filter_getpriority(unsigned action) {
     struct sock_fprog prog = {sizeof f / sizeof f[0], f};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog))
         scn_die("seccomp(SET_MODE_FILTER)");
+}
+
+/* threadcreds: the thread with an effective group id of its own. */
+static void *own_creds(void *arg) {
+    (void)arg;
+    if (syscall(SYS_setresgid, -1, 65534, -1) != 0) _exit(2);
+    creds_tid = (int)syscall(SYS_gettid);
+    for (;;) pause();
+    return NULL;
 }
 
 /* threadfs: the thread with filesystem attributes of its own. */
@@ -490,6 +512,11 @@ int main(int argc, char **argv) {
         if (pthread_create(&t, NULL, own_fs, NULL) != 0) scn_die("pthread_create");
         for (int i = 0; i < 1000 && !fs_tid; i++) usleep(1000);
         if (!fs_tid) scn_die("the thread did not start");
+    } else if (!strcmp(mode, "threadcreds")) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, own_creds, NULL) != 0) scn_die("pthread_create");
+        for (int i = 0; i < 1000 && !creds_tid; i++) usleep(1000);
+        if (!creds_tid) scn_die("the thread did not start");
     } else if (!strcmp(mode, "seccomp-notify")) {
         filter_getpriority(SECCOMP_RET_USER_NOTIF);
     } else if (strcmp(mode, "plain")) {

@@ -204,6 +204,11 @@ fn put_optional<T: serde::Serialize>(
 
 /// Run every resource's precheck (read-only refusals).
 pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
+    // The process's and the identity's checks read every thread's status.
+    crate::procfs::with_status_memo(|| prechecks(pid))
+}
+
+fn prechecks(pid: libc::pid_t) -> Result<()> {
     use crate::timing::mark;
     Process::precheck(pid)?;
     mark("precheck: process");

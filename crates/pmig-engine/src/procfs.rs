@@ -121,9 +121,80 @@ pub fn maps(pid: pid_t) -> Result<Vec<MapLine>> {
     Ok(parse_maps(&read(pid, "maps")?))
 }
 
+thread_local! {
+    /// The status texts read during a [`with_status_memo`] pass, by id.
+    static STATUS_MEMO: std::cell::RefCell<Option<HashMap<pid_t, String>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with each `/proc/ID/status` it asks for ([`status`],
+/// [`tracer_of`]) read once: the checks of one pass that each look at every
+/// thread's status (its tracer, its credentials) share a read per thread,
+/// about 10 µs each. A pass inside another shares the outer one's.
+pub fn with_status_memo<T>(f: impl FnOnce() -> T) -> T {
+    struct Off(bool);
+    impl Drop for Off {
+        fn drop(&mut self) {
+            if self.0 {
+                STATUS_MEMO.with(|m| *m.borrow_mut() = None);
+            }
+        }
+    }
+    let outer = STATUS_MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        let outer = m.is_none();
+        if outer {
+            *m = Some(HashMap::new());
+        }
+        outer
+    });
+    let _off = Off(outer);
+    f()
+}
+
+/// Forgets what the current [`with_status_memo`] pass read: a check that
+/// waits for a state to change reads it again.
+pub fn forget_statuses() {
+    STATUS_MEMO.with(|m| {
+        if let Some(m) = m.borrow_mut().as_mut() {
+            m.clear()
+        }
+    });
+}
+
+/// The text of `/proc/ID/status`, from the memo of the current pass if it
+/// holds it (see [`with_status_memo`]).
+fn status_text_io(id: pid_t) -> std::io::Result<String> {
+    if let Some(s) = STATUS_MEMO.with(|m| m.borrow().as_ref().and_then(|m| m.get(&id).cloned())) {
+        return Ok(s);
+    }
+    let s = slurp(&format!("/proc/{id}/status"))?;
+    STATUS_MEMO.with(|m| {
+        if let Some(m) = m.borrow_mut().as_mut() {
+            m.insert(id, s.clone());
+        }
+    });
+    Ok(s)
+}
+
+/// The text of /proc/ID/status (of a process or a thread), shared with the
+/// other reads of a [`with_status_memo`] pass.
+pub fn status_text(id: pid_t) -> Result<String> {
+    status_text_io(id).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            EngineError::NoProcess(id)
+        } else {
+            EngineError::Sys {
+                what: format!("read /proc/{id}/status"),
+                source: e,
+            }
+        }
+    })
+}
+
 /// /proc/PID/status as key → value.
 pub fn status(pid: pid_t) -> Result<HashMap<String, String>> {
-    Ok(read(pid, "status")?
+    Ok(status_text(pid)?
         .lines()
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.trim().to_string()))
@@ -267,7 +338,7 @@ pub fn tgid_of(tid: pid_t) -> Option<pid_t> {
 /// The thread tracing thread or process `tid` (TracerPid of its status):
 /// None when it is not traced, or gone.
 pub fn tracer_of(tid: pid_t) -> Option<pid_t> {
-    let s = slurp(&format!("/proc/{tid}/status")).ok()?;
+    let s = status_text_io(tid).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("TracerPid:"))
         .and_then(|v| v.trim().parse().ok())
@@ -329,6 +400,36 @@ pub fn foreign_tracer(pid: pid_t) -> Option<(pid_t, pid_t)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_memo_reads_each_status_once_per_pass() {
+        // This test's own thread, renamed: its status shows the new name
+        // only where it is read again.
+        std::thread::spawn(|| {
+            // SAFETY: gettid takes no arguments.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as pid_t;
+            let name = |n: &[u8]| {
+                // SAFETY: PR_SET_NAME reads a NUL-ended string of at most 16 bytes.
+                assert_eq!(unsafe { libc::prctl(libc::PR_SET_NAME, n.as_ptr()) }, 0);
+            };
+            let seen = || status(tid).unwrap()["Name"].clone();
+            name(b"before\0");
+            with_status_memo(|| {
+                assert_eq!(seen(), "before");
+                name(b"after\0");
+                assert_eq!(seen(), "before", "read again within the pass");
+                assert_eq!(tracer_of(tid), None);
+                with_status_memo(|| assert_eq!(seen(), "before", "an inner pass shares it"));
+                forget_statuses();
+                assert_eq!(seen(), "after", "forgotten");
+                name(b"third\0");
+                assert_eq!(seen(), "after");
+            });
+            assert_eq!(seen(), "third", "outside a pass every read is fresh");
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     fn slurp_reads_whole_files_of_any_size() {

@@ -642,6 +642,13 @@ fn refuse_thread_with_its_own_working_directory() {
     refusal("threadfs", &["working directory", "unshare(CLONE_FS)"]);
 }
 
+/// A thread whose credentials are not the process's (checked before the
+/// freeze and again once frozen, beside the capture).
+#[test]
+fn refuse_thread_with_credentials_of_its_own() {
+    refusal("threadcreds", &["threads with different credentials"]);
+}
+
 #[test]
 fn refuse_socket() {
     refusal("socket", &["unix socket bound to a name"]);

@@ -208,23 +208,52 @@ fn created_since(then: u64, now: u64) -> Option<std::ops::RangeInclusive<u64>> {
 /// than `pid` and this one with an fd that `holds` accepts. A pid already
 /// gone again is skipped: its fds are closed, and any process it created
 /// has a pid in the range too.
+///
+/// The processes among them come first; then the threads, each of which
+/// names its process, unless it is one of a process already checked
+/// (listed with a read of each such process's task directory): a restored
+/// program's threads, say, where learning each one's process would read
+/// its status.
 fn holder_among(
     pid: pid_t,
     pids: std::ops::RangeInclusive<u64>,
     mut holds: impl FnMut(pid_t, i32, &str) -> bool,
 ) -> Option<(pid_t, String)> {
+    use crate::sys::TaskKind;
     let me = std::process::id() as pid_t;
-    let mut seen = Vec::new();
+    let mut leaders = Vec::new();
+    let mut threads = Vec::new();
     for p in pids {
-        let Some(tgid) = crate::procfs::tgid_of(p as pid_t) else {
-            continue;
-        };
-        if tgid == me || tgid == pid || seen.contains(&tgid) {
-            continue;
+        let p = p as pid_t;
+        match crate::sys::task_kind(p) {
+            TaskKind::Leader => leaders.push(p),
+            TaskKind::Thread | TaskKind::Unknown => threads.push(p),
+            TaskKind::Gone => {}
+        }
+    }
+    let mut seen = vec![me, pid];
+    let mut check = |tgid: pid_t, seen: &mut Vec<pid_t>| {
+        if seen.contains(&tgid) {
+            return None;
         }
         seen.push(tgid);
-        if let Some(link) = crate::procfs::held_by(tgid, &mut holds) {
-            return Some((tgid, link));
+        crate::procfs::held_by(tgid, &mut holds).map(|link| (tgid, link))
+    };
+    for l in leaders {
+        if let Some(found) = check(l, &mut seen) {
+            return Some(found);
+        }
+    }
+    let covered: std::collections::HashSet<pid_t> = seen
+        .iter()
+        .flat_map(|&p| crate::procfs::tids_of(p))
+        .collect();
+    for t in threads.into_iter().filter(|t| !covered.contains(t)) {
+        let Some(tgid) = crate::procfs::tgid_of(t) else {
+            continue;
+        };
+        if let Some(found) = check(tgid, &mut seen) {
+            return Some(found);
         }
     }
     None
@@ -456,6 +485,39 @@ mod tests {
         let range = range.expect("a few pids created since");
         assert!(range.contains(&(child.id() as u64)), "{range:?}");
         assert_eq!(found, Some((child.id() as pid_t, "/dev/null".to_string())));
+        // A thread started since in a process older than the range stands
+        // for its process.
+        let mut older = std::process::Command::new("/usr/bin/python3")
+            .args([
+                "-c",
+                "import sys, threading, time\n\
+                 sys.stdin.readline()\n\
+                 t = threading.Thread(target=time.sleep, args=(30,), daemon=True)\n\
+                 t.start()\n\
+                 print(t.native_id, flush=True)\n\
+                 time.sleep(30)\n",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let older_pid = older.id() as pid_t;
+        let before = last_pid().unwrap();
+        use std::io::{BufRead, Write};
+        older.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(older.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let tid: pid_t = line.trim().parse().unwrap();
+        let range = created_since(before, last_pid().unwrap()).expect("a few pids");
+        let found = holder_among(me, range.clone(), |other, fd, _| {
+            other == older_pid && fd == 0
+        });
+        let _ = older.kill();
+        let _ = older.wait();
+        assert!(range.contains(&(tid as u64)), "{range:?} {tid}");
+        assert_eq!(found.map(|f| f.0), Some(older_pid));
         // Wrapped around, or too many: every process is read again.
         assert_eq!(created_since(now, now - 1), None);
         assert_eq!(created_since(now, now + MAX_NEW_PIDS + 1), None);

@@ -80,6 +80,17 @@ fn creds_in(st: &std::collections::HashMap<String, String>) -> Creds {
     }
 }
 
+/// The lines of a status that hold the credentials a thread could have of
+/// its own: its user and group ids, its capability sets.
+fn cred_lines(status: &str) -> impl Iterator<Item = &str> {
+    const FIELDS: [&str; 7] = [
+        "Uid:", "Gid:", "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:",
+    ];
+    status
+        .lines()
+        .filter(|l| FIELDS.iter().any(|f| l.starts_with(f)))
+}
+
 fn last_cap() -> u64 {
     std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
@@ -132,20 +143,41 @@ impl Resource for Identity {
     const PART: &'static str = "identity";
     type State = IdentityState;
 
-    fn capture(cx: &mut Capture) -> Result<IdentityState> {
-        // Thread 0 is the main thread, whose status is the process's.
-        let mut creds = creds_in(cx.status()?);
-        // Threads with different credentials are rare; refuse them rather
-        // than restore them wrong.
-        for t in &cx.frozen.threads[1..] {
-            let c = creds_of(t.tid)?;
-            if c.uid != creds.uid || c.gid != creds.gid || c.caps != creds.caps {
+    /// Threads with credentials of their own (a thread that changed its
+    /// ids with the raw system call, which changes only the caller's) are
+    /// rare: refused rather than restored with the process's.
+    fn precheck(pid: pid_t) -> Result<()> {
+        // The lines of the status compared as they are: a read per thread
+        // (shared with the process's check of its tracers) and no parse.
+        let main = procfs::status_text(pid)?;
+        for tid in procfs::tids_of(pid) {
+            if tid == pid {
+                continue;
+            }
+            // A thread that ended since the list was read is no concern.
+            let text = match procfs::status_text(tid) {
+                Ok(t) => t,
+                Err(_) if !std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
+            if !cred_lines(&main).eq(cred_lines(&text)) {
                 return Err(crate::error::unsupported(
-                    cx.pid,
-                    format!("threads with different credentials (thread {})", t.tid),
+                    pid,
+                    format!("threads with different credentials (thread {tid})"),
                 ));
             }
         }
+        Ok(())
+    }
+
+    fn capture(cx: &mut Capture) -> Result<IdentityState> {
+        // Thread 0 is the main thread, whose status is the process's; that
+        // every other thread has the same credentials is checked by
+        // `precheck`, which runs again once the process is frozen, beside
+        // the capture rather than in it (a status read per thread).
+        let mut creds = creds_in(cx.status()?);
         let (r, _) = cx.answers(Self::PART, Identity::ask)?;
         creds.securebits = r[0].max(0) as u64;
         let personality = procfs::hex_u64(&procfs::read(cx.pid, "personality")?);
@@ -348,5 +380,30 @@ impl Resource for Identity {
             "set dumpable",
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_compare_their_ids_and_capabilities_only() {
+        let status = |name: &str, gid: &str, eff: &str| {
+            format!(
+                "Name:\t{name}\nState:\tS (sleeping)\nUid:\t0\t0\t0\t0\nGid:\t{gid}\nGroups:\t0 \nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\nCapEff:\t{eff}\nCapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\nVmRSS:\t  1000 kB\n"
+            )
+        };
+        let main = status("java", "0\t0\t0\t0", "000001ffffffffff");
+        assert_eq!(cred_lines(&main).count(), 7);
+        // Another name, another state, other memory: the same credentials.
+        let other =
+            status("GC Thread#0", "0\t0\t0\t0", "000001ffffffffff").replace("1000 kB", "9 kB");
+        assert!(cred_lines(&main).eq(cred_lines(&other)));
+        // An effective group id, or an effective set, of its own.
+        let gid = status("java", "0\t65534\t0\t65534", "000001ffffffffff");
+        assert!(!cred_lines(&main).eq(cred_lines(&gid)));
+        let eff = status("java", "0\t0\t0\t0", "0000000000000000");
+        assert!(!cred_lines(&main).eq(cred_lines(&eff)));
     }
 }

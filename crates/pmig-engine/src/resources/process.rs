@@ -28,6 +28,7 @@ fn settled_tracer(pid: pid_t, wait: std::time::Duration) -> Option<(pid_t, pid_t
             return Some(found);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
+        procfs::forget_statuses();
     }
 }
 
