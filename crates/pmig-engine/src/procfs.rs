@@ -31,16 +31,20 @@ pub fn slurp(path: &str) -> std::io::Result<String> {
 }
 
 pub fn read(pid: pid_t, file: &str) -> Result<String> {
-    slurp(&format!("/proc/{pid}/{file}")).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            EngineError::NoProcess(pid)
-        } else {
-            EngineError::Sys {
-                what: format!("read /proc/{pid}/{file}"),
-                source: e,
-            }
+    slurp(&format!("/proc/{pid}/{file}")).map_err(|e| read_error(pid, file, e))
+}
+
+/// The error of a failed read of /proc/PID/FILE: no such process where the
+/// file is not there.
+fn read_error(pid: pid_t, file: &str, e: std::io::Error) -> EngineError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        EngineError::NoProcess(pid)
+    } else {
+        EngineError::Sys {
+            what: format!("read /proc/{pid}/{file}"),
+            source: e,
         }
-    })
+    }
 }
 
 /// One line of /proc/PID/maps (plus VmFlags from smaps).
@@ -180,16 +184,7 @@ fn status_text_io(id: pid_t) -> std::io::Result<String> {
 /// The text of /proc/ID/status (of a process or a thread), shared with the
 /// other reads of a [`with_status_memo`] pass.
 pub fn status_text(id: pid_t) -> Result<String> {
-    status_text_io(id).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            EngineError::NoProcess(id)
-        } else {
-            EngineError::Sys {
-                what: format!("read /proc/{id}/status"),
-                source: e,
-            }
-        }
-    })
+    status_text_io(id).map_err(|e| read_error(id, "status", e))
 }
 
 /// /proc/PID/status as key → value.
