@@ -196,11 +196,13 @@ fn still_there(id: &FileId, now: &FileId, size_only: bool) -> bool {
 /// on a node that does not share the source's file system, is refused
 /// there by the ordinary restore).
 fn check_shared_files(fin: &MemoryState) -> Result<()> {
+    // Each file once, however many mappings show it (all of one capture).
+    let mut seen = std::collections::HashSet::new();
     for v in &fin.vmas {
         let Some(id) = v.file.as_ref().filter(|_| v.backing == Backing::SharedFile) else {
             continue;
         };
-        if super::ghosts::is_ghost_mapping(&id.path) {
+        if super::ghosts::is_ghost_mapping(&id.path) || !seen.insert(id.path.as_str()) {
             continue;
         }
         let here = file_id(&id.path, &id.path).ok();

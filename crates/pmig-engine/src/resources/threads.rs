@@ -546,12 +546,9 @@ impl Resource for Threads {
             let rseq = sys::rseq_config(tid)?;
             let nice = match nice_of(tid) {
                 Some(n) => n,
-                None => crate::procfs::read(cx.pid, &format!("task/{tid}/stat"))?
-                    .rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .split_whitespace()
-                    .nth(16)
+                // Field 19 of its stat.
+                None => crate::procfs::stat_fields(tid)?
+                    .get(16)
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
             };
