@@ -76,7 +76,8 @@ pub struct Fifo {
     /// Its capacity in bytes (`F_GETPIPE_SZ`).
     pub capacity: u32,
     /// What was buffered in it, unread: with the first descriptor of the
-    /// pipe only (empty for the others).
+    /// pipe only (empty for the others). As bytes, see `ThreadState::xstate`.
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 

@@ -42,7 +42,8 @@ pub struct PipeState {
     pub ino: u64,
     /// Its capacity in bytes (F_GETPIPE_SZ).
     pub capacity: u32,
-    /// What was buffered in it, unread.
+    /// What was buffered in it, unread (as bytes, see `ThreadState::xstate`).
+    #[serde(with = "serde_bytes")]
     pub data: Vec<u8>,
 }
 

@@ -58,7 +58,9 @@ pub struct Filter {
     /// `SECCOMP_FILTER_FLAG_LOG` or 0.
     pub flags: u64,
     /// The program as `struct sock_filter` entries (8 bytes each: code,
-    /// jt, jf, k), in the byte order of the machine.
+    /// jt, jf, k), in the byte order of the machine. As bytes, see
+    /// `ThreadState::xstate`.
+    #[serde(with = "serde_bytes")]
     pub insns: Vec<u8>,
 }
 

@@ -119,6 +119,10 @@ pub struct ThreadState {
     pub tid: pid_t,
     /// user_regs_struct, 27 words.
     pub regs: Vec<u64>,
+    /// Encoded as bytes, not byte by byte (a JVM's threads carry some
+    /// 60 KB of it): postcard writes the two alike, so images read the
+    /// same either way (`byte_fields_encode_as_the_sequences_they_were`).
+    #[serde(with = "serde_bytes")]
     pub xstate: Vec<u8>,
     pub sigmask: u64,
     /// Raw siginfo (128 bytes each) queued for this thread only.
@@ -917,6 +921,27 @@ mod tests {
         assert_eq!(name_from(&name), comm.trim_end_matches('\n'));
         assert_eq!(name_from(b"abc\0\0junk"), "abc");
         assert_eq!(name_from(b"0123456789abcdef"), "0123456789abcdef");
+    }
+
+    /// The fields encoded with `serde_bytes` (a thread's FPU state, a pipe's
+    /// or FIFO's bytes, a seccomp program) were sequences of `u8` before:
+    /// postcard gives both the same bytes, and each reads the other's.
+    #[test]
+    fn byte_fields_encode_as_the_sequences_they_were() {
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct Seq(Vec<u8>, u32);
+        #[derive(Serialize, Deserialize, Debug, PartialEq)]
+        struct Bytes(#[serde(with = "serde_bytes")] Vec<u8>, u32);
+        for len in [0usize, 1, 127, 128, 3000, 70000] {
+            let v: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let a = postcard::to_allocvec(&Seq(v.clone(), 9)).unwrap();
+            let b = postcard::to_allocvec(&Bytes(v.clone(), 9)).unwrap();
+            assert_eq!(a, b, "{len} bytes");
+            let back: Bytes = postcard::from_bytes(&a).unwrap();
+            assert_eq!(back, Bytes(v.clone(), 9));
+            let back: Seq = postcard::from_bytes(&b).unwrap();
+            assert_eq!(back, Seq(v, 9));
+        }
     }
 
     #[test]
