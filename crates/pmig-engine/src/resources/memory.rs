@@ -1888,6 +1888,58 @@ fn push_run(out: &mut Vec<(u64, u64)>, a: u64, l: u64) {
     }
 }
 
+/// The pages present in the process whose `pagemap` is open, among those
+/// from the first of `runs` to the end of the last (one `PAGEMAP_SCAN`),
+/// as sorted ranges. A swapped page or a page-table marker is not present:
+/// an install finds the first refused and leaves it to be written, and
+/// fills the second. None where the scan cannot say (before Linux 6.7).
+fn present_pages(pagemap: &std::fs::File, runs: &[Run]) -> Vec<(u64, u64)> {
+    use crate::uffd::PAGE_IS_PRESENT;
+    let start = runs.iter().map(|r| r.addr).min();
+    let end = runs.iter().map(|r| r.addr + r.len).max();
+    let (Some(start), Some(end)) = (start, end) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let m = crate::uffd::ScanMasks {
+        inverted: 0,
+        mask: 0,
+        anyof: PAGE_IS_PRESENT,
+        ret: PAGE_IS_PRESENT,
+    };
+    match crate::uffd::pagemap_scan(pagemap, 0, start, end, m, &mut out) {
+        Ok(()) => out,
+        Err(_) => Vec::new(),
+    }
+}
+
+/// [a, a + l) cut where it enters and leaves `held` (sorted, disjoint
+/// ranges): its pieces in order, each with whether it lies in `held`.
+fn split_by(a: u64, l: u64, held: &[(u64, u64)]) -> Vec<(u64, u64, bool)> {
+    let end = a + l;
+    let mut out = Vec::new();
+    let mut at = a;
+    let first = held.partition_point(|&(s, n)| s + n <= a);
+    for &(s, n) in &held[first..] {
+        if s >= end {
+            break;
+        }
+        if s > at {
+            out.push((at, s - at, false));
+            at = s;
+        }
+        let e = (s + n).min(end);
+        if e > at {
+            out.push((at, e - at, true));
+            at = e;
+        }
+    }
+    if at < end {
+        out.push((at, end - at, false));
+    }
+    out
+}
+
 /// The parts of `ranges` outside `minus` (both sorted by start, each
 /// disjoint), as sorted runs; the cost is per range, not per page.
 pub fn subtract_ranges(ranges: &[(u64, u64)], minus: &[(u64, u64)]) -> Vec<(u64, u64)> {
@@ -2682,9 +2734,20 @@ impl Resource for Memory {
             mem.write_all_at(data, addr)
                 .ctx(|| format!("write the pages at {addr:#x} into process {}", cx.pid))
         };
+        // Where pages come later, the skeleton already holds many of those
+        // of the stop (its own capture's, the stacks of threads that slept
+        // since): they are written whole, a run at a time, where an
+        // install would be refused (`EEXIST`) page by page first.
+        let pagemap = lazy
+            .then(|| std::fs::File::open(format!("/proc/{}/pagemap", cx.pid)).ok())
+            .flatten();
         let mut buf = Vec::new();
         for b in &fin.vmas {
             let later = lazy && b.comes_later();
+            let held = match (&pagemap, later) {
+                (Some(pm), true) => present_pages(pm, &b.runs),
+                _ => Vec::new(),
+            };
             for r in &b.runs {
                 buf.resize(r.len as usize, 0);
                 cx.pages
@@ -2692,9 +2755,17 @@ impl Resource for Memory {
                     .ctx(|| format!("read the pages of {:#x} from the image", r.addr))?;
                 match cx.uffd.filter(|_| later) {
                     Some(u) => {
-                        for p in crate::uffd::copy_missing(u, r.addr, &buf)? {
-                            let o = (p - r.addr) as usize;
-                            write(p, &buf[o..o + PAGE as usize])?;
+                        for (a, l, there) in split_by(r.addr, r.len, &held) {
+                            let o = (a - r.addr) as usize;
+                            let data = &buf[o..o + l as usize];
+                            if there {
+                                write(a, data)?;
+                                continue;
+                            }
+                            for p in crate::uffd::copy_missing(u, a, data)? {
+                                let o = (p - r.addr) as usize;
+                                write(p, &buf[o..o + PAGE as usize])?;
+                            }
                         }
                     }
                     None => write(r.addr, &buf)?,
@@ -2778,6 +2849,43 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn a_run_is_cut_where_it_enters_and_leaves_the_held_ranges() {
+        let held = [(0x1000, 0x2000), (0x5000, 0x1000), (0x9000, 0x3000)];
+        // Across several ranges, from a gap to a gap.
+        assert_eq!(
+            split_by(0x0, 0x7000, &held),
+            vec![
+                (0x0, 0x1000, false),
+                (0x1000, 0x2000, true),
+                (0x3000, 0x2000, false),
+                (0x5000, 0x1000, true),
+                (0x6000, 0x1000, false),
+            ]
+        );
+        // Inside one range; starting and ending inside two.
+        assert_eq!(
+            split_by(0x1000, 0x1000, &held),
+            vec![(0x1000, 0x1000, true)]
+        );
+        assert_eq!(
+            split_by(0x2000, 0x8000, &held),
+            vec![
+                (0x2000, 0x1000, true),
+                (0x3000, 0x2000, false),
+                (0x5000, 0x1000, true),
+                (0x6000, 0x3000, false),
+                (0x9000, 0x1000, true),
+            ]
+        );
+        // Nothing held, or beyond every range.
+        assert_eq!(split_by(0x2000, 0x1000, &[]), vec![(0x2000, 0x1000, false)]);
+        assert_eq!(
+            split_by(0xc000, 0x2000, &held),
+            vec![(0xc000, 0x2000, false)]
+        );
     }
 
     #[test]
