@@ -696,13 +696,13 @@ pub(crate) fn receive_image_after(
         node: String::new(),
         what,
     };
-    // Waiting for the image of the stop with a skeleton here: the memory its
-    // files gather in is touched now, while the process still runs.
-    let mut gather = if first.is_none() && d.delta_base.is_some() {
-        touched(GATHER)
-    } else {
-        Vec::new()
-    };
+    // The image of the stop after a skeleton's: its files gather in memory
+    // touched when the skeleton's image came ([`SkeletonBase::read`]).
+    let mut gather = d
+        .delta_base
+        .as_mut()
+        .map(|b| std::mem::take(&mut b.gather))
+        .unwrap_or_default();
     loop {
         let inc = match first.take() {
             Some(inc) => inc,
@@ -909,10 +909,10 @@ impl FileIn {
 
 /// An empty buffer with room for `len` bytes, every page of which has been
 /// written: a file of the image of the stop gathers in it without a page
-/// fault per 4 KiB while the process is stopped. Those faults cost 2–3 µs
-/// each on a VM whose host backs fresh memory lazily, about half the time
-/// of a short `ImageCopy` (BENCHMARKS.md, "The image of the stop gathers
-/// in touched memory").
+/// fault per 4 KiB while the process is stopped, where a buffer that grows
+/// takes fresh memory, with a fault per page, at each doubling (a JVM's
+/// image of the stop took 0.3 ms more to receive that way on the 2-vCPU
+/// VM: BENCHMARKS.md, "The image of the stop gathers in touched memory").
 fn touched(len: usize) -> Vec<u8> {
     let mut b = vec![1u8; len];
     std::hint::black_box(&mut b);
@@ -927,6 +927,12 @@ fn touched(len: usize) -> Vec<u8> {
 pub(crate) struct SkeletonBase {
     dir: PathBuf,
     files: Vec<(&'static str, Arc<SkeletonFile>)>,
+    /// Memory the files of the image of the stop gather in ([`touched`]).
+    /// As much as a file gathers before it is written: the image of the
+    /// stop may be larger than the skeleton's (a JVM's pages of the stop
+    /// were 10–20 % more), and a buffer sized by the skeleton's files
+    /// took as long to receive into as none.
+    gather: Vec<u8>,
 }
 
 impl SkeletonBase {
@@ -943,6 +949,7 @@ impl SkeletonBase {
         SkeletonBase {
             dir: dir.to_path_buf(),
             files,
+            gather: touched(GATHER),
         }
     }
 
