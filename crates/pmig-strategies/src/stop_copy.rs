@@ -911,8 +911,9 @@ impl FileIn {
 /// written: a file of the image of the stop gathers in it without a page
 /// fault per 4 KiB while the process is stopped, where a buffer that grows
 /// takes fresh memory, with a fault per page, at each doubling (a JVM's
-/// image of the stop took 0.3 ms more to receive that way on the 2-vCPU
-/// VM: BENCHMARKS.md, "The image of the stop gathers in touched memory").
+/// copies from the skeleton's file took 0.30–0.35 ms that way on the
+/// 2-vCPU VM, 0.06–0.10 ms in touched memory: BENCHMARKS.md, "The image of
+/// the stop gathers in touched memory").
 fn touched(len: usize) -> Vec<u8> {
     let mut b = vec![1u8; len];
     std::hint::black_box(&mut b);
@@ -927,11 +928,9 @@ fn touched(len: usize) -> Vec<u8> {
 pub(crate) struct SkeletonBase {
     dir: PathBuf,
     files: Vec<(&'static str, Arc<SkeletonFile>)>,
-    /// Memory the files of the image of the stop gather in ([`touched`]).
-    /// As much as a file gathers before it is written: the image of the
-    /// stop may be larger than the skeleton's (a JVM's pages of the stop
-    /// were 10–20 % more), and a buffer sized by the skeleton's files
-    /// took as long to receive into as none.
+    /// Memory the files of the image of the stop gather in ([`touched`]):
+    /// as much as a file gathers before it is written, since the image of
+    /// the stop is not bounded by the skeleton's.
     gather: Vec<u8>,
 }
 
