@@ -145,6 +145,10 @@ struct Stub {
     results: u64,
     /// The process's `/proc/PID/mem`, open for writing.
     mem: std::fs::File,
+    /// The code last written at `code` (only this module writes there, and
+    /// the process cannot): the same calls again, in another thread, say,
+    /// need no write.
+    written: Vec<u8>,
 }
 
 /// Bytes of code per call in a [`Stub`]: seven `mov r64, imm64`, `syscall`,
@@ -820,7 +824,12 @@ impl Frozen {
         if std::os::unix::fs::FileExt::write_all_at(&mem, &[0xcc], code).is_err() {
             return false;
         }
-        self.stub = Some(Stub { code, results, mem });
+        self.stub = Some(Stub {
+            code,
+            results,
+            mem,
+            written: vec![0xcc],
+        });
         true
     }
 
@@ -994,15 +1003,22 @@ impl Frozen {
     /// elsewhere that arrives meanwhile is queued again once SIGTRAP is
     /// blocked again (it stays pending until the process runs).
     fn run_stub(&mut self, idx: usize, calls: &[(i64, &[u64])]) -> Result<Vec<i64>> {
-        let Some(stub) = self.stub.as_ref() else {
+        let pid = self.pid;
+        let Some(stub) = self.stub.as_mut() else {
             return Err(EngineError::Other("no code page to run calls".into()));
         };
         let tid = self.threads[idx].tid;
         let code = stub_code(calls, stub.results);
         let (start, results) = (stub.code, stub.results);
         let end = start + code.len() as u64;
-        std::os::unix::fs::FileExt::write_all_at(&stub.mem, &code, start)
-            .ctx(|| format!("write injected code into process {}", self.pid))?;
+        if stub.written != code {
+            // Forgotten first: a write that fails part way leaves the page
+            // unknown.
+            stub.written.clear();
+            std::os::unix::fs::FileExt::write_all_at(&stub.mem, &code, start)
+                .ctx(|| format!("write injected code into process {pid}"))?;
+            stub.written = code;
+        }
         let saved = sys::get_regs(tid)?;
         let mut r = saved;
         r.rip = start;
