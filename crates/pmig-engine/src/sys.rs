@@ -228,6 +228,37 @@ pub fn process_vm_read_gather(pid: pid_t, segs: &[(u64, usize)], buf: &mut [u8])
     Ok(r as usize)
 }
 
+/// Writes `buf` to the remote segments `segs` ((address, length), at most
+/// [`GATHER_MAX`]) of process `pid`, its bytes one segment after the
+/// other, in one system call. Returns the bytes written: fewer than the
+/// segments' total means a segment could not be written.
+pub fn process_vm_write_scatter(pid: pid_t, segs: &[(u64, usize)], buf: &[u8]) -> Result<usize> {
+    let total: usize = segs.iter().map(|s| s.1).sum();
+    assert!(total <= buf.len() && segs.len() <= GATHER_MAX);
+    let local = libc::iovec {
+        iov_base: buf.as_ptr() as *mut c_void,
+        iov_len: total,
+    };
+    let remote: Vec<libc::iovec> = segs
+        .iter()
+        .map(|&(a, n)| libc::iovec {
+            iov_base: a as *mut c_void,
+            iov_len: n,
+        })
+        .collect();
+    // SAFETY: the kernel only reads the first `total` bytes of our buffer
+    // (checked above) and writes the remote process.
+    let r =
+        unsafe { libc::process_vm_writev(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
+    check(r as c_long, || {
+        format!(
+            "write memory of process {pid} at {:#x}",
+            segs.first().map_or(0, |s| s.0)
+        )
+    })?;
+    Ok(r as usize)
+}
+
 pub fn process_vm_write(pid: pid_t, addr: u64, buf: &[u8]) -> Result<usize> {
     let local = libc::iovec {
         iov_base: buf.as_ptr() as *mut c_void,

@@ -618,22 +618,27 @@ pub fn rewrite_tids(
             );
             return Ok(Vec::new());
         }
-        let mut b = [0u8; 4];
-        let read = sys::process_vm_read(pid, fs_base + off, &mut b).unwrap_or(0);
-        if fs_base == 0 || read != 4 || i32::from_le_bytes(b) != old {
+    }
+    // Every thread's id in its descriptor, read in one call (a few at most).
+    let ids_read = read_words(pid, pairs.iter().map(|p| p.2 + off));
+    for (&(old, _, fs_base), got) in pairs
+        .iter()
+        .zip(ids_read.iter().chain(std::iter::repeat(&None)))
+    {
+        if fs_base == 0 || *got != Some(old as u32) {
             tracing::debug!(
                 "process {pid}: thread {old}'s descriptor does not hold its id at {off:#x}; ids left as they are"
             );
             return Ok(Vec::new());
         }
     }
-    let mut n = 0;
-    for &(old, new, fs_base) in &pairs {
-        if old != new {
-            sys::process_vm_write(pid, fs_base + off, &new.to_le_bytes())?;
-            n += 1;
-        }
-    }
+    let changed: Vec<(u64, u32)> = pairs
+        .iter()
+        .filter(|p| p.0 != p.1)
+        .map(|&(_, new, fs_base)| (fs_base + off, new as u32))
+        .collect();
+    write_words(pid, &changed)?;
+    let n = changed.len();
     // Now that glibc names each thread by its new id, the mutexes the
     // threads hold must too. A lazy restore reads a robust list only where
     // it is in a file's mapping or in the image: any other page is owed.
@@ -651,9 +656,29 @@ pub fn rewrite_tids(
                         || in_image(p)
                 })
     };
-    for (th, &(old, new, fs_base)) in pi.threads.threads.iter().zip(&pairs) {
-        let (head, len) = th.robust_list;
-        if old == new || head == 0 || len != ROBUST_HEAD_BYTES {
+    // A list whose head links to itself, with no operation in progress, is
+    // empty: the heads are read together, and only the others walked.
+    let walk: Vec<(pid_t, pid_t, u64, u64)> = pi
+        .threads
+        .threads
+        .iter()
+        .zip(&pairs)
+        .filter(|(th, &(old, new, _))| {
+            let (head, len) = th.robust_list;
+            // One a lazy restore cannot read yet is not walked either.
+            old != new && head != 0 && len == ROBUST_HEAD_BYTES && readable(head, len)
+        })
+        .map(|(th, &(old, new, fs_base))| (old, new, fs_base, th.robust_list.0))
+        .collect();
+    // Each head's first link and operation in progress, as 32-bit halves.
+    let heads = read_words(
+        pid,
+        walk.iter().flat_map(|w| [w.3, w.3 + 4, w.3 + 16, w.3 + 20]),
+    );
+    for (i, &(old, new, fs_base, head)) in walk.iter().enumerate() {
+        let word = |k: usize| heads.get(4 * i + k).copied().flatten();
+        let quad = |k: usize| Some(word(k)? as u64 | (word(k + 1)? as u64) << 32);
+        if quad(0).map(|next| next & !1) == Some(head) && quad(2) == Some(0) {
             continue;
         }
         let glibc = (fs_base..fs_base + DESCRIPTOR_BYTES).contains(&head);
@@ -675,6 +700,43 @@ pub fn rewrite_tids(
     }
     tracing::debug!("process {pid}: new ids written into {n} thread descriptors");
     Ok(ids)
+}
+
+/// The 32-bit words at `addrs` in process `pid`, read in as few calls as
+/// [`sys::GATHER_MAX`] allows: None for a word that could not be read, and
+/// for every word after it in the same call (the kernel stops at the first
+/// it cannot read).
+fn read_words(pid: pid_t, addrs: impl Iterator<Item = u64>) -> Vec<Option<u32>> {
+    let addrs: Vec<u64> = addrs.collect();
+    let mut out = Vec::with_capacity(addrs.len());
+    for batch in addrs.chunks(sys::GATHER_MAX) {
+        let segs: Vec<(u64, usize)> = batch.iter().map(|&a| (a, 4)).collect();
+        let mut buf = vec![0u8; 4 * batch.len()];
+        let got = sys::process_vm_read_gather(pid, &segs, &mut buf).unwrap_or(0) / 4;
+        out.extend(
+            buf.chunks_exact(4).enumerate().map(|(i, w)| {
+                (i < got).then(|| u32::from_le_bytes(w.try_into().unwrap_or_default()))
+            }),
+        );
+    }
+    out
+}
+
+/// Writes each word of `words` (address, value) into process `pid`, in as
+/// few calls as [`sys::GATHER_MAX`] allows; an error names the first that
+/// could not be written.
+fn write_words(pid: pid_t, words: &[(u64, u32)]) -> Result<()> {
+    for batch in words.chunks(sys::GATHER_MAX) {
+        let segs: Vec<(u64, usize)> = batch.iter().map(|&(a, _)| (a, 4)).collect();
+        let buf: Vec<u8> = batch.iter().flat_map(|w| w.1.to_le_bytes()).collect();
+        let put = sys::process_vm_write_scatter(pid, &segs, &buf)? / 4;
+        // The kernel stopped at a word it could not write: the rest one by
+        // one, the first of them with its error.
+        for &(a, v) in &batch[put.min(batch.len())..] {
+            sys::process_vm_write(pid, a, &v.to_le_bytes())?;
+        }
+    }
+    Ok(())
 }
 
 /// Finds, while an image's pages are read to verify their checksums
@@ -779,32 +841,65 @@ fn rewrite_mutexes_at(pid: pid_t, addrs: &[u64], ids: &[(pid_t, pid_t)]) -> Resu
 /// pages the image holds, which the restore put in the process (the pages
 /// that come later are rewritten as they are installed). Returns how many.
 fn rewrite_image_mutexes(pi: &ProcessImage, pid: pid_t, ids: &[(pid_t, pid_t)]) -> Result<usize> {
-    // Read a piece at a time; pieces overlap by less than a mutex, so that
-    // one across two pieces is whole in one of them.
+    // A piece at a time; pieces of a run overlap by less than a mutex, so
+    // that one across two pieces is whole in one of them.
     const PIECE: u64 = 4 << 20;
     const OVERLAP: u64 = MUTEX_BYTES - 8;
-    let mut n = 0;
-    let mut buf = Vec::new();
+    let mut pieces: Vec<(u64, usize)> = Vec::new();
     for r in pi.memory.vmas.iter().flat_map(|v| &v.runs) {
         let mut a = r.addr;
         while a < r.addr + r.len {
             let len = PIECE.min(r.addr + r.len - a);
-            buf.resize(len as usize, 0);
-            if sys::process_vm_read(pid, a, &mut buf).ok() != Some(buf.len()) {
-                tracing::debug!("process {pid}: the pages at {a:#x} cannot be read; mutexes there left as they are");
-            } else {
-                for h in held_mutexes(&buf, ids) {
-                    for (o, w) in h.rewrites(&buf) {
-                        sys::process_vm_write(pid, a + o as u64, &w)?;
-                    }
-                    n += 1;
-                }
-            }
+            pieces.push((a, len as usize));
             if a + len >= r.addr + r.len {
                 break;
             }
             a += len - OVERLAP;
         }
+    }
+    let mut n = 0;
+    let mut scan = |a: u64, mem: &[u8]| -> Result<()> {
+        for h in held_mutexes(mem, ids) {
+            for (o, w) in h.rewrites(mem) {
+                sys::process_vm_write(pid, a + o as u64, &w)?;
+            }
+            n += 1;
+        }
+        Ok(())
+    };
+    // As many pieces as one call reads, up to BATCH bytes in all (an image
+    // of the stop holds many short runs), into one buffer: memory new to
+    // the process costs a fault a page.
+    const BATCH: usize = 64 << 10;
+    let mut buf = Vec::new();
+    let mut i = 0;
+    while i < pieces.len() {
+        let (mut j, mut total) = (i, 0);
+        while j < pieces.len()
+            && j - i < sys::GATHER_MAX
+            && (j == i || total + pieces[j].1 <= BATCH)
+        {
+            total += pieces[j].1;
+            j += 1;
+        }
+        buf.resize(total, 0);
+        let got = sys::process_vm_read_gather(pid, &pieces[i..j], &mut buf).unwrap_or(0);
+        let mut off = 0;
+        for &(a, len) in &pieces[i..j] {
+            if off + len <= got {
+                scan(a, &buf[off..off + len])?;
+            } else {
+                // Past one the call could not read: alone, as each can.
+                let mut one = vec![0u8; len];
+                if sys::process_vm_read(pid, a, &mut one).ok() == Some(len) {
+                    scan(a, &one)?;
+                } else {
+                    tracing::debug!("process {pid}: the pages at {a:#x} cannot be read; mutexes there left as they are");
+                }
+            }
+            off += len;
+        }
+        i = j;
     }
     Ok(n)
 }
@@ -934,6 +1029,32 @@ mod tests {
             out.truncate(n);
             Some(out)
         }
+    }
+
+    #[test]
+    fn words_are_read_and_written_together_up_to_one_that_cannot_be() {
+        let me = std::process::id() as pid_t;
+        let mut mem = [11u32, 22, 33, 44];
+        let at = |i: usize, m: &[u32; 4]| m.as_ptr() as u64 + 4 * i as u64;
+        // The kernel stops at the address that cannot be read (page 0).
+        let got = read_words(
+            me,
+            [at(0, &mem), at(2, &mem), 0x10, at(3, &mem)].into_iter(),
+        );
+        assert_eq!(got, [Some(11), Some(33), None, None]);
+        // More words than one call takes.
+        let many: Vec<u64> = (0..sys::GATHER_MAX + 3).map(|i| at(i % 4, &mem)).collect();
+        let got = read_words(me, many.into_iter());
+        assert_eq!(got.len(), sys::GATHER_MAX + 3);
+        assert!(got.iter().enumerate().all(|(i, w)| *w == Some(mem[i % 4])));
+        let (a1, a3) = (at(1, &mem), at(3, &mem));
+        write_words(me, &[(a1, 5), (a3, 7)]).unwrap();
+        assert_eq!(std::hint::black_box(&mut mem), &[11, 5, 33, 7]);
+        // The words before one that cannot be written are, and the error
+        // says where.
+        let e = write_words(me, &[(a1, 6), (0x10, 8), (a3, 9)]).unwrap_err();
+        assert!(e.to_string().contains("0x10"), "{e}");
+        assert_eq!(std::hint::black_box(&mut mem), &[11, 6, 33, 7]);
     }
 
     #[test]
