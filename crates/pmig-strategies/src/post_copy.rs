@@ -695,7 +695,7 @@ pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
         let offered = crate::skeleton::receive(d, copies)?;
         d.skeleton = Some(offered);
         let dir = crate::skeleton::final_dir(d);
-        crate::skeleton::make_final_dir(d, &dir)?;
+        std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         receive_image_after(d, &dir, None)?;
         mark("dst: image received");
         return Ok(());

@@ -237,9 +237,7 @@ pub(crate) fn receive<'a>(d: &mut Destination<'a>, copies: Copies) -> Result<Off
     mark("dst: skeleton received");
     // The files the image of the stop may take bytes from (`ImageCopy`):
     // as received, whatever composing makes of them.
-    let mut base = crate::stop_copy::SkeletonBase::read(&dir);
-    base.prewrite(&final_dir(d));
-    d.delta_base = Some(base);
+    d.delta_base = Some(crate::stop_copy::SkeletonBase::read(&dir));
     let store = match copies {
         Copies::None => None,
         Copies::Store(s) => Some(*s),
@@ -425,13 +423,4 @@ fn full_image(d: &mut Destination, fallback: Option<PageStore>, fin: &Path) -> R
 /// skeleton was offered.
 pub(crate) fn final_dir(d: &Destination) -> PathBuf {
     d.staging.join(FINAL_DIR)
-}
-
-/// Creates `dir` for the image of the stop, unless it was made with the
-/// skeleton's ([`crate::stop_copy::SkeletonBase::prewrite`]).
-pub(crate) fn make_final_dir(d: &Destination, dir: &Path) -> Result<()> {
-    if d.delta_base.as_ref().is_some_and(|b| b.made(dir)) {
-        return Ok(());
-    }
-    std::fs::create_dir(dir).map_err(io_err(format!("create {}", dir.display())))
 }

@@ -708,11 +708,6 @@ pub(crate) fn receive_image_after(
         .as_mut()
         .map(|b| std::mem::take(&mut b.gather))
         .unwrap_or_default();
-    // Its files written ahead, to be written over.
-    let mut ahead = match d.delta_base.as_mut().map(|b| b.prewritten.take()) {
-        Some(Some((made, names))) if made == dir => names,
-        _ => Vec::new(),
-    };
     loop {
         let inc = match first.take() {
             Some(inc) => inc,
@@ -729,17 +724,9 @@ pub(crate) fn receive_image_after(
                     return Err(bad(format!("invalid file name {name:?}")));
                 }
                 let p = dir.join(&name);
-                let cut = match ahead.iter().position(|n| *n == name) {
-                    Some(i) => {
-                        ahead.swap_remove(i);
-                        true
-                    }
-                    None => false,
-                };
                 let f = std::fs::OpenOptions::new()
                     .write(true)
-                    .create_new(!cut)
-                    .create(cut)
+                    .create_new(true)
                     .open(&p)
                     .map_err(io_err(format!("create {}", p.display())))?;
                 files += 1;
@@ -749,7 +736,6 @@ pub(crate) fn receive_image_after(
                     size,
                     written: 0,
                     pending: std::mem::take(&mut gather),
-                    cut,
                 });
                 base = None;
             }
@@ -829,11 +815,6 @@ pub(crate) fn receive_image_after(
                 if let Some(done) = current.take() {
                     done.finish(dir)?;
                 }
-                // Written ahead and not sent: not part of the image.
-                for name in ahead.drain(..) {
-                    let p = dir.join(name);
-                    std::fs::remove_file(&p).map_err(io_err(format!("remove {}", p.display())))?;
-                }
                 if n != files || bytes != total {
                     return Err(bad(format!(
                         "image announced {n} files and {bytes} bytes, got {files} and {total}"
@@ -860,9 +841,6 @@ const GATHER: usize = 1 << 20;
 /// A skeleton's file up to this long is read into memory for the copies
 /// taken from it; a longer one is copied from in the kernel.
 const SKELETON_IN_MEMORY: u64 = 16 << 20;
-/// The longest file of the image of the stop written ahead
-/// ([`SkeletonBase::prewrite`]).
-const PREWRITE_MAX: u64 = 4 << 20;
 
 /// A file of an image being received. Its bytes are gathered and written
 /// in large pieces: an image of the stop planned against a skeleton's
@@ -878,9 +856,6 @@ struct FileIn {
     /// Bytes received so far (written or pending).
     written: u64,
     pending: Vec<u8>,
-    /// Written ahead ([`SkeletonBase::prewrite`]): cut to its size at the
-    /// end.
-    cut: bool,
 }
 
 impl FileIn {
@@ -932,10 +907,6 @@ impl FileIn {
             });
         }
         self.flush()
-            .and_then(|()| match self.cut {
-                true => self.file.set_len(self.size),
-                false => Ok(()),
-            })
             .map_err(io_err(format!("write {}", dir.join(&self.name).display())))?;
         Ok(self.pending)
     }
@@ -966,9 +937,6 @@ pub(crate) struct SkeletonBase {
     /// as much as a file gathers before it is written, since the image of
     /// the stop is not bounded by the skeleton's.
     gather: Vec<u8>,
-    /// The directory [`SkeletonBase::prewrite`] made for the image of the
-    /// stop, and the files in it not yet written over.
-    prewritten: Option<(PathBuf, Vec<&'static str>)>,
 }
 
 impl SkeletonBase {
@@ -986,67 +954,7 @@ impl SkeletonBase {
             dir: dir.to_path_buf(),
             files,
             gather: touched(GATHER),
-            prewritten: None,
         }
-    }
-
-    /// Makes `dir` for the image of the stop, with its files in it written
-    /// through to about the length the stop's will have: the skeleton's
-    /// state file and manifest and a quarter more, [`GATHER`] bytes of page
-    /// data. Written over at the stop, a file takes no new page cache then
-    /// (on the 2-vCPU VM, 0.03 ms to write 430 KB over such a file and cut
-    /// it to length, against 0.12 ms to create one and write them to it:
-    /// BENCHMARKS.md, "The stop's image into files written before"). Made
-    /// before the skeleton is reported ready, as the gathering memory is,
-    /// not while the process stops. Without it (an error is logged), the
-    /// stop's image is written to new files.
-    pub(crate) fn prewrite(&mut self, dir: &Path) {
-        let len_of = |name: &str| {
-            std::fs::metadata(self.dir.join(name))
-                .map(|m| m.len())
-                .unwrap_or(0)
-        };
-        let about = |n: u64| (n + n / 4 + 4096).min(PREWRITE_MAX) as usize;
-        let files = [
-            (
-                pmig_image::PARTS_FILE,
-                about(len_of(pmig_image::PARTS_FILE)),
-            ),
-            (pmig_image::PAGES_FILE, GATHER),
-            (
-                pmig_image::MANIFEST_FILE,
-                about(len_of(pmig_image::MANIFEST_FILE)),
-            ),
-        ];
-        let made = std::fs::create_dir(dir).and_then(|()| {
-            // Untouched zeros: reading them takes no memory.
-            let zeros = vec![0u8; files.iter().map(|f| f.1).max().unwrap_or(0)];
-            for (name, len) in files {
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(dir.join(name))?;
-                f.write_all(&zeros[..len])?;
-            }
-            Ok(())
-        });
-        match made {
-            Ok(()) => {
-                self.prewritten = Some((dir.to_path_buf(), files.iter().map(|f| f.0).collect()));
-            }
-            Err(e) => {
-                tracing::info!(
-                    "the image of the stop goes to new files: {} could not be made ahead: {e}",
-                    dir.display()
-                );
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
-
-    /// Whether [`SkeletonBase::prewrite`] made `dir`.
-    pub(crate) fn made(&self, dir: &Path) -> bool {
-        self.prewritten.as_ref().is_some_and(|(d, _)| d == dir)
     }
 
     fn file(&self, name: &str) -> Result<Arc<SkeletonFile>> {
