@@ -202,21 +202,15 @@ pub const GATHER_MAX: usize = 1024;
 /// `buf`, in one system call. Returns the bytes read: fewer than asked means
 /// a segment could not be read.
 pub fn process_vm_read_gather(pid: pid_t, segs: &[(u64, usize)], buf: &mut [u8]) -> Result<usize> {
-    let total: usize = segs.iter().map(|s| s.1).sum();
-    assert!(total <= buf.len() && segs.len() <= GATHER_MAX);
+    let total = segments_total(segs, buf.len());
     let local = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut c_void,
         iov_len: total,
     };
-    let remote: Vec<libc::iovec> = segs
-        .iter()
-        .map(|&(a, n)| libc::iovec {
-            iov_base: a as *mut c_void,
-            iov_len: n,
-        })
-        .collect();
+    let remote = remote_iovecs(segs);
     // SAFETY: the local iovec covers the first `total` bytes of our own
-    // buffer (checked above); the remote ones are only read by the kernel.
+    // buffer (checked by `segments_total`); the remote ones are only read
+    // by the kernel.
     let r =
         unsafe { libc::process_vm_readv(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
     check(r as c_long, || {
@@ -233,21 +227,14 @@ pub fn process_vm_read_gather(pid: pid_t, segs: &[(u64, usize)], buf: &mut [u8])
 /// other, in one system call. Returns the bytes written: fewer than the
 /// segments' total means a segment could not be written.
 pub fn process_vm_write_scatter(pid: pid_t, segs: &[(u64, usize)], buf: &[u8]) -> Result<usize> {
-    let total: usize = segs.iter().map(|s| s.1).sum();
-    assert!(total <= buf.len() && segs.len() <= GATHER_MAX);
+    let total = segments_total(segs, buf.len());
     let local = libc::iovec {
         iov_base: buf.as_ptr() as *mut c_void,
         iov_len: total,
     };
-    let remote: Vec<libc::iovec> = segs
-        .iter()
-        .map(|&(a, n)| libc::iovec {
-            iov_base: a as *mut c_void,
-            iov_len: n,
-        })
-        .collect();
+    let remote = remote_iovecs(segs);
     // SAFETY: the kernel only reads the first `total` bytes of our buffer
-    // (checked above) and writes the remote process.
+    // (checked by `segments_total`) and writes the remote process.
     let r =
         unsafe { libc::process_vm_writev(pid, &local, 1, remote.as_ptr(), remote.len() as _, 0) };
     check(r as c_long, || {
@@ -257,6 +244,24 @@ pub fn process_vm_write_scatter(pid: pid_t, segs: &[(u64, usize)], buf: &[u8]) -
         )
     })?;
     Ok(r as usize)
+}
+
+/// The bytes `segs` cover, which must fit a local buffer of `len` bytes;
+/// at most [`GATHER_MAX`] segments.
+fn segments_total(segs: &[(u64, usize)], len: usize) -> usize {
+    let total: usize = segs.iter().map(|s| s.1).sum();
+    assert!(total <= len && segs.len() <= GATHER_MAX);
+    total
+}
+
+/// `segs` as iovecs of another process's memory.
+fn remote_iovecs(segs: &[(u64, usize)]) -> Vec<libc::iovec> {
+    segs.iter()
+        .map(|&(a, n)| libc::iovec {
+            iov_base: a as *mut c_void,
+            iov_len: n,
+        })
+        .collect()
 }
 
 pub fn process_vm_write(pid: pid_t, addr: u64, buf: &[u8]) -> Result<usize> {
