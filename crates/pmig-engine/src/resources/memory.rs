@@ -1892,7 +1892,9 @@ fn push_run(out: &mut Vec<(u64, u64)>, a: u64, l: u64) {
 /// from the first of `runs` to the end of the last (one `PAGEMAP_SCAN`),
 /// as sorted ranges. A swapped page or a page-table marker is not present:
 /// an install finds the first refused and leaves it to be written, and
-/// fills the second. None where the scan cannot say (before Linux 6.7).
+/// fills the second. Narrower than [`page_runs`], which counts swapped
+/// pages and leaves out the zero page. Empty where the scan cannot say
+/// (before Linux 6.7): every page is then offered to the install first.
 fn present_pages(pagemap: &std::fs::File, runs: &[Run]) -> Vec<(u64, u64)> {
     use crate::uffd::PAGE_IS_PRESENT;
     let start = runs.iter().map(|r| r.addr).min();

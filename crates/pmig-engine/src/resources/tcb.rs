@@ -621,10 +621,7 @@ pub fn rewrite_tids(
     }
     // Every thread's id in its descriptor, read in one call (a few at most).
     let ids_read = read_words(pid, pairs.iter().map(|p| p.2 + off));
-    for (&(old, _, fs_base), got) in pairs
-        .iter()
-        .zip(ids_read.iter().chain(std::iter::repeat(&None)))
-    {
+    for (&(old, _, fs_base), got) in pairs.iter().zip(&ids_read) {
         if fs_base == 0 || *got != Some(old as u32) {
             tracing::debug!(
                 "process {pid}: thread {old}'s descriptor does not hold its id at {off:#x}; ids left as they are"
