@@ -205,7 +205,7 @@ fn put_optional<T: serde::Serialize>(
 /// Run every resource's precheck (read-only refusals).
 pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     // The process's and the identity's checks read every thread's status.
-    crate::procfs::with_status_memo(|| prechecks(pid))
+    crate::procfs::with_proc_memo(|| prechecks(pid))
 }
 
 fn prechecks(pid: libc::pid_t) -> Result<()> {

@@ -125,26 +125,45 @@ pub fn maps(pid: pid_t) -> Result<Vec<MapLine>> {
     Ok(parse_maps(&read(pid, "maps")?))
 }
 
+/// The per-thread files a [`with_proc_memo`] pass reads once.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Memo {
+    /// `/proc/ID/status`.
+    Status,
+    /// `/proc/ID/task/ID/children`: the thread's children.
+    Children,
+}
+
+impl Memo {
+    fn path(self, id: pid_t) -> String {
+        match self {
+            Memo::Status => format!("/proc/{id}/status"),
+            Memo::Children => format!("/proc/{id}/task/{id}/children"),
+        }
+    }
+}
+
 thread_local! {
-    /// The status texts read during a [`with_status_memo`] pass, by id.
-    static STATUS_MEMO: std::cell::RefCell<Option<HashMap<pid_t, String>>> =
+    /// The texts read during a [`with_proc_memo`] pass, by thread and file.
+    static MEMO: std::cell::RefCell<Option<HashMap<(pid_t, Memo), String>>> =
         const { std::cell::RefCell::new(None) };
 }
 
-/// Runs `f` with each `/proc/ID/status` it asks for ([`status`],
-/// [`tracer_of`]) read once: the checks of one pass that each look at every
-/// thread's status (its tracer, its credentials) share a read per thread,
-/// about 10 µs each. A pass inside another shares the outer one's.
-pub fn with_status_memo<T>(f: impl FnOnce() -> T) -> T {
+/// Runs `f` with each thread's `/proc/ID/status` ([`status`],
+/// [`tracer_of`]) and list of children ([`thread_children`]) read once: the
+/// checks of one pass that each look at every thread's status (its tracer,
+/// its credentials) share a read per thread, about 10 µs each. A pass
+/// inside another shares the outer one's.
+pub fn with_proc_memo<T>(f: impl FnOnce() -> T) -> T {
     struct Off(bool);
     impl Drop for Off {
         fn drop(&mut self) {
             if self.0 {
-                STATUS_MEMO.with(|m| *m.borrow_mut() = None);
+                MEMO.with(|m| *m.borrow_mut() = None);
             }
         }
     }
-    let outer = STATUS_MEMO.with(|m| {
+    let outer = MEMO.with(|m| {
         let mut m = m.borrow_mut();
         let outer = m.is_none();
         if outer {
@@ -156,33 +175,72 @@ pub fn with_status_memo<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Forgets what the current [`with_status_memo`] pass read: a check that
+/// Forgets what the current [`with_proc_memo`] pass read: a check that
 /// waits for a state to change reads it again.
-pub fn forget_statuses() {
-    STATUS_MEMO.with(|m| {
+pub fn forget_memo() {
+    MEMO.with(|m| {
         if let Some(m) = m.borrow_mut().as_mut() {
             m.clear()
         }
     });
 }
 
-/// The text of `/proc/ID/status`, from the memo of the current pass if it
-/// holds it (see [`with_status_memo`]).
-fn status_text_io(id: pid_t) -> std::io::Result<String> {
-    if let Some(s) = STATUS_MEMO.with(|m| m.borrow().as_ref().and_then(|m| m.get(&id).cloned())) {
+/// The text of `what` of thread `id`, from the memo of the current pass if
+/// it holds it (see [`with_proc_memo`]).
+fn memo_read(id: pid_t, what: Memo) -> std::io::Result<String> {
+    if let Some(s) = MEMO.with(|m| {
+        m.borrow()
+            .as_ref()
+            .and_then(|m| m.get(&(id, what)).cloned())
+    }) {
         return Ok(s);
     }
-    let s = slurp(&format!("/proc/{id}/status"))?;
-    STATUS_MEMO.with(|m| {
+    let s = slurp(&what.path(id))?;
+    MEMO.with(|m| {
         if let Some(m) = m.borrow_mut().as_mut() {
-            m.insert(id, s.clone());
+            m.insert((id, what), s.clone());
         }
     });
     Ok(s)
 }
 
+fn status_text_io(id: pid_t) -> std::io::Result<String> {
+    memo_read(id, Memo::Status)
+}
+
+/// The children of thread `tid` (`/proc/TID/task/TID/children`), shared
+/// with the other reads of a [`with_proc_memo`] pass; an error on a kernel
+/// without those files.
+pub fn thread_children(tid: pid_t) -> std::io::Result<Vec<pid_t>> {
+    Ok(memo_read(tid, Memo::Children)?
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect())
+}
+
+/// Reads into the current [`with_proc_memo`] pass each thread's status and
+/// children of the frozen process `pid`, which its checks read again
+/// (nothing changes them while it is frozen, but a child that exits), one
+/// thread at a time until `enough` says so: for time that would otherwise
+/// be spent waiting. Says whether every thread's are in. Outside a pass it
+/// reads nothing.
+pub fn remember_threads(pid: pid_t, mut enough: impl FnMut() -> bool) -> bool {
+    if MEMO.with(|m| m.borrow().is_none()) {
+        return false;
+    }
+    for tid in tids_of(pid) {
+        if enough() {
+            return false;
+        }
+        // What cannot be read now is read (and refused) by the check.
+        let _ = memo_read(tid, Memo::Status);
+        let _ = memo_read(tid, Memo::Children);
+    }
+    true
+}
+
 /// The text of /proc/ID/status (of a process or a thread), shared with the
-/// other reads of a [`with_status_memo`] pass.
+/// other reads of a [`with_proc_memo`] pass.
 pub fn status_text(id: pid_t) -> Result<String> {
     status_text_io(id).map_err(|e| read_error(id, "status", e))
 }
@@ -366,7 +424,11 @@ pub fn describe_tracer(t: pid_t) -> String {
 /// Whether `tid` is a thread of this process (a tracer named by
 /// [`tracer_of`] may be any of them).
 pub fn is_our_thread(tid: pid_t) -> bool {
-    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+    // A system call, where a look in /proc/self/task walks a path (several
+    // µs, once per thread checked).
+    // SAFETY: tgkill with signal 0 sends nothing: it only says whether
+    // thread `tid` is in this thread group (ESRCH if not).
+    tid > 0 && unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) } == 0
 }
 
 /// The threads of process `pid` (none if it is gone).
@@ -409,13 +471,13 @@ mod tests {
             };
             let seen = || status(tid).unwrap()["Name"].clone();
             name(b"before\0");
-            with_status_memo(|| {
+            with_proc_memo(|| {
                 assert_eq!(seen(), "before");
                 name(b"after\0");
                 assert_eq!(seen(), "before", "read again within the pass");
                 assert_eq!(tracer_of(tid), None);
-                with_status_memo(|| assert_eq!(seen(), "before", "an inner pass shares it"));
-                forget_statuses();
+                with_proc_memo(|| assert_eq!(seen(), "before", "an inner pass shares it"));
+                forget_memo();
                 assert_eq!(seen(), "after", "forgotten");
                 name(b"third\0");
                 assert_eq!(seen(), "after");
@@ -424,6 +486,75 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn threads_remembered_ahead_are_read_once_in_the_pass() {
+        // SAFETY: gettid takes no arguments.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as pid_t;
+        let pid = std::process::id() as pid_t;
+        assert!(
+            !remember_threads(pid, || false),
+            "outside a pass nothing is read"
+        );
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let kid = child.id() as pid_t;
+        let (ahead, asked, stopped) = with_proc_memo(|| {
+            let ahead = remember_threads(pid, || false);
+            // This thread's child, forked after the read: not in its list
+            // within the pass.
+            let mut late = std::process::Command::new("sleep")
+                .arg("5")
+                .spawn()
+                .unwrap();
+            let asked = thread_children(me).unwrap();
+            let _ = late.kill();
+            let _ = late.wait();
+            // Told to stop at once, it reads nothing more and says so.
+            let stopped = !remember_threads(pid, || true);
+            (ahead, asked, stopped)
+        });
+        let fresh = thread_children(me).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(ahead, "every thread read");
+        assert_eq!(asked, vec![kid], "the list as read ahead");
+        assert!(stopped);
+        assert_eq!(fresh, vec![kid], "outside the pass, read again");
+    }
+
+    #[test]
+    fn our_threads_are_told_from_other_processes() {
+        // SAFETY: gettid takes no arguments.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as pid_t;
+        assert!(is_our_thread(me));
+        assert!(is_our_thread(std::process::id() as pid_t));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid takes no arguments.
+            tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as pid_t)
+                .unwrap();
+            let _ = done_rx.recv();
+        });
+        let other = rx.recv().unwrap();
+        assert!(is_our_thread(other), "a thread this process started");
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let cpid = child.id() as pid_t;
+        let theirs = is_our_thread(cpid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!theirs, "another process");
+        assert!(!is_our_thread(1));
+        assert!(!is_our_thread(0) && !is_our_thread(-1));
     }
 
     #[test]

@@ -82,6 +82,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Instant;
 
 /// What the holder reports once the image is complete.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -409,23 +410,6 @@ fn capture_once(
     if let Some(f) = &written_out {
         let _ = std::fs::remove_file(f);
     }
-    // Frozen at a moment it holds no file lock; the stop begins at the
-    // freeze that finds none.
-    let mut frozen_ns = 0;
-    same_process(pid)?;
-    let mut frozen = freeze_settled(pid, BUSY_WAIT, || {
-        frozen_ns = mono_ns();
-        mark("hold: freeze");
-    })?;
-    // Checked again now that it is frozen: dropped, `frozen` lets a
-    // process that reused the pid go.
-    same_process(pid)?;
-    let (layout, gadget) = prepared;
-    if let Some(g) = gadget {
-        frozen.offer_gadget(g);
-    }
-    mark("hold: frozen");
-    // From here on any error drops `frozen`, which resumes the process.
     // Another thread scans the pages while the rest is captured (the
     // capture of memory waits for it), then makes the checks again, now
     // that nothing changes: only the end of the capture waits for those.
@@ -441,35 +425,47 @@ fn capture_once(
         _ => ScanFor::Populated,
     };
     let listed = tracked.clone().filter(|_| written_out.is_some());
-    // The capture runs on one CPU with the process (`Frozen::colocate`,
-    // which `capture_with` keeps); the scan and the checks keep off it.
-    frozen.colocate();
-    let capture_cpu = frozen.colocated();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let (mapped_tx, mapped_rx) = std::sync::mpsc::channel::<()>();
+    let mut frozen_ns = 0;
     std::thread::scope(|sc| {
+        // That thread starts before the freeze, its start no part of the
+        // stop (nor held up by the capture, which keeps one CPU from the
+        // freeze on). It waits for the CPU the capture runs on, to keep
+        // off it; without that word (the freeze failed) it ends.
+        let (cpu_tx, cpu_rx) = std::sync::mpsc::channel::<Option<(usize, Vec<u64>)>>();
         let checks = sc.spawn(move || {
+            let capture_cpu = cpu_rx.recv().ok()?;
             if let Some((cpu, allowed)) = &capture_cpu {
                 pmig_engine::ptrace::avoid_cpu(*cpu, allowed);
             }
-            // After the capture's scratch page is mapped (bounded, should
-            // the capture not say so).
-            let _ = mapped_rx.recv_timeout(SCRATCH_WAIT);
-            let scan = PreScan::scan(pid, defer_population, what);
-            // The listed ranges' pages written since they were last
-            // protected, as this scan of the frozen process found them.
-            let written = match (&scan, &listed) {
-                (Ok(p), Some(listed)) => p
-                    .written()
-                    .map(|w| written_in(listed, w, p.written_scope())),
-                _ => None,
-            };
-            let _ = tx.send(scan);
-            mark("hold: pages scanned");
-            let checked = precheck_all(pid);
-            mark("hold: prechecked again");
-            (checked, written)
+            // One pass: what the checks read while the capture maps its
+            // scratch page, they do not read again after the scan.
+            Some(pmig_engine::procfs::with_proc_memo(|| {
+                after_scratch(pid, &mapped_rx);
+                checks_beside(pid, defer_population, what, listed.as_deref(), &tx)
+            }))
         });
+        // Frozen at a moment it holds no file lock; the stop begins at the
+        // freeze that finds none.
+        same_process(pid)?;
+        let mut frozen = freeze_settled(pid, BUSY_WAIT, || {
+            frozen_ns = mono_ns();
+            mark("hold: freeze");
+        })?;
+        // Checked again now that it is frozen: dropped, `frozen` lets a
+        // process that reused the pid go.
+        same_process(pid)?;
+        let (layout, gadget) = prepared;
+        if let Some(g) = gadget {
+            frozen.offer_gadget(g);
+        }
+        mark("hold: frozen");
+        // From here on any error drops `frozen`, which resumes the process.
+        // The capture runs on one CPU with the process (`Frozen::colocate`,
+        // which `capture_with` keeps); the scan and the checks keep off it.
+        frozen.colocate();
+        let _ = cpu_tx.send(frozen.colocated());
         let aids = Aids {
             layout: Some(layout),
             prescan: Some(rx),
@@ -482,7 +478,10 @@ fn capture_once(
         let captured = capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also);
         let (checked, written) = checks
             .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            .ok_or_else(|| {
+                StrategyError::Other("the checks beside the capture never started".into())
+            })?;
         let captured = checked.map_err(Into::into).and(captured)?;
         // Only for a capture that succeeded; without the file the source
         // scans the frozen process again itself.
@@ -491,9 +490,9 @@ fn capture_once(
                 tracing::debug!("process {pid}: the pages written at the freeze not listed: {e}");
             }
         }
-        Ok(captured)
+        Ok((frozen, captured))
     })
-    .map(|o| {
+    .map(|(frozen, o)| {
         (
             Held {
                 frozen,
@@ -505,6 +504,52 @@ fn capture_once(
             o.kept,
         )
     })
+}
+
+/// In the checks thread of [`capture_once`], until the capture says
+/// its scratch page is mapped (`mapped`: a message, or its sender gone),
+/// or [`SCRATCH_WAIT`] has gone by: the scan waits for the process's final
+/// mappings. Meanwhile each thread's status and children, which the checks
+/// after the scan read, are read into the pass
+/// ([`pmig_engine::procfs::remember_threads`]), as many as there is time for.
+fn after_scratch(pid: libc::pid_t, mapped: &std::sync::mpsc::Receiver<()>) {
+    use std::sync::mpsc::TryRecvError;
+    let end = Instant::now() + SCRATCH_WAIT;
+    let mut said = false;
+    pmig_engine::procfs::remember_threads(pid, || {
+        said = !matches!(mapped.try_recv(), Err(TryRecvError::Empty));
+        said || Instant::now() >= end
+    });
+    mark("hold: threads read ahead");
+    if !said {
+        let _ = mapped.recv_timeout(end.saturating_duration_since(Instant::now()));
+    }
+}
+
+/// The checks thread of [`capture_once`] once the scratch page is
+/// mapped: scans the pages (sent on `scanned` to the capture, which waits
+/// for them), then makes the checks again, now that nothing changes. Also
+/// returns, of the `listed` ranges, the pages written since they were last
+/// protected, as this scan of the frozen process found them.
+fn checks_beside(
+    pid: libc::pid_t,
+    defer_population: bool,
+    what: ScanFor,
+    listed: Option<&[(u64, u64)]>,
+    scanned: &std::sync::mpsc::SyncSender<pmig_engine::Result<PreScan>>,
+) -> (pmig_engine::Result<()>, Option<Vec<(u64, u64)>>) {
+    let scan = PreScan::scan(pid, defer_population, what);
+    let written = match (&scan, listed) {
+        (Ok(p), Some(listed)) => p
+            .written()
+            .map(|w| written_in(listed, w, p.written_scope())),
+        _ => None,
+    };
+    let _ = scanned.send(scan);
+    mark("hold: pages scanned");
+    let checked = precheck_all(pid);
+    mark("hold: prechecked again");
+    (checked, written)
 }
 
 /// The capture of [`freeze_and_capture`] once the process is frozen.

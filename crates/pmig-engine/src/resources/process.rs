@@ -28,7 +28,7 @@ fn settled_tracer(pid: pid_t, wait: std::time::Duration) -> Option<(pid_t, pid_t
             return Some(found);
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
-        procfs::forget_statuses();
+        procfs::forget_memo();
     }
 }
 
@@ -88,16 +88,13 @@ fn children_and_zombies(pid: pid_t) -> (Vec<pid_t>, Vec<pid_t>) {
 /// The children every thread of `pid` lists, or None if the kernel has no
 /// such lists (CONFIG_PROC_CHILDREN) or they cannot be read.
 fn listed_children(pid: pid_t) -> Option<Vec<pid_t>> {
+    let tids = procfs::tids_of(pid);
+    if tids.is_empty() {
+        return None;
+    }
     let mut out = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .flatten()
-    {
-        let text = std::fs::read_to_string(t.path().join("children")).ok()?;
-        out.extend(
-            text.split_whitespace()
-                .filter_map(|x| x.parse::<pid_t>().ok()),
-        );
+    for tid in tids {
+        out.extend(procfs::thread_children(tid).ok()?);
     }
     Some(out)
 }
