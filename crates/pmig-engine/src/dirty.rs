@@ -809,7 +809,7 @@ mod tests {
         .unwrap();
         let img_dir = dir.path().join("img");
         let mut w = pmig_image::ImageWriter::create(&img_dir).unwrap();
-        let (pi, _) = crate::dump::capture_with(
+        let pi = crate::dump::capture_with(
             &mut frozen,
             &mut w,
             None,
@@ -820,7 +820,8 @@ mod tests {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .image;
         drop(frozen);
         let v = pi.memory.vmas.iter().find(|v| v.start == base).unwrap();
         let pages = |r: &mut dyn Iterator<Item = (u64, u64)>| -> Vec<u64> {
@@ -851,7 +852,7 @@ mod tests {
         ))
         .unwrap();
         let mut w = pmig_image::ImageWriter::create(&dir.path().join("img2")).unwrap();
-        let (pi, _) = crate::dump::capture_with(
+        let pi = crate::dump::capture_with(
             &mut frozen,
             &mut w,
             None,
@@ -863,7 +864,8 @@ mod tests {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .image;
         let mut t = t;
         let written = t.scan().unwrap();
         drop(frozen);
@@ -941,7 +943,7 @@ mod tests {
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let mut w = pmig_image::ImageWriter::create(dir.path()).unwrap();
-        let (pi, _) = crate::dump::capture_with(
+        let pi = crate::dump::capture_with(
             &mut frozen,
             &mut w,
             None,
@@ -952,7 +954,8 @@ mod tests {
                 ..Default::default()
             },
         )
-        .unwrap();
+        .unwrap()
+        .image;
         drop(frozen);
         let v = pi
             .memory

@@ -74,7 +74,7 @@ pub fn capture_filtered(
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
 ) -> Result<ProcessImage> {
-    capture_with(frozen, w, filter, Aids::default()).map(|(img, _)| img)
+    capture_with(frozen, w, filter, Aids::default()).map(|o| o.image)
 }
 
 /// Work done for a capture outside the stop or alongside it.
@@ -94,17 +94,33 @@ pub struct Aids {
     pub written_apart: bool,
     /// See [`Capture::copy_buffer`](crate::resources::Capture).
     pub copy_buffer: Option<Vec<u8>>,
+    /// A lazy handover's capture: of the private memory, only the pages
+    /// [`crate::lazy::handover_pages`] names and these are saved, the
+    /// former found from the threads' state the capture reads anyway (not
+    /// read again before it, which would also hold back the scan beside
+    /// it). Takes the place of `filter`; the pages kept are returned in
+    /// [`CaptureOut::kept`].
+    pub handover: Option<std::collections::HashSet<u64>>,
 }
 
-/// [`capture_filtered`] with `aids`; also returns the layout whose flags the
-/// capture took without reading them at the stop (see
-/// [`Layout::current`](crate::resources::memory::Layout::current)).
+/// What [`capture_with`] returns.
+pub struct CaptureOut {
+    pub image: ProcessImage,
+    /// The layout whose flags the capture took without reading them at the
+    /// stop (see
+    /// [`Layout::current`](crate::resources::memory::Layout::current)).
+    pub layout_used: Option<crate::resources::memory::Layout>,
+    /// With [`Aids::handover`]: the pages the handover kept.
+    pub kept: Option<std::collections::HashSet<u64>>,
+}
+
+/// [`capture_filtered`] with `aids`.
 pub fn capture_with(
     frozen: &mut Frozen,
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
     aids: Aids,
-) -> Result<(ProcessImage, Option<crate::resources::memory::Layout>)> {
+) -> Result<CaptureOut> {
     // The capture injects calls into the process: on one CPU with it
     // (see `Frozen::colocate`); its own affinity is captured.
     frozen.colocate();
@@ -118,7 +134,10 @@ fn capture_colocated(
     w: &mut ImageWriter,
     filter: Option<&dyn crate::resources::memory::PageFilter>,
     aids: Aids,
-) -> Result<(ProcessImage, Option<crate::resources::memory::Layout>)> {
+) -> Result<CaptureOut> {
+    // The handover's pages, once the threads are read (see `Aids::handover`).
+    let late_keep: crate::resources::memory::RangeFilter;
+    let mut kept = None;
     let mut cx = Capture::new(frozen, w.pages());
     cx.filter = filter;
     cx.layout = aids.layout;
@@ -169,6 +188,14 @@ fn capture_colocated(
     lap("timers");
     let threads = Threads::capture(&mut cx)?;
     lap("threads");
+    if let Some(also) = aids.handover {
+        let mut k = crate::lazy::handover_of(cx.frozen, &threads);
+        k.extend(also);
+        late_keep = crate::resources::memory::RangeFilter::of_pages(k.clone());
+        cx.filter = Some(&late_keep);
+        kept = Some(k);
+        lap("handover pages");
+    }
     let prctl = Prctl::capture(&mut cx)?;
     let xcomp = Xcomp::capture(&mut cx)?;
     lap("prctl");
@@ -196,8 +223,8 @@ fn capture_colocated(
     } else {
         (None, None)
     };
-    Ok((
-        ProcessImage {
+    Ok(CaptureOut {
+        image: ProcessImage {
             process,
             identity,
             files,
@@ -239,8 +266,9 @@ fn capture_colocated(
             xcomp,
             cpu: Some(cpu),
         },
-        used,
-    ))
+        layout_used: used,
+        kept,
+    })
 }
 
 /// Write the parts of a captured image and its manifest (the image is

@@ -1495,8 +1495,38 @@ pub fn handover_set(
 
 /// [`handover_set`] of the frozen process `frozen`, from its threads'
 /// registers and rseq registrations, with the pages of each thread's
-/// robust mutex list ([`crate::resources::tcb::robust_pages`]).
+/// robust mutex list ([`crate::resources::tcb::robust_pages_at`]).
 pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
+    let mut threads = Vec::with_capacity(frozen.threads.len());
+    for t in &frozen.threads {
+        let r = crate::sys::rseq_config(t.tid)?;
+        let regs = crate::sys::get_regs(t.tid)?;
+        let robust = crate::sys::robust_list(t.tid).ok();
+        threads.push((ThreadPages::of(&regs, Some((r.ptr, r.size))), robust));
+    }
+    Ok(handover_with(frozen, threads))
+}
+
+/// [`handover_pages`] from what the capture of the frozen process `frozen`
+/// read of its threads (`threads`), which it does not read again.
+pub fn handover_of(
+    frozen: &crate::ptrace::Frozen,
+    threads: &crate::resources::threads::ThreadsState,
+) -> HashSet<u64> {
+    let each = threads.threads.iter().map(|t| {
+        let regs = crate::resources::threads::regs_from_vec(&t.regs);
+        let rseq = t.rseq.map(|(ptr, len, _)| (ptr, len));
+        (ThreadPages::of(&regs, rseq), Some(t.robust_list))
+    });
+    handover_with(frozen, each)
+}
+
+/// [`handover_set`] of `frozen` for its threads' pages and robust list
+/// heads (address, length; None where it could not be read).
+fn handover_with(
+    frozen: &crate::ptrace::Frozen,
+    threads: impl IntoIterator<Item = (ThreadPages, Option<(u64, u64)>)>,
+) -> HashSet<u64> {
     let stat = crate::procfs::read(frozen.pid, "stat").unwrap_or_default();
     // Fields 48–51 of /proc/PID/stat: arg_start, arg_end, env_start, env_end
     // (the first field after the command's closing parenthesis is field 3).
@@ -1509,23 +1539,20 @@ pub fn handover_pages(frozen: &crate::ptrace::Frozen) -> Result<HashSet<u64>> {
         })
         .unwrap_or_default();
     let at = |k: usize| f.get(k).copied().unwrap_or(0);
-    let mut threads = Vec::with_capacity(frozen.threads.len());
-    for t in &frozen.threads {
-        let r = crate::sys::rseq_config(t.tid)?;
-        let regs = crate::sys::get_regs(t.tid)?;
-        threads.push(ThreadPages::of(&regs, Some((r.ptr, r.size))));
-    }
-    let mut keep = handover_set(threads, [(at(45), at(46)), (at(47), at(48))]);
+    let (pages, robust): (Vec<ThreadPages>, Vec<_>) = threads.into_iter().unzip();
+    let mut keep = handover_set(pages, [(at(45), at(46)), (at(47), at(48))]);
     // The mutexes on each thread's robust list, whose owner the restore
     // rewrites if the thread's id changes (bounded as the kernel bounds
     // the list).
-    for t in &frozen.threads {
-        keep.extend(crate::resources::tcb::robust_pages(frozen.pid, t.tid));
+    for (head, len) in robust.into_iter().flatten() {
+        keep.extend(crate::resources::tcb::robust_pages_at(
+            frozen.pid, head, len,
+        ));
     }
     // The Go runtime's records of its threads, whose ids the restore
     // rewrites if they change.
     keep.extend(crate::resources::gort::handover_pages(frozen));
-    Ok(keep)
+    keep
 }
 
 /// Close fd `fd` inside process `pid` (briefly stopping it): the

@@ -74,7 +74,7 @@ use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::{freeze_settled, precheck_all, precheck_settled, BUSY_WAIT};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::locks::LocksState;
-use pmig_engine::resources::memory::{Layout, PreScan, RangeFilter, ScanFor};
+use pmig_engine::resources::memory::{Layout, PreScan, ScanFor};
 use pmig_engine::resources::signals::LateSignals;
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
@@ -474,6 +474,7 @@ fn capture_once(
             written_since: tracked,
             written_apart: matches!(mode, CaptureMode::WrittenApart(_)),
             copy_buffer: Some(copy_buffer),
+            handover: None,
         };
         let captured = capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also);
         let (checked, written) = checks
@@ -562,18 +563,19 @@ fn capture_frozen(
     also: &HashSet<u64>,
 ) -> Result<CaptureOutcome> {
     let pid = frozen.pid;
-    let mut kept = HashSet::new();
-    let (img, used) = match mode {
+    let out = match mode {
         CaptureMode::Full => capture_with(frozen, &mut w, None, aids)?,
+        // The pages the handover keeps, found by the capture from the
+        // threads it reads.
         CaptureMode::Handover
         | CaptureMode::HandoverDeferred
         | CaptureMode::HandoverDeferredWritten(_)
         | CaptureMode::HandoverWritten(_) => {
-            kept = pmig_engine::lazy::handover_pages(frozen)?;
-            kept.extend(also);
-            let keep = RangeFilter::of_pages(kept.clone());
-            mark("hold: handover pages");
-            capture_with(frozen, &mut w, Some(&keep), aids)?
+            let aids = Aids {
+                handover: Some(also.clone()),
+                ..aids
+            };
+            capture_with(frozen, &mut w, None, aids)?
         }
         // The pages written since the last round come with the scan
         // started at the freeze (`Aids::written_since`).
@@ -581,6 +583,8 @@ fn capture_frozen(
             capture_with(frozen, &mut w, None, aids)?
         }
     };
+    let (img, used) = (out.image, out.layout_used);
+    let kept = out.kept.unwrap_or_default();
     mark("hold: captured");
     finish_image(&img, w, pid)?;
     mark("hold: image written");

@@ -1410,3 +1410,52 @@ fn a_skeletons_event_loop_descriptors_are_brought_up_to_the_stop() {
     let _ = child.wait();
     assert_eq!(verdict(r.pid, &outfile), "PASS\n");
 }
+
+/// A handover's capture finds the pages it keeps from the threads it reads
+/// (`Aids::handover`) as `handover_pages` finds them from the frozen
+/// process itself: each thread's stack, the pages its registers point
+/// into, its rseq area and thread descriptor, and the robust mutexes it
+/// holds (two threads of `robust_ids` hold one each); with the pages the
+/// caller adds. Only those of its private anonymous memory are saved.
+#[test]
+fn a_handover_capture_keeps_the_pages_handover_pages_names() {
+    let _g = serial(&HEAVY);
+    let cwd = tempfile::tempdir().unwrap();
+    let mut p = pmig_tests::spawn_scenario("robust_ids", &[], cwd.path());
+    p.expect_ready();
+    let pid = p.pid();
+    let mut frozen = Frozen::freeze(pid).unwrap();
+    assert_eq!(frozen.threads.len(), 3, "the main thread and two holders");
+    let named = handover_pages(&frozen).unwrap();
+    // A page of no mapping: kept as asked, nothing saved of it.
+    let also: std::collections::HashSet<u64> = [0x1000].into();
+    let stage = tempfile::tempdir().unwrap();
+    let mut w = pmig_image::ImageWriter::create(stage.path()).unwrap();
+    let aids = pmig_engine::dump::Aids {
+        handover: Some(also.clone()),
+        ..Default::default()
+    };
+    let out = pmig_engine::dump::capture_with(&mut frozen, &mut w, None, aids).unwrap();
+    drop(frozen);
+    let kept = out.kept.expect("a handover's capture says what it kept");
+    let expected: std::collections::HashSet<u64> = named.union(&also).copied().collect();
+    assert_eq!(kept, expected);
+    let mut saved = 0;
+    for v in out
+        .image
+        .memory
+        .vmas
+        .iter()
+        .filter(|v| v.backing == Backing::Anon)
+    {
+        for r in &v.runs {
+            for page in (r.addr..r.addr + r.len).step_by(4096) {
+                assert!(kept.contains(&page), "page {page:#x} saved, not kept");
+                saved += 1;
+            }
+        }
+    }
+    assert!(saved > 0, "the threads' stacks at least are saved");
+    p.check("robust_ids", std::time::Duration::from_secs(10));
+    p.quit_ok();
+}

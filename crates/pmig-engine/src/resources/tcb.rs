@@ -482,14 +482,12 @@ pub fn robust_list(head: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> O
     Some(l)
 }
 
-/// The pages of the robust list of thread `tid` of the frozen process
-/// `pid` (its links, futex words and glibc owner fields): a lazy handover
-/// sends them along, so that the restore can rewrite the owner of each
-/// mutex the thread holds ([`rewrite_robust`]) without waiting for a page.
-pub fn robust_pages(pid: pid_t, tid: pid_t) -> Vec<u64> {
-    let Ok((head, len)) = sys::robust_list(tid) else {
-        return Vec::new();
-    };
+/// The pages of the robust list whose head a thread of the frozen process
+/// `pid` registered at `head` (`len` bytes, as `get_robust_list` says):
+/// its links, futex words and glibc owner fields. A lazy handover sends
+/// them along, so that the restore can rewrite the owner of each mutex the
+/// thread holds ([`rewrite_robust`]) without waiting for a page.
+pub fn robust_pages_at(pid: pid_t, head: u64, len: u64) -> Vec<u64> {
     if head == 0 || len != ROBUST_HEAD_BYTES {
         return Vec::new();
     }
