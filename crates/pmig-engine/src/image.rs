@@ -325,6 +325,24 @@ pub mod tests_support {
     use super::*;
     use crate::resources::{files, identity, memory, process, signals, threads, timers};
 
+    /// A thread of this process that waits until the returned sender is
+    /// dropped, its id, and its handle to join.
+    pub fn parked_thread() -> (
+        libc::pid_t,
+        std::sync::mpsc::Sender<()>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid takes no arguments.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+            tx.send(tid).unwrap();
+            let _ = done_rx.recv();
+        });
+        (rx.recv().unwrap(), done_tx, t)
+    }
+
     /// A process image with nothing in it, for tests of image plumbing.
     pub fn empty_image() -> ProcessImage {
         ProcessImage {

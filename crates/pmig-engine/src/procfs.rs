@@ -532,17 +532,9 @@ mod tests {
         let me = unsafe { libc::syscall(libc::SYS_gettid) } as pid_t;
         assert!(is_our_thread(me));
         assert!(is_our_thread(std::process::id() as pid_t));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            // SAFETY: gettid takes no arguments.
-            tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as pid_t)
-                .unwrap();
-            let _ = done_rx.recv();
-        });
-        let other = rx.recv().unwrap();
+        let (other, done_tx, t) = crate::image::tests_support::parked_thread();
         assert!(is_our_thread(other), "a thread this process started");
-        done_tx.send(()).unwrap();
+        drop(done_tx);
         t.join().unwrap();
         let mut child = std::process::Command::new("sleep")
             .arg("5")

@@ -435,15 +435,7 @@ mod tests {
     #[test]
     fn a_task_is_told_leader_thread_or_gone() {
         assert_eq!(task_kind(std::process::id() as pid_t), TaskKind::Leader);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || {
-            // SAFETY: gettid takes no arguments.
-            tx.send(unsafe { libc::syscall(libc::SYS_gettid) } as pid_t)
-                .unwrap();
-            let _ = done_rx.recv();
-        });
-        let tid = rx.recv().unwrap();
+        let (tid, done_tx, t) = crate::image::tests_support::parked_thread();
         assert_eq!(task_kind(tid), TaskKind::Thread);
         drop(done_tx);
         t.join().unwrap();
