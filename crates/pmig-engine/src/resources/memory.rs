@@ -1239,30 +1239,40 @@ impl<'p> PageCopier<'p> {
     }
 }
 
-/// What identifies a mapping for a skeleton: everything but its pages.
-fn vma_key(v: &Vma) -> Vec<u8> {
-    crate::skeleton::encode(&(
-        v.start,
-        v.end,
-        v.prot,
-        v.backing,
-        v.growsdown,
-        file_key(v),
-        v.offset,
-        &v.advice,
-        v.locked,
-        &v.name,
-    ))
+/// Whether two mappings are the same for a skeleton: in everything but
+/// their pages, a shared mapping's file judged without its times
+/// ([`file_key`]).
+fn same_vma(v: &Vma, w: &Vma) -> bool {
+    v.start == w.start
+        && v.end == w.end
+        && v.prot == w.prot
+        && v.backing == w.backing
+        && v.growsdown == w.growsdown
+        && match (&v.file, &w.file) {
+            (None, None) => true,
+            // As `file_key` gives them, without a copy.
+            (Some(a), Some(b)) => {
+                a.path == b.path
+                    && a.size == b.size
+                    && (v.backing == Backing::SharedFile || a.mtime_ns == b.mtime_ns)
+            }
+            _ => false,
+        }
+        && v.offset == w.offset
+        && v.advice == w.advice
+        && v.locked == w.locked
+        && v.name == w.name
 }
 
-/// The layout of an address space: its mappings, mm fields and vDSO.
-fn layout_key(s: &MemoryState) -> Vec<u8> {
-    crate::skeleton::encode(&(
-        s.vmas.iter().map(vma_key).collect::<Vec<_>>(),
-        &s.mm,
-        s.vdso,
-        s.vdso_text,
-    ))
+/// Whether two address spaces have the same layout: their mappings
+/// ([`same_vma`]), mm fields and vDSO; compared mapping by mapping, up
+/// to the first that differs.
+fn same_layout(a: &MemoryState, b: &MemoryState) -> bool {
+    a.vmas.len() == b.vmas.len()
+        && a.vdso == b.vdso
+        && a.vdso_text == b.vdso_text
+        && crate::skeleton::same(&a.mm, &b.mm)
+        && a.vmas.iter().zip(&b.vmas).all(|(v, w)| same_vma(v, w))
 }
 
 /// A mapping's attributes, for the ranges a skeleton's layout follows
@@ -2681,7 +2691,7 @@ impl Resource for Memory {
                 .collect()
         };
         let mut again = Vec::new();
-        if (!same && layout_key(pre) != layout_key(fin))
+        if (!same && !same_layout(pre, fin))
             || cx.noreserve.0 != cx.noreserve.1
             || (lazy && later(pre) != later(fin))
         {
@@ -2915,10 +2925,62 @@ mod tests {
         v.backing = Backing::SharedFile;
         let mut w = v.clone();
         w.file = Some(later.clone());
-        assert_eq!(vma_key(&v), vma_key(&w));
+        assert!(same_vma(&v, &w));
         v.backing = Backing::PrivateFile;
         w.backing = Backing::PrivateFile;
-        assert_ne!(vma_key(&v), vma_key(&w));
+        assert!(!same_vma(&v, &w));
+        w.file = Some(id.clone());
+        assert!(same_vma(&v, &w));
+        w.file = Some(grown.clone());
+        assert!(!same_vma(&v, &w), "another size");
+        w.file = None;
+        assert!(!same_vma(&v, &w), "a file against none");
+    }
+
+    #[test]
+    fn layouts_differ_in_any_mapping_mm_field_or_vdso() {
+        let a = MemoryState {
+            vmas: vec![
+                test_vma(0x1000, 0x3000, libc::PROT_READ),
+                test_vma(0x5000, 0x8000, libc::PROT_READ | libc::PROT_WRITE),
+            ],
+            mm: MmFields::default(),
+            vdso: Some((0x7000_0000, 0x4000)),
+            vdso_text: Some(0x7000_2000),
+        };
+        let again = |f: &dyn Fn(&mut MemoryState)| {
+            let mut b = MemoryState {
+                vmas: a.vmas.clone(),
+                mm: a.mm.clone(),
+                vdso: a.vdso,
+                vdso_text: a.vdso_text,
+            };
+            f(&mut b);
+            b
+        };
+        assert!(same_layout(&a, &again(&|_| {})));
+        // Pages alone are no part of it.
+        assert!(same_layout(
+            &a,
+            &again(&|b| b.vmas[1].present = vec![(0x5000, 0x1000)])
+        ));
+        assert!(!same_layout(
+            &a,
+            &again(&|b| b.vmas[1].prot = libc::PROT_READ)
+        ));
+        assert!(!same_layout(&a, &again(&|b| b.vmas[0].end = 0x4000)));
+        assert!(!same_layout(
+            &a,
+            &again(&|b| {
+                b.vmas.pop();
+            })
+        ));
+        assert!(!same_layout(&a, &again(&|b| b.mm.brk = 0x9000)));
+        assert!(!same_layout(&a, &again(&|b| b.vdso = None)));
+        assert!(!same_layout(
+            &a,
+            &again(&|b| b.vdso_text = Some(0x7000_3000))
+        ));
     }
 
     #[test]
