@@ -204,10 +204,6 @@ fn memo_read(id: pid_t, what: Memo) -> std::io::Result<String> {
     Ok(s)
 }
 
-fn status_text_io(id: pid_t) -> std::io::Result<String> {
-    memo_read(id, Memo::Status)
-}
-
 /// The children of thread `tid` (`/proc/TID/task/TID/children`), shared
 /// with the other reads of a [`with_proc_memo`] pass; an error on a kernel
 /// without those files.
@@ -242,7 +238,7 @@ pub fn remember_threads(pid: pid_t, mut enough: impl FnMut() -> bool) -> bool {
 /// The text of /proc/ID/status (of a process or a thread), shared with the
 /// other reads of a [`with_proc_memo`] pass.
 pub fn status_text(id: pid_t) -> Result<String> {
-    status_text_io(id).map_err(|e| read_error(id, "status", e))
+    memo_read(id, Memo::Status).map_err(|e| read_error(id, "status", e))
 }
 
 /// /proc/PID/status as key → value.
@@ -391,7 +387,7 @@ pub fn tgid_of(tid: pid_t) -> Option<pid_t> {
 /// The thread tracing thread or process `tid` (TracerPid of its status):
 /// None when it is not traced, or gone.
 pub fn tracer_of(tid: pid_t) -> Option<pid_t> {
-    let s = status_text_io(tid).ok()?;
+    let s = memo_read(tid, Memo::Status).ok()?;
     s.lines()
         .find_map(|l| l.strip_prefix("TracerPid:"))
         .and_then(|v| v.trim().parse().ok())

@@ -218,12 +218,14 @@ fn check_shared_files(fin: &MemoryState) -> Result<()> {
 
 /// A mapping's file as a layout compares it: without the times of a
 /// shared mapping's file (see [`still_there`]).
-fn file_key(v: &Vma) -> Option<FileId> {
-    let mut f = v.file.clone()?;
-    if v.backing == Backing::SharedFile {
-        f.mtime_ns = 0;
-    }
-    Some(f)
+fn file_key(v: &Vma) -> Option<(&str, u64, i128)> {
+    let f = v.file.as_ref()?;
+    let mtime_ns = if v.backing == Backing::SharedFile {
+        0
+    } else {
+        f.mtime_ns
+    };
+    Some((&f.path, f.size, mtime_ns))
 }
 
 /// The key of the executable in [`Preflight::mapped_files`].
@@ -1248,16 +1250,7 @@ fn same_vma(v: &Vma, w: &Vma) -> bool {
         && v.prot == w.prot
         && v.backing == w.backing
         && v.growsdown == w.growsdown
-        && match (&v.file, &w.file) {
-            (None, None) => true,
-            // As `file_key` gives them, without a copy.
-            (Some(a), Some(b)) => {
-                a.path == b.path
-                    && a.size == b.size
-                    && (v.backing == Backing::SharedFile || a.mtime_ns == b.mtime_ns)
-            }
-            _ => false,
-        }
+        && file_key(v) == file_key(w)
         && v.offset == w.offset
         && v.advice == w.advice
         && v.locked == w.locked
