@@ -157,8 +157,15 @@ const STUB_CALL_BYTES: usize = 7 * 10 + 2 + 10;
 
 /// The most calls one run of a [`Stub`] makes: its code, and the `int3`
 /// that ends it, fit a page.
-pub const STUB_CALLS: usize = (4096 - 1) / STUB_CALL_BYTES;
-const _: () = assert!(STUB_CALLS * STUB_CALL_BYTES < 4096);
+pub const STUB_CALLS: usize = (STUB_BYTES - 1) / STUB_CALL_BYTES;
+const _: () = assert!(STUB_CALLS * STUB_CALL_BYTES < STUB_BYTES);
+
+/// Calls for [`Frozen::inject_each`] to inject in one thread: the
+/// thread's index, and each call's number and arguments.
+pub type Batch<'a> = (usize, &'a [(i64, &'a [u64])]);
+
+/// The size of a [`Stub`]'s page of code.
+const STUB_BYTES: usize = 4096;
 
 const SIGTRAP_BIT: u64 = 1 << (libc::SIGTRAP - 1);
 
@@ -930,6 +937,138 @@ impl Frozen {
         Ok(out)
     }
 
+    /// [`Frozen::inject_many`] in several threads: `batches` pairs a
+    /// thread's index with its calls; the results come in the same order.
+    /// With the [`Stub`] (see [`Frozen::use_stub`]), the batches that fit
+    /// its page together ([`Frozen::stub_room`]) run at once: each thread's
+    /// code goes to its own part of the page, and every thread is resumed
+    /// before the first is waited for. The threads share the capture's CPU
+    /// ([`Frozen::colocate`]), so they run their calls one after the other
+    /// while this thread waits, where one thread at a time would take a
+    /// round trip between them and this thread each. Calls the stub does
+    /// not run go thread by thread, as [`Frozen::inject_many`] would.
+    pub fn inject_each(&mut self, batches: &[Batch]) -> Result<Vec<Vec<i64>>> {
+        let mut out = Vec::with_capacity(batches.len());
+        let mut rest = batches;
+        while !rest.is_empty() {
+            let stubbed = |calls: &[(i64, &[u64])]| {
+                !calls.is_empty()
+                    && !calls
+                        .iter()
+                        .any(|(nr, _)| changes_mappings(*nr) || starts_thread(*nr))
+            };
+            let mut bytes = 0;
+            let together = if self.stub.is_some() {
+                rest.iter()
+                    .take_while(|(_, calls)| {
+                        bytes += calls.len() * STUB_CALL_BYTES + 1;
+                        stubbed(calls) && bytes <= STUB_BYTES
+                    })
+                    .count()
+            } else {
+                0
+            };
+            if together < 2 {
+                let (idx, calls) = rest[0];
+                out.push(self.inject_many(idx, calls)?);
+                rest = &rest[1..];
+                continue;
+            }
+            out.extend(self.run_stubs(&rest[..together])?);
+            rest = &rest[together..];
+        }
+        Ok(out)
+    }
+
+    /// How many threads' batches of `calls` calls each one run of the
+    /// [`Stub`] takes at once ([`Frozen::inject_each`]); at least 1.
+    pub fn stub_room(calls: usize) -> usize {
+        (STUB_BYTES / (calls * STUB_CALL_BYTES + 1)).max(1)
+    }
+
+    /// [`Frozen::inject_each`]'s run of several threads' batches at once,
+    /// which fit the stub's page together. Every thread resumed is waited
+    /// for and put back as it was, whatever fails.
+    fn run_stubs(&mut self, group: &[Batch]) -> Result<Vec<Vec<i64>>> {
+        let pid = self.pid;
+        let Some(stub) = self.stub.as_mut() else {
+            return Err(EngineError::Other("no code page to run calls".into()));
+        };
+        let (base, results) = (stub.code, stub.results);
+        // Each thread's code, the address after its int3, and where its
+        // results start among the page's.
+        let mut code = Vec::new();
+        let mut slots = Vec::with_capacity(group.len());
+        let mut n_results = 0;
+        for (idx, calls) in group {
+            let start = base + code.len() as u64;
+            code.extend(stub_code(calls, results + 8 * n_results as u64));
+            slots.push((
+                *idx,
+                start,
+                base + code.len() as u64,
+                n_results,
+                calls.len(),
+            ));
+            n_results += calls.len();
+        }
+        if stub.written != code {
+            stub.written.clear();
+            std::os::unix::fs::FileExt::write_all_at(&stub.mem, &code, base)
+                .ctx(|| format!("write injected code into process {pid}"))?;
+            stub.written = code;
+        }
+        let mut failed = None;
+        let mut started = Vec::with_capacity(slots.len());
+        for &(idx, start, end, _, _) in &slots {
+            let tid = self.threads[idx].tid;
+            let saved = sys::get_regs(tid).and_then(|saved| {
+                let mut r = saved;
+                r.rip = start;
+                r.orig_rax = u64::MAX; // no syscall restart on the way out
+                sys::set_regs(tid, &r).map(|()| saved)
+            });
+            let saved = match saved {
+                Ok(s) => s,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            self.threads[idx].stop = StopKind::Injected;
+            let go = sys::set_sigmask(tid, !SIGTRAP_BIT).and_then(|()| resume(tid, false));
+            let stop = go.is_err();
+            started.push((idx, saved, end, go));
+            if stop {
+                break;
+            }
+        }
+        for (idx, saved, end, go) in started {
+            let tid = self.threads[idx].tid;
+            let mut foreign = 0;
+            let ran = go.and_then(|()| await_trap(tid, end, false, &mut foreign));
+            if let Err(e) = self.put_back(idx, &saved, foreign, ran) {
+                failed.get_or_insert(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let mut raw = vec![0u8; 8 * n_results];
+        if sys::process_vm_read(self.pid, results, &mut raw)? != raw.len() {
+            return Err(EngineError::Other(format!(
+                "short read of injected calls' results in process {}",
+                self.pid
+            )));
+        }
+        let word =
+            |i: usize| i64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap_or_default());
+        Ok(slots
+            .iter()
+            .map(|&(_, _, _, first, n)| (first..first + n).map(word).collect())
+            .collect())
+    }
+
     /// [`Frozen::inject_many`] one call at a time, each a single step of
     /// thread `idx` over the `syscall` instruction at the gadget, with every
     /// signal but SIGTRAP blocked (see [`Frozen::know_ignored`]). Not for a
@@ -1351,15 +1490,25 @@ fn reap_exiting(tids: &[pid_t]) {
 /// `end` took the place of the code's own (one SIGTRAP is pending at a
 /// time), which has run.
 fn run_to_trap(tid: pid_t, end: u64, step: bool, foreign: &mut u32) -> Result<()> {
+    resume(tid, step)?;
+    await_trap(tid, end, step, foreign)
+}
+
+/// Resumes thread `tid` from its stop: a single step with `step`.
+fn resume(tid: pid_t, step: bool) -> Result<()> {
     let t = Pid::from_raw(tid);
-    let go = || {
-        if step {
-            ptrace::step(t, None)
-        } else {
-            ptrace::cont(t, None)
-        }
-        .ctx(|| format!("resume thread {tid}"))
-    };
+    if step {
+        ptrace::step(t, None)
+    } else {
+        ptrace::cont(t, None)
+    }
+    .ctx(|| format!("resume thread {tid}"))
+}
+
+/// The rest of [`run_to_trap`] once thread `tid` is resumed.
+fn await_trap(tid: pid_t, end: u64, step: bool, foreign: &mut u32) -> Result<()> {
+    let t = Pid::from_raw(tid);
+    let go = || resume(tid, step);
     let ours = |code: i32| {
         if step {
             code == TRAP_BRKPT || code == TRAP_TRACE
@@ -1367,7 +1516,6 @@ fn run_to_trap(tid: pid_t, end: u64, step: bool, foreign: &mut u32) -> Result<()
             code == SI_KERNEL
         }
     };
-    go()?;
     // Bounded: every stop but the trap's is a stray event or signal.
     for _ in 0..1024 {
         match wait_stop(tid)? {
@@ -1668,6 +1816,79 @@ mod tests {
         assert_eq!(un, vec![0, 0]);
         f.detach().unwrap();
         assert_eq!(child.masks(), before, "SIGTRAP blocked/caught changed");
+    }
+
+    /// Calls injected in many threads at once ([`Frozen::inject_each`]):
+    /// each thread runs its own (its thread id and timer slack come back,
+    /// in the order asked), more threads than one run of the stub takes
+    /// go in several, a call the stub does not run goes alone, and every
+    /// thread's registers are as they were afterwards.
+    #[test]
+    fn calls_injected_in_many_threads_at_once_run_in_each_and_leave_it_as_it_was() {
+        const N: usize = 30;
+        let (_dir, mut child) = spawn_c(&format!(
+            "#include <pthread.h>\n#include <unistd.h>\n#include <sys/prctl.h>\n\
+             #include <sys/syscall.h>\n#include <stdatomic.h>\n\
+             static atomic_int up;\n\
+             static void slack(void) {{ prctl(PR_SET_TIMERSLACK, 1000 + syscall(SYS_gettid)); }}\n\
+             static void *run(void *a) {{ (void)a; slack(); up++; for (;;) pause(); return 0; }}\n\
+             int main(void) {{ pthread_t t; for (int i = 0; i < {N}; i++) pthread_create(&t, 0, run, 0);\n\
+               slack(); while (up < {N}) usleep(1000); prctl(PR_SET_NAME, \"ready\");\n\
+               for (;;) pause(); }}\n"
+        ));
+        let p = child.id() as pid_t;
+        let guard = Child(p);
+        let comm = || crate::procfs::slurp(&format!("/proc/{p}/comm")).unwrap_or_default();
+        assert!(within_ms(5000, || comm().trim() == "ready"), "{}", comm());
+        let mut f = Frozen::freeze(p).unwrap();
+        let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let maps = f
+            .inject_many(
+                0,
+                &[
+                    (libc::SYS_mmap, &[0, 4096, rw, anon, u64::MAX, 0]),
+                    (libc::SYS_mmap, &[0, 4096, rx, anon, u64::MAX, 0]),
+                ],
+            )
+            .unwrap();
+        assert!(maps.iter().all(|&a| a > 0), "{maps:?}");
+        assert!(f.use_stub(maps[1] as u64, maps[0] as u64));
+        let tids = f.tids();
+        assert_eq!(tids.len(), N + 1);
+        let regs = || -> Vec<(u64, u64, u64, u64)> {
+            tids.iter()
+                .map(|&t| sys::get_regs(t).unwrap())
+                .map(|r| (r.rip, r.rsp, r.rax, r.orig_rax))
+                .collect()
+        };
+        let before = regs();
+        let ask: [(i64, &[u64]); 2] = [
+            (libc::SYS_gettid, &[]),
+            (libc::SYS_prctl, &[libc::PR_GET_TIMERSLACK as u64]),
+        ];
+        assert!(Frozen::stub_room(ask.len()) < N, "all in one run");
+        // A call that changes mappings, amid the others: it goes alone.
+        let alone: [(i64, &[u64]); 1] = [(libc::SYS_mprotect, &[0, 4096, 0])];
+        let mut batches: Vec<Batch> = (0..tids.len()).map(|i| (i, &ask[..])).collect();
+        batches.insert(N / 2, (3, &alone[..]));
+        let r = f.inject_each(&batches).unwrap();
+        assert_eq!(r.len(), batches.len());
+        for ((idx, _), got) in batches.iter().zip(&r) {
+            if got.len() == 1 {
+                assert_eq!(got[0], -(libc::ENOMEM as i64), "the mprotect of nothing");
+                continue;
+            }
+            let tid = tids[*idx] as i64;
+            assert_eq!(got, &vec![tid, 1000 + tid], "thread {tid}");
+        }
+        assert_eq!(regs(), before, "registers changed");
+        f.detach().unwrap();
+        let asleep = within_ms(1000, || state_of(p) == Some('S'));
+        assert!(asleep, "the child is in state {:?}", state_of(p));
+        drop(guard);
+        let _ = child.wait();
     }
 
     #[test]

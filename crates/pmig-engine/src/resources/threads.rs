@@ -507,21 +507,41 @@ impl Resource for Threads {
     type State = ThreadsState;
 
     fn capture(cx: &mut Capture) -> Result<ThreadsState> {
+        let n = cx.n_threads();
+        // The main thread's were asked with the other parts' questions; the
+        // others are asked theirs several at a time, each writing to its own
+        // part of the scratch page.
+        let mut asked = Vec::with_capacity(n);
+        asked.push(cx.answers(Self::PART, Threads::ask)?);
+        if n > 1 {
+            let scratch = cx.scratch()?;
+            let room = crate::ptrace::Frozen::stub_room(thread_calls(0).len())
+                .min(super::SCRATCH_LEN as usize / THREAD_OUT);
+            let others: Vec<usize> = (1..n).collect();
+            for chunk in others.chunks(room) {
+                let calls: Vec<_> = (0..chunk.len())
+                    .map(|j| thread_calls(scratch + (j * THREAD_OUT) as u64))
+                    .collect();
+                let calls: Vec<Vec<(i64, &[u64])>> = calls
+                    .iter()
+                    .map(|c| c.iter().map(|(nr, a)| (*nr, &a[..])).collect())
+                    .collect();
+                let batches: Vec<crate::ptrace::Batch> = chunk
+                    .iter()
+                    .zip(&calls)
+                    .map(|(&i, c)| (i, &c[..]))
+                    .collect();
+                let results = cx.frozen.inject_each(&batches)?;
+                let raw = cx.read_mem(scratch, chunk.len() * THREAD_OUT)?;
+                for (j, res) in results.into_iter().enumerate() {
+                    let out = raw.get(j * THREAD_OUT..(j + 1) * THREAD_OUT);
+                    asked.push((res, out.unwrap_or_default().to_vec()));
+                }
+            }
+        }
         let mut threads = Vec::new();
-        for i in 0..cx.n_threads() {
+        for (i, (res, raw)) in asked.into_iter().enumerate() {
             let tid = cx.frozen.threads[i].tid;
-            // The main thread's were asked with the other parts' questions.
-            let (res, raw) = if i == 0 {
-                cx.answers(Self::PART, Threads::ask)?
-            } else {
-                let scratch = cx.scratch()?;
-                let calls = thread_calls(scratch);
-                let calls: Vec<(i64, &[u64])> = calls.iter().map(|(n, a)| (*n, &a[..])).collect();
-                (
-                    cx.frozen.inject_many(i, &calls)?,
-                    cx.read_mem(scratch, THREAD_OUT)?,
-                )
-            };
             let w = |o: usize| {
                 raw.get(o..o + 8)
                     .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
