@@ -799,14 +799,12 @@ mod tests {
         say("p rw");
         say("w 2");
         say("w 6");
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let mut frozen = Frozen::freeze(pid).unwrap();
-        tx.send(crate::resources::memory::PreScan::scan(
+        let made = crate::resources::memory::PreScan::scan(
             pid,
             true,
             crate::resources::memory::ScanFor::Written,
-        ))
-        .unwrap();
+        );
         let img_dir = dir.path().join("img");
         let mut w = pmig_image::ImageWriter::create(&img_dir).unwrap();
         let pi = crate::dump::capture_with(
@@ -814,7 +812,7 @@ mod tests {
             &mut w,
             None,
             crate::dump::Aids {
-                prescan: Some(rx),
+                prescan: Some(crate::resources::memory::SideScan::made(made)),
                 defer_population: true,
                 written_since: Some(tracked.clone()),
                 ..Default::default()
@@ -843,21 +841,19 @@ mod tests {
         // present; the tracker's scan, within those, names exactly the
         // pages to send (outside them it also reports pages never
         // populated, which have no protection to lose).
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let mut frozen = Frozen::freeze(pid).unwrap();
-        tx.send(crate::resources::memory::PreScan::scan(
+        let made = crate::resources::memory::PreScan::scan(
             pid,
             true,
             crate::resources::memory::ScanFor::Populated,
-        ))
-        .unwrap();
+        );
         let mut w = pmig_image::ImageWriter::create(&dir.path().join("img2")).unwrap();
         let pi = crate::dump::capture_with(
             &mut frozen,
             &mut w,
             None,
             crate::dump::Aids {
-                prescan: Some(rx),
+                prescan: Some(crate::resources::memory::SideScan::made(made)),
                 defer_population: true,
                 written_since: Some(tracked.clone()),
                 written_apart: true,
@@ -933,14 +929,12 @@ mod tests {
         // destination would keep the copy a round sent before the release.
         say("d 12 1");
         say("r 3");
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let mut frozen = Frozen::freeze(pid).unwrap();
-        tx.send(crate::resources::memory::PreScan::scan(
+        let made = crate::resources::memory::PreScan::scan(
             pid,
             false,
             crate::resources::memory::ScanFor::Populated,
-        ))
-        .unwrap();
+        );
         let dir = tempfile::tempdir().unwrap();
         let mut w = pmig_image::ImageWriter::create(dir.path()).unwrap();
         let pi = crate::dump::capture_with(
@@ -948,7 +942,7 @@ mod tests {
             &mut w,
             None,
             crate::dump::Aids {
-                prescan: Some(rx),
+                prescan: Some(crate::resources::memory::SideScan::made(made)),
                 written_since: Some(t.tracked()),
                 written_apart: true,
                 ..Default::default()

@@ -12,7 +12,7 @@ use crate::resources::{
     jobctl::JobCtl,
     locks::Locks,
     lonesockets::LoneSockets,
-    memory::{Layout, Memory, PreScan},
+    memory::{Layout, Memory},
     pipes::Pipes,
     prctl::Prctl,
     process::Process,
@@ -82,8 +82,9 @@ pub fn capture_filtered(
 pub struct Aids {
     /// The mappings as read before the freeze (see [`Layout`]).
     pub layout: Option<Layout>,
-    /// A [`PreScan`] running in another thread since the freeze.
-    pub prescan: Option<std::sync::mpsc::Receiver<Result<PreScan>>>,
+    /// A [`PreScan`] another thread makes beside the capture (see
+    /// [`SideScan`](crate::resources::memory::SideScan)).
+    pub prescan: Option<crate::resources::memory::SideScan>,
     /// See [`Capture::scratch_mapped`](crate::resources::Capture).
     pub scratch_mapped: Option<std::sync::mpsc::Sender<()>>,
     /// See [`Capture::defer_population`](crate::resources::Capture).

@@ -74,7 +74,7 @@ use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::{freeze_settled, precheck_all, precheck_settled, BUSY_WAIT};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::locks::LocksState;
-use pmig_engine::resources::memory::{Layout, PreScan, ScanFor};
+use pmig_engine::resources::memory::{Layout, ScanFor, SideScanner};
 use pmig_engine::resources::signals::LateSignals;
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
@@ -82,6 +82,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What the holder reports once the image is complete.
@@ -411,8 +413,9 @@ fn capture_once(
         let _ = std::fs::remove_file(f);
     }
     // Another thread scans the pages while the rest is captured (the
-    // capture of memory waits for it), then makes the checks again, now
-    // that nothing changes: only the end of the capture waits for those.
+    // capture of memory waits for a scan that thread has begun), then makes
+    // the checks again, now that nothing changes: only the end of the
+    // capture waits for those, once begun.
     let defer_population = matches!(
         mode,
         CaptureMode::HandoverDeferred | CaptureMode::HandoverDeferredWritten(_)
@@ -425,27 +428,56 @@ fn capture_once(
         _ => ScanFor::Populated,
     };
     let listed = tracked.clone().filter(|_| written_out.is_some());
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let (side, scanner) = pmig_engine::resources::memory::side_scan(pid, defer_population, what);
     let (mapped_tx, mapped_rx) = std::sync::mpsc::channel::<()>();
+    // The checks again after the scan: the other thread's, or, if it has
+    // not begun them when the capture ends, the capture's own (whoever
+    // claims them first makes them).
+    let checks_claim = Arc::new(AtomicBool::new(false));
+    let (checked_tx, checked_rx) = std::sync::mpsc::channel::<pmig_engine::Result<()>>();
+    let (written_tx, written_rx) = std::sync::mpsc::channel::<Option<Vec<(u64, u64)>>>();
     let mut frozen_ns = 0;
-    std::thread::scope(|sc| {
-        // That thread starts before the freeze, its start no part of the
-        // stop (nor held up by the capture, which keeps one CPU from the
-        // freeze on). It waits for the CPU the capture runs on, to keep
-        // off it; without that word (the freeze failed) it ends.
-        let (cpu_tx, cpu_rx) = std::sync::mpsc::channel::<Option<(usize, Vec<u64>)>>();
-        let checks = sc.spawn(move || {
-            let capture_cpu = cpu_rx.recv().ok()?;
-            if let Some((cpu, allowed)) = &capture_cpu {
-                pmig_engine::ptrace::avoid_cpu(*cpu, allowed);
-            }
-            // One pass: what the checks read while the capture maps its
-            // scratch page, they do not read again after the scan.
-            Some(pmig_engine::procfs::with_proc_memo(|| {
-                after_scratch(pid, &mapped_rx);
-                checks_beside(pid, defer_population, what, listed.as_deref(), &tx)
-            }))
-        });
+    // That thread starts before the freeze, its start no part of the stop
+    // (nor held up by the capture, which keeps one CPU from the freeze on).
+    // It waits for the CPU the capture runs on, to keep off it; without
+    // that word (the freeze failed) it ends. The stop never waits for it
+    // to end, nor for work it has not begun: on a CPU that a task busy in
+    // the kernel holds (a large process exiting, say) it may get no turn
+    // for milliseconds, and the capture then does that work itself.
+    let (cpu_tx, cpu_rx) = std::sync::mpsc::channel::<Option<(usize, Vec<u64>)>>();
+    let claim = checks_claim.clone();
+    #[cfg(test)]
+    let no_beside = tests::NO_BESIDE.with(|n| n.get());
+    #[cfg(not(test))]
+    let no_beside = false;
+    let beside = std::thread::Builder::new().spawn(move || {
+        if no_beside {
+            return;
+        }
+        let Ok(capture_cpu) = cpu_rx.recv() else {
+            return;
+        };
+        if let Some((cpu, allowed)) = &capture_cpu {
+            pmig_engine::ptrace::avoid_cpu(*cpu, allowed);
+        }
+        // One pass: what the checks read while the capture maps its
+        // scratch page, they do not read again after the scan.
+        pmig_engine::procfs::with_proc_memo(|| {
+            after_scratch(pid, &mapped_rx);
+            let beside = Beside {
+                written: &written_tx,
+                claim: &claim,
+                checked: &checked_tx,
+            };
+            checks_beside(pid, scanner, listed.as_deref(), beside)
+        })
+    });
+    if let Err(e) = &beside {
+        tracing::debug!(
+            "process {pid}: no thread beside the capture ({e}): it scans and checks alone"
+        );
+    }
+    (|| {
         // Frozen at a moment it holds no file lock; the stop begins at the
         // freeze that finds none.
         same_process(pid)?;
@@ -468,7 +500,7 @@ fn capture_once(
         let _ = cpu_tx.send(frozen.colocated());
         let aids = Aids {
             layout: Some(layout),
-            prescan: Some(rx),
+            prescan: Some(side),
             scratch_mapped: Some(mapped_tx),
             defer_population,
             written_since: tracked,
@@ -477,12 +509,23 @@ fn capture_once(
             handover: None,
         };
         let captured = capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also);
-        let (checked, written) = checks
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p))
-            .ok_or_else(|| {
-                StrategyError::Other("the checks beside the capture never started".into())
-            })?;
+        let checked = if checks_claim.swap(true, Ordering::SeqCst) {
+            // Begun beside: its result comes (a thread that ended without
+            // one is an error, never a pass).
+            checked_rx.recv().unwrap_or_else(|_| {
+                Err(pmig_engine::EngineError::Other(
+                    "the checks beside the capture ended without a result".into(),
+                ))
+            })
+        } else if captured.is_ok() {
+            let r = precheck_all(pid);
+            mark("hold: prechecked by the capture");
+            r
+        } else {
+            Ok(())
+        };
+        // Sent before the scan, by the thread that made it (if it did).
+        let written = written_rx.try_recv().ok().flatten();
         let captured = checked.map_err(Into::into).and(captured)?;
         // Only for a capture that succeeded; without the file the source
         // scans the frozen process again itself.
@@ -492,7 +535,7 @@ fn capture_once(
             }
         }
         Ok((frozen, captured))
-    })
+    })()
     .map(|(frozen, o)| {
         (
             Held {
@@ -527,30 +570,45 @@ fn after_scratch(pid: libc::pid_t, mapped: &std::sync::mpsc::Receiver<()>) {
     }
 }
 
+/// Where the checks thread of [`capture_once`] hands its work over.
+struct Beside<'a> {
+    /// Of the `listed` ranges, the pages written since they were last
+    /// protected, as the thread's scan of the frozen process found them
+    /// (sent before the scan itself, if the thread made it).
+    written: &'a std::sync::mpsc::Sender<Option<Vec<(u64, u64)>>>,
+    /// Set by whoever makes the checks after the scan.
+    claim: &'a AtomicBool,
+    checked: &'a std::sync::mpsc::Sender<pmig_engine::Result<()>>,
+}
+
 /// The checks thread of [`capture_once`] once the scratch page is
-/// mapped: scans the pages (sent on `scanned` to the capture, which waits
-/// for them), then makes the checks again, now that nothing changes. Also
-/// returns, of the `listed` ranges, the pages written since they were last
-/// protected, as this scan of the frozen process found them.
+/// mapped: scans the pages, unless the capture has taken that on
+/// ([`SideScanner`]), then makes the checks again, now that nothing
+/// changes, unless the capture has begun them.
 fn checks_beside(
     pid: libc::pid_t,
-    defer_population: bool,
-    what: ScanFor,
+    scanner: SideScanner,
     listed: Option<&[(u64, u64)]>,
-    scanned: &std::sync::mpsc::SyncSender<pmig_engine::Result<PreScan>>,
-) -> (pmig_engine::Result<()>, Option<Vec<(u64, u64)>>) {
-    let scan = PreScan::scan(pid, defer_population, what);
-    let written = match (&scan, listed) {
-        (Ok(p), Some(listed)) => p
-            .written()
-            .map(|w| written_in(listed, w, p.written_scope())),
-        _ => None,
-    };
-    let _ = scanned.send(scan);
-    mark("hold: pages scanned");
+    to: Beside,
+) {
+    let scanned = scanner.scan(|scan| {
+        let written = match (scan, listed) {
+            (Ok(p), Some(listed)) => p
+                .written()
+                .map(|w| written_in(listed, w, p.written_scope())),
+            _ => None,
+        };
+        let _ = to.written.send(written);
+    });
+    if scanned {
+        mark("hold: pages scanned");
+    }
+    if to.claim.swap(true, Ordering::SeqCst) {
+        return;
+    }
     let checked = precheck_all(pid);
     mark("hold: prechecked again");
-    (checked, written)
+    let _ = to.checked.send(checked);
 }
 
 /// The capture of [`freeze_and_capture`] once the process is frozen.
@@ -1579,6 +1637,60 @@ impl Drop for Holder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// The thread beside a capture of this thread does nothing (as
+        /// one that gets no CPU until the stop is over).
+        pub(super) static NO_BESIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// A capture whose thread beside never gets to work makes the scan and
+    /// the checks itself, and its image is whole.
+    #[test]
+    fn a_capture_with_no_turn_for_the_thread_beside_scans_and_checks_alone() {
+        use std::os::unix::process::CommandExt;
+        let mut sleep = std::process::Command::new("sleep");
+        sleep
+            .arg("60")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: between fork and exec the child only closes descriptors
+        // (the test harness's pipes, which a capture refuses to share).
+        unsafe {
+            sleep.pre_exec(|| {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                Ok(())
+            })
+        };
+        let mut child = sleep.spawn().unwrap();
+        let pid = child.id() as i32;
+        // Bounded: until it sleeps in its call.
+        for _ in 0..2000 {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if st
+                .rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('S'))
+            {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("img");
+        NO_BESIDE.with(|n| n.set(true));
+        let held = freeze_and_capture(pid, &dir, &CaptureMode::HandoverDeferred, &HashSet::new());
+        NO_BESIDE.with(|n| n.set(false));
+        let held = held.unwrap();
+        assert_eq!(held.captured.threads, 1);
+        drop(held);
+        let img = pmig_image::Image::open_verified(&dir).unwrap();
+        let pi = pmig_engine::image::ProcessImage::read(&img).unwrap();
+        assert_eq!(pi.threads.threads.len(), 1);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 
     #[test]
     fn written_at_the_freeze_covers_the_listed_ranges_the_scan_did_not() {

@@ -877,6 +877,94 @@ pub enum ScanFor {
     Written,
 }
 
+/// A [`PreScan`] of a frozen process that another thread makes beside its
+/// capture ([`side_scan`]), unless the capture needs it before that thread
+/// has taken it on: whoever claims it first makes it. The capture then
+/// never waits for a thread that has had no CPU yet (one kept off a CPU
+/// that a task busy in the kernel holds, say).
+pub struct SideScan {
+    claim: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    rx: std::sync::mpsc::Receiver<Result<PreScan>>,
+    /// The scan's parameters, for the capture to make it itself.
+    defer_population: bool,
+    what: ScanFor,
+}
+
+/// The other thread's end of a [`SideScan`].
+pub struct SideScanner {
+    claim: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tx: std::sync::mpsc::SyncSender<Result<PreScan>>,
+    pid: pid_t,
+    defer_population: bool,
+    what: ScanFor,
+}
+
+/// A [`SideScan`] of `pid` (see [`PreScan::scan`]) and the end that makes
+/// it in another thread.
+pub fn side_scan(pid: pid_t, defer_population: bool, what: ScanFor) -> (SideScan, SideScanner) {
+    let claim = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    (
+        SideScan {
+            claim: claim.clone(),
+            rx,
+            defer_population,
+            what,
+        },
+        SideScanner {
+            claim,
+            tx,
+            pid,
+            defer_population,
+            what,
+        },
+    )
+}
+
+/// Dropped untaken (a capture that failed first), it is claimed: the
+/// other thread, if it has not begun, makes no scan.
+impl Drop for SideScan {
+    fn drop(&mut self) {
+        self.claim.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl SideScan {
+    /// A scan already made (`made`), for the capture to take as it is.
+    pub fn made(made: Result<PreScan>) -> SideScan {
+        let (side, scanner) = side_scan(0, false, ScanFor::Populated);
+        side.claim.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Kept in the channel after its sender is gone.
+        let _ = scanner.tx.send(made);
+        side
+    }
+
+    /// The scan of `pid`: the other thread's, waited for, if it took it
+    /// on; else made here and now. A scanner gone without a word gives
+    /// none (the capture then reads each mapping's pages itself).
+    pub fn take(self, pid: pid_t) -> Result<PreScan> {
+        if self.claim.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return self.rx.recv().unwrap_or_else(|_| Ok(PreScan::default()));
+        }
+        crate::timing::mark("memory: pages scanned by the capture");
+        PreScan::scan(pid, self.defer_population, self.what)
+    }
+}
+
+impl SideScanner {
+    /// Makes the scan unless the capture has taken it on, and hands it
+    /// over; `first` sees it before it goes. Says whether it was made.
+    pub fn scan(self, first: impl FnOnce(&Result<PreScan>)) -> bool {
+        if self.claim.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
+        let scan = PreScan::scan(self.pid, self.defer_population, self.what);
+        first(&scan);
+        let _ = self.tx.send(scan);
+        true
+    }
+}
+
 impl PreScan {
     /// Scans the private mappings `pid` has now (it must be frozen). With
     /// `defer_population`, writable private anonymous mappings are left out
@@ -2115,10 +2203,10 @@ impl Resource for Memory {
         // the capture), then unmaps the scratch page: not while the scan
         // reads the mappings (see `Capture::scratch_mapped`).
         cx.scratch_mapped.take();
-        let prescan = cx.prescan.take().map(|rx| rx.recv());
+        let prescan = cx.prescan.take().map(|side| side.take(pid));
         cx.release_scratch()?;
         let mut prescan = match prescan {
-            Some(got) => got.unwrap_or_else(|_| Ok(PreScan::default()))?,
+            Some(got) => got?,
             None => PreScan::default(),
         };
         crate::timing::mark("memory: pre-scan joined");
@@ -2854,6 +2942,70 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Held by the tests of [`three_pages_written`]'s mappings: two such
+    /// mappings side by side would be merged into one.
+    static READ_ONLY_MAPPING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    /// A read-only private anonymous mapping of 16 pages whose first three
+    /// pages were written, with a page unmapped on either side (nothing
+    /// merges with it), and the key of its scan: (start, end, backing).
+    /// The caller holds [`READ_ONLY_MAPPING`] while it exists.
+    fn three_pages_written() -> (u64, (u64, u64, Backing)) {
+        let page = PAGE as usize;
+        let p = anon_map(18 * page) as usize;
+        // SAFETY: the first and last pages of the mapping just made.
+        unsafe {
+            libc::munmap(p as *mut libc::c_void, page);
+            libc::munmap((p + 17 * page) as *mut libc::c_void, page);
+        }
+        let a = p + page;
+        // SAFETY: the first three pages of what is left of it.
+        unsafe { std::ptr::write_bytes(a as *mut u8, 7, 3 * page) };
+        // SAFETY: what is left of the mapping just made.
+        let r = unsafe { libc::mprotect(a as *mut libc::c_void, 16 * page, libc::PROT_READ) };
+        assert_eq!(r, 0);
+        let a = a as u64;
+        (a, (a, a + 16 * PAGE, Backing::Anon))
+    }
+
+    #[test]
+    fn a_side_scan_the_thread_beside_has_not_begun_is_made_by_the_capture() {
+        let _one = READ_ONLY_MAPPING.lock().unwrap_or_else(|e| e.into_inner());
+        let (a, key) = three_pages_written();
+        let me = std::process::id() as pid_t;
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated);
+        let mut got = side.take(me).unwrap();
+        assert_eq!(got.take(key.0, key.1, key.2), Some(vec![(a, 3 * PAGE)]));
+        // The thread beside, begun late, makes none.
+        assert!(!scanner.scan(|_| panic!("scanned twice")));
+        // SAFETY: unmapping the test's own mapping.
+        unsafe { libc::munmap(a as *mut libc::c_void, 16 * PAGE as usize) };
+    }
+
+    #[test]
+    fn a_side_scan_begun_beside_is_the_one_the_capture_takes() {
+        let _one = READ_ONLY_MAPPING.lock().unwrap_or_else(|e| e.into_inner());
+        let (a, key) = three_pages_written();
+        let me = std::process::id() as pid_t;
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated);
+        let seen = std::thread::spawn(move || {
+            let mut seen = false;
+            assert!(scanner.scan(|s| seen = s.is_ok()));
+            seen
+        })
+        .join()
+        .unwrap();
+        assert!(seen, "the scan was not shown before it went");
+        let mut got = side.take(me).unwrap();
+        assert_eq!(got.take(key.0, key.1, key.2), Some(vec![(a, 3 * PAGE)]));
+        // SAFETY: unmapping the test's own mapping.
+        unsafe { libc::munmap(a as *mut libc::c_void, 16 * PAGE as usize) };
+        // A side scan the capture dropped (it failed first) is claimed too.
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated);
+        drop(side);
+        assert!(!scanner.scan(|_| panic!("scanned after the capture ended")));
     }
 
     #[test]

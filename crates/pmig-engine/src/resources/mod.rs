@@ -105,7 +105,7 @@ pub struct Capture<'a> {
     pub layout_used: Option<memory::Layout>,
     /// The result of a [`memory::PreScan`] running in another thread; an
     /// error from it (e.g. a failed check) refuses the capture.
-    pub prescan: Option<std::sync::mpsc::Receiver<Result<memory::PreScan>>>,
+    pub prescan: Option<memory::SideScan>,
     /// Dropped once the scratch page is mapped (or the capture goes on
     /// without one): the scan beside the capture waits for it, so that
     /// its reads of the process's mappings and page tables do not hold up
