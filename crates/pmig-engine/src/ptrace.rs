@@ -1755,20 +1755,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn stub_runs_a_batch_of_calls_and_leaves_sigtrap_as_it_was() {
-        let child = Child::start();
-        // Until it blocks and catches SIGTRAP (bounded).
-        for _ in 0..2000 {
-            if child.masks().0 & SIGTRAP_BIT != 0 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let before = child.masks();
-        assert_ne!(before.0 & SIGTRAP_BIT, 0, "SIGTRAP not blocked: {before:?}");
-        assert_ne!(before.1 & SIGTRAP_BIT, 0, "SIGTRAP not caught: {before:?}");
-        let mut f = Frozen::freeze(child.0).unwrap();
+    /// Maps a results page and a code page in the frozen process and runs
+    /// later batches of calls from them ([`Frozen::use_stub`]); returns
+    /// the two pages' addresses (results, code).
+    fn map_stub(f: &mut Frozen) -> [u64; 2] {
         let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
         let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
@@ -1783,6 +1773,24 @@ mod tests {
             .unwrap();
         assert!(maps.iter().all(|&a| a > 0), "{maps:?}");
         assert!(f.use_stub(maps[1] as u64, maps[0] as u64));
+        [maps[0] as u64, maps[1] as u64]
+    }
+
+    #[test]
+    fn stub_runs_a_batch_of_calls_and_leaves_sigtrap_as_it_was() {
+        let child = Child::start();
+        // Until it blocks and catches SIGTRAP (bounded).
+        for _ in 0..2000 {
+            if child.masks().0 & SIGTRAP_BIT != 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let before = child.masks();
+        assert_ne!(before.0 & SIGTRAP_BIT, 0, "SIGTRAP not blocked: {before:?}");
+        assert_ne!(before.1 & SIGTRAP_BIT, 0, "SIGTRAP not caught: {before:?}");
+        let mut f = Frozen::freeze(child.0).unwrap();
+        let maps = map_stub(&mut f);
         let ppid = std::process::id() as u64;
         let calls: Vec<(i64, &[u64])> = (0..STUB_CALLS)
             .map(|i| match i % 3 {
@@ -1808,8 +1816,8 @@ mod tests {
             .inject_many(
                 0,
                 &[
-                    (libc::SYS_munmap, &[maps[0] as u64, 4096]),
-                    (libc::SYS_munmap, &[maps[1] as u64, 4096]),
+                    (libc::SYS_munmap, &[maps[0], 4096]),
+                    (libc::SYS_munmap, &[maps[1], 4096]),
                 ],
             )
             .unwrap();
@@ -1841,20 +1849,7 @@ mod tests {
         let comm = || crate::procfs::slurp(&format!("/proc/{p}/comm")).unwrap_or_default();
         assert!(within_ms(5000, || comm().trim() == "ready"), "{}", comm());
         let mut f = Frozen::freeze(p).unwrap();
-        let anon = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
-        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-        let maps = f
-            .inject_many(
-                0,
-                &[
-                    (libc::SYS_mmap, &[0, 4096, rw, anon, u64::MAX, 0]),
-                    (libc::SYS_mmap, &[0, 4096, rx, anon, u64::MAX, 0]),
-                ],
-            )
-            .unwrap();
-        assert!(maps.iter().all(|&a| a > 0), "{maps:?}");
-        assert!(f.use_stub(maps[1] as u64, maps[0] as u64));
+        map_stub(&mut f);
         let tids = f.tids();
         assert_eq!(tids.len(), N + 1);
         let regs = || -> Vec<(u64, u64, u64, u64)> {

@@ -74,7 +74,7 @@ use pmig_engine::dump::{capture_with, finish_image, Aids};
 use pmig_engine::image::{freeze_settled, precheck_all, precheck_settled, BUSY_WAIT};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::locks::LocksState;
-use pmig_engine::resources::memory::{Layout, ScanFor, SideScanner};
+use pmig_engine::resources::memory::{Layout, OnScan, ScanFor, SideScanner};
 use pmig_engine::resources::signals::LateSignals;
 use pmig_image::ImageWriter;
 use serde::{Deserialize, Serialize};
@@ -427,15 +427,28 @@ fn capture_once(
         | CaptureMode::HandoverWritten(_) => ScanFor::Written,
         _ => ScanFor::Populated,
     };
+    // Of the `listed` ranges, the pages written since they were last
+    // protected, as the scan of the frozen process finds them (whichever
+    // thread makes it).
     let listed = tracked.clone().filter(|_| written_out.is_some());
-    let (side, scanner) = pmig_engine::resources::memory::side_scan(pid, defer_population, what);
+    let (written_tx, written_rx) = std::sync::mpsc::channel::<Option<Vec<(u64, u64)>>>();
+    let on_scan: OnScan = Box::new(move |scan| {
+        let written = match (scan, listed) {
+            (Ok(p), Some(listed)) => p
+                .written()
+                .map(|w| written_in(&listed, w, p.written_scope())),
+            _ => None,
+        };
+        let _ = written_tx.send(written);
+    });
+    let (side, scanner) =
+        pmig_engine::resources::memory::side_scan(pid, defer_population, what, Some(on_scan));
     let (mapped_tx, mapped_rx) = std::sync::mpsc::channel::<()>();
     // The checks again after the scan: the other thread's, or, if it has
     // not begun them when the capture ends, the capture's own (whoever
     // claims them first makes them).
     let checks_claim = Arc::new(AtomicBool::new(false));
     let (checked_tx, checked_rx) = std::sync::mpsc::channel::<pmig_engine::Result<()>>();
-    let (written_tx, written_rx) = std::sync::mpsc::channel::<Option<Vec<(u64, u64)>>>();
     let mut frozen_ns = 0;
     // That thread starts before the freeze, its start no part of the stop
     // (nor held up by the capture, which keeps one CPU from the freeze on).
@@ -464,12 +477,7 @@ fn capture_once(
         // scratch page, they do not read again after the scan.
         pmig_engine::procfs::with_proc_memo(|| {
             after_scratch(pid, &mapped_rx);
-            let beside = Beside {
-                written: &written_tx,
-                claim: &claim,
-                checked: &checked_tx,
-            };
-            checks_beside(pid, scanner, listed.as_deref(), beside)
+            checks_beside(pid, scanner, &claim, &checked_tx)
         })
     });
     if let Err(e) = &beside {
@@ -524,7 +532,7 @@ fn capture_once(
         } else {
             Ok(())
         };
-        // Sent before the scan, by the thread that made it (if it did).
+        // Sent by whichever made the scan, before the capture had it.
         let written = written_rx.try_recv().ok().flatten();
         let captured = checked.map_err(Into::into).and(captured)?;
         // Only for a capture that succeeded; without the file the source
@@ -570,45 +578,26 @@ fn after_scratch(pid: libc::pid_t, mapped: &std::sync::mpsc::Receiver<()>) {
     }
 }
 
-/// Where the checks thread of [`capture_once`] hands its work over.
-struct Beside<'a> {
-    /// Of the `listed` ranges, the pages written since they were last
-    /// protected, as the thread's scan of the frozen process found them
-    /// (sent before the scan itself, if the thread made it).
-    written: &'a std::sync::mpsc::Sender<Option<Vec<(u64, u64)>>>,
-    /// Set by whoever makes the checks after the scan.
-    claim: &'a AtomicBool,
-    checked: &'a std::sync::mpsc::Sender<pmig_engine::Result<()>>,
-}
-
 /// The checks thread of [`capture_once`] once the scratch page is
 /// mapped: scans the pages, unless the capture has taken that on
 /// ([`SideScanner`]), then makes the checks again, now that nothing
-/// changes, unless the capture has begun them.
+/// changes, unless the capture has begun them (`claim`, set by whoever
+/// makes them); their result goes to `checked`.
 fn checks_beside(
     pid: libc::pid_t,
     scanner: SideScanner,
-    listed: Option<&[(u64, u64)]>,
-    to: Beside,
+    claim: &AtomicBool,
+    checked: &std::sync::mpsc::Sender<pmig_engine::Result<()>>,
 ) {
-    let scanned = scanner.scan(|scan| {
-        let written = match (scan, listed) {
-            (Ok(p), Some(listed)) => p
-                .written()
-                .map(|w| written_in(listed, w, p.written_scope())),
-            _ => None,
-        };
-        let _ = to.written.send(written);
-    });
-    if scanned {
+    if scanner.scan() {
         mark("hold: pages scanned");
     }
-    if to.claim.swap(true, Ordering::SeqCst) {
+    if claim.swap(true, Ordering::SeqCst) {
         return;
     }
-    let checked = precheck_all(pid);
+    let r = precheck_all(pid);
     mark("hold: prechecked again");
-    let _ = to.checked.send(checked);
+    let _ = checked.send(r);
 }
 
 /// The capture of [`freeze_and_capture`] once the process is frozen.

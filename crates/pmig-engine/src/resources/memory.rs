@@ -883,36 +883,68 @@ pub enum ScanFor {
 /// never waits for a thread that has had no CPU yet (one kept off a CPU
 /// that a task busy in the kernel holds, say).
 pub struct SideScan {
-    claim: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    shared: std::sync::Arc<SideShared>,
     rx: std::sync::mpsc::Receiver<Result<PreScan>>,
-    /// The scan's parameters, for the capture to make it itself.
+    pid: pid_t,
     defer_population: bool,
     what: ScanFor,
 }
 
 /// The other thread's end of a [`SideScan`].
 pub struct SideScanner {
-    claim: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    shared: std::sync::Arc<SideShared>,
     tx: std::sync::mpsc::SyncSender<Result<PreScan>>,
     pid: pid_t,
     defer_population: bool,
     what: ScanFor,
 }
 
+/// What is called with a [`SideScan`]'s scan, by whichever end made it,
+/// before the capture has it.
+pub type OnScan = Box<dyn FnOnce(&Result<PreScan>) + Send>;
+
+/// What both ends of a [`SideScan`] hold.
+struct SideShared {
+    /// Set by whoever takes the scan on.
+    claim: std::sync::atomic::AtomicBool,
+    on_scan: std::sync::Mutex<Option<OnScan>>,
+}
+
+impl SideShared {
+    /// Makes the scan, and calls `on_scan` with it.
+    fn scan(&self, pid: pid_t, defer_population: bool, what: ScanFor) -> Result<PreScan> {
+        let scan = PreScan::scan(pid, defer_population, what);
+        let f = self.on_scan.lock().map(|mut f| f.take());
+        if let Ok(Some(f)) = f {
+            f(&scan);
+        }
+        scan
+    }
+}
+
 /// A [`SideScan`] of `pid` (see [`PreScan::scan`]) and the end that makes
-/// it in another thread.
-pub fn side_scan(pid: pid_t, defer_population: bool, what: ScanFor) -> (SideScan, SideScanner) {
-    let claim = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+/// it in another thread; `on_scan` sees the scan whoever makes it.
+pub fn side_scan(
+    pid: pid_t,
+    defer_population: bool,
+    what: ScanFor,
+    on_scan: Option<OnScan>,
+) -> (SideScan, SideScanner) {
+    let shared = std::sync::Arc::new(SideShared {
+        claim: std::sync::atomic::AtomicBool::new(false),
+        on_scan: std::sync::Mutex::new(on_scan),
+    });
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     (
         SideScan {
-            claim: claim.clone(),
+            shared: shared.clone(),
             rx,
+            pid,
             defer_population,
             what,
         },
         SideScanner {
-            claim,
+            shared,
             tx,
             pid,
             defer_population,
@@ -925,41 +957,52 @@ pub fn side_scan(pid: pid_t, defer_population: bool, what: ScanFor) -> (SideScan
 /// other thread, if it has not begun, makes no scan.
 impl Drop for SideScan {
     fn drop(&mut self) {
-        self.claim.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared
+            .claim
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
 impl SideScan {
     /// A scan already made (`made`), for the capture to take as it is.
     pub fn made(made: Result<PreScan>) -> SideScan {
-        let (side, scanner) = side_scan(0, false, ScanFor::Populated);
-        side.claim.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (side, scanner) = side_scan(0, false, ScanFor::Populated, None);
+        side.shared
+            .claim
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         // Kept in the channel after its sender is gone.
         let _ = scanner.tx.send(made);
         side
     }
 
-    /// The scan of `pid`: the other thread's, waited for, if it took it
-    /// on; else made here and now. A scanner gone without a word gives
-    /// none (the capture then reads each mapping's pages itself).
-    pub fn take(self, pid: pid_t) -> Result<PreScan> {
-        if self.claim.swap(true, std::sync::atomic::Ordering::SeqCst) {
+    /// The scan: the other thread's, waited for, if it took it on; else
+    /// made here and now. A scanner gone without a word gives none (the
+    /// capture then reads each mapping's pages itself).
+    pub fn take(self) -> Result<PreScan> {
+        if self
+            .shared
+            .claim
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             return self.rx.recv().unwrap_or_else(|_| Ok(PreScan::default()));
         }
         crate::timing::mark("memory: pages scanned by the capture");
-        PreScan::scan(pid, self.defer_population, self.what)
+        self.shared.scan(self.pid, self.defer_population, self.what)
     }
 }
 
 impl SideScanner {
     /// Makes the scan unless the capture has taken it on, and hands it
-    /// over; `first` sees it before it goes. Says whether it was made.
-    pub fn scan(self, first: impl FnOnce(&Result<PreScan>)) -> bool {
-        if self.claim.swap(true, std::sync::atomic::Ordering::SeqCst) {
+    /// over. Says whether it was made.
+    pub fn scan(self) -> bool {
+        if self
+            .shared
+            .claim
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             return false;
         }
-        let scan = PreScan::scan(self.pid, self.defer_population, self.what);
-        first(&scan);
+        let scan = self.shared.scan(self.pid, self.defer_population, self.what);
         let _ = self.tx.send(scan);
         true
     }
@@ -2203,7 +2246,7 @@ impl Resource for Memory {
         // the capture), then unmaps the scratch page: not while the scan
         // reads the mappings (see `Capture::scratch_mapped`).
         cx.scratch_mapped.take();
-        let prescan = cx.prescan.take().map(|side| side.take(pid));
+        let prescan = cx.prescan.take().map(SideScan::take);
         cx.release_scratch()?;
         let mut prescan = match prescan {
             Some(got) => got?,
@@ -2975,11 +3018,19 @@ mod tests {
         let _one = READ_ONLY_MAPPING.lock().unwrap_or_else(|e| e.into_inner());
         let (a, key) = three_pages_written();
         let me = std::process::id() as pid_t;
-        let (side, scanner) = side_scan(me, false, ScanFor::Populated);
-        let mut got = side.take(me).unwrap();
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        let on_scan: OnScan = Box::new(move |s| seen_tx.send(s.is_ok()).unwrap());
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated, Some(on_scan));
+        let mut got = side.take().unwrap();
+        assert_eq!(
+            seen.try_recv(),
+            Ok(true),
+            "the scan was not shown before it went"
+        );
         assert_eq!(got.take(key.0, key.1, key.2), Some(vec![(a, 3 * PAGE)]));
         // The thread beside, begun late, makes none.
-        assert!(!scanner.scan(|_| panic!("scanned twice")));
+        assert!(!scanner.scan());
+        assert!(seen.try_recv().is_err(), "scanned twice");
         // SAFETY: unmapping the test's own mapping.
         unsafe { libc::munmap(a as *mut libc::c_void, 16 * PAGE as usize) };
     }
@@ -2989,23 +3040,23 @@ mod tests {
         let _one = READ_ONLY_MAPPING.lock().unwrap_or_else(|e| e.into_inner());
         let (a, key) = three_pages_written();
         let me = std::process::id() as pid_t;
-        let (side, scanner) = side_scan(me, false, ScanFor::Populated);
-        let seen = std::thread::spawn(move || {
-            let mut seen = false;
-            assert!(scanner.scan(|s| seen = s.is_ok()));
-            seen
-        })
-        .join()
-        .unwrap();
-        assert!(seen, "the scan was not shown before it went");
-        let mut got = side.take(me).unwrap();
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        let on_scan: OnScan = Box::new(move |s| seen_tx.send(s.is_ok()).unwrap());
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated, Some(on_scan));
+        assert!(std::thread::spawn(move || scanner.scan()).join().unwrap());
+        assert_eq!(
+            seen.try_recv(),
+            Ok(true),
+            "the scan was not shown before it went"
+        );
+        let mut got = side.take().unwrap();
         assert_eq!(got.take(key.0, key.1, key.2), Some(vec![(a, 3 * PAGE)]));
         // SAFETY: unmapping the test's own mapping.
         unsafe { libc::munmap(a as *mut libc::c_void, 16 * PAGE as usize) };
         // A side scan the capture dropped (it failed first) is claimed too.
-        let (side, scanner) = side_scan(me, false, ScanFor::Populated);
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated, None);
         drop(side);
-        assert!(!scanner.scan(|_| panic!("scanned after the capture ended")));
+        assert!(!scanner.scan(), "scanned after the capture ended");
     }
 
     #[test]
