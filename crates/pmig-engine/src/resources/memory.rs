@@ -885,35 +885,38 @@ pub enum ScanFor {
 pub struct SideScan {
     shared: std::sync::Arc<SideShared>,
     rx: std::sync::mpsc::Receiver<Result<PreScan>>,
-    pid: pid_t,
-    defer_population: bool,
-    what: ScanFor,
 }
 
 /// The other thread's end of a [`SideScan`].
 pub struct SideScanner {
     shared: std::sync::Arc<SideShared>,
     tx: std::sync::mpsc::SyncSender<Result<PreScan>>,
-    pid: pid_t,
-    defer_population: bool,
-    what: ScanFor,
 }
 
 /// What is called with a [`SideScan`]'s scan, by whichever end made it,
 /// before the capture has it.
 pub type OnScan = Box<dyn FnOnce(&Result<PreScan>) + Send>;
 
-/// What both ends of a [`SideScan`] hold.
+/// What both ends of a [`SideScan`] hold: the scan's parameters, the
+/// claim, and what sees the scan.
 struct SideShared {
+    pid: pid_t,
+    defer_population: bool,
+    what: ScanFor,
     /// Set by whoever takes the scan on.
     claim: std::sync::atomic::AtomicBool,
     on_scan: std::sync::Mutex<Option<OnScan>>,
 }
 
 impl SideShared {
+    /// Whether the scan was already claimed; claims it either way.
+    fn claimed(&self) -> bool {
+        self.claim.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Makes the scan, and calls `on_scan` with it.
-    fn scan(&self, pid: pid_t, defer_population: bool, what: ScanFor) -> Result<PreScan> {
-        let scan = PreScan::scan(pid, defer_population, what);
+    fn scan(&self) -> Result<PreScan> {
+        let scan = PreScan::scan(self.pid, self.defer_population, self.what);
         let f = self.on_scan.lock().map(|mut f| f.take());
         if let Ok(Some(f)) = f {
             f(&scan);
@@ -931,6 +934,9 @@ pub fn side_scan(
     on_scan: Option<OnScan>,
 ) -> (SideScan, SideScanner) {
     let shared = std::sync::Arc::new(SideShared {
+        pid,
+        defer_population,
+        what,
         claim: std::sync::atomic::AtomicBool::new(false),
         on_scan: std::sync::Mutex::new(on_scan),
     });
@@ -939,17 +945,8 @@ pub fn side_scan(
         SideScan {
             shared: shared.clone(),
             rx,
-            pid,
-            defer_population,
-            what,
         },
-        SideScanner {
-            shared,
-            tx,
-            pid,
-            defer_population,
-            what,
-        },
+        SideScanner { shared, tx },
     )
 }
 
@@ -957,19 +954,16 @@ pub fn side_scan(
 /// other thread, if it has not begun, makes no scan.
 impl Drop for SideScan {
     fn drop(&mut self) {
-        self.shared
-            .claim
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.claimed();
     }
 }
 
 impl SideScan {
     /// A scan already made (`made`), for the capture to take as it is.
-    pub fn made(made: Result<PreScan>) -> SideScan {
+    #[cfg(test)]
+    pub(crate) fn made(made: Result<PreScan>) -> SideScan {
         let (side, scanner) = side_scan(0, false, ScanFor::Populated, None);
-        side.shared
-            .claim
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        side.shared.claimed();
         // Kept in the channel after its sender is gone.
         let _ = scanner.tx.send(made);
         side
@@ -979,15 +973,11 @@ impl SideScan {
     /// made here and now. A scanner gone without a word gives none (the
     /// capture then reads each mapping's pages itself).
     pub fn take(self) -> Result<PreScan> {
-        if self
-            .shared
-            .claim
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
+        if self.shared.claimed() {
             return self.rx.recv().unwrap_or_else(|_| Ok(PreScan::default()));
         }
         crate::timing::mark("memory: pages scanned by the capture");
-        self.shared.scan(self.pid, self.defer_population, self.what)
+        self.shared.scan()
     }
 }
 
@@ -995,15 +985,10 @@ impl SideScanner {
     /// Makes the scan unless the capture has taken it on, and hands it
     /// over. Says whether it was made.
     pub fn scan(self) -> bool {
-        if self
-            .shared
-            .claim
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-        {
+        if self.shared.claimed() {
             return false;
         }
-        let scan = self.shared.scan(self.pid, self.defer_population, self.what);
-        let _ = self.tx.send(scan);
+        let _ = self.tx.send(self.shared.scan());
         true
     }
 }
