@@ -2227,9 +2227,10 @@ impl Resource for Memory {
         let pid = cx.pid;
         let (r, _) = cx.answers(Self::PART, Memory::ask)?;
         let brk = cx.checked(r[0], "brk(0)")?;
-        // Waits for the scan started at the freeze (an error there refuses
-        // the capture), then unmaps the scratch page: not while the scan
-        // reads the mappings (see `Capture::scratch_mapped`).
+        // Takes the scan: the one the thread beside has begun, waited for,
+        // or else made here (an error there refuses the capture); then
+        // unmaps the scratch page: not while the scan reads the mappings
+        // (see `Capture::scratch_mapped`).
         cx.scratch_mapped.take();
         let prescan = cx.prescan.take().map(SideScan::take);
         cx.release_scratch()?;
@@ -2998,14 +2999,21 @@ mod tests {
         (a, (a, a + 16 * PAGE, Backing::Anon))
     }
 
+    /// A side scan of this process, and what its `on_scan` is told:
+    /// whether the scan succeeded.
+    fn side_scan_of_this_process() -> (std::sync::mpsc::Receiver<bool>, SideScan, SideScanner) {
+        let (seen_tx, seen) = std::sync::mpsc::channel();
+        let on_scan: OnScan = Box::new(move |s| seen_tx.send(s.is_ok()).unwrap());
+        let me = std::process::id() as pid_t;
+        let (side, scanner) = side_scan(me, false, ScanFor::Populated, Some(on_scan));
+        (seen, side, scanner)
+    }
+
     #[test]
     fn a_side_scan_the_thread_beside_has_not_begun_is_made_by_the_capture() {
         let _one = READ_ONLY_MAPPING.lock().unwrap_or_else(|e| e.into_inner());
         let (a, key) = three_pages_written();
-        let me = std::process::id() as pid_t;
-        let (seen_tx, seen) = std::sync::mpsc::channel();
-        let on_scan: OnScan = Box::new(move |s| seen_tx.send(s.is_ok()).unwrap());
-        let (side, scanner) = side_scan(me, false, ScanFor::Populated, Some(on_scan));
+        let (seen, side, scanner) = side_scan_of_this_process();
         let mut got = side.take().unwrap();
         assert_eq!(
             seen.try_recv(),
@@ -3024,10 +3032,7 @@ mod tests {
     fn a_side_scan_begun_beside_is_the_one_the_capture_takes() {
         let _one = READ_ONLY_MAPPING.lock().unwrap_or_else(|e| e.into_inner());
         let (a, key) = three_pages_written();
-        let me = std::process::id() as pid_t;
-        let (seen_tx, seen) = std::sync::mpsc::channel();
-        let on_scan: OnScan = Box::new(move |s| seen_tx.send(s.is_ok()).unwrap());
-        let (side, scanner) = side_scan(me, false, ScanFor::Populated, Some(on_scan));
+        let (seen, side, scanner) = side_scan_of_this_process();
         assert!(std::thread::spawn(move || scanner.scan()).join().unwrap());
         assert_eq!(
             seen.try_recv(),
@@ -3039,7 +3044,7 @@ mod tests {
         // SAFETY: unmapping the test's own mapping.
         unsafe { libc::munmap(a as *mut libc::c_void, 16 * PAGE as usize) };
         // A side scan the capture dropped (it failed first) is claimed too.
-        let (side, scanner) = side_scan(me, false, ScanFor::Populated, None);
+        let (_, side, scanner) = side_scan_of_this_process();
         drop(side);
         assert!(!scanner.scan(), "scanned after the capture ended");
     }

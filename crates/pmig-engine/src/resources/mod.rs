@@ -103,8 +103,9 @@ pub struct Capture<'a> {
     /// reading them at the stop (`layout`, or `layout` carried over to the
     /// mappings of the stop; see [`memory::Layout::current`]).
     pub layout_used: Option<memory::Layout>,
-    /// The result of a [`memory::PreScan`] running in another thread; an
-    /// error from it (e.g. a failed check) refuses the capture.
+    /// A [`memory::PreScan`] another thread makes beside the capture,
+    /// unless the capture makes it first ([`memory::SideScan`]); an error
+    /// from it (e.g. a failed check) refuses the capture.
     pub prescan: Option<memory::SideScan>,
     /// Dropped once the scratch page is mapped (or the capture goes on
     /// without one): the scan beside the capture waits for it, so that
