@@ -1652,8 +1652,16 @@ mod tests {
                 Ok(())
             })
         };
-        let mut child = sleep.spawn().unwrap();
-        let pid = child.id() as i32;
+        /// Kills and reaps the child even when an assertion fails.
+        struct Reap(std::process::Child);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let child = Reap(sleep.spawn().unwrap());
+        let pid = child.0.id() as i32;
         // Bounded: until it sleeps in its call.
         for _ in 0..2000 {
             let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -1677,8 +1685,7 @@ mod tests {
         let img = pmig_image::Image::open_verified(&dir).unwrap();
         let pi = pmig_engine::image::ProcessImage::read(&img).unwrap();
         assert_eq!(pi.threads.threads.len(), 1);
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child);
     }
 
     #[test]
