@@ -4,6 +4,7 @@ use crate::error::{EngineError, Result};
 use crate::image::{freeze_settled, precheck_all, precheck_settled, ProcessImage};
 use crate::ptrace::Frozen;
 use crate::resources::{
+    cgroups::Cgroups,
     clocks::Clocks,
     deaddirs,
     files::{FileIds, Files},
@@ -212,6 +213,7 @@ fn capture_colocated(
     let jobctl = JobCtl::capture(&mut cx)?;
     let sched = Sched::capture(&mut cx)?;
     let clocks = Clocks::capture(&mut cx)?;
+    let cgroups = Cgroups::capture(&mut cx)?;
     let used = cx.layout_used.take();
     let memory_flags = std::mem::take(&mut cx.memory_flags);
     let mdwe = cx.mdwe.take();
@@ -266,6 +268,9 @@ fn capture_colocated(
             // Only images of a process that may use AMX need format 1.17.
             xcomp,
             cpu: Some(cpu),
+            // Only images of a process in cgroups other than pmig's need
+            // format 1.20.
+            cgroups: (!cgroups.groups.is_empty()).then_some(cgroups),
         },
         layout_used: used,
         kept,

@@ -3,6 +3,7 @@
 use crate::error::{busy, EngineError, Result};
 use crate::ptrace::Frozen;
 use crate::resources::{
+    cgroups::Cgroups,
     clocks::Clocks,
     cpu::CpuState,
     deaddirs::{DeadCwd, DeadDir},
@@ -111,6 +112,10 @@ pub struct ProcessImage {
     /// The CPU the image was captured on; None in images written before
     /// this part existed (format 1.16 and older).
     pub cpu: Option<CpuState>,
+    /// The cgroups the process was in where they differ from the capturing
+    /// pmig's; None when none differs, and in images written before this
+    /// part existed (format 1.19 and older).
+    pub cgroups: Option<<Cgroups as Resource>::State>,
 }
 
 impl ProcessImage {
@@ -142,6 +147,7 @@ impl ProcessImage {
         put_optional(w, Seccomp::PART, &self.seccomp)?;
         put_optional(w, XcompState::PART, &self.xcomp)?;
         put_optional(w, CpuState::PART, &self.cpu)?;
+        put_optional(w, Cgroups::PART, &self.cgroups)?;
         Ok(())
     }
 
@@ -177,6 +183,7 @@ impl ProcessImage {
             seccomp: optional(img, Seccomp::PART)?,
             xcomp: optional(img, XcompState::PART)?,
             cpu: optional(img, CpuState::PART)?,
+            cgroups: optional(img, Cgroups::PART)?,
         })
     }
 }
@@ -404,6 +411,7 @@ pub mod tests_support {
             seccomp: None,
             xcomp: None,
             cpu: None,
+            cgroups: None,
         }
     }
 }

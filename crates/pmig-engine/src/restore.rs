@@ -19,12 +19,12 @@ use crate::error::{errno_err, Ctx, EngineError, Result};
 use crate::image::ProcessImage;
 use crate::ptrace::Frozen;
 use crate::resources::{
-    clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity, jobctl::JobCtl,
-    locks::Locks, lonesockets::LoneSockets, memory::Memory, memory::TASK_END, pipes::Pipes,
-    prctl::Prctl, process::Process, sched::Sched, seccomp::Seccomp, session, session::Session,
-    signals::Signals, socketpairs::SocketPairs, sysvshm::SysvShm, threads::Threads,
-    threads::THREAD_CLONE_FLAGS, timers::Timers, xcomp::Xcomp, ChildSetup, Finish, PlanCx,
-    Preflight, Resource, RestoreOptions, Update,
+    cgroups::Cgroups, clocks::Clocks, deaddirs::DeadCwd, files::Files, identity::Identity,
+    jobctl::JobCtl, locks::Locks, lonesockets::LoneSockets, memory::Memory, memory::TASK_END,
+    pipes::Pipes, prctl::Prctl, process::Process, sched::Sched, seccomp::Seccomp, session,
+    session::Session, signals::Signals, socketpairs::SocketPairs, sysvshm::SysvShm,
+    threads::Threads, threads::THREAD_CLONE_FLAGS, timers::Timers, xcomp::Xcomp, ChildSetup,
+    Finish, PlanCx, Preflight, Resource, RestoreOptions, Update,
 };
 use crate::timing::mark;
 use crate::{procfs, sys};
@@ -608,6 +608,9 @@ fn prepare(pi: &ProcessImage, pages: &Path, opts: &RestoreOptions) -> Result<Pre
     if let Some(s) = &pi.seccomp {
         Seccomp::preflight(s, &mut pf)?;
     }
+    if let Some(c) = &pi.cgroups {
+        Cgroups::preflight(c, &mut pf)?;
+    }
     let pages_fd = pf.open_keep(&pages.to_string_lossy(), libc::O_RDONLY)?;
     let (status_r, status_w) = pipe()?;
     let status_w = pf.keep(status_w)?;
@@ -766,6 +769,9 @@ fn restore_image_held(
         }
     };
     mark("restore: forked");
+    // Into its cgroups before it runs (it waits for the go below), so that
+    // the memory it maps is charged there.
+    crate::resources::cgroups::join(pid, &p.pf.cgroup_procs);
     unmap_area(&p.area);
     // Our copies of the child's files are no longer needed.
     p.pf.close_all();

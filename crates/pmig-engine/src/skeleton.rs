@@ -27,6 +27,7 @@ use crate::error::{stale, Result};
 use crate::image::ProcessImage;
 use crate::resources::cpu::CpuCheck;
 use crate::resources::{
+    cgroups::Cgroups,
     clocks::Clocks,
     files::Files,
     identity::Identity,
@@ -168,6 +169,8 @@ pub fn bring_up(
     // parts kept per thread follow.
     crate::resources::threads::follow_membership(&pre.threads, &fin.threads, cx)?;
     update_optional::<Sched>(&pre.sched, &fin.sched, cx)?;
+    // A process moved to other cgroups since: stale.
+    update_optional::<Cgroups>(&pre.cgroups, &fin.cgroups, cx)?;
     // A working directory deleted since (or another deleted one): the
     // skeleton cannot enter it by its path. A live one it enters by its
     // path (`Files::update`), if that differs from the deleted one's name.

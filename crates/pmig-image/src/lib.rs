@@ -23,7 +23,7 @@ pub const MAGIC: &[u8; 8] = b"PMIGIMG\0";
 /// Major format version: readers refuse any other major version.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Minor format version: additions that older readers of the same major can ignore.
-pub const FORMAT_MINOR: u16 = 19;
+pub const FORMAT_MINOR: u16 = 20;
 /// Architecture tag for x86_64.
 pub const ARCH_X86_64: u32 = 0x3e; // ELF e_machine EM_X86_64
 /// Page size the image's page data is laid out in.

@@ -1310,7 +1310,7 @@ pub(crate) fn restore_from(
         )
     })?;
     mark("dst: pmig restore exited");
-    log_restore_timing(&err);
+    log_restore_output(&err);
     if !st.success() {
         return Err((code::RESTORE_FAILED, restore_failure(&err)));
     }
@@ -1327,13 +1327,30 @@ pub(crate) fn restore_from(
     Ok(Started { resumed_ns, ..r })
 }
 
-/// The timing marks `pmig restore` wrote to its error output.
-fn log_restore_timing(err: &ErrLog) {
+/// The timing marks `pmig restore` wrote to its error output, when they
+/// are logged; else its warnings (a cgroup it could not move the process
+/// into, say), which would otherwise go unseen.
+fn log_restore_output(err: &ErrLog) {
+    let text = err.text();
     if tracing::enabled!(target: "pmig_timing", tracing::Level::DEBUG) {
-        for l in err.text().lines() {
+        for l in text.lines() {
             tracing::debug!(target: "pmig_timing", "pmig restore: {l}");
         }
+        return;
     }
+    for l in warnings_in(&text) {
+        tracing::warn!("pmig restore: {l}");
+    }
+}
+
+/// The lines of a log that `tracing`'s formatter wrote at level WARN or
+/// ERROR (after a timestamp, if any).
+fn warnings_in(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().filter(|l| {
+        l.split_whitespace()
+            .take(2)
+            .any(|w| w == "WARN" || w == "ERROR")
+    })
 }
 
 /// When the restored process started to run: the instant `pmig restore`
@@ -1443,7 +1460,7 @@ impl Held<'_> {
             .wait(&mut child)
             .map_err(|e| format!("waiting for pmig restore: {e}"))?;
         mark("dst: held process released");
-        log_restore_timing(&self.err);
+        log_restore_output(&self.err);
         if !st.success() {
             return Err(restore_failure(&self.err));
         }
@@ -1505,7 +1522,7 @@ pub(crate) fn start_skeleton<'a>(
     if line.trim().is_empty() {
         // It failed before the skeleton was complete: its error says why.
         drop(helper);
-        log_restore_timing(&err);
+        log_restore_output(&err);
         return Err((code::RESTORE_FAILED, restore_failure(&err)));
     }
     let r = parse_restored(&line)?;
@@ -1539,7 +1556,7 @@ impl HeldSkeleton<'_> {
         mark("dst: skeleton's restore output read");
         let mut child = self.helper.child.take().expect("the restore runs");
         let st = self.helper.host.wait(&mut child);
-        log_restore_timing(&self.err);
+        log_restore_output(&self.err);
         let stale = json
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
@@ -1602,7 +1619,7 @@ pub(crate) fn restore_held<'a>(
         // It failed before the process was complete: its error says why.
         let Held { helper, err, .. } = held;
         drop(helper);
-        log_restore_timing(&err);
+        log_restore_output(&err);
         return Err((code::RESTORE_FAILED, restore_failure(&err)));
     }
     let r = parse_restored(&line)?;
@@ -1734,6 +1751,21 @@ mod tests {
             restore_flags(Mode::Full, Some(CpuCheck::Features)),
             ["--cpu-check", "features"]
         );
+    }
+
+    #[test]
+    fn a_restores_warnings_are_told_from_its_other_output() {
+        let log = "restore: start\n\
+                   2026-12-07T13:01:02.000Z  WARN pmig_engine::resources::cgroups: the process's cgroup /a is not on this node\n\
+                   \x20INFO pmig_engine: restored\n\
+                   \x20WARN pmig_engine::resources::threads: thread 7: nice 5 not restored\n\
+                   ERROR pmig: something\n\
+                   a line that says WARN later on\n";
+        let w: Vec<&str> = warnings_in(log).collect();
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("cgroup /a"));
+        assert!(w[1].contains("nice 5"));
+        assert!(w[2].starts_with("ERROR"));
     }
 
     #[test]

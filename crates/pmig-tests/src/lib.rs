@@ -654,6 +654,99 @@ pub fn proc_status_field(pid: i32, field: &str) -> Option<String> {
     })
 }
 
+/// Cgroups made for the `cgroup` scenario, one per hierarchy it can join
+/// (the unified one, and a v1 hierarchy with the cpu controller), each
+/// under the cgroup this test process is in; removed when dropped, which
+/// must come after every copy of the scenario is gone (declare it before
+/// the [`Guard`] that kills them).
+pub struct ScenarioCgroups {
+    dirs: Vec<PathBuf>,
+}
+
+impl ScenarioCgroups {
+    /// None when there is no such hierarchy or the cgroups cannot be made
+    /// (not root): the scenario is then skipped.
+    pub fn new() -> Option<ScenarioCgroups> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("pmig-scn-{}-{n}", std::process::id());
+        let mut made = ScenarioCgroups { dirs: Vec::new() };
+        let (mut v2, mut cpu) = (false, false);
+        for l in mi.lines() {
+            let Some((left, right)) = l.split_once(" - ") else {
+                continue;
+            };
+            let mut r = right.split_whitespace();
+            let (fstype, opts) = (r.next().unwrap_or(""), r.nth(1).unwrap_or(""));
+            let mut f = left.split_whitespace();
+            let (root, point) = (f.nth(3).unwrap_or(""), f.next().unwrap_or(""));
+            // Which line of /proc/self/cgroup names this hierarchy.
+            let which = |ctrl: &str| {
+                own.lines().find_map(|c| {
+                    let mut p = c.splitn(3, ':');
+                    let (_, cs, path) = (p.next()?, p.next()?, p.next()?);
+                    let hit = if ctrl.is_empty() {
+                        cs.is_empty()
+                    } else {
+                        cs.split(',').any(|x| x == ctrl)
+                    };
+                    hit.then(|| path.to_string())
+                })
+            };
+            let path = if fstype == "cgroup2" && !v2 {
+                v2 = true;
+                which("")
+            } else if fstype == "cgroup" && !cpu && opts.split(',').any(|o| o == "cpu") {
+                cpu = true;
+                which("cpu")
+            } else {
+                None
+            };
+            let Some(rel) = path.and_then(|p| {
+                (root == "/")
+                    .then(|| p.clone())
+                    .or_else(|| p.strip_prefix(root).map(str::to_string))
+            }) else {
+                continue;
+            };
+            let dir = Path::new(point)
+                .join(rel.trim_start_matches('/'))
+                .join(&name);
+            if std::fs::create_dir(&dir).is_ok() {
+                made.dirs.push(dir);
+            }
+        }
+        (!made.dirs.is_empty()).then_some(made)
+    }
+
+    /// The scenario's arguments: the `cgroup.procs` file of each cgroup.
+    pub fn args(&self) -> Vec<String> {
+        self.dirs
+            .iter()
+            .map(|d| d.join("cgroup.procs").to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+impl Drop for ScenarioCgroups {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            // Bounded: a process killed just before may take a moment to
+            // leave its cgroup.
+            for _ in 0..200 {
+                match std::fs::remove_dir(d) {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    _ => break,
+                }
+            }
+        }
+    }
+}
+
 /// Kills, when dropped, the processes registered with it (checked by start
 /// time, so a reused PID is never hit) and removes SysV shm segments.
 #[derive(Default)]

@@ -314,6 +314,27 @@ scenario!(posix_timers, "posix_timers", false);
 scenario!(identity, "identity", false);
 scenario!(protect, "protect", false);
 scenario!(sched, "sched", false);
+/// The `cgroup` scenario joins cgroups made for it (as root, where a
+/// hierarchy it can join is mounted), which outlive every copy of it.
+mod cgroup {
+    fn with_cgroups(run: fn(&str, &[&str])) {
+        let Some(cg) = pmig_tests::ScenarioCgroups::new() else {
+            eprintln!("cgroup: skipped: no cgroup could be made here (needs root and a unified or cpu hierarchy)");
+            return;
+        };
+        let args = cg.args();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run("cgroup", &args);
+    }
+    #[test]
+    fn migrate_twice() {
+        with_cgroups(super::migrate_twice);
+    }
+    #[test]
+    fn leave_running() {
+        with_cgroups(super::leave_running);
+    }
+}
 scenario!(prctl, "prctl", false);
 scenario!(noreserve, "noreserve", false);
 scenario!(mdwe, "mdwe", false);

@@ -15,6 +15,7 @@
 //! A resource that can change while a process runs and can be followed in a
 //! held skeleton overrides `update`; the default refuses any change.
 
+pub mod cgroups;
 pub mod clocks;
 pub mod cpu;
 pub mod deaddirs;
@@ -551,6 +552,9 @@ pub struct Preflight {
     pub sysv_made: sysvshm::Made,
     /// The image's segments and their attaches, for `memory`'s plan.
     pub sysv: sysvshm::SysvState,
+    /// The `cgroup.procs` files of the cgroups the new process is moved
+    /// into before it runs ([`cgroups`]).
+    pub cgroup_procs: Vec<std::path::PathBuf>,
 }
 
 impl Preflight {
@@ -581,6 +585,7 @@ impl Preflight {
             mapped_ids: None,
             sysv_made: Default::default(),
             sysv: Default::default(),
+            cgroup_procs: Vec::new(),
         }
     }
 
