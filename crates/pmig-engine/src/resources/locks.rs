@@ -224,6 +224,12 @@ fn waited_for(pid: pid_t, files: &[(String, String)]) -> Result<Option<String>> 
     Ok(waiter_of(pid, files, &all))
 }
 
+/// Whether `all`, the text of `/proc/locks`, has a request waiting for a
+/// lock (without one, [`waiter_of`] finds none).
+fn any_waiter(all: &str) -> bool {
+    all.lines().filter_map(parse_line).any(|l| l.waiter)
+}
+
 /// [`waited_for`] in `all`, the text of `/proc/locks`, where each waiting
 /// request follows the lock it waits for, under the same number. A POSIX
 /// lock names its owner's pid, so one of another process does not count
@@ -366,6 +372,18 @@ fn exposed(pid: pid_t) -> Vec<String> {
 /// [`refuse_contested`]), named as its refusal names it, or `None`. Read
 /// while the process runs, this is a sample.
 pub fn contested(pid: pid_t) -> Result<Option<String>> {
+    let exposed = exposed(pid);
+    // With no file noted as exposed and no request waiting for any lock,
+    // no lock the process may hold is contested: its descriptors are not
+    // read (one fdinfo each, right after the freeze: 9.8 ms for a process
+    // holding a thousand files).
+    if exposed.is_empty() {
+        if let Ok(all) = std::fs::read_to_string("/proc/locks") {
+            if !any_waiter(&all) {
+                return Ok(None);
+            }
+        }
+    }
     let mut files = Vec::new();
     for fd in super::files::list_fds(pid)? {
         // An fd closed since the listing holds no lock.
@@ -376,7 +394,6 @@ pub fn contested(pid: pid_t) -> Result<Option<String>> {
         // A lock that cannot move is the checks' to refuse.
         let _ = check(pid, fd, &info, &mut open_files, &mut files);
     }
-    let exposed = exposed(pid);
     if let Some((_, link)) = files.iter().find(|(f, _)| exposed.contains(f)) {
         return Ok(Some(format!(
             "it holds a file lock on {link}, which another process has open too (it could take the lock while this one moves)"
@@ -670,6 +687,10 @@ mod tests {
         let ours = "1: POSIX  ADVISORY  WRITE 10 fe:00:7 0 EOF\n\
                     1: -> POSIX  ADVISORY  WRITE 20 fe:00:7 0 EOF\n";
         let w = waiter_of(10, &files, ours).expect("our lock is waited for");
+        assert!(any_waiter(ours));
+        assert!(!any_waiter("1: POSIX  ADVISORY  WRITE 10 fe:00:7 0 EOF\n1: FLOCK  ADVISORY  WRITE 3 fe:00:8 0 EOF\n"));
+        assert!(!any_waiter(""));
+        assert_eq!(waiter_of(10, &files, ""), None);
         assert!(w.contains("process 20") && w.contains("/db"), "{w}");
         let theirs = "1: POSIX  ADVISORY  READ 10 fe:00:7 120 120\n\
                       2: POSIX  ADVISORY  WRITE 30 fe:00:7 0 EOF\n\
