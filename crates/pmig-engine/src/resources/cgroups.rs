@@ -124,16 +124,30 @@ impl Resource for Cgroups {
     const PART: &'static str = "cgroups";
     type State = CgroupsState;
 
+    /// Nothing the program does depends on its cgroups: where they cannot
+    /// be read, the capture goes on without them (logged).
     fn capture(cx: &mut Capture) -> Result<CgroupsState> {
-        let ours = memberships_of(std::process::id() as pid_t)?;
-        Ok(CgroupsState {
-            groups: differing(memberships_of(cx.pid)?, &ours),
-        })
+        let groups = memberships_of(std::process::id() as pid_t)
+            .and_then(|ours| Ok(differing(memberships_of(cx.pid)?, &ours)))
+            .unwrap_or_else(|e| {
+                tracing::warn!("the cgroups of process {} are not captured: {e}", cx.pid);
+                Vec::new()
+            });
+        Ok(CgroupsState { groups })
     }
 
+    /// Likewise, cgroups that cannot be looked for leave the process in
+    /// the restorer's (logged).
     fn preflight(s: &CgroupsState, pf: &mut Preflight) -> Result<()> {
-        let ours = memberships_of(std::process::id() as pid_t)?;
-        let mountinfo = procfs::read(std::process::id() as pid_t, "mountinfo")?;
+        let me = std::process::id() as pid_t;
+        let (ours, mountinfo) =
+            match memberships_of(me).and_then(|o| Ok((o, procfs::read(me, "mountinfo")?))) {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!("the process stays in the restorer's cgroups: {e}");
+                    return Ok(());
+                }
+            };
         for m in differing(s.groups.clone(), &ours) {
             let procs = dir_of(&mountinfo, &m.controllers, &m.path)
                 .map(|d| d.join("cgroup.procs"))
