@@ -705,9 +705,12 @@ impl ScenarioCgroups {
                 None
             };
             let Some(rel) = path.and_then(|p| {
-                (root == "/")
-                    .then(|| p.clone())
-                    .or_else(|| p.strip_prefix(root).map(str::to_string))
+                (root == "/").then(|| p.clone()).or_else(|| {
+                    // Below the mount's root only (a whole component).
+                    p.strip_prefix(root)
+                        .filter(|r| r.is_empty() || r.starts_with('/'))
+                        .map(str::to_string)
+                })
             }) else {
                 continue;
             };
