@@ -667,58 +667,24 @@ impl ScenarioCgroups {
     /// None when there is no such hierarchy or the cgroups cannot be made
     /// (not root): the scenario is then skipped.
     pub fn new() -> Option<ScenarioCgroups> {
+        use pmig_engine::resources::cgroups;
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
         let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("pmig-scn-{}-{n}", std::process::id());
         let mut made = ScenarioCgroups { dirs: Vec::new() };
-        let (mut v2, mut cpu) = (false, false);
-        for l in mi.lines() {
-            let Some((left, right)) = l.split_once(" - ") else {
+        for m in cgroups::memberships(&own) {
+            if !(m.controllers.is_empty() || m.controllers.split(',').any(|c| c == "cpu")) {
                 continue;
-            };
-            let mut r = right.split_whitespace();
-            let (fstype, opts) = (r.next().unwrap_or(""), r.nth(1).unwrap_or(""));
-            let mut f = left.split_whitespace();
-            let (root, point) = (f.nth(3).unwrap_or(""), f.next().unwrap_or(""));
-            // Which line of /proc/self/cgroup names this hierarchy.
-            let which = |ctrl: &str| {
-                own.lines().find_map(|c| {
-                    let mut p = c.splitn(3, ':');
-                    let (_, cs, path) = (p.next()?, p.next()?, p.next()?);
-                    let hit = if ctrl.is_empty() {
-                        cs.is_empty()
-                    } else {
-                        cs.split(',').any(|x| x == ctrl)
-                    };
-                    hit.then(|| path.to_string())
-                })
-            };
-            let path = if fstype == "cgroup2" && !v2 {
-                v2 = true;
-                which("")
-            } else if fstype == "cgroup" && !cpu && opts.split(',').any(|o| o == "cpu") {
-                cpu = true;
-                which("cpu")
-            } else {
-                None
-            };
-            let Some(rel) = path.and_then(|p| {
-                (root == "/").then(|| p.clone()).or_else(|| {
-                    // Below the mount's root only (a whole component).
-                    p.strip_prefix(root)
-                        .filter(|r| r.is_empty() || r.starts_with('/'))
-                        .map(str::to_string)
-                })
-            }) else {
-                continue;
-            };
-            let dir = Path::new(point)
-                .join(rel.trim_start_matches('/'))
-                .join(&name);
-            if std::fs::create_dir(&dir).is_ok() {
-                made.dirs.push(dir);
+            }
+            // Not there where the hierarchy is not mounted, or its mount
+            // does not show this process's cgroup.
+            if let Some(dir) = cgroups::dir_of(&mi, &m.controllers, &m.path) {
+                let dir = dir.join(&name);
+                if std::fs::create_dir(&dir).is_ok() {
+                    made.dirs.push(dir);
+                }
             }
         }
         (!made.dirs.is_empty()).then_some(made)

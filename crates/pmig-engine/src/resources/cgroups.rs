@@ -41,7 +41,7 @@ pub struct CgroupsState {
 }
 
 /// `/proc/PID/cgroup`'s lines (`ID:CONTROLLERS:PATH`).
-fn memberships(text: &str) -> Vec<Membership> {
+pub fn memberships(text: &str) -> Vec<Membership> {
     text.lines()
         .filter_map(|l| {
             let mut f = l.splitn(3, ':');
@@ -66,7 +66,7 @@ fn differing(theirs: Vec<Membership>, ours: &[Membership]) -> Vec<Membership> {
 
 /// Where hierarchy `controllers` is mounted, among `mountinfo`'s lines:
 /// the directory that shows the cgroup at `path`, if the mount shows it.
-fn dir_of(mountinfo: &str, controllers: &str, path: &str) -> Option<PathBuf> {
+pub fn dir_of(mountinfo: &str, controllers: &str, path: &str) -> Option<PathBuf> {
     let want: Vec<&str> = controllers.split(',').filter(|c| !c.is_empty()).collect();
     mountinfo.lines().find_map(|l| {
         let (left, right) = l.split_once(" - ")?;

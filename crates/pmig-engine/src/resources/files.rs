@@ -265,8 +265,69 @@ pub(crate) fn list_fds(pid: pid_t) -> Result<Vec<i32>> {
     Ok(v)
 }
 
-/// Classify one fd, refusing what cannot be restored.
+/// A copy of a descriptor of the process, taken to look at its file: one
+/// `pidfd_getfd` and questions asked of the copy, where each question
+/// through `/proc/PID/fd/N` walks that path again (about 4 µs a walk here,
+/// three or four of them per file, all in the stop for a process with a
+/// thousand files).
+struct Held {
+    file: std::fs::File,
+    /// A copy of the process's descriptor (the same open file), not a
+    /// path-only descriptor opened through `/proc`: it can be synced.
+    copy: bool,
+    md: std::fs::Metadata,
+    /// The magic number of its file system.
+    fs: u32,
+}
+
+impl Held {
+    /// fd `fd` of `pid`, through `pidfd` where the kernel lets us take a
+    /// copy, else through `/proc/PID/fd/N` (opened as a path only). None
+    /// if the fd is closed.
+    fn take(pid: pid_t, fd: i32, pidfd: Option<&OwnedFd>) -> Result<Option<Held>> {
+        let copy = pidfd.and_then(|p| crate::sys::pidfd_getfd(p, fd).ok());
+        let (file, copy) = match copy {
+            Some(f) => (std::fs::File::from(f), true),
+            None => match std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(format!("/proc/{pid}/fd/{fd}"))
+            {
+                Ok(f) => (f, false),
+                // Closed since it was listed (a running process, before the
+                // freeze: `find` opens and closes directories all the time).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e).ctx(|| format!("open fd {fd} of process {pid}")),
+            },
+        };
+        let md = match file.metadata() {
+            Ok(md) => md,
+            Err(e) => return Err(e).ctx(|| format!("stat fd {fd} of process {pid}")),
+        };
+        let fs = nix::sys::statfs::fstatfs(&file)
+            .map(|st| st.filesystem_type().0 as u32)
+            .unwrap_or(0);
+        Ok(Some(Held { file, copy, md, fs }))
+    }
+}
+
+/// Classify one fd of a process that may be running, refusing what cannot
+/// be restored. Its files are looked at through path-only descriptors: a
+/// copy of its descriptor that it closes meanwhile would leave the last
+/// close of the file to us (a FIFO's readers would see its end later).
 fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
+    classify_held(pid, fd, None, &mut None)
+}
+
+/// Classify one fd, refusing what cannot be restored; the copy of a file's
+/// descriptor it looked at is left in `held` (taken through `pidfd`, where
+/// given: for a process that is stopped).
+fn classify_held(
+    pid: pid_t,
+    fd: i32,
+    pidfd: Option<&OwnedFd>,
+    held: &mut Option<Held>,
+) -> Result<Option<FdKind>> {
     let link = match procfs::readlink(pid, &format!("fd/{fd}")) {
         Ok(l) => l,
         Err(_) => return Ok(None), // closed meanwhile
@@ -343,34 +404,28 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
                 .trim_matches(|c| c == '[' || c == ']'),
         ));
     }
+    // Looked at through a descriptor of our own: a process that runs (the
+    // checks before the freeze) may close fd `fd` and open another file
+    // under its number between two looks at it.
+    let Some(h) = Held::take(pid, fd, pidfd)? else {
+        return Ok(None);
+    };
+    let (md, fs) = (h.md.clone(), h.fs);
+    *held = Some(h);
     // A POSIX message queue reads as a path (its name, "(deleted)" once
     // unlinked) but lives in the mqueue file system: reopened by path on
     // another node it would be some other file, or nothing.
-    if on_mqueue_fs(pid, fd) {
+    if fs == MQUEUE_MAGIC {
         return Err(what("a POSIX message queue"));
     }
     if super::ghosts::deleted_path(&link).is_some() {
         // No path leads to it: its bytes move in the image (see `ghosts`).
-        // Looked at through a descriptor of our own: a process that runs
-        // (the checks before the freeze) may close fd `fd` and open
-        // another file under its number between two looks at it.
-        let held = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH)
-            .open(format!("/proc/{pid}/fd/{fd}"))
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e).ctx(|| format!("open fd {fd} of process {pid}")),
-        };
-        if procfs::link_of(&held).is_ok_and(|now| now != link) {
+        let copy = held.as_ref().map(|h| &h.file).expect("just set");
+        if procfs::link_of(copy).is_ok_and(|now| now != link) {
             // Another file now: what the process holds at its freeze is
             // what the capture takes (and checks again).
             return Ok(None);
         }
-        let md = held
-            .metadata()
-            .ctx(|| format!("stat fd {fd} of process {pid}"))?;
         if let Some(d) = super::deaddirs::of(&md, &link) {
             return Ok(Some(FdKind::DeadDir(d)));
         }
@@ -379,10 +434,8 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
         }
         // A memfd reads as "/memfd:NAME (deleted)": made again by
         // `memfd_create`, unless it holds huge pages.
-        if let Ok(st) = nix::sys::statfs::fstatfs(&held) {
-            if st.filesystem_type() == nix::sys::statfs::HUGETLBFS_MAGIC {
-                return Err(what("a file of huge pages (hugetlbfs)"));
-            }
+        if fs == nix::sys::statfs::HUGETLBFS_MAGIC.0 as u32 {
+            return Err(what("a file of huge pages (hugetlbfs)"));
         }
         return Ok(Some(FdKind::Ghost {
             dev: md.dev(),
@@ -398,13 +451,6 @@ fn classify(pid: pid_t, fd: i32) -> Result<Option<FdKind>> {
     if !link.starts_with('/') {
         return Err(what("this kind of file"));
     }
-    let md = match std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
-        Ok(md) => md,
-        // Closed since the readlink (a running process, before the freeze:
-        // `find` opens and closes directories all the time).
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).ctx(|| format!("stat fd {fd} of process {pid}")),
-    };
     let ft = md.file_type();
     if ft.is_file() || ft.is_dir() {
         return Ok(Some(FdKind::File {
@@ -546,14 +592,20 @@ impl Resource for Files {
         // Beside each of `fds`: its open file's mount and inode.
         let mut keys: Vec<Option<(u64, u64)>> = Vec::new();
         let mut flush = NetworkFlush::new(pid);
+        // Copies of the files' descriptors are taken through it (`Held`).
+        let pidfd = crate::sys::pidfd_open(pid).ok();
         for fd in list_fds(pid)? {
-            let Some(mut kind) = classify(pid, fd)? else {
+            let mut held = None;
+            let Some(mut kind) = classify_held(pid, fd, pidfd.as_ref(), &mut held)? else {
                 continue;
             };
             let (pos, flags, info) = fdinfo(pid, fd)?;
             super::locks::found(pid, fd, &info, &mut cx.locks)?;
             if matches!(kind, FdKind::File { .. }) {
-                flush.fd(fd, flags)?;
+                match &held {
+                    Some(h) if h.copy => flush.held(h, flags, || format!("fd {fd}"))?,
+                    _ => flush.fd(fd, flags)?,
+                }
             }
             if let FdKind::Ghost { dev, ino, pos: p } = &mut kind {
                 *p = pos;
@@ -566,8 +618,8 @@ impl Resource for Files {
             if let FdKind::File { pos: p, .. } = &mut kind {
                 *p = pos;
                 if cx.keep_inodes {
-                    if let Ok(md) = std::fs::metadata(format!("/proc/{pid}/fd/{fd}")) {
-                        cx.file_ids.add(fd, (md.dev(), md.ino()));
+                    if let Some(h) = &held {
+                        cx.file_ids.add(fd, (h.md.dev(), h.md.ino()));
                     }
                 }
             }
@@ -1327,31 +1379,14 @@ fn names_a_process(path: &str) -> bool {
         .is_some_and(|first| !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Whether fd `fd` of `pid` is on the mqueue file system (a POSIX message
-/// queue).
-fn on_mqueue_fs(pid: pid_t, fd: i32) -> bool {
-    const MQUEUE_MAGIC: u32 = 0x1980_0202;
-    nix::sys::statfs::statfs(format!("/proc/{pid}/fd/{fd}").as_str())
-        .is_ok_and(|st| st.filesystem_type().0 as u32 == MQUEUE_MAGIC)
-}
+/// The magic number of the mqueue file system (POSIX message queues).
+const MQUEUE_MAGIC: u32 = 0x1980_0202;
 
 /// The network file system `fd` is on, if it is on one.
 fn network_fs(fd: BorrowedFd) -> Option<&'static str> {
     let st = nix::sys::statfs::fstatfs(fd).ok()?;
     let t = st.filesystem_type().0 as u32;
     NETWORK_FS.iter().find(|(m, _)| *m == t).map(|(_, n)| *n)
-}
-
-/// A copy of `pid`'s fd `fd` (the same open file), through a pidfd: unlike
-/// opening `/proc/PID/fd/N`, it needs no permission on the file itself,
-/// which a file server may deny a root that it squashes.
-fn dup_from(pidfd: BorrowedFd, fd: i32) -> Option<OwnedFd> {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: pidfd_getfd takes a pidfd, an fd number and flags; on success
-    // it returns a new fd that we own.
-    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
-    (r >= 0).then(|| unsafe { OwnedFd::from_raw_fd(r as i32) })
 }
 
 /// Writes back to their servers the data a process wrote to files on
@@ -1376,26 +1411,21 @@ impl NetworkFlush {
 
     /// fd `fd` of the process, open with `flags` (from its fdinfo).
     pub fn fd(&mut self, fd: i32, flags: i32) -> Result<()> {
-        use std::os::fd::{AsFd, FromRawFd};
         if flags & libc::O_ACCMODE == libc::O_RDONLY || flags & libc::O_PATH != 0 {
             return Ok(());
         }
         if self.pidfd.is_none() {
-            // SAFETY: pidfd_open takes a pid and flags; on success it
-            // returns a new fd that we own.
-            let r = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) };
-            if r < 0 {
-                return Err(EngineError::NoProcess(self.pid));
-            }
-            // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
-            self.pidfd = Some(unsafe { OwnedFd::from_raw_fd(r as i32) });
+            self.pidfd = Some(crate::sys::pidfd_open(self.pid)?);
         }
         let Some(pidfd) = &self.pidfd else {
             return Ok(());
         };
-        match dup_from(pidfd.as_fd(), fd) {
-            Some(f) => self.file(f, || format!("fd {fd}")),
-            None => Ok(()), // closed meanwhile
+        // A copy of the process's descriptor: unlike opening
+        // `/proc/PID/fd/N`, it needs no permission on the file itself,
+        // which a file server may deny a root that it squashes.
+        match crate::sys::pidfd_getfd(pidfd, fd) {
+            Ok(f) => self.file(f, || format!("fd {fd}")),
+            Err(_) => Ok(()), // closed meanwhile
         }
     }
 
@@ -1415,6 +1445,19 @@ impl NetworkFlush {
         self.file(f.into(), || m.path.clone())
     }
 
+    /// A file the capture holds a copy of (fd `what`), open with `flags`:
+    /// its file system and identity are known already.
+    fn held(&mut self, h: &Held, flags: i32, what: impl Fn() -> String) -> Result<()> {
+        use std::os::fd::AsFd;
+        if flags & libc::O_ACCMODE == libc::O_RDONLY || flags & libc::O_PATH != 0 {
+            return Ok(());
+        }
+        if !NETWORK_FS.iter().any(|(m, _)| *m == h.fs) {
+            return Ok(());
+        }
+        self.write_back(h.file.as_fd(), (h.md.dev(), h.md.ino()), what)
+    }
+
     fn file(&mut self, f: OwnedFd, what: impl Fn() -> String) -> Result<()> {
         use std::os::fd::{AsFd, AsRawFd};
         if network_fs(f.as_fd()).is_none() {
@@ -1423,7 +1466,19 @@ impl NetworkFlush {
         let Ok(st) = nix::sys::stat::fstat(f.as_raw_fd()) else {
             return Ok(());
         };
-        if !self.seen.insert((st.st_dev, st.st_ino)) {
+        self.write_back(f.as_fd(), (st.st_dev, st.st_ino), what)
+    }
+
+    /// Syncs `f`, the file `id` (device, inode) on a network file system,
+    /// unless it was synced already.
+    fn write_back(
+        &mut self,
+        f: BorrowedFd,
+        id: (u64, u64),
+        what: impl Fn() -> String,
+    ) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        if !self.seen.insert(id) {
             return Ok(());
         }
         // fsync writes back every dirty page of the file from this node,
@@ -1535,6 +1590,51 @@ mod key_tests {
     /// Two descriptors of one open file share a key; another open of the
     /// same file shares it too (the kernel then tells them apart), another
     /// file does not; a kernel without the fields gives none.
+    #[test]
+    fn a_held_copy_answers_what_the_path_through_proc_does() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        std::fs::write(&a, b"xyz").unwrap();
+        let f = std::fs::File::open(&a).unwrap();
+        let fd = f.as_raw_fd();
+        let me = std::process::id() as pid_t;
+        let path = format!("/proc/{me}/fd/{fd}");
+        let md = std::fs::metadata(&path).unwrap();
+        let fs = nix::sys::statfs::statfs(path.as_str())
+            .unwrap()
+            .filesystem_type()
+            .0 as u32;
+        let pidfd = crate::sys::pidfd_open(me).unwrap();
+        for (through, copy) in [(Some(&pidfd), true), (None, false)] {
+            let h = Held::take(me, fd, through).unwrap().expect("fd open");
+            assert_eq!(h.copy, copy);
+            assert_eq!(
+                (h.md.dev(), h.md.ino(), h.md.len()),
+                (md.dev(), md.ino(), 3)
+            );
+            assert_eq!(h.fs, fs);
+            assert_eq!(procfs::link_of(&h.file).unwrap(), a.to_str().unwrap());
+        }
+        // A copy shares the open file: its offset is the process's.
+        let h = Held::take(me, fd, Some(&pidfd)).unwrap().unwrap();
+        seek(&h.file, 2).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut &f, &mut rest).unwrap();
+        assert_eq!(rest, "z");
+        drop(f);
+        for through in [Some(&pidfd), None] {
+            assert!(Held::take(me, fd, through).unwrap().is_none(), "fd closed");
+        }
+        // As `classify` sees it, either way.
+        let again = std::fs::File::open(&a).unwrap();
+        let mut held = None;
+        let k = classify_held(me, again.as_raw_fd(), Some(&pidfd), &mut held).unwrap();
+        assert!(matches!(k, Some(FdKind::File { size: 3, .. })), "{k:?}");
+        assert!(held.is_some_and(|h| h.copy));
+        let k = classify(me, again.as_raw_fd()).unwrap();
+        assert!(matches!(k, Some(FdKind::File { size: 3, .. })), "{k:?}");
+    }
+
     #[test]
     fn an_open_files_key_is_its_mount_and_inode() {
         let d = tempfile::tempdir().unwrap();
