@@ -720,13 +720,14 @@ impl Resource for Files {
         } else {
             let follow = Follow::plan(pre, fin)?;
             follow.apply(pre, fin, cx)?;
+            let pre_fds = by_number(pre);
             fin.fds
                 .iter()
                 .map(|b| {
                     follow
                         .kept
                         .contains(&b.fd)
-                        .then(|| pre.fds.iter().find(|a| a.fd == b.fd))
+                        .then(|| pre_fds.get(&b.fd).copied())
                         .flatten()
                 })
                 .collect()
@@ -1004,6 +1005,11 @@ pub fn stand_ins_for_gone(s: &mut FilesState, ids: &mut Option<FileIds>) -> Vec<
     stood_in
 }
 
+/// A capture's descriptors by number.
+fn by_number(s: &FilesState) -> std::collections::HashMap<i32, &Fd> {
+    s.fds.iter().map(|a| (a.fd, a)).collect()
+}
+
 /// How a held skeleton's descriptors become those of the capture of the
 /// stop (`fin`) from those of its own capture (`pre`).
 #[derive(Debug, Default)]
@@ -1026,8 +1032,9 @@ impl<'a> Follow<'a> {
     /// by path or copied, or a changed standard stream.
     fn plan(pre: &FilesState, fin: &'a FilesState) -> Result<Follow<'a>> {
         let mut f = Follow::default();
+        let pre_fds = by_number(pre);
         for b in &fin.fds {
-            let was = pre.fds.iter().find(|a| a.fd == b.fd);
+            let was = pre_fds.get(&b.fd).copied();
             let kept = was.is_some_and(|a| {
                 settled(&a.kind) == settled(&b.kind)
                     && (a.flags & !SETFL_FLAGS) == (b.flags & !SETFL_FLAGS)
