@@ -834,6 +834,11 @@ impl Run<'_> {
             let (f, ch) = self.start(w, kib, &["--iterations".into(), iters.to_string()])?;
             let r = self.wait_for(&f, "DONE", ch, Duration::from_secs(300));
             self.reap(ch);
+            // Gone, with its memory freed, before anything else is
+            // measured (see `migrate_inner`).
+            if let Some(pid) = r.as_ref().ok().and_then(|r| r.pid) {
+                wait_exited(pid as i32, Duration::from_secs(30));
+            }
             r
         })();
         match r {
@@ -999,6 +1004,15 @@ impl Run<'_> {
                 return Err(e);
             }
         };
+        // The next migration starts once this one's processes have let go of
+        // their memory: a large workload exiting holds a CPU in the kernel
+        // for a good part of a second while it frees its pages, and a small
+        // move measured right after it stopped two to three times as long
+        // (BENCHMARKS.md, the 56th stop). The original at the source ends
+        // once its last page has moved.
+        for p in [Some(pid as i64), new_pid].into_iter().flatten() {
+            wait_exited(p as i32, Duration::from_secs(30));
+        }
         // demand-paging: pmig migrate returned at the handover; the faults were
         // counted by n2's daemon until the process exited.
         if cell.strategy == "demand-paging" {
@@ -1369,6 +1383,22 @@ fn stall_of(pauses_us: &[u64], down_ms: f64) -> f64 {
     beyond_freeze.max(p.get(1).copied().unwrap_or(0.0))
 }
 
+/// Waits, at most `limit`, until process `pid` is gone or a zombie: its
+/// memory has been freed by then (the kernel frees it before the process
+/// becomes a zombie).
+fn wait_exited(pid: i32, limit: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the name, which ends with the last ')'.
+        let state = stat.rsplit_once(") ").and_then(|(_, r)| r.chars().next());
+        if matches!(state, None | Some('Z') | Some('X')) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1386,6 +1416,23 @@ mod tests {
             nodes: 2,
             prefix: "pbx".into(),
         }
+    }
+
+    #[test]
+    fn the_wait_for_an_exit_ends_at_the_zombie_and_at_its_limit() {
+        let mut done = Command::new("true").spawn().unwrap();
+        let t = Instant::now();
+        // Not reaped yet: a zombie once it has exited.
+        wait_exited(done.id() as i32, Duration::from_secs(20));
+        assert!(t.elapsed() < Duration::from_secs(20));
+        done.wait().unwrap();
+        let mut running = Command::new("sleep").arg("60").spawn().unwrap();
+        let t = Instant::now();
+        wait_exited(running.id() as i32, Duration::from_millis(100));
+        let waited = t.elapsed();
+        let _ = running.kill();
+        let _ = running.wait();
+        assert!(waited >= Duration::from_millis(100), "{waited:?}");
     }
 
     #[test]
