@@ -837,7 +837,7 @@ impl Run<'_> {
             // Gone, with its memory freed, before anything else is
             // measured (see `migrate_inner`).
             if let Some(pid) = r.as_ref().ok().and_then(|r| r.pid) {
-                wait_exited(pid as i32, Duration::from_secs(30));
+                wait_exited(pid, Duration::from_secs(30));
             }
             r
         })();
