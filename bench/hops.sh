@@ -69,6 +69,13 @@ keep() {
 printf '%q ' "$@" >"$tmp/cmd"
 # The reference: the same command, unmigrated.
 (cd "$tmp" && bash -c "$(cat "$tmp/cmd")" >"$tmp/ref" 2>/dev/null </dev/null)
+ref_status=$?
+# A command that could not even start (not found, not executable): its
+# empty output would "equal" an empty output of the migrated run.
+if [ "$ref_status" = 126 ] || [ "$ref_status" = 127 ]; then
+    echo "the unmigrated run could not start its command (exit $ref_status): nothing to compare"
+    exit 3
+fi
 [ -n "${TIMELINE:-}" ] && { mkdir -p "$TIMELINE"; export PMIG_LOG=info,pmig_timing=debug; }
 [ -n "${PIDFILE:-}" ] && rm -f "$tmp/$PIDFILE"
 daemon_args=()
