@@ -410,8 +410,8 @@ fn classify_held(
     let Some(h) = Held::take(pid, fd, pidfd)? else {
         return Ok(None);
     };
-    let (md, fs) = (h.md.clone(), h.fs);
-    *held = Some(h);
+    let h = &*held.insert(h);
+    let (md, fs) = (&h.md, h.fs);
     // A POSIX message queue reads as a path (its name, "(deleted)" once
     // unlinked) but lives in the mqueue file system: reopened by path on
     // another node it would be some other file, or nothing.
@@ -420,16 +420,15 @@ fn classify_held(
     }
     if super::ghosts::deleted_path(&link).is_some() {
         // No path leads to it: its bytes move in the image (see `ghosts`).
-        let copy = held.as_ref().map(|h| &h.file).expect("just set");
-        if procfs::link_of(copy).is_ok_and(|now| now != link) {
+        if procfs::link_of(&h.file).is_ok_and(|now| now != link) {
             // Another file now: what the process holds at its freeze is
             // what the capture takes (and checks again).
             return Ok(None);
         }
-        if let Some(d) = super::deaddirs::of(&md, &link) {
+        if let Some(d) = super::deaddirs::of(md, &link) {
             return Ok(Some(FdKind::DeadDir(d)));
         }
-        if let Some(why) = super::ghosts::refusal(&md) {
+        if let Some(why) = super::ghosts::refusal(md) {
             return Err(what(&why));
         }
         // A memfd reads as "/memfd:NAME (deleted)": made again by
@@ -482,7 +481,7 @@ fn classify_held(
         if fd <= 2 {
             return Ok(Some(FdKind::Stdio(StdioKind::Pipe)));
         }
-        return super::fifos::classify(&link, &md)
+        return super::fifos::classify(&link, md)
             .map(|f| Some(FdKind::Fifo(f)))
             .map_err(|why| what(&why));
     }
