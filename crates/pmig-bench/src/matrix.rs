@@ -1100,13 +1100,56 @@ impl Run<'_> {
 }
 
 /// Runs the plan. `progress` sees every step.
+/// The state directory of the cluster [`run`] brings up.
+fn cluster_dir(o: &Options) -> Result<PathBuf> {
+    Ok(std::path::absolute(o.out.join("work"))
+        .map_err(io("out dir"))?
+        .join("cluster"))
+}
+
+/// Tears down the cluster of [`run`] (its daemons, its workloads and its
+/// namespaces) if the bench is interrupted by SIGINT, SIGTERM or SIGHUP,
+/// then exits with 128 + the signal's number, as the signal would have.
+/// Dropping [`Run`]'s guard covers errors and panics, but a signal's
+/// default action ends the process without it, and left the cluster up.
+///
+/// Called from the main thread before any other thread starts: the signals
+/// are blocked in it, and so in every thread started after, and a thread
+/// of its own waits for them. (Programs it starts begin with no signal
+/// blocked: `std::process::Command` clears the mask in the child.)
+pub fn tear_down_on_signal(o: &Options) -> Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let state_dir = cluster_dir(o)?;
+    let prefix = o.prefix.clone();
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(s);
+    }
+    set.thread_block()
+        .map_err(|e| BenchError::Io("block the termination signals".into(), e.into()))?;
+    std::thread::Builder::new()
+        .name("pmig-bench-signals".into())
+        .spawn(move || {
+            let Ok(sig) = set.wait() else {
+                return;
+            };
+            eprintln!("\npmig bench: {sig} received: tearing down the cluster `{prefix}`");
+            if let Err(e) = pmig_cluster::down(&prefix, Some(&state_dir)) {
+                eprintln!("pmig bench: the cluster `{prefix}` could not be torn down: {e}");
+            }
+            std::process::exit(128 + sig as i32);
+        })
+        .map_err(io("start the thread that waits for signals"))?;
+    Ok(())
+}
+
 pub fn run(o: &Options, cells: &[Cell], command: &str, progress: &dyn Progress) -> Result<Results> {
     let t0 = Instant::now();
     std::fs::create_dir_all(&o.out).map_err(io(format!("create {}", o.out.display())))?;
     let work = std::path::absolute(o.out.join("work")).map_err(io("out dir"))?;
     std::fs::create_dir_all(&work).map_err(io(format!("create {}", work.display())))?;
     pmig_cluster::validate_prefix(&o.prefix).map_err(|e| BenchError::Failed(e.to_string()))?;
-    let state_dir = work.join("cluster");
+    let state_dir = cluster_dir(o)?;
     let mut run = Run {
         o,
         work: work.clone(),

@@ -321,3 +321,119 @@ fn nix_root() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// Whether any network namespace named `PREFIX-…` exists.
+fn namespaces_of(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&format!("{prefix}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_interrupted_run_tears_its_cluster_down() {
+    if !nix_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let pmig = pmig_bin();
+    let tmp = tempfile::Builder::new()
+        .prefix("pmig-bench-interrupted-")
+        .tempdir()
+        .unwrap();
+    let out = tmp.path().join("out");
+    let prefix = format!("pbi{}", std::process::id() % 10000);
+    let mut g = Guard {
+        prefix: prefix.clone(),
+        state_dir: out.join("work/cluster"),
+        child: None,
+    };
+    let stderr = tmp.path().join("stderr");
+    let mut cmd = Command::new(&pmig);
+    cmd.args(["bench", "run", "--quick", "--prefix", &prefix, "--out"])
+        .arg(&out)
+        .env("PMIG_WORKLOADS", repo().join("bench/workloads/bin"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()));
+    // SAFETY: close_range is async-signal-safe; close-on-exec keeps std's exec-error pipe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 1u32 << 2);
+            Ok(())
+        });
+    }
+    g.child = Some(cmd.spawn().expect("start pmig bench"));
+    // Until its cluster is up, every daemon started (bounded); the bench
+    // has set up its handling of signals before.
+    let t = Instant::now();
+    let daemons: Vec<i32> = loop {
+        if let Some(s) = g.child.as_mut().unwrap().try_wait().unwrap() {
+            panic!(
+                "pmig bench ended ({s}) before its cluster was up:\n{}",
+                std::fs::read_to_string(&stderr).unwrap_or_default()
+            );
+        }
+        if let Ok(c) = pmig_cluster::Cluster::load(&prefix, Some(&g.state_dir)) {
+            let pids: Vec<i32> = c.nodes().iter().filter_map(|n| n.daemon_pid).collect();
+            if pids.len() >= 2 && pids.len() == c.nodes().len() {
+                break pids;
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "the bench's cluster `{prefix}` never came up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!namespaces_of(&prefix).is_empty());
+    let pid = g.child.as_ref().unwrap().id() as i32;
+    // SAFETY: a signal to the bench, our own child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = g.child.as_mut().unwrap().try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "pmig bench did not end after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    g.child = None;
+    let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM),
+        "the bench should end as SIGTERM would have: {status}\n{log}"
+    );
+    assert!(
+        log.contains(&format!("tearing down the cluster `{prefix}`")),
+        "{log}"
+    );
+    assert_eq!(
+        namespaces_of(&prefix),
+        Vec::<String>::new(),
+        "the interrupted bench left namespaces behind"
+    );
+    // Each daemon is gone (or dead, not yet reaped by init).
+    let gone = |pid: i32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    };
+    let t = Instant::now();
+    while !daemons.iter().all(|&p| gone(p)) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "daemons of the interrupted bench still run: {daemons:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(g);
+}

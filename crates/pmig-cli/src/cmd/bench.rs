@@ -205,6 +205,8 @@ fn matrix(a: RunArgs) -> Result<i32> {
     if a.dry_run {
         return Ok(0);
     }
+    // Before the progress bar's thread starts (see the function).
+    pmig_bench::matrix::tear_down_on_signal(&o)?;
     let cmd: Vec<String> = std::env::args().collect();
     let cmd = format!(
         "pmig {}",
