@@ -162,14 +162,18 @@ impl Strategy for AssistedPostCopy {
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        let r = self.stop_and_send(m);
-        self.it.untrack();
-        r
+        // A failed handover removes the write tracking before the process
+        // resumes. After one that succeeded it goes when the post ends:
+        // removing it takes the frozen process's memory lock for
+        // milliseconds, which the first answers to faults would wait for.
+        self.stop_and_send(m).inspect_err(|_| self.it.untrack())
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
         let owed = std::mem::take(&mut self.owed);
-        serve_source(m, Owing::Known(owed.clone()), None)?;
+        let served = serve_source(m, Owing::Known(owed.clone()), None);
+        self.it.untrack();
+        served?;
         m.residual = Residual {
             what: format!(
                 "{} pages written since round 0",

@@ -64,6 +64,13 @@ impl DemandPaging {
     pub(crate) fn take_owed(&mut self) -> Option<Stashed> {
         self.stash.take()
     }
+
+    /// Removes the write tracking of the copies, kept from the handover on
+    /// (see `FileCopies::handover`): once nothing is read from the frozen
+    /// original any more.
+    pub(crate) fn untrack_copies(&mut self) {
+        self.copies = None;
+    }
 }
 
 impl Strategy for DemandPaging {
@@ -78,7 +85,8 @@ impl Strategy for DemandPaging {
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        FileCopies::handover(self.copies.take(), m)?;
+        // Kept until the post ends (see `FileCopies::handover`).
+        self.copies = FileCopies::handover(self.copies.take(), m)?;
         // The destination runs the process: from here on a failure loses it.
         // The stop left private anonymous memory unscanned (all of it is
         // claimed): the frozen original says which pages it has.
@@ -122,6 +130,7 @@ impl Strategy for DemandPaging {
             // original) only now that nothing is read from it any more.
             (served, filling.join().ok().flatten())
         });
+        self.untrack_copies();
         served?;
         m.residual.until = format!(
             "source, until the process exits (or moves on: every page is fetched first); ended {:.1} ms after the resume",

@@ -200,6 +200,7 @@ impl Strategy for FreezeFree {
             let flushed = flushing.join();
             (served, flushed)
         });
+        self.inner.untrack_copies();
         let flushed = flushed
             .map_err(|_| StrategyError::Other("the flush to the page store panicked".into()))?;
         let ms = (crate::clock::mono_ns().saturating_sub(t0)) as f64 / 1e6;

@@ -617,15 +617,22 @@ impl FileCopies {
     /// Their handover: the stop saves, of the tracked mappings, the pages
     /// written since the copies went (or everything, without copies);
     /// captured or failed (and the process resumes), the tracking has then
-    /// served its purpose.
-    pub(crate) fn handover(copies: Option<FileCopies>, m: &mut Source) -> Result<()> {
+    /// served its purpose. A failed handover removes it at once, before
+    /// the process resumes. A handover that succeeded returns the copies,
+    /// for the caller to drop once nothing is read from the frozen process
+    /// any more: removing the tracking takes that process's memory lock
+    /// for milliseconds (1.9 ms for a JVM's), which the source's first
+    /// answers to faults would wait for.
+    pub(crate) fn handover(
+        copies: Option<FileCopies>,
+        m: &mut Source,
+    ) -> Result<Option<FileCopies>> {
         let mode = match &copies {
             Some(c) => c.mode(m),
             None => Ok(HANDOVER),
         };
-        let r = mode.and_then(|mode| handover_lazy(m, &mode));
-        drop(copies);
-        r
+        mode.and_then(|mode| handover_lazy(m, &mode))?;
+        Ok(copies)
     }
 
     /// The holder's mode: the tracked ranges whose pages were sent go to a
@@ -655,12 +662,16 @@ impl Strategy for PostCopy {
     }
 
     fn handover(&mut self, m: &mut Source) -> Result<()> {
-        FileCopies::handover(self.copies.take(), m)
+        self.copies = FileCopies::handover(self.copies.take(), m)?;
+        Ok(())
     }
 
     fn post(&mut self, m: &mut Source) -> Result<()> {
-        let owing = Owing::of(&read_image(&m.staging)?, &HANDOVER);
-        serve_source(m, owing, None)
+        let r =
+            read_image(&m.staging).and_then(|pi| serve_source(m, Owing::of(&pi, &HANDOVER), None));
+        // Their tracking goes only now (see `FileCopies::handover`).
+        self.copies = None;
+        r
     }
 
     fn destination(&mut self, d: &mut Destination) -> Result<i32> {
@@ -901,7 +912,8 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
     let side_stream: Mutex<Option<std::net::TcpStream>> = Mutex::new(None);
     let fail_after = m.host.hooks().answers_fail_after;
     let peer = m.peer.clone();
-    let scanned: Mutex<Option<Result<Ranges>>> = Mutex::new(None);
+    // The scan's pages, with the push's order of them.
+    let scanned: Mutex<Option<Result<(Ranges, PushOrder)>>> = Mutex::new(None);
     let scanning = AtomicBool::new(known.is_none() && stash.is_none());
     let mut found: Option<Ranges> = None;
     // Deferred and not scanned yet: the pages to push are not known (a
@@ -927,19 +939,6 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         if let (Some(c), Some(f)) = (&claimed, &known) {
             // Again (a takeover): the destination may not have it all.
             not_owed_bytes += send_not_owed(tx, id, c, f)?;
-        }
-        if scanning.load(Ordering::Acquire) {
-            let c = claimed.as_deref().unwrap_or(&[]);
-            let (scanned, scanning, requests, wake) = (&scanned, &scanning, &requests, &wake);
-            s.spawn(move || {
-                let r = pmig_engine::resources::memory::populated_anon(pid, c)
-                    .map_err(|e| StrategyError::Other(format!("scan the frozen process: {e}")));
-                mark("src: owed pages scanned");
-                *scanned.lock().unwrap() = Some(r);
-                let _q = requests.lock().unwrap();
-                scanning.store(false, Ordering::Release);
-                wake.notify_all();
-            });
         }
         let answering = side.map(|side| {
             let a = Answering {
@@ -1026,6 +1025,37 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
             let _q = requests.lock().unwrap();
             wake.notify_all();
         });
+        // Started after the threads that receive and answer requests: on
+        // two CPUs shared with the resumed process, a thread started
+        // after this scan got its first turn milliseconds later.
+        if scanning.load(Ordering::Acquire) {
+            let c = claimed.as_deref().unwrap_or(&[]);
+            let (scanned, scanning, requests, wake) = (&scanned, &scanning, &requests, &wake);
+            s.spawn(move || {
+                // Work for the push, which waits for it: after the program
+                // and the threads on a fault's path, as the push is.
+                if let Err(e) = set_nice(this_tid(), PUSH_NICE) {
+                    tracing::debug!("cannot lower the priority of the scan's thread: {e}");
+                }
+                let r = pmig_engine::resources::memory::populated_anon(pid, c)
+                    .map_err(|e| StrategyError::Other(format!("scan the frozen process: {e}")));
+                mark("src: owed pages scanned");
+                // Built here, not in the push loop, which until the
+                // answers' connection is up also answers faults; nor under
+                // the push's lock, which the answering thread takes for
+                // every answer (at 4 GiB the order holds a million pages,
+                // and building it under the lock made a fault wait 29 ms).
+                let r = r.map(|f| {
+                    let order = PushOrder::new(pages_of(&f));
+                    (f, order)
+                });
+                mark("src: push order built");
+                *scanned.lock().unwrap() = Some(r);
+                let _q = requests.lock().unwrap();
+                scanning.store(false, Ordering::Release);
+                wake.notify_all();
+            });
+        }
         let mut buf = vec![0u8; PUSH_PAGES * PAGE as usize];
         type Tx = pmig_proto::blocking::Sender<std::net::TcpStream>;
         let mut read_and_send = |tx: &mut Tx, addr: u64, n: usize, buf: &mut [u8]| -> Result<()> {
@@ -1040,20 +1070,15 @@ fn serve_source_inner(m: &mut Source, owing: &mut Owing, stash: Option<&Stash>) 
         let served = (|| -> Result<()> {
             let mut background = Background::new();
             loop {
-                background.set(side_up.load(Ordering::Acquire));
+                // Idle: the push's pages are not known yet.
+                background.set_idle(side_up.load(Ordering::Acquire), awaiting_scan(&found));
                 // The scan of the frozen copy has ended: tell the destination
                 // what it need not wait for, and push the rest.
                 if awaiting_scan(&found) && !scanning.load(Ordering::Acquire) {
                     if let Some(r) = scanned.lock().unwrap().take() {
-                        let f = r?;
+                        let (f, order) = r?;
                         not_owed_bytes +=
                             send_not_owed(tx, id, claimed.as_deref().unwrap_or(&[]), &f)?;
-                        // Built before taking the lock, which the answering
-                        // thread takes for every answer: at 4 GiB the order
-                        // holds a million pages, and building it under the
-                        // lock made a fault wait 29 ms.
-                        let order = PushOrder::new(pages_of(&f));
-                        mark("src: push order built");
                         let mut p = push.lock().unwrap();
                         p.order = order;
                         let early = std::mem::take(&mut p.early);
@@ -1319,9 +1344,50 @@ const PUSH_SOON_NS: u64 = 5_000_000;
 /// The threads on a fault's path (asking, reading requests, answering,
 /// installing answers) run at a higher priority than the push and the
 /// workload they share the CPUs with: a fault's wait is mostly their wake-up.
+/// The nice value of the threads on a fault's path.
+const FAULT_NICE: i32 = -10;
+
 fn favour_this_thread() {
-    if let Err(e) = set_nice(this_tid(), -10) {
+    if let Err(e) = set_nice(this_tid(), FAULT_NICE) {
         tracing::debug!("cannot raise the priority of a fault thread: {e}");
+    }
+}
+
+/// This thread at [`FAULT_NICE`] until dropped, then at its own nice
+/// value again (one below it already keeps it). For a destination's
+/// thread from the stop until its fault thread runs: after the resume,
+/// the restored process's first faults wait for that thread's steps, and
+/// at the nice value it inherits they waited for its turns on CPUs the
+/// resumed program shares with it.
+struct Favoured {
+    tid: libc::id_t,
+    own: Option<i32>,
+}
+
+impl Favoured {
+    fn this_thread() -> Favoured {
+        let tid = this_tid();
+        let own =
+            nice_of(tid)
+                .filter(|&n| n > FAULT_NICE)
+                .filter(|_| match set_nice(tid, FAULT_NICE) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!("cannot raise the priority of the restore's thread: {e}");
+                        false
+                    }
+                });
+        Favoured { tid, own }
+    }
+}
+
+impl Drop for Favoured {
+    fn drop(&mut self) {
+        if let Some(n) = self.own {
+            if let Err(e) = set_nice(self.tid, n) {
+                tracing::warn!("cannot put this thread back at nice {n}: {e}");
+            }
+        }
     }
 }
 
@@ -1361,12 +1427,19 @@ const PUSH_NICE: i32 = 10;
 /// 10 ms at 4 GiB and lowered the mean fault wait, the push as fast
 /// (BENCHMARKS.md, "Post-copy faults behind the push"). The thread's own
 /// value comes back when this is dropped.
+///
+/// A thread with nothing to push yet, which answers faults alone (the
+/// source's push loop before the answers' connection is up and its scan
+/// has ended, [`Background::set_idle`]), is on a fault's path and runs at
+/// [`FAULT_NICE`]: at the nice value it inherits, on two CPUs shared with
+/// the resumed program, a JVM's first faults waited 1.5-4 ms for its turn.
 struct Background {
     tid: libc::id_t,
     /// The thread's own nice value, when below [`PUSH_NICE`] (a daemon
     /// started at a higher one keeps it throughout).
     own: Option<i32>,
-    below: bool,
+    /// The nice value set now (None: its own).
+    now: Option<i32>,
 }
 
 impl Background {
@@ -1375,7 +1448,7 @@ impl Background {
         Background {
             tid,
             own: nice_of(tid).filter(|&n| n < PUSH_NICE),
-            below: false,
+            now: None,
         }
     }
 
@@ -1384,15 +1457,28 @@ impl Background {
     /// thread carries them too (a peer that cannot open the second
     /// connection, or after it failed) and runs at its own priority.
     fn set(&mut self, below: bool) {
+        self.set_idle(below, false);
+    }
+
+    /// As [`Self::set`]; a thread that carries the answers and has
+    /// nothing to push (`idle`) runs at [`FAULT_NICE`].
+    fn set_idle(&mut self, below: bool, idle: bool) {
         let Some(own) = self.own else {
             return;
         };
-        if below == self.below {
+        let want = if below {
+            Some(PUSH_NICE)
+        } else if idle {
+            Some(FAULT_NICE.min(own))
+        } else {
+            None
+        };
+        if want == self.now {
             return;
         }
-        let n = if below { PUSH_NICE } else { own };
+        let n = want.unwrap_or(own);
         match set_nice(self.tid, n) {
-            Ok(()) => self.below = below,
+            Ok(()) => self.now = want,
             Err(e) => tracing::debug!("cannot set the push's thread to nice {n}: {e}"),
         }
     }
@@ -1833,6 +1919,11 @@ pub(crate) fn start_lazy(
     let staging = d.staging.clone();
     if !composed {
         prespawn_restore(d, &staging, true);
+    }
+    // Until the fault thread runs (see `Favoured`); after the restorer's
+    // start, which would inherit it.
+    let _favoured = Favoured::this_thread();
+    if !composed {
         receive_image(d)?;
         mark("dst: image received");
     }
@@ -2782,6 +2873,38 @@ mod tests {
             if root {
                 assert_eq!(this_nice(), own, "its own priority is back");
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_push_thread_with_nothing_to_push_answers_at_the_fault_paths_priority() {
+        // SAFETY: geteuid takes nothing.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: raising a thread's priority needs root");
+            return;
+        }
+        std::thread::spawn(|| {
+            let own = this_nice();
+            assert!(own > FAULT_NICE, "the test runs at nice {own}");
+            {
+                let mut b = Background::new();
+                // Its pages not known yet, the answers' connection not up.
+                b.set_idle(false, true);
+                assert_eq!(this_nice(), FAULT_NICE);
+                // The connection came up: the answers go apart.
+                b.set_idle(true, true);
+                assert_eq!(this_nice(), PUSH_NICE);
+                b.set_idle(false, true);
+                assert_eq!(this_nice(), FAULT_NICE);
+                // It pushes, and carries the answers too.
+                b.set_idle(false, false);
+                assert_eq!(this_nice(), own);
+                b.set_idle(false, true);
+                assert_eq!(this_nice(), FAULT_NICE);
+            }
+            assert_eq!(this_nice(), own, "its own priority is back");
         })
         .join()
         .unwrap();
