@@ -1341,12 +1341,12 @@ impl PushState {
 /// this long (or two round trips, if longer).
 const PUSH_SOON_NS: u64 = 5_000_000;
 
-/// The threads on a fault's path (asking, reading requests, answering,
-/// installing answers) run at a higher priority than the push and the
-/// workload they share the CPUs with: a fault's wait is mostly their wake-up.
 /// The nice value of the threads on a fault's path.
 const FAULT_NICE: i32 = -10;
 
+/// The threads on a fault's path (asking, reading requests, answering,
+/// installing answers) run at a higher priority than the push and the
+/// workload they share the CPUs with: a fault's wait is mostly their wake-up.
 fn favour_this_thread() {
     if let Err(e) = set_nice(this_tid(), FAULT_NICE) {
         tracing::debug!("cannot raise the priority of a fault thread: {e}");
