@@ -48,6 +48,50 @@ impl Drop for Guard {
     }
 }
 
+/// Starts `PMIG ARGS… --prefix PREFIX --out OUT` with the workloads of
+/// this checkout, its stdout and stderr to `stdout` and `stderr`, and no
+/// descriptor but those three inherited.
+fn start_bench(
+    pmig: &Path,
+    args: &[&str],
+    prefix: &str,
+    out: &Path,
+    stdout: Stdio,
+    stderr: Stdio,
+) -> std::process::Child {
+    let mut cmd = Command::new(pmig);
+    cmd.args(args)
+        .args(["--prefix", prefix, "--out"])
+        .arg(out)
+        .env("PMIG_WORKLOADS", repo().join("bench/workloads/bin"))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr);
+    // SAFETY: close_range is async-signal-safe; close-on-exec keeps std's exec-error pipe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 1u32 << 2);
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("start pmig bench")
+}
+
+/// The exit status of the guard's child, waited for at most `limit`
+/// (`what` ends the failure's message); the guard no longer holds it.
+fn wait_within(g: &mut Guard, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = g.child.as_mut().unwrap().try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < limit, "pmig bench {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    g.child = None;
+    status
+}
+
 /// A JSON summary object as a Summary (null = not a number).
 fn summary(v: &Value) -> Summary {
     let f = |k: &str| v.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
@@ -89,38 +133,16 @@ fn quick_run_produces_every_table_and_plot() {
         state_dir: out.join("work/cluster"),
         child: None,
     };
-    let mut cmd = Command::new(&pmig);
-    cmd.args(["bench", "--quick", "--prefix", &prefix, "--out"])
-        .arg(&out)
-        .env("PMIG_WORKLOADS", repo().join("bench/workloads/bin"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(
-            std::fs::File::create(tmp.path().join("stdout")).unwrap(),
-        ))
-        .stderr(Stdio::from(
-            std::fs::File::create(tmp.path().join("stderr")).unwrap(),
-        ));
-    // SAFETY: close_range is async-signal-safe; close-on-exec keeps std's exec-error pipe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 1u32 << 2);
-            Ok(())
-        });
-    }
-    g.child = Some(cmd.spawn().expect("start pmig bench"));
+    g.child = Some(start_bench(
+        &pmig,
+        &["bench", "--quick"],
+        &prefix,
+        &out,
+        Stdio::from(std::fs::File::create(tmp.path().join("stdout")).unwrap()),
+        Stdio::from(std::fs::File::create(tmp.path().join("stderr")).unwrap()),
+    ));
     // Bounded wait (the quick run takes about a minute).
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = g.child.as_mut().unwrap().try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(600),
-            "pmig bench --quick did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    g.child = None;
+    let status = wait_within(&mut g, Duration::from_secs(600), "--quick did not finish");
     let log = std::fs::read_to_string(tmp.path().join("stdout")).unwrap_or_default()
         + &std::fs::read_to_string(tmp.path().join("stderr")).unwrap_or_default();
     assert!(status.success(), "pmig bench --quick failed:\n{log}");
@@ -352,21 +374,14 @@ fn an_interrupted_run_tears_its_cluster_down() {
         child: None,
     };
     let stderr = tmp.path().join("stderr");
-    let mut cmd = Command::new(&pmig);
-    cmd.args(["bench", "run", "--quick", "--prefix", &prefix, "--out"])
-        .arg(&out)
-        .env("PMIG_WORKLOADS", repo().join("bench/workloads/bin"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(std::fs::File::create(&stderr).unwrap()));
-    // SAFETY: close_range is async-signal-safe; close-on-exec keeps std's exec-error pipe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 1u32 << 2);
-            Ok(())
-        });
-    }
-    g.child = Some(cmd.spawn().expect("start pmig bench"));
+    g.child = Some(start_bench(
+        &pmig,
+        &["bench", "run", "--quick"],
+        &prefix,
+        &out,
+        Stdio::null(),
+        Stdio::from(std::fs::File::create(&stderr).unwrap()),
+    ));
     // Until its cluster is up, every daemon started (bounded); the bench
     // has set up its handling of signals before.
     let t = Instant::now();
@@ -393,18 +408,7 @@ fn an_interrupted_run_tears_its_cluster_down() {
     let pid = g.child.as_ref().unwrap().id() as i32;
     // SAFETY: a signal to the bench, our own child, not yet reaped.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = g.child.as_mut().unwrap().try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "pmig bench did not end after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    g.child = None;
+    let status = wait_within(&mut g, Duration::from_secs(60), "did not end after SIGTERM");
     let log = std::fs::read_to_string(&stderr).unwrap_or_default();
     assert_eq!(
         status.code(),
