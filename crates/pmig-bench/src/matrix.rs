@@ -1099,7 +1099,6 @@ impl Run<'_> {
     }
 }
 
-/// Runs the plan. `progress` sees every step.
 /// The state directory of the cluster [`run`] brings up.
 fn cluster_dir(o: &Options) -> Result<PathBuf> {
     Ok(std::path::absolute(o.out.join("work"))
@@ -1143,6 +1142,7 @@ pub fn tear_down_on_signal(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// Runs the plan. `progress` sees every step.
 pub fn run(o: &Options, cells: &[Cell], command: &str, progress: &dyn Progress) -> Result<Results> {
     let t0 = Instant::now();
     std::fs::create_dir_all(&o.out).map_err(io(format!("create {}", o.out.display())))?;
