@@ -1353,44 +1353,6 @@ fn favour_this_thread() {
     }
 }
 
-/// This thread at [`FAULT_NICE`] until dropped, then at its own nice
-/// value again (one below it already keeps it). For a destination's
-/// thread from the stop until its fault thread runs: after the resume,
-/// the restored process's first faults wait for that thread's steps, and
-/// at the nice value it inherits they waited for its turns on CPUs the
-/// resumed program shares with it.
-struct Favoured {
-    tid: libc::id_t,
-    own: Option<i32>,
-}
-
-impl Favoured {
-    fn this_thread() -> Favoured {
-        let tid = this_tid();
-        let own =
-            nice_of(tid)
-                .filter(|&n| n > FAULT_NICE)
-                .filter(|_| match set_nice(tid, FAULT_NICE) {
-                    Ok(()) => true,
-                    Err(e) => {
-                        tracing::debug!("cannot raise the priority of the restore's thread: {e}");
-                        false
-                    }
-                });
-        Favoured { tid, own }
-    }
-}
-
-impl Drop for Favoured {
-    fn drop(&mut self) {
-        if let Some(n) = self.own {
-            if let Err(e) = set_nice(self.tid, n) {
-                tracing::warn!("cannot put this thread back at nice {n}: {e}");
-            }
-        }
-    }
-}
-
 fn this_tid() -> libc::id_t {
     nix::unistd::gettid().as_raw() as libc::id_t
 }
@@ -1920,9 +1882,13 @@ pub(crate) fn start_lazy(
     if !composed {
         prespawn_restore(d, &staging, true);
     }
-    // Until the fault thread runs (see `Favoured`); after the restorer's
-    // start, which would inherit it.
-    let _favoured = Favoured::this_thread();
+    // From the stop until the fault thread runs, this thread is on the
+    // fault path: after the resume the first faults wait for its steps,
+    // and at the nice value it inherits they waited for its turns on the
+    // CPUs the resumed program shares. Set after the restorer's start,
+    // which would inherit it; its own value comes back when dropped.
+    let mut favoured = Background::new();
+    favoured.set_idle(false, true);
     if !composed {
         receive_image(d)?;
         mark("dst: image received");
