@@ -704,6 +704,9 @@ pub struct Destination<'a> {
     /// The skeleton's image as it was received: the files whose bytes
     /// `ImageCopy` takes ([`delta`]).
     pub(crate) delta_base: Option<stop_copy::SkeletonBase>,
+    /// The `pmig restore`s that reported their process running, left to
+    /// exit; waited for at the end of the migration.
+    pub(crate) exiting: Vec<stop_copy::Exiting<'a>>,
 }
 
 impl Destination<'_> {
@@ -1279,6 +1282,7 @@ pub fn serve_offer(
         composed: None,
         skeleton: None,
         delta_base: None,
+        exiting: Vec::new(),
     };
     let r = s.destination(&mut d);
     drop(d.restorer.take());

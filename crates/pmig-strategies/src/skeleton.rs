@@ -346,9 +346,9 @@ fn fallback_store(d: &Destination, pre: &Path) -> Result<PageStore> {
 /// restores that image the ordinary way; a held skeleton's source is told
 /// which (`SkeletonUsed`, queued ahead of `Restored`). Returns what runs
 /// and the directory of its image.
-pub(crate) fn start(
-    d: &mut Destination,
-    offered: Offered,
+pub(crate) fn start<'a>(
+    d: &mut Destination<'a>,
+    offered: Offered<'a>,
     fin: &Path,
 ) -> std::result::Result<(Started, PathBuf), (u32, String)> {
     let Offered { held, fallback } = offered;
@@ -362,7 +362,8 @@ pub(crate) fn start(
     }
     let why = match held.map(|h| h.bring_up(fin)) {
         None => None,
-        Some(Ok(started)) => {
+        Some(Ok((started, exiting))) => {
+            d.exiting.push(exiting);
             mark("dst: skeleton brought up");
             let _ = d.ch.queue(
                 &Msg::SkeletonUsed {

@@ -1288,8 +1288,8 @@ fn prespawn(d: &mut Destination, dir: &Path, mode: Mode) {
 /// Verify the image in `dir` and restore it in a helper (`pmig restore
 /// --detach`, with `--lazy` for post-copy): the one started ahead by
 /// [`prespawn_restore`] for the same image, else a new one.
-pub(crate) fn restore_from(
-    d: &mut Destination,
+pub(crate) fn restore_from<'a>(
+    d: &mut Destination<'a>,
     dir: &Path,
     lazy: bool,
 ) -> std::result::Result<Started, (u32, String)> {
@@ -1299,23 +1299,42 @@ pub(crate) fn restore_from(
         err,
         ..
     } = start_restore(d, dir, if lazy { Mode::Lazy } else { Mode::Full })?;
-    let mut json = String::new();
-    let _ = child.stdout.take().map(|mut s| s.read_to_string(&mut json));
-    let eof_ns = mono_ns();
-    mark("dst: pmig restore output read");
-    let st = d.host.wait(&mut child).map_err(|e| {
-        (
-            code::RESTORE_FAILED,
-            format!("waiting for pmig restore: {e}"),
-        )
-    })?;
-    mark("dst: pmig restore exited");
-    log_restore_output(&err);
-    if !st.success() {
-        return Err((code::RESTORE_FAILED, restore_failure(&err)));
-    }
-    let r = parse_restored(&json)?;
-    let resumed_ns = resumed_at(r.resumed_ns, eof_ns);
+    let mut stdout = child.stdout.take().map(std::io::BufReader::new);
+    let (mut json, reported) = match stdout.as_mut() {
+        Some(s) => report_of(s),
+        None => (String::new(), None),
+    };
+    let r = match reported {
+        // It reported the process running, and only exits now.
+        Some(r) => {
+            mark("dst: pmig restore reported");
+            d.exiting.push(Exiting::new(d.host, child, stdout, err));
+            r
+        }
+        None => {
+            if let Some(mut s) = stdout {
+                let _ = s.read_to_string(&mut json);
+            }
+            let eof_ns = mono_ns();
+            mark("dst: pmig restore output read");
+            let st = d.host.wait(&mut child).map_err(|e| {
+                (
+                    code::RESTORE_FAILED,
+                    format!("waiting for pmig restore: {e}"),
+                )
+            })?;
+            mark("dst: pmig restore exited");
+            log_restore_output(&err);
+            if !st.success() {
+                return Err((code::RESTORE_FAILED, restore_failure(&err)));
+            }
+            let r = parse_restored(&json)?;
+            Started {
+                resumed_ns: resumed_at(r.resumed_ns, eof_ns),
+                ..r
+            }
+        }
+    };
     tracing::info!(
         "restored process {} ({}) from {} as pid {}; its terminal/pipe stdio goes to {}",
         d.offer.pid,
@@ -1324,7 +1343,69 @@ pub(crate) fn restore_from(
         r.pid,
         out.display()
     );
-    Ok(Started { resumed_ns, ..r })
+    Ok(r)
+}
+
+/// The first line of a `pmig restore --json`'s output `out`, and the process
+/// it reports running, if it does (resumed at the instant it reported, or
+/// else when the line was read): read without waiting for the restore to
+/// exit.
+fn report_of(out: &mut std::io::BufReader<std::process::ChildStdout>) -> (String, Option<Started>) {
+    let mut line = String::new();
+    let _ = std::io::BufRead::read_line(out, &mut line);
+    let read_ns = mono_ns();
+    let started = parse_restored(&line).ok().map(|r| Started {
+        resumed_ns: resumed_at(r.resumed_ns, read_ns),
+        ..r
+    });
+    (line, started)
+}
+
+/// A `pmig restore` that reported its process running (its one line of
+/// output) and has only to exit. It is waited for when dropped, at the end
+/// of the migration ([`Destination::exiting`]), and its warnings logged
+/// then: reading its output to the end waited for that exit, a third of a
+/// millisecond in which nothing answered the restored process's faults.
+pub(crate) struct Exiting<'a> {
+    helper: Helper<'a>,
+    /// Kept open until it has exited.
+    _stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
+    err: ErrLog,
+}
+
+impl<'a> Exiting<'a> {
+    fn new(
+        host: &'a dyn crate::Host,
+        child: Child,
+        stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
+        err: ErrLog,
+    ) -> Exiting<'a> {
+        Exiting {
+            helper: Helper {
+                host,
+                child: Some(child),
+                stdin: None,
+            },
+            _stdout: stdout,
+            err,
+        }
+    }
+}
+
+impl Drop for Exiting<'_> {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.helper.child.take() {
+            match self.helper.host.wait(&mut c) {
+                Ok(s) if !s.success() => tracing::warn!(
+                    "pmig restore {s} after its process ran: {}",
+                    restore_failure(&self.err)
+                ),
+                Err(e) => tracing::warn!("waiting for pmig restore: {e}"),
+                Ok(_) => {}
+            }
+        }
+        log_restore_output(&self.err);
+    }
 }
 
 /// The timing marks `pmig restore` wrote to its error output, when they
@@ -1535,11 +1616,14 @@ pub(crate) fn start_skeleton<'a>(
     })
 }
 
-impl HeldSkeleton<'_> {
+impl<'a> HeldSkeleton<'a> {
     /// Brings the skeleton up to the image of the stop in `dir`, verified
     /// by the caller, and lets it run: what [`restore_from`] would have
-    /// started, or why not.
-    pub(crate) fn bring_up(mut self, dir: &Path) -> std::result::Result<Started, NotBrought> {
+    /// started, with the restore left to exit ([`Exiting`]), or why not.
+    pub(crate) fn bring_up(
+        mut self,
+        dir: &Path,
+    ) -> std::result::Result<(Started, Exiting<'a>), NotBrought> {
         let mut stdin = self
             .helper
             .stdin
@@ -1550,9 +1634,20 @@ impl HeldSkeleton<'_> {
             return Err(NotBrought::Failed(format!("bring the skeleton up: {e}")));
         }
         drop(stdin);
-        let mut json = String::new();
+        // Its one line: the process running, or why not.
+        let (mut json, reported) = report_of(&mut self.stdout);
+        mark("dst: skeleton's restore reported");
+        if let Some(started) = reported {
+            tracing::info!(
+                "skeleton {} brought up and running; its terminal/pipe stdio goes to {}",
+                started.pid,
+                self.out.display()
+            );
+            let child = self.helper.child.take().expect("the restore runs");
+            let exiting = Exiting::new(self.helper.host, child, Some(self.stdout), self.err);
+            return Ok((started, exiting));
+        }
         let _ = self.stdout.read_to_string(&mut json);
-        let eof_ns = mono_ns();
         mark("dst: skeleton's restore output read");
         let mut child = self.helper.child.take().expect("the restore runs");
         let st = self.helper.host.wait(&mut child);
@@ -1569,16 +1664,11 @@ impl HeldSkeleton<'_> {
             Ok(_) => return Err(NotBrought::Failed(restore_failure(&self.err))),
             Err(e) => return Err(NotBrought::Failed(format!("waiting for pmig restore: {e}"))),
         }
-        let r = parse_restored(&json).map_err(|(_, e)| NotBrought::Failed(e))?;
-        tracing::info!(
-            "skeleton {} brought up and running; its terminal/pipe stdio goes to {}",
-            r.pid,
-            self.out.display()
-        );
-        Ok(Started {
-            resumed_ns: resumed_at(reported_resume(&json), eof_ns),
-            ..r
-        })
+        // It exited well without reporting a process.
+        let e = parse_restored(&json).err().map(|(_, e)| e);
+        Err(NotBrought::Failed(e.unwrap_or_else(|| {
+            format!("pmig restore printed {json:?}")
+        })))
     }
 }
 
@@ -1787,6 +1877,89 @@ mod tests {
         std::fs::remove_dir(&moved).unwrap();
         writeln!(w, "pmig: later").unwrap();
         assert_eq!(restore_failure(&log), "later");
+    }
+
+    /// A host that counts the helpers it waited for.
+    struct Waits {
+        waited: std::sync::atomic::AtomicUsize,
+        key: pmig_proto::ClusterKey,
+    }
+
+    impl crate::Host for Waits {
+        fn node(&self) -> &str {
+            "n1"
+        }
+        fn exe(&self) -> &Path {
+            Path::new("/bin/false")
+        }
+        fn state_dir(&self) -> &Path {
+            Path::new("/nonexistent")
+        }
+        fn staging_root(&self) -> &Path {
+            Path::new("/nonexistent")
+        }
+        fn spawn(&self, cmd: &mut Command) -> std::io::Result<Child> {
+            cmd.spawn()
+        }
+        fn wait(&self, child: &mut Child) -> std::io::Result<std::process::ExitStatus> {
+            self.waited
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            child.wait()
+        }
+        fn cluster_key(&self) -> &pmig_proto::ClusterKey {
+            &self.key
+        }
+    }
+
+    #[test]
+    fn a_restore_is_taken_at_its_report_and_waited_for_only_when_dropped() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = tempfile::tempdir().unwrap();
+        let (err, w) = ErrLog::new(dir.path()).unwrap();
+        let line = r#"{"pid":7,"original_pid":7,"uffd_fd":5,"held":false,"resumed_ns":1500}"#;
+        // Reports, then stays until its stdin closes, and fails.
+        let mut child = Command::new("/bin/sh")
+            .args([
+                "-c",
+                &format!("echo '{line}'; read x; echo 'WARN late' >&2; exit 3"),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(w)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (text, started) = report_of(&mut out);
+        assert_eq!(text.trim_end(), line);
+        let r = started.expect("a process reported");
+        assert_eq!((r.pid, r.uffd_fd, r.resumed_ns), (7, Some(5), 1500));
+        assert!(child.try_wait().unwrap().is_none(), "it still runs");
+        let host = Waits {
+            waited: Default::default(),
+            key: pmig_proto::ClusterKey::from_bytes([1; pmig_proto::key::KEY_LEN]),
+        };
+        let pid = child.id() as i32;
+        let exiting = Exiting::new(&host, child, Some(out), err);
+        assert_eq!(host.waited.load(SeqCst), 0);
+        drop(stdin);
+        drop(exiting);
+        assert_eq!(host.waited.load(SeqCst), 1);
+        // Reaped: no such child any more.
+        // SAFETY: waitpid on a pid with WNOHANG only asks about it.
+        let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        assert_eq!(r, -1);
+
+        // A line that reports no process (a stale skeleton's) is not taken.
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", r#"echo '{"stale":"its files changed"}'"#])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (text, started) = report_of(&mut out);
+        assert!(started.is_none() && text.contains("stale"), "{text}");
+        child.wait().unwrap();
     }
 
     #[test]
