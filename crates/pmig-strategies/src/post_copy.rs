@@ -42,6 +42,7 @@ use pmig_engine::resources::memory::private_file_copies;
 use pmig_engine::resources::memory::Backing;
 use pmig_proto::{code, Msg};
 use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -1893,18 +1894,25 @@ pub(crate) fn start_lazy(
         receive_image(d)?;
         mark("dst: image received");
     }
+    // The image decoded while the restore runs (on the other CPU), not
+    // after it, when the first faults wait for this thread's steps.
+    let mut early: Option<(PathBuf, Result<ProcessImage>)> = None;
+    let mut decode = |dir: &Path| {
+        early = Some((dir.to_path_buf(), read_image(dir)));
+        mark("dst: image decoded during the restore");
+    };
     let restored = match d.skeleton.take() {
         Some(offered) => {
             let fin = crate::skeleton::final_dir(d);
             match pmig_image::Image::open_verified(&fin) {
-                Ok(_) => crate::skeleton::start(d, offered, &fin),
+                Ok(_) => crate::skeleton::start(d, offered, &fin, &mut decode),
                 Err(e) => Err((
                     code::BAD_IMAGE,
                     format!("the image failed verification: {e}"),
                 )),
             }
         }
-        None => restore_from(d, &staging, true).map(|s| (s, staging.clone())),
+        None => restore_from(d, &staging, true, &mut decode).map(|s| (s, staging.clone())),
     };
     let (started, image_dir) = match restored {
         Ok(s) => s,
@@ -1923,9 +1931,12 @@ pub(crate) fn start_lazy(
         return Err(fail(d, "the lazy restore reported no userfaultfd".into()));
     };
     mark("dst: restored");
-    // Decoded only now: the image was verified before the restore started,
-    // and decoding it no longer delays the resume.
-    let pi = match read_image(&image_dir) {
+    // The image was verified before the restore started; decoded during it.
+    let pi = match early.take() {
+        Some((dir, Ok(pi))) if dir == image_dir => Ok(pi),
+        _ => read_image(&image_dir),
+    };
+    let pi = match pi {
         Ok(pi) => pi,
         Err(e) => return Err(fail(d, format!("read the restored image: {e}"))),
     };

@@ -85,14 +85,20 @@ pub(crate) fn offer_primed(m: &mut Source) -> Result<()> {
 
 /// Whether no skeleton is offered for the process, because the
 /// destination would refuse it: the process holds a named pipe, which is
-/// opened at the stop only (see `pmig_engine::resources::fifos`). Its
-/// capture would pause the process and its image travel for nothing. The
-/// report says why.
+/// opened at the stop only (see `pmig_engine::resources::fifos`), or has
+/// System V shared memory attached, which is attached at the stop only
+/// (see `pmig_engine::resources::sysvshm`). Its capture would pause the
+/// process and its image travel for nothing, and the image of the stop
+/// would then be composed with it, in the stop. The report says why.
 fn not_offered(m: &mut Source) -> bool {
-    let Some(path) = pmig_engine::resources::fifos::held_by(m.pid) else {
+    use pmig_engine::resources::{fifos, sysvshm};
+    let why = if let Some(path) = fifos::held_by(m.pid) {
+        format!("it holds a named pipe ({path}), which is opened at the stop only")
+    } else if sysvshm::attached_by(m.pid) {
+        "it has System V shared memory attached, which is attached at the stop only".to_string()
+    } else {
         return false;
     };
-    let why = format!("it holds a named pipe ({path}), which is opened at the stop only");
     tracing::info!("process {}: no skeleton: {why}", m.pid);
     m.skeleton = Some(SkeletonUse {
         used: false,
@@ -345,11 +351,14 @@ fn fallback_store(d: &Destination, pre: &Path) -> Result<PageStore> {
 /// brings the skeleton up to it, or, if there is none or that cannot be,
 /// restores that image the ordinary way; a held skeleton's source is told
 /// which (`SkeletonUsed`, queued ahead of `Restored`). Returns what runs
-/// and the directory of its image.
+/// and the directory of its image. `meanwhile` is called with the image's
+/// directory while it is brought up or restored (twice if a stale
+/// skeleton gives way to a restore of a composed image).
 pub(crate) fn start<'a>(
     d: &mut Destination<'a>,
     offered: Offered<'a>,
     fin: &Path,
+    meanwhile: &mut dyn FnMut(&Path),
 ) -> std::result::Result<(Started, PathBuf), (u32, String)> {
     let Offered { held, fallback } = offered;
     if d.hooks.fail_restore {
@@ -360,7 +369,7 @@ pub(crate) fn start<'a>(
             "restore failed: test hook fail-restore".into(),
         ));
     }
-    let why = match held.map(|h| h.bring_up(fin)) {
+    let why = match held.map(|h| h.bring_up(fin, meanwhile)) {
         None => None,
         Some(Ok((started, exiting))) => {
             d.exiting.push(exiting);
@@ -401,7 +410,7 @@ pub(crate) fn start<'a>(
             &[],
         );
     }
-    let started = restore_from(d, &dir, true)?;
+    let started = restore_from(d, &dir, true, meanwhile)?;
     Ok((started, dir))
 }
 

@@ -1287,11 +1287,13 @@ fn prespawn(d: &mut Destination, dir: &Path, mode: Mode) {
 
 /// Verify the image in `dir` and restore it in a helper (`pmig restore
 /// --detach`, with `--lazy` for post-copy): the one started ahead by
-/// [`prespawn_restore`] for the same image, else a new one.
+/// [`prespawn_restore`] for the same image, else a new one. `meanwhile`
+/// is called with `dir` while the restore runs.
 pub(crate) fn restore_from<'a>(
     d: &mut Destination<'a>,
     dir: &Path,
     lazy: bool,
+    meanwhile: &mut dyn FnMut(&Path),
 ) -> std::result::Result<Started, (u32, String)> {
     let Spawned {
         mut child,
@@ -1299,6 +1301,7 @@ pub(crate) fn restore_from<'a>(
         err,
         ..
     } = start_restore(d, dir, if lazy { Mode::Lazy } else { Mode::Full })?;
+    meanwhile(dir);
     let mut stdout = child.stdout.take().map(std::io::BufReader::new);
     let (mut json, reported) = match stdout.as_mut() {
         Some(s) => report_of(s),
@@ -1620,9 +1623,11 @@ impl<'a> HeldSkeleton<'a> {
     /// Brings the skeleton up to the image of the stop in `dir`, verified
     /// by the caller, and lets it run: what [`restore_from`] would have
     /// started, with the restore left to exit ([`Exiting`]), or why not.
+    /// `meanwhile` is called with `dir` while the restore brings it up.
     pub(crate) fn bring_up(
         mut self,
         dir: &Path,
+        meanwhile: &mut dyn FnMut(&Path),
     ) -> std::result::Result<(Started, Exiting<'a>), NotBrought> {
         let mut stdin = self
             .helper
@@ -1634,6 +1639,7 @@ impl<'a> HeldSkeleton<'a> {
             return Err(NotBrought::Failed(format!("bring the skeleton up: {e}")));
         }
         drop(stdin);
+        meanwhile(dir);
         // Its one line: the process running, or why not.
         let (mut json, reported) = report_of(&mut self.stdout);
         mark("dst: skeleton's restore reported");

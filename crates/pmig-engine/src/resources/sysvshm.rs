@@ -191,6 +191,12 @@ pub fn is_sysv(path: &str) -> bool {
     path.starts_with("/SYSV")
 }
 
+/// Whether `pid` has System V shared memory attached now (false if its
+/// mappings cannot be read).
+pub fn attached_by(pid: pid_t) -> bool {
+    crate::procfs::maps(pid).is_ok_and(|m| m.iter().any(|l| is_sysv(&l.path)))
+}
+
 /// Groups the mappings of segments into attaches; refuses what cannot be
 /// attached again as it was. Returns (shmid, attach start, attach end,
 /// mappings in it).
