@@ -15,6 +15,14 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+/// The pages a store held ([`PageStore::held`]): its page data, open, and
+/// where the newest copy of each page lies in it (address, length,
+/// offset).
+pub struct HeldPages {
+    file: std::fs::File,
+    extents: Vec<(u64, u64, u64)>,
+}
+
 pub struct PageStore {
     w: ImageWriter,
     /// Where the newest copy of each page is: extents of pages
@@ -41,6 +49,84 @@ impl PageStore {
             path: dir.join(pmig_image::PAGES_FILE),
             reader: None,
         })
+    }
+
+    /// A store in `dir` that starts with the pages of the image `img`
+    /// (verified by the caller; `pi`, its process image) as its newest
+    /// copies: that image's page data is moved into `dir` and the store
+    /// appends after it ([`ImageWriter::append_to_pages`]). Storing pages
+    /// into a store that then takes an image in ([`PageStore::absorb`])
+    /// copies all of that image's pages; this copies none of them.
+    pub fn adopt(dir: &Path, img: &Image, pi: &ProcessImage) -> Result<PageStore> {
+        let w = ImageWriter::append_to_pages(dir, &img.pages_path(), &img.manifest)?;
+        let mut store = PageStore {
+            w,
+            index: BTreeMap::new(),
+            held: 0,
+            received: 0,
+            path: dir.join(pmig_image::PAGES_FILE),
+            reader: None,
+        };
+        let len = store.w.pages().offset();
+        for r in pi.memory.vmas.iter().flat_map(|v| &v.runs) {
+            if r.offset.checked_add(r.len).is_none_or(|e| e > len) {
+                return Err(EngineError::Other(format!(
+                    "the image's pages at {:#x} lie past its page data",
+                    r.addr
+                )));
+            }
+            store.carve(r.addr, r.len);
+            store.insert(r.addr, r.len, r.offset);
+        }
+        Ok(store)
+    }
+
+    /// The directory the store's image goes into.
+    pub fn dir(&self) -> &Path {
+        self.w.dir()
+    }
+
+    /// The pages this store holds, as they are now. Taken before the
+    /// store's directory gets other page data ([`PageStore::adopt`]), it
+    /// still reads this store's.
+    pub fn held(&self) -> Result<HeldPages> {
+        let file =
+            std::fs::File::open(&self.path).ctx(|| format!("open {}", self.path.display()))?;
+        let extents = self
+            .index
+            .iter()
+            .map(|(&a, &(l, off))| (a, l, off))
+            .collect();
+        Ok(HeldPages { file, extents })
+    }
+
+    /// Stores the pages `from` holds ([`PageStore::held`]) that this store
+    /// holds no copy of: the copies it holds are the newer. Returns the
+    /// bytes stored.
+    pub fn fill_from(&mut self, from: &HeldPages) -> Result<u64> {
+        let mut buf = Vec::new();
+        let mut stored = 0;
+        for &(a, l, off) in &from.extents {
+            let held = self.runs_within(&[(a, l)]);
+            let mut at = a;
+            let holes = held
+                .iter()
+                .map(|r| (r.addr, r.len))
+                .chain(std::iter::once((a + l, 0)));
+            for (s, n) in holes {
+                if s > at {
+                    let len = s - at;
+                    buf.resize(len as usize, 0);
+                    from.file
+                        .read_exact_at(&mut buf, off + (at - a))
+                        .ctx(|| format!("read stored pages at {at:#x}"))?;
+                    self.put(at, &buf)?;
+                    stored += len;
+                }
+                at = at.max(s + n);
+            }
+        }
+        Ok(stored)
     }
 
     /// Reads the newest copy of the page at `addr` into `page` (one page);
@@ -381,6 +467,87 @@ mod tests {
                 .any(|r| r.addr <= 0x20000 && 0x20000 < r.addr + r.len),
             "absent page dropped"
         );
+    }
+
+    #[test]
+    fn adopting_the_image_of_the_stop_composes_what_absorbing_it_does() {
+        use crate::resources::memory::{test_vma, Vma};
+        let round0 = |dir: &Path| {
+            let mut s = PageStore::create(dir).unwrap();
+            s.put(0x10000, &[1u8; 4 * 4096]).unwrap(); // 0x10000..0x14000
+            s.put(0x20000, &[3u8; 4096]).unwrap(); // not present at the stop
+            s.put(0x30000, &[4u8; 2 * 4096]).unwrap();
+            s
+        };
+        // The image of the stop: newer copies of 0x11000 and 0x12000, and a
+        // page of its own.
+        let stop = |dir: &Path| {
+            let mut s = PageStore::create(dir).unwrap();
+            s.put(0x11000, &[5u8; 2 * 4096]).unwrap();
+            s.put(0x40000, &[6u8; 4096]).unwrap();
+            let mut pi = crate::image::tests_support::empty_image();
+            pi.memory.vmas.push(Vma {
+                present: vec![(0x10000, 0x4000), (0x30000, 0x2000), (0x40000, 0x1000)],
+                ..test_vma(0x10000, 0x50000, 3)
+            });
+            s.finish(pi, crate::dump::manifest_for(1)).unwrap();
+            let img = pmig_image::Image::open_verified(dir).unwrap();
+            let pi = ProcessImage::read(&img).unwrap();
+            (img, pi)
+        };
+        let t = tempfile::tempdir().unwrap();
+        let dir = |n: &str| {
+            let d = t.path().join(n);
+            std::fs::create_dir(&d).unwrap();
+            d
+        };
+        let (a, fa, b, fb) = (dir("a"), dir("fa"), dir("b"), dir("fb"));
+        // Absorbing it.
+        let mut s = round0(&a);
+        let (img, pi) = stop(&fa);
+        s.absorb(&img, &pi).unwrap();
+        let mut m = img.manifest.clone();
+        m.parts.clear();
+        s.finish_image(pi, m).unwrap();
+        // Adopting it.
+        let s = round0(&b);
+        let (img, pi) = stop(&fb);
+        let held = s.held().unwrap();
+        drop(s);
+        let mut s = PageStore::adopt(&b, &img, &pi).unwrap();
+        assert_eq!(s.pages_held(), 3, "the image's own pages");
+        let filled = s.fill_from(&held).unwrap();
+        // 0x10000, 0x13000, 0x20000, 0x30000, 0x31000: not in the image.
+        assert_eq!(filled, 5 * 4096);
+        let mut m = img.manifest.clone();
+        m.parts.clear();
+        s.finish_image(pi, m).unwrap();
+        assert!(!fb.join(pmig_image::PAGES_FILE).exists());
+        let page_of = |d: &Path, addr: u64| -> Option<u8> {
+            let img = pmig_image::Image::open_verified(d).unwrap();
+            let pi = ProcessImage::read(&img).unwrap();
+            let f = std::fs::read(img.pages_path()).unwrap();
+            let r = pi.memory.vmas[0]
+                .runs
+                .iter()
+                .find(|r| r.addr <= addr && addr < r.addr + r.len)?;
+            let at = (r.offset + addr - r.addr) as usize;
+            assert!(f[at..at + 4096].iter().all(|&x| x == f[at]), "{addr:#x}");
+            Some(f[at])
+        };
+        for (addr, want) in [
+            (0x10000, Some(1)),
+            (0x11000, Some(5)),
+            (0x12000, Some(5)),
+            (0x13000, Some(1)),
+            (0x20000, None),
+            (0x30000, Some(4)),
+            (0x31000, Some(4)),
+            (0x40000, Some(6)),
+        ] {
+            assert_eq!(page_of(&a, addr), want, "absorbed, {addr:#x}");
+            assert_eq!(page_of(&b, addr), want, "adopted, {addr:#x}");
+        }
     }
 
     #[test]

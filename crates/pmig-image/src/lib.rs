@@ -308,6 +308,73 @@ impl ImageWriter {
         })
     }
 
+    /// An image in `dir` that carries on from another image's page data:
+    /// `pages`, a `pages.pmig` whose part `manifest` lists (verified by the
+    /// caller), is moved into `dir` (over any file of that name: a reader
+    /// of the old one keeps reading it) and more page data is appended
+    /// after its own, its checksums carried on; the parts and the manifest
+    /// are written anew. Costs the bytes appended, not those already there.
+    pub fn append_to_pages(dir: &Path, pages: &Path, manifest: &Manifest) -> Result<Self> {
+        let entry = manifest
+            .part(PAGES_PART)
+            .filter(|p| p.file == PAGES_FILE && p.offset == 0 && p.chunk == CHUNK)
+            .ok_or_else(|| ImageError::MissingPart(PAGES_PART.into()))?;
+        let len = entry.len;
+        let tail = len % CHUNK;
+        let mut sums = entry.sums.clone();
+        // Those of the whole chunks; the last, partial one is hashed again
+        // from its bytes, to go on with the bytes appended.
+        if tail > 0 || len == 0 {
+            sums.pop();
+        }
+        if sums.len() as u64 != len / CHUNK {
+            return Err(ImageError::Truncated(pages.to_path_buf()));
+        }
+        match fs::remove_file(dir.join(MANIFEST_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ImageError::Io(dir.to_path_buf(), e)),
+        }
+        let target = dir.join(PAGES_FILE);
+        fs::rename(pages, &target).map_err(io_err(dir))?;
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&target)
+            .map_err(io_err(dir))?;
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        if tail > 0 {
+            let mut buf = vec![0u8; tail as usize];
+            file.read_exact_at(&mut buf, len - tail)
+                .map_err(io_err(dir))?;
+            hasher.update(&buf);
+        }
+        let end = file.metadata().map_err(io_err(dir))?.len().max(len);
+        io::Seek::seek(&mut file, io::SeekFrom::Start(len)).map_err(io_err(dir))?;
+        // A new file, not the old one cut short: a writer of that one may
+        // still hold it.
+        match fs::remove_file(dir.join(PARTS_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(ImageError::Io(dir.to_path_buf(), e)),
+        }
+        let parts_file = File::create(dir.join(PARTS_FILE)).map_err(io_err(dir))?;
+        Ok(ImageWriter {
+            dir: dir.to_path_buf(),
+            parts_file: io::BufWriter::with_capacity(PARTS_BUFFER, parts_file),
+            parts_len: 0,
+            entries: Vec::new(),
+            pages: Some(PagesWriter {
+                file,
+                len,
+                end,
+                sums,
+                hasher,
+                in_chunk: tail,
+            }),
+        })
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -617,6 +684,46 @@ mod tests {
         let mut w = Lengths(Vec::new(), Vec::new());
         write_in_pieces(&mut w, &data[..8192]).unwrap();
         assert_eq!(w.0, [8192]);
+    }
+
+    #[test]
+    fn page_data_appended_to_another_images_checks_as_if_written_at_once() {
+        let data: Vec<u8> = (0..2 * CHUNK as usize + 9000)
+            .map(|i| (i % 253) as u8)
+            .collect();
+        // Split inside a chunk, at a chunk's end, and with nothing before.
+        for first in [CHUNK as usize + 1234, CHUNK as usize, 0] {
+            let t = tempfile::tempdir().unwrap();
+            let (a, b) = (t.path().join("a"), t.path().join("b"));
+            let mut w = ImageWriter::create(&a).unwrap();
+            w.pages().write_all(&data[..first]).unwrap();
+            w.put("x", &1u32).unwrap();
+            let ma = w.finish(test_manifest()).unwrap();
+            // `b` holds an older page file, which a reader still has open.
+            let mut old = ImageWriter::create(&b).unwrap();
+            old.pages().write_all(&[7u8; 4096]).unwrap();
+            let old_pages = File::open(b.join(PAGES_FILE)).unwrap();
+            let mut w = ImageWriter::append_to_pages(&b, &a.join(PAGES_FILE), &ma).unwrap();
+            assert_eq!(w.pages().offset(), first as u64);
+            w.pages().write_all(&data[first..]).unwrap();
+            w.put("y", &2u32).unwrap();
+            let mb = w.finish(test_manifest()).unwrap();
+            assert!(!a.join(PAGES_FILE).exists(), "moved, not copied");
+            let img = Image::open_verified(&b).unwrap();
+            assert_eq!(img.get::<u32>("y").unwrap(), 2);
+            assert!(img.get::<u32>("x").is_err(), "the parts are written anew");
+            assert_eq!(fs::read(b.join(PAGES_FILE)).unwrap(), data);
+            let whole = mb.part(PAGES_PART).unwrap();
+            assert_eq!(whole.sums, chunk_sums(&data, CHUNK), "split at {first}");
+            let mut buf = [0u8; 4096];
+            old_pages.read_exact_at(&mut buf, 0).unwrap();
+            assert_eq!(buf, [7u8; 4096]);
+        }
+        // A manifest without page data in pages.pmig is refused.
+        let t = tempfile::tempdir().unwrap();
+        let mut m = test_manifest();
+        m.parts.clear();
+        assert!(ImageWriter::append_to_pages(t.path(), &t.path().join("none"), &m).is_err());
     }
 
     fn test_manifest() -> Manifest {

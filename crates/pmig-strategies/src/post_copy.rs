@@ -28,7 +28,7 @@ use crate::demand_paging::Stash;
 use crate::error::{io_err, Result, StrategyError};
 use crate::holder::{CaptureMode, Holder};
 use crate::pre_copy::{
-    compose, receive_rounds, send_round, subtract, write_ranges, FINAL_DIR, TRACKED_FILE,
+    compose_either_way, receive_rounds, send_round, subtract, write_ranges, FINAL_DIR, TRACKED_FILE,
 };
 use crate::stop_copy::{
     prespawn_restore, receive_image, receive_image_after, restore_from, send_image,
@@ -721,7 +721,7 @@ pub(crate) fn receive_with_copies(d: &mut Destination) -> Result<()> {
     std::fs::create_dir(&dir).map_err(io_err(format!("create {}", dir.display())))?;
     receive_image_after(d, &dir, Some(first))?;
     mark("dst: image received");
-    let composed = compose(store, &dir);
+    let composed = compose_either_way(store, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(e) = composed {
         return Err(crate::pre_copy::cannot_compose(d, e));

@@ -1128,12 +1128,50 @@ fn apply_changes(
 /// writes the complete image into the store's directory.
 /// Returns the composed image, as written, and its manifest.
 pub(crate) fn compose(
+    store: PageStore,
+    dir: &Path,
+) -> Result<(ProcessImage, pmig_image::Manifest)> {
+    compose_with(store, dir, false)
+}
+
+/// [`compose`] for a final image that may hold more page data than the
+/// store (post-copy's stop after the private copies of file mappings, say,
+/// with shared memory that goes whole at the stop): then the final image's
+/// page data is moved into the store's directory, the store's pages it
+/// does not replace are copied after it ([`PageStore::adopt`]), and the
+/// copying costs the smaller of the two. `dir` loses its page data; the
+/// caller removes it.
+pub(crate) fn compose_either_way(
+    store: PageStore,
+    dir: &Path,
+) -> Result<(ProcessImage, pmig_image::Manifest)> {
+    compose_with(store, dir, true)
+}
+
+fn compose_with(
     mut store: PageStore,
     dir: &Path,
+    either_way: bool,
 ) -> Result<(ProcessImage, pmig_image::Manifest)> {
     let img = pmig_image::Image::open_verified(dir)?;
     let pi = ProcessImage::read(&img)?;
     mark("dst: final image decoded");
+    let fin_bytes = img
+        .manifest
+        .part(pmig_image::PAGES_PART)
+        .map_or(0, |p| p.len);
+    if either_way && fin_bytes > store.pages_held() as u64 * PAGE {
+        let into = store.dir().to_path_buf();
+        let held = store.held()?;
+        drop(store);
+        let mut adopted = PageStore::adopt(&into, &img, &pi)?;
+        adopted.fill_from(&held)?;
+        mark("dst: final image took the pages before it");
+        let mut manifest = img.manifest.clone();
+        manifest.parts.clear();
+        let (manifest, pi) = adopted.finish_image(pi, manifest)?;
+        return Ok((pi, manifest));
+    }
     store.absorb(&img, &pi)?;
     mark("dst: final image absorbed");
     let mut manifest = img.manifest.clone();
