@@ -15,6 +15,9 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+/// The most [`PageStore::fill_from`] reads at a time (whole pages).
+const FILL_PIECE: u64 = 1 << 20;
+
 /// The pages a store held ([`PageStore::held`]): its page data, open, and
 /// where the newest copy of each page lies in it (address, length,
 /// offset).
@@ -114,14 +117,16 @@ impl PageStore {
                 .map(|r| (r.addr, r.len))
                 .chain(std::iter::once((a + l, 0)));
             for (s, n) in holes {
-                if s > at {
-                    let len = s - at;
+                // A MiB at most at a time.
+                while at < s {
+                    let len = (s - at).min(FILL_PIECE);
                     buf.resize(len as usize, 0);
                     from.file
                         .read_exact_at(&mut buf, off + (at - a))
                         .ctx(|| format!("read stored pages at {at:#x}"))?;
                     self.put(at, &buf)?;
                     stored += len;
+                    at += len;
                 }
                 at = at.max(s + n);
             }

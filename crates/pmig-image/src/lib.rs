@@ -164,6 +164,15 @@ fn chunk_sums(data: &[u8], chunk: u64) -> Vec<u64> {
     data.chunks(chunk as usize).map(xxh3_64).collect()
 }
 
+/// Removes the file `name` of `dir`, if there is one.
+fn remove_if_there(dir: &Path, name: &str) -> Result<()> {
+    match fs::remove_file(dir.join(name)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ImageError::Io(dir.to_path_buf(), e)),
+    }
+}
+
 fn io_err(dir: &Path) -> impl Fn(io::Error) -> ImageError + '_ {
     move |e| ImageError::Io(dir.to_path_buf(), e)
 }
@@ -285,27 +294,32 @@ impl ImageWriter {
     pub fn create(dir: &Path) -> Result<Self> {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         // A stale manifest must not survive next to new parts.
-        match fs::remove_file(dir.join(MANIFEST_FILE)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ImageError::Io(dir.to_path_buf(), e)),
-        }
+        remove_if_there(dir, MANIFEST_FILE)?;
         let parts_file = File::create(dir.join(PARTS_FILE)).map_err(io_err(dir))?;
         let pages = File::create(dir.join(PAGES_FILE)).map_err(io_err(dir))?;
-        Ok(ImageWriter {
-            dir: dir.to_path_buf(),
-            parts_file: io::BufWriter::with_capacity(PARTS_BUFFER, parts_file),
-            parts_len: 0,
-            entries: Vec::new(),
-            pages: Some(PagesWriter {
+        Ok(ImageWriter::of(
+            dir,
+            parts_file,
+            PagesWriter {
                 file: pages,
                 len: 0,
                 end: 0,
                 sums: Vec::new(),
                 hasher: xxhash_rust::xxh3::Xxh3::new(),
                 in_chunk: 0,
-            }),
-        })
+            },
+        ))
+    }
+
+    /// A writer of an image in `dir` with these files, no part put yet.
+    fn of(dir: &Path, parts_file: File, pages: PagesWriter) -> ImageWriter {
+        ImageWriter {
+            dir: dir.to_path_buf(),
+            parts_file: io::BufWriter::with_capacity(PARTS_BUFFER, parts_file),
+            parts_len: 0,
+            entries: Vec::new(),
+            pages: Some(pages),
+        }
     }
 
     /// An image in `dir` that carries on from another image's page data:
@@ -330,11 +344,7 @@ impl ImageWriter {
         if sums.len() as u64 != len / CHUNK {
             return Err(ImageError::Truncated(pages.to_path_buf()));
         }
-        match fs::remove_file(dir.join(MANIFEST_FILE)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ImageError::Io(dir.to_path_buf(), e)),
-        }
+        remove_if_there(dir, MANIFEST_FILE)?;
         let target = dir.join(PAGES_FILE);
         fs::rename(pages, &target).map_err(io_err(dir))?;
         let mut file = fs::OpenOptions::new()
@@ -353,26 +363,20 @@ impl ImageWriter {
         io::Seek::seek(&mut file, io::SeekFrom::Start(len)).map_err(io_err(dir))?;
         // A new file, not the old one cut short: a writer of that one may
         // still hold it.
-        match fs::remove_file(dir.join(PARTS_FILE)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ImageError::Io(dir.to_path_buf(), e)),
-        }
+        remove_if_there(dir, PARTS_FILE)?;
         let parts_file = File::create(dir.join(PARTS_FILE)).map_err(io_err(dir))?;
-        Ok(ImageWriter {
-            dir: dir.to_path_buf(),
-            parts_file: io::BufWriter::with_capacity(PARTS_BUFFER, parts_file),
-            parts_len: 0,
-            entries: Vec::new(),
-            pages: Some(PagesWriter {
+        Ok(ImageWriter::of(
+            dir,
+            parts_file,
+            PagesWriter {
                 file,
                 len,
                 end,
                 sums,
                 hasher,
                 in_chunk: tail,
-            }),
-        })
+            },
+        ))
     }
 
     pub fn dir(&self) -> &Path {

@@ -352,8 +352,8 @@ fn fallback_store(d: &Destination, pre: &Path) -> Result<PageStore> {
 /// restores that image the ordinary way; a held skeleton's source is told
 /// which (`SkeletonUsed`, queued ahead of `Restored`). Returns what runs
 /// and the directory of its image. `meanwhile` is called with the image's
-/// directory while it is brought up or restored (twice if a stale
-/// skeleton gives way to a restore of a composed image).
+/// directory while it is brought up or restored (again if the skeleton
+/// gives way to the ordinary restore).
 pub(crate) fn start<'a>(
     d: &mut Destination<'a>,
     offered: Offered<'a>,
