@@ -1305,20 +1305,19 @@ pub(crate) fn restore_from<'a>(
     let mut stdout = child.stdout.take().map(std::io::BufReader::new);
     let (mut json, reported) = match stdout.as_mut() {
         Some(s) => report_of(s),
-        None => (String::new(), None),
+        None => (String::new(), Err("pmig restore has no output".into())),
     };
     let r = match reported {
         // It reported the process running, and only exits now.
-        Some(r) => {
+        Ok(r) => {
             mark("dst: pmig restore reported");
             d.exiting.push(Exiting::new(d.host, child, stdout, err));
             r
         }
-        None => {
+        Err(why) => {
             if let Some(mut s) = stdout {
                 let _ = s.read_to_string(&mut json);
             }
-            let eof_ns = mono_ns();
             mark("dst: pmig restore output read");
             let st = d.host.wait(&mut child).map_err(|e| {
                 (
@@ -1331,11 +1330,8 @@ pub(crate) fn restore_from<'a>(
             if !st.success() {
                 return Err((code::RESTORE_FAILED, restore_failure(&err)));
             }
-            let r = parse_restored(&json)?;
-            Started {
-                resumed_ns: resumed_at(r.resumed_ns, eof_ns),
-                ..r
-            }
+            // It exited well without reporting a process.
+            return Err((code::RESTORE_FAILED, why));
         }
     };
     tracing::info!(
@@ -1350,17 +1346,21 @@ pub(crate) fn restore_from<'a>(
 }
 
 /// The first line of a `pmig restore --json`'s output `out`, and the process
-/// it reports running, if it does (resumed at the instant it reported, or
-/// else when the line was read): read without waiting for the restore to
-/// exit.
-fn report_of(out: &mut std::io::BufReader<std::process::ChildStdout>) -> (String, Option<Started>) {
+/// it reports running (resumed at the instant it reported, or else when the
+/// line was read), or why it reports none: read without waiting for the
+/// restore to exit.
+fn report_of(
+    out: &mut std::io::BufReader<std::process::ChildStdout>,
+) -> (String, std::result::Result<Started, String>) {
     let mut line = String::new();
     let _ = std::io::BufRead::read_line(out, &mut line);
     let read_ns = mono_ns();
-    let started = parse_restored(&line).ok().map(|r| Started {
-        resumed_ns: resumed_at(r.resumed_ns, read_ns),
-        ..r
-    });
+    let started = parse_restored(&line)
+        .map(|r| Started {
+            resumed_ns: resumed_at(r.resumed_ns, read_ns),
+            ..r
+        })
+        .map_err(|(_, why)| why);
     (line, started)
 }
 
@@ -1643,16 +1643,19 @@ impl<'a> HeldSkeleton<'a> {
         // Its one line: the process running, or why not.
         let (mut json, reported) = report_of(&mut self.stdout);
         mark("dst: skeleton's restore reported");
-        if let Some(started) = reported {
-            tracing::info!(
-                "skeleton {} brought up and running; its terminal/pipe stdio goes to {}",
-                started.pid,
-                self.out.display()
-            );
-            let child = self.helper.child.take().expect("the restore runs");
-            let exiting = Exiting::new(self.helper.host, child, Some(self.stdout), self.err);
-            return Ok((started, exiting));
-        }
+        let why = match reported {
+            Ok(started) => {
+                tracing::info!(
+                    "skeleton {} brought up and running; its terminal/pipe stdio goes to {}",
+                    started.pid,
+                    self.out.display()
+                );
+                let child = self.helper.child.take().expect("the restore runs");
+                let exiting = Exiting::new(self.helper.host, child, Some(self.stdout), self.err);
+                return Ok((started, exiting));
+            }
+            Err(why) => why,
+        };
         let _ = self.stdout.read_to_string(&mut json);
         mark("dst: skeleton's restore output read");
         let mut child = self.helper.child.take().expect("the restore runs");
@@ -1671,10 +1674,7 @@ impl<'a> HeldSkeleton<'a> {
             Err(e) => return Err(NotBrought::Failed(format!("waiting for pmig restore: {e}"))),
         }
         // It exited well without reporting a process.
-        let e = parse_restored(&json).err().map(|(_, e)| e);
-        Err(NotBrought::Failed(e.unwrap_or_else(|| {
-            format!("pmig restore printed {json:?}")
-        })))
+        Err(NotBrought::Failed(why))
     }
 }
 
@@ -1964,7 +1964,7 @@ mod tests {
             .unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let (text, started) = report_of(&mut out);
-        assert!(started.is_none() && text.contains("stale"), "{text}");
+        assert!(started.is_err() && text.contains("stale"), "{text}");
         child.wait().unwrap();
     }
 
