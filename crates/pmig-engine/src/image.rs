@@ -215,24 +215,150 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
     crate::procfs::with_proc_memo(|| prechecks(pid))
 }
 
-fn prechecks(pid: libc::pid_t) -> Result<()> {
-    use crate::timing::mark;
-    Process::precheck(pid)?;
-    mark("precheck: process");
-    Files::precheck(pid)?;
-    mark("precheck: files");
-    Timers::precheck(pid)?;
-    mark("precheck: timers");
+/// Every resource's precheck, in the order they are made: the first
+/// refusal in this order is the one reported. Each is marked by its name
+/// once made. Those that read every thread's status (the process's, the
+/// identity's and the next four) come first and together: a thread of
+/// [`SharedPrechecks`] makes them in one pass of `/proc` reads, which the
+/// holder's thread beside the capture has begun before the checks. Those
+/// that read other files come last, where the capture, done first, takes
+/// them from that thread.
+const PRECHECKS: [Precheck; 9] = [
+    ("process", Process::precheck),
+    ("identity", Identity::precheck),
+    ("signals", Signals::precheck),
+    ("threads", Threads::precheck),
+    ("session", Session::precheck),
+    ("seccomp", Seccomp::precheck),
+    ("files", Files::precheck),
     // With System V shared memory's (sysvshm::precheck_maps).
-    Memory::precheck(pid)?;
-    mark("precheck: memory");
-    Identity::precheck(pid)?;
-    Signals::precheck(pid)?;
-    Threads::precheck(pid)?;
-    Session::precheck(pid)?;
-    Seccomp::precheck(pid)?;
-    mark("precheck: the rest");
+    ("memory", Memory::precheck),
+    ("timers", Timers::precheck),
+];
+
+/// A resource's precheck, and its name.
+type Precheck = (&'static str, fn(libc::pid_t) -> Result<()>);
+
+fn prechecks(pid: libc::pid_t) -> Result<()> {
+    for (name, check) in PRECHECKS {
+        check(pid)?;
+        crate::timing::mark(&format!("precheck: {name}"));
+    }
     Ok(())
+}
+
+/// The prechecks of [`precheck_all`] shared by several threads: each
+/// thread that calls [`Self::take_part`] makes the next check none has
+/// begun, until none is left. So a thread that comes late (the capture,
+/// once its image is written) takes what another (the thread beside it)
+/// has not reached yet, instead of waiting for that thread to make them
+/// all. [`Self::result`] waits for the checks begun to end and reports
+/// what [`precheck_all`] would: the first refusal in [`PRECHECKS`]' order
+/// (once one is found no further check is begun).
+pub struct SharedPrechecks {
+    pid: libc::pid_t,
+    /// [`PRECHECKS`] (others in tests).
+    list: &'static [Precheck],
+    /// The next check to take.
+    next: std::sync::atomic::AtomicUsize,
+    /// A check refused: those taken after it are not made.
+    refused: std::sync::atomic::AtomicBool,
+    /// How many checks were taken and have ended (made, or not made after
+    /// a refusal), and the first refusal by order.
+    state: std::sync::Mutex<(usize, Option<(usize, EngineError)>)>,
+    ended: std::sync::Condvar,
+}
+
+impl SharedPrechecks {
+    pub fn new(pid: libc::pid_t) -> SharedPrechecks {
+        Self::of(pid, &PRECHECKS)
+    }
+
+    fn of(pid: libc::pid_t, list: &'static [Precheck]) -> SharedPrechecks {
+        SharedPrechecks {
+            pid,
+            list,
+            next: std::sync::atomic::AtomicUsize::new(0),
+            refused: std::sync::atomic::AtomicBool::new(false),
+            state: std::sync::Mutex::new((0, None)),
+            ended: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Takes the checks no thread has taken, one after the other, until
+    /// none is left, in one pass of `/proc` reads of this thread's (see
+    /// [`crate::procfs::with_proc_memo`]). Returns how many it made.
+    pub fn take_part(&self) -> usize {
+        use std::sync::atomic::Ordering;
+        crate::procfs::with_proc_memo(|| {
+            let mut made = 0;
+            loop {
+                let i = self.next.fetch_add(1, Ordering::SeqCst);
+                let Some((name, check)) = self.list.get(i) else {
+                    return made;
+                };
+                // Ends the check even if it panics (as a refusal), so that
+                // `result` never waits for it.
+                let mut ending = Ending {
+                    checks: self,
+                    i,
+                    r: Some(Err(EngineError::Other(format!(
+                        "the check of the process's {name} ended without a result"
+                    )))),
+                };
+                if self.refused.load(Ordering::SeqCst) {
+                    ending.r = Some(Ok(()));
+                } else {
+                    made += 1;
+                    ending.r = Some(check(self.pid));
+                    crate::timing::mark(&format!("precheck: {name}"));
+                }
+            }
+        })
+    }
+
+    /// Records the end of check `i` with `r`.
+    fn end(&self, i: usize, r: Result<()>) {
+        use std::sync::atomic::Ordering;
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = r {
+            self.refused.store(true, Ordering::SeqCst);
+            if st.1.as_ref().is_none_or(|(j, _)| i < *j) {
+                st.1 = Some((i, e));
+            }
+        }
+        st.0 += 1;
+        self.ended.notify_all();
+    }
+
+    /// Once every check has ended: the first refusal by order, or Ok.
+    /// Call it after [`Self::take_part`], which leaves no check untaken
+    /// (each taken one then ends in the thread that took it).
+    pub fn result(&self) -> Result<()> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        while st.0 < self.list.len() {
+            st = self.ended.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        match st.1.take() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A check of [`SharedPrechecks`] taken: its end, recorded when dropped.
+struct Ending<'a> {
+    checks: &'a SharedPrechecks,
+    i: usize,
+    r: Option<Result<()>>,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        if let Some(r) = self.r.take() {
+            self.checks.end(self.i, r);
+        }
+    }
 }
 
 /// How long a state that usually passes in a moment
@@ -468,5 +594,132 @@ mod tests {
         let (back, m) = roundtrip(&pi);
         assert!(m.part(JobCtl::PART).is_some());
         assert_eq!(back.jobctl, Some(j));
+    }
+
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    /// Waits (bounded) until `flag` is set.
+    fn wait_for(flag: &AtomicBool) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while !flag.load(Ordering::SeqCst) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(flag.load(Ordering::SeqCst), "waited 10 s in vain");
+    }
+
+    static FIRST_BEGUN: AtomicBool = AtomicBool::new(false);
+    static FIRST_GO: AtomicBool = AtomicBool::new(false);
+    static MADE: AtomicUsize = AtomicUsize::new(0);
+
+    fn refused(what: &str) -> Result<()> {
+        Err(EngineError::Other(format!("refused by {what}")))
+    }
+
+    const ORDERED: [Precheck; 4] = [
+        ("first", |_| {
+            FIRST_BEGUN.store(true, Ordering::SeqCst);
+            wait_for(&FIRST_GO);
+            MADE.fetch_add(1, Ordering::SeqCst);
+            refused("first")
+        }),
+        ("second", |_| {
+            MADE.fetch_add(1, Ordering::SeqCst);
+            refused("second")
+        }),
+        ("third", |_| {
+            MADE.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }),
+        ("fourth", |_| {
+            MADE.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }),
+    ];
+
+    #[test]
+    fn shared_prechecks_report_the_first_refusal_by_order_and_make_no_check_after_one() {
+        let checks = std::sync::Arc::new(SharedPrechecks::of(1, &ORDERED));
+        let other = checks.clone();
+        // It takes the first check, which waits.
+        let t = std::thread::spawn(move || other.take_part());
+        wait_for(&FIRST_BEGUN);
+        // This thread takes the second, refused at once: the two after it
+        // are not made.
+        assert_eq!(checks.take_part(), 1);
+        assert_eq!(MADE.load(Ordering::SeqCst), 1);
+        FIRST_GO.store(true, Ordering::SeqCst);
+        // The first, refused later, is the one reported.
+        let e = checks.result().unwrap_err().to_string();
+        assert!(e.contains("refused by first"), "{e}");
+        assert_eq!(t.join().unwrap(), 1);
+        assert_eq!(MADE.load(Ordering::SeqCst), 2);
+    }
+
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+    const PANICKING: [Precheck; 2] = [
+        ("first", |_| {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+            panic!("a check that panics")
+        }),
+        ("second", |_| Ok(())),
+    ];
+
+    #[test]
+    fn a_shared_precheck_that_panics_is_a_refusal_not_a_wait() {
+        let checks = std::sync::Arc::new(SharedPrechecks::of(1, &PANICKING));
+        let other = checks.clone();
+        assert!(std::thread::spawn(move || other.take_part())
+            .join()
+            .is_err());
+        assert_eq!(PANICS.load(Ordering::SeqCst), 1);
+        // What is left is taken here; the result comes at once.
+        checks.take_part();
+        let e = checks.result().unwrap_err().to_string();
+        assert!(
+            e.contains("check of the process's first ended without a result"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn shared_prechecks_find_what_the_checks_one_after_the_other_find() {
+        // A process with nothing to refuse, and one with a child.
+        let mut plain = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let mut parent = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .spawn()
+            .unwrap();
+        let pid = |c: &std::process::Child| c.id() as libc::pid_t;
+        // The shell's child is there once it shows in its children.
+        let end = Instant::now() + Duration::from_secs(10);
+        while crate::resources::process::children(pid(&parent)).is_empty() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for c in [&plain, &parent] {
+            let alone = precheck_all(pid(c)).map_err(|e| e.to_string());
+            let checks = std::sync::Arc::new(SharedPrechecks::new(pid(c)));
+            let other = checks.clone();
+            let t = std::thread::spawn(move || other.take_part());
+            let here = checks.take_part();
+            let shared = checks.result().map_err(|e| e.to_string());
+            let beside = t.join().unwrap();
+            assert_eq!(shared, alone);
+            if alone.is_ok() {
+                assert_eq!(here + beside, PRECHECKS.len());
+            }
+        }
+        assert!(precheck_all(pid(&parent)).is_err());
+        for k in crate::resources::process::children(pid(&parent)) {
+            // SAFETY: kill takes no pointers.
+            unsafe { libc::kill(k, libc::SIGKILL) };
+        }
+        for c in [&mut plain, &mut parent] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

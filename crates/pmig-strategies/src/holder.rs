@@ -71,7 +71,7 @@ use crate::clock::{mark, mono_ns};
 use crate::error::{io_err, Result, StrategyError};
 use crate::Host;
 use pmig_engine::dump::{capture_with, finish_image, Aids};
-use pmig_engine::image::{freeze_settled, precheck_all, precheck_settled, BUSY_WAIT};
+use pmig_engine::image::{freeze_settled, precheck_settled, SharedPrechecks, BUSY_WAIT};
 use pmig_engine::ptrace::Frozen;
 use pmig_engine::resources::locks::LocksState;
 use pmig_engine::resources::memory::{Layout, OnScan, ScanFor, SideScanner};
@@ -82,7 +82,6 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -444,11 +443,10 @@ fn capture_once(
     let (side, scanner) =
         pmig_engine::resources::memory::side_scan(pid, defer_population, what, Some(on_scan));
     let (mapped_tx, mapped_rx) = std::sync::mpsc::channel::<()>();
-    // The checks again after the scan: the other thread's, or, if it has
-    // not begun them when the capture ends, the capture's own (whoever
-    // claims them first makes them).
-    let checks_claim = Arc::new(AtomicBool::new(false));
-    let (checked_tx, checked_rx) = std::sync::mpsc::channel::<pmig_engine::Result<()>>();
+    // The checks again after the scan: the other thread's, and, once the
+    // capture ends, the capture's too: each takes the next check neither
+    // has begun (`SharedPrechecks`).
+    let checks = Arc::new(SharedPrechecks::new(pid));
     let mut frozen_ns = 0;
     // That thread starts before the freeze, its start no part of the stop
     // (nor held up by the capture, which keeps one CPU from the freeze on).
@@ -458,7 +456,7 @@ fn capture_once(
     // the kernel holds (a large process exiting, say) it may get no turn
     // for milliseconds, and the capture then does that work itself.
     let (cpu_tx, cpu_rx) = std::sync::mpsc::channel::<Option<(usize, Vec<u64>)>>();
-    let claim = checks_claim.clone();
+    let beside_checks = checks.clone();
     #[cfg(test)]
     let no_beside = tests::NO_BESIDE.with(|n| n.get());
     #[cfg(not(test))]
@@ -477,7 +475,7 @@ fn capture_once(
         // scratch page, they do not read again after the scan.
         pmig_engine::procfs::with_proc_memo(|| {
             after_scratch(pid, &mapped_rx);
-            checks_beside(pid, scanner, &claim, &checked_tx)
+            checks_beside(scanner, &beside_checks)
         })
     });
     if let Err(e) = &beside {
@@ -517,21 +515,13 @@ fn capture_once(
             handover: None,
         };
         let captured = capture_frozen(&mut frozen, frozen_ns, writer, mode, aids, also);
-        let checked = if checks_claim.swap(true, Ordering::SeqCst) {
-            // Begun beside: its result comes (a thread that ended without
-            // one is an error, never a pass).
-            checked_rx.recv().unwrap_or_else(|_| {
-                Err(pmig_engine::EngineError::Other(
-                    "the checks beside the capture ended without a result".into(),
-                ))
-            })
-        } else if captured.is_ok() {
-            let r = precheck_all(pid);
-            mark("hold: prechecked by the capture");
-            r
-        } else {
-            Ok(())
-        };
+        // Also after a capture that failed: a refusal names the cause
+        // better than the error it may have led to.
+        let made = checks.take_part();
+        let checked = checks.result();
+        mark(&format!(
+            "hold: prechecked again ({made} checks by the capture)"
+        ));
         // Sent by whichever made the scan, before the capture had it.
         let written = written_rx.try_recv().ok().flatten();
         let captured = checked.map_err(Into::into).and(captured)?;
@@ -581,23 +571,13 @@ fn after_scratch(pid: libc::pid_t, mapped: &std::sync::mpsc::Receiver<()>) {
 /// The checks thread of [`capture_once`] once the scratch page is
 /// mapped: scans the pages, unless the capture has taken that on
 /// ([`SideScanner`]), then makes the checks again, now that nothing
-/// changes, unless the capture has begun them (`claim`, set by whoever
-/// makes them); their result goes to `checked`.
-fn checks_beside(
-    pid: libc::pid_t,
-    scanner: SideScanner,
-    claim: &AtomicBool,
-    checked: &std::sync::mpsc::Sender<pmig_engine::Result<()>>,
-) {
+/// changes, each that the capture has not taken ([`SharedPrechecks`]).
+fn checks_beside(scanner: SideScanner, checks: &SharedPrechecks) {
     if scanner.scan() {
         mark("hold: pages scanned");
     }
-    if claim.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let r = precheck_all(pid);
-    mark("hold: prechecked again");
-    let _ = checked.send(r);
+    let made = checks.take_part();
+    mark(&format!("hold: {made} checks made beside"));
 }
 
 /// The capture of [`freeze_and_capture`] once the process is frozen.
