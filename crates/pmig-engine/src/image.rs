@@ -217,12 +217,13 @@ pub fn precheck_all(pid: libc::pid_t) -> Result<()> {
 
 /// Every resource's precheck, in the order they are made: the first
 /// refusal in this order is the one reported. Each is marked by its name
-/// once made. Those that read every thread's status (the process's, the
-/// identity's and the next four) come first and together: a thread of
-/// [`SharedPrechecks`] makes them in one pass of `/proc` reads, which the
-/// holder's thread beside the capture has begun before the checks. Those
-/// that read other files come last, where the capture, done first, takes
-/// them from that thread.
+/// once made. The two that read every thread's status (the process's and
+/// the identity's) come first and together, then four that read little or
+/// nothing: a thread of [`SharedPrechecks`] makes them in one pass of
+/// `/proc` reads, which the holder's thread beside the capture has begun
+/// during the freeze. Those that read other files (every descriptor, the
+/// mappings) come last, where the capture, when it ends first, takes them
+/// from that thread.
 const PRECHECKS: [Precheck; 9] = [
     ("process", Process::precheck),
     ("identity", Identity::precheck),
