@@ -75,7 +75,7 @@ impl Clean {
 static LAST_CLEAN: Mutex<Option<Clean>> = Mutex::new(None);
 
 /// The last pid allocated in this process's pid namespace.
-fn last_pid() -> Option<u64> {
+pub(crate) fn last_pid() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
         .ok()?
         .trim()
@@ -84,7 +84,7 @@ fn last_pid() -> Option<u64> {
 }
 
 /// A process's pid and start time (field 22 of its stat).
-fn identity(pid: pid_t) -> Option<(pid_t, u64)> {
+pub(crate) fn identity(pid: pid_t) -> Option<(pid_t, u64)> {
     Some((pid, crate::procfs::start_time(pid)?))
 }
 
@@ -198,7 +198,7 @@ const MAX_NEW_PIDS: u64 = 256;
 /// The pids this namespace allocated after `then` up to `now`, if they can
 /// be checked one by one: not too many, no wrap-around, and `/proc` is this
 /// pid namespace's (the holder may have joined another mount namespace).
-fn created_since(then: u64, now: u64) -> Option<std::ops::RangeInclusive<u64>> {
+pub(crate) fn created_since(then: u64, now: u64) -> Option<std::ops::RangeInclusive<u64>> {
     let me = std::process::id().to_string();
     let proc_is_ours = std::fs::read_link("/proc/self").is_ok_and(|l| l.as_os_str() == me.as_str());
     (now >= then && now - then <= MAX_NEW_PIDS && proc_is_ours).then_some(then + 1..=now)
