@@ -459,6 +459,27 @@ pub mod tests_support {
     use super::*;
     use crate::resources::{files, identity, memory, process, signals, threads, timers};
 
+    /// A child process of a test, killed with its own children when
+    /// dropped: a test's processes go even when it fails.
+    pub struct Reaped(pub std::process::Child);
+
+    impl Reaped {
+        pub fn pid(&self) -> libc::pid_t {
+            self.0.id() as libc::pid_t
+        }
+    }
+
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            for k in process::children(self.pid()) {
+                // SAFETY: kill takes no pointers.
+                unsafe { libc::kill(k, libc::SIGKILL) };
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
     /// A thread of this process that waits until the returned sender is
     /// dropped, its id, and its handle to join.
     pub fn parked_thread() -> (
@@ -685,24 +706,28 @@ mod tests {
 
     #[test]
     fn shared_prechecks_find_what_the_checks_one_after_the_other_find() {
+        use tests_support::Reaped;
         // A process with nothing to refuse, and one with a child.
-        let mut plain = std::process::Command::new("sleep")
-            .arg("30")
-            .spawn()
-            .unwrap();
-        let mut parent = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & wait"])
-            .spawn()
-            .unwrap();
-        let pid = |c: &std::process::Child| c.id() as libc::pid_t;
+        let plain = Reaped(
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap(),
+        );
+        let parent = Reaped(
+            std::process::Command::new("sh")
+                .args(["-c", "sleep 30 & wait"])
+                .spawn()
+                .unwrap(),
+        );
         // The shell's child is there once it shows in its children.
         let end = Instant::now() + Duration::from_secs(10);
-        while crate::resources::process::children(pid(&parent)).is_empty() && Instant::now() < end {
+        while crate::resources::process::children(parent.pid()).is_empty() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(5));
         }
-        for c in [&plain, &parent] {
-            let alone = precheck_all(pid(c)).map_err(|e| e.to_string());
-            let checks = std::sync::Arc::new(SharedPrechecks::new(pid(c)));
+        for pid in [plain.pid(), parent.pid()] {
+            let alone = precheck_all(pid).map_err(|e| e.to_string());
+            let checks = std::sync::Arc::new(SharedPrechecks::new(pid));
             let other = checks.clone();
             let t = std::thread::spawn(move || other.take_part());
             let here = checks.take_part();
@@ -713,14 +738,6 @@ mod tests {
                 assert_eq!(here + beside, PRECHECKS.len());
             }
         }
-        assert!(precheck_all(pid(&parent)).is_err());
-        for k in crate::resources::process::children(pid(&parent)) {
-            // SAFETY: kill takes no pointers.
-            unsafe { libc::kill(k, libc::SIGKILL) };
-        }
-        for c in [&mut plain, &mut parent] {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        assert!(precheck_all(parent.pid()).is_err());
     }
 }

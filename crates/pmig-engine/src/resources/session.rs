@@ -487,15 +487,17 @@ mod tests {
             if os.fork()==0:\n    time.sleep(30)\n    os._exit(0)\n\
             print('child',flush=True)\n\
             time.sleep(30)\n";
-        let mut leader = Command::new("setsid")
-            .args(["python3", "-c", script])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = leader.id() as pid_t;
-        let mut to = leader.stdin.take().unwrap();
-        let mut from = std::io::BufReader::new(leader.stdout.take().unwrap());
+        let mut leader = crate::image::tests_support::Reaped(
+            Command::new("setsid")
+                .args(["python3", "-c", script])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let pid = leader.pid();
+        let mut to = leader.0.stdin.take().unwrap();
+        let mut from = std::io::BufReader::new(leader.0.stdout.take().unwrap());
         let mut said = |what: &str| {
             to.write_all(b"go\n").unwrap();
             let mut l = String::new();
@@ -520,12 +522,6 @@ mod tests {
         assert_eq!(kids.len(), 1);
         assert_eq!(session_members(pid, pid), kids);
         assert!(READ_SINCE.with(|r| r.get()));
-        for k in kids {
-            // SAFETY: kill takes no pointers.
-            unsafe { libc::kill(k, libc::SIGKILL) };
-        }
-        let _ = leader.kill();
-        let _ = leader.wait();
     }
 
     #[test]
