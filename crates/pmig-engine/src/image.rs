@@ -303,9 +303,8 @@ impl SharedPrechecks {
                 let mut ending = Ending {
                     checks: self,
                     i,
-                    r: Some(Err(EngineError::Other(format!(
-                        "the check of the process's {name} ended without a result"
-                    )))),
+                    name,
+                    r: None,
                 };
                 if self.refused.load(Ordering::SeqCst) {
                     ending.r = Some(Ok(()));
@@ -347,18 +346,24 @@ impl SharedPrechecks {
     }
 }
 
-/// A check of [`SharedPrechecks`] taken: its end, recorded when dropped.
+/// A check of [`SharedPrechecks`] taken: its end, recorded when dropped
+/// (without a result, if the check panicked: a refusal).
 struct Ending<'a> {
     checks: &'a SharedPrechecks,
     i: usize,
+    name: &'static str,
     r: Option<Result<()>>,
 }
 
 impl Drop for Ending<'_> {
     fn drop(&mut self) {
-        if let Some(r) = self.r.take() {
-            self.checks.end(self.i, r);
-        }
+        let r = self.r.take().unwrap_or_else(|| {
+            Err(EngineError::Other(format!(
+                "the check of the process's {} ended without a result",
+                self.name
+            )))
+        });
+        self.checks.end(self.i, r);
     }
 }
 
